@@ -1,0 +1,1 @@
+"""The `adserve` command: one entry point for the platform, jobs, pipelines, servers and benchmarks."""

@@ -1,0 +1,3 @@
+from adserve.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,435 @@
+"""The platform's real servers and how each starts, is checked and stops.
+
+Every server listens on the settings' loopback host only and keeps its data
+under the platform's state folder. PostgreSQL refuses to run as root, so as
+root it runs as the `postgres` system user that Debian's package creates."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+import base64
+import urllib.request
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from infra.platform.errors import PlatformError
+from infra.platform.jars import DEBEZIUM, KAFKA
+from infra.platform.process import ManagedProcess, port_in_use
+from infra.platform.settings import PlatformSettings
+
+HTTP_TIMEOUT_S = 3.0
+
+
+def http_json(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> object:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback only
+        return json.loads(resp.read().decode())
+
+
+def java_binary() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and Path(java_home, "bin", "java").exists():
+        return str(Path(java_home, "bin", "java"))
+    java = shutil.which("java")
+    if java is None:
+        raise PlatformError("Java is not installed (Kafka, Kafka Connect and Flink need Java 17): "
+                            "run `apt-get install -y openjdk-17-jre-headless` or set JAVA_HOME")
+    return java
+
+
+class Service(ABC):
+    """One server of the platform."""
+
+    name: str
+
+    def __init__(self, settings: PlatformSettings):
+        self.settings = settings
+        self.data_dir = settings.state_dir / self.name
+
+    def processes(self) -> list[ManagedProcess]:
+        return [self.process()]
+
+    def process(self, suffix: str = "") -> ManagedProcess:
+        name = self.name + suffix
+        return ManagedProcess(name, self.settings.run_dir, self.settings.log_dir / f"{name}.log")
+
+    @property
+    @abstractmethod
+    def ports(self) -> list[int]: ...
+
+    @abstractmethod
+    def address(self) -> str: ...
+
+    @abstractmethod
+    def launch(self) -> None:
+        """Prepare the data folder (once) and start the process(es)."""
+
+    @abstractmethod
+    def healthy(self) -> bool: ...
+
+    def running(self) -> bool:
+        return all(p.pid() is not None for p in self.processes())
+
+    def died(self) -> str | None:
+        """A reason if a process of this service exited while we wait for health."""
+        for proc in self.processes():
+            if proc.pid() is None:
+                return f"process exited; last lines of {proc.log_path}:\n{proc.log_tail()}"
+        return None
+
+    def stop(self) -> bool:
+        stopped = False
+        for proc in reversed(self.processes()):
+            stopped |= proc.stop()
+        return stopped
+
+    def foreign_port(self) -> int | None:
+        """A port of ours that some other process already holds."""
+        for port in self.ports:
+            if port_in_use(self.settings.host, port):
+                return port
+        return None
+
+
+class Redis(Service):
+    name = "redis"
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.redis_port]
+
+    def address(self) -> str:
+        return self.settings.redis_url
+
+    def launch(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise PlatformError("redis-server is not installed: run `apt-get install -y redis-server` "
+                                "(bash infra/bootstrap.sh does it)")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.process().start([
+            binary, "--bind", self.settings.host, "--port", str(self.settings.redis_port),
+            "--dir", str(self.data_dir), "--save", "", "--appendonly", "no",
+            "--daemonize", "no", "--protected-mode", "yes", "--logfile", "",
+        ])
+
+    def healthy(self) -> bool:
+        import redis
+
+        client = redis.Redis(host=self.settings.host, port=self.settings.redis_port,
+                             socket_timeout=1, socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+
+
+def _postgres_bin(tool: str) -> str:
+    found = shutil.which(tool)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{tool}"))
+    if not candidates:
+        raise PlatformError(f"PostgreSQL ({tool}) is not installed: run `apt-get install -y postgresql` "
+                            "(bash infra/bootstrap.sh does it)")
+    return candidates[-1]
+
+
+class Postgres(Service):
+    name = "postgres"
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.postgres_port]
+
+    def address(self) -> str:
+        return f"postgresql://adserve@{self.settings.host}:{self.settings.postgres_port}/adserve (wal_level=logical)"
+
+    @property
+    def run_as(self) -> str | None:
+        return "postgres" if os.geteuid() == 0 else None
+
+    def _own(self, path: Path) -> None:
+        if self.run_as:
+            shutil.chown(path, self.run_as, self.run_as)
+
+    def launch(self) -> None:
+        pgdata = self.data_dir / "data"
+        sockets = self.data_dir / "sockets"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        sockets.mkdir(exist_ok=True)
+        self._own(self.data_dir)
+        self._own(sockets)
+        if not (pgdata / "PG_VERSION").exists():
+            shutil.rmtree(pgdata, ignore_errors=True)
+            done = subprocess.run(
+                [_postgres_bin("initdb"), "-D", str(pgdata), "-U", "adserve", "--auth=trust",
+                 "-E", "UTF8", "--locale=C.UTF-8"],
+                capture_output=True, text=True, timeout=120,
+                user=self.run_as, group=self.run_as, extra_groups=[] if self.run_as else None)
+            if done.returncode != 0:
+                raise PlatformError(f"initdb failed: {done.stderr[-1500:]}")
+        self.process().start([
+            _postgres_bin("postgres"), "-D", str(pgdata),
+            "-c", f"listen_addresses={self.settings.host}", "-c", f"port={self.settings.postgres_port}",
+            "-c", f"unix_socket_directories={sockets}", "-c", "wal_level=logical",
+            "-c", "max_wal_senders=8", "-c", "max_replication_slots=8", "-c", "fsync=off",
+        ], user=self.run_as)
+
+    def healthy(self) -> bool:
+        import psycopg
+
+        with psycopg.connect(host=self.settings.host, port=self.settings.postgres_port, user="adserve",
+                             dbname="postgres", connect_timeout=2, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'adserve'").fetchone()
+            if not exists:
+                conn.execute("CREATE DATABASE adserve")
+            wal = conn.execute("SHOW wal_level").fetchone()
+        if wal is None or wal[0] != "logical":
+            raise PlatformError(f"PostgreSQL runs with wal_level={wal}, Debezium needs logical")
+        return True
+
+
+class Kafka(Service):
+    """A single Kafka 4.x broker in KRaft mode (broker and controller in one)."""
+
+    name = "kafka"
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.kafka_port, self.settings.kafka_controller_port]
+
+    def address(self) -> str:
+        return f"bootstrap {self.settings.kafka_bootstrap} (KRaft controller :{self.settings.kafka_controller_port})"
+
+    def _classpath(self) -> str:
+        return str(KAFKA.folder(self.settings) / "*")
+
+    def _write_config(self) -> Path:
+        s = self.settings
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{s.host}:{s.kafka_controller_port}",
+            "listeners": f"PLAINTEXT://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{s.host}:{s.kafka_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "logs"),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "log.retention.hours": "168",
+            "log.cleaner.backoff.ms": "5000",
+            "transaction.max.timeout.ms": "900000",
+        }
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        log4j = self.data_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2_CONSOLE)
+        return path
+
+    def launch(self) -> None:
+        java = java_binary()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self._write_config()
+        if not (self.data_dir / "logs" / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            done = subprocess.run(
+                [java, "-cp", self._classpath(), f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                 "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+                capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise PlatformError(f"formatting Kafka storage failed: {(done.stdout + done.stderr)[-1500:]}")
+        self.process().start([
+            java, "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.settings.log_dir}",
+            "-cp", self._classpath(), "kafka.Kafka", str(config),
+        ])
+
+    def healthy(self) -> bool:
+        from streams import kafka
+
+        metadata = kafka.admin(self.settings.kafka_bootstrap).list_topics(timeout=2)
+        return len(metadata.brokers) >= 1
+
+
+class KafkaConnect(Service):
+    """Kafka Connect (distributed mode, one worker) with the Debezium PostgreSQL plugin."""
+
+    name = "connect"
+    POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.connect_port]
+
+    def address(self) -> str:
+        return f"{self.settings.connect_url} (Debezium PostgreSQL plugin)"
+
+    def launch(self) -> None:
+        java = java_binary()
+        s = self.settings
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        props = {
+            "bootstrap.servers": s.kafka_bootstrap,
+            "group.id": "adserve-connect",
+            "config.storage.topic": "_connect.configs",
+            "offset.storage.topic": "_connect.offsets",
+            "status.storage.topic": "_connect.status",
+            "config.storage.replication.factor": "1",
+            "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1",
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "listeners": f"http://{s.host}:{s.connect_port}",
+            "rest.advertised.host.name": s.host,
+            "rest.advertised.port": str(s.connect_port),
+            "plugin.path": str(DEBEZIUM.folder(s).parent),
+            "plugin.discovery": "hybrid_warn",
+            "offset.flush.interval.ms": "1000",
+            "topic.creation.enable": "true",
+        }
+        config = self.data_dir / "connect-distributed.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        log4j = self.data_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2_CONSOLE)
+        self.process().start([
+            java, "-Xms256m", "-Xmx1g", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp", str(KAFKA.folder(s) / "*"),
+            "org.apache.kafka.connect.cli.ConnectDistributed", str(config),
+        ])
+
+    def healthy(self) -> bool:
+        plugins = http_json(f"{self.settings.connect_url}/connector-plugins")
+        return any(p.get("class") == self.POSTGRES_CONNECTOR for p in plugins)  # type: ignore[union-attr]
+
+
+def pyflink_home() -> Path:
+    """The Flink distribution bundled in the apache-flink wheel."""
+    import pyflink
+
+    home = Path(pyflink.__file__).parent
+    if not (home / "bin" / "jobmanager.sh").exists():
+        raise PlatformError(f"no Flink distribution under {home}: is apache-flink installed in this environment?")
+    return home
+
+
+class Flink(Service):
+    """A standalone Flink session cluster (one JobManager, one TaskManager) from PyFlink's bundled distribution."""
+
+    name = "flink"
+
+    def processes(self) -> list[ManagedProcess]:
+        return [self.process("-jobmanager"), self.process("-taskmanager")]
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.flink_rest_port, self.settings.flink_rpc_port]
+
+    def address(self) -> str:
+        return (f"web UI and REST {self.settings.flink_rest_url}, "
+                f"{self.settings.flink_task_slots} task slots")
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.data_dir / "conf"
+
+    def write_conf(self) -> Path:
+        """A project-owned copy of the distribution's conf/ with our settings."""
+        s = self.settings
+        home = pyflink_home()
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        for item in (home / "conf").iterdir():
+            if item.name != "config.yaml":
+                shutil.copy(item, self.conf_dir / item.name)
+        checkpoints = self.data_dir / "checkpoints"
+        config = {
+            "jobmanager.rpc.address": s.host,
+            "jobmanager.rpc.port": s.flink_rpc_port,
+            "jobmanager.bind-host": s.host,
+            "jobmanager.memory.process.size": "1200m",
+            "taskmanager.bind-host": s.host,
+            "taskmanager.host": s.host,
+            "taskmanager.numberOfTaskSlots": s.flink_task_slots,
+            "taskmanager.memory.process.size": "4096m",
+            "taskmanager.memory.managed.fraction": 0.3,
+            "parallelism.default": 1,
+            "rest.address": s.host,
+            "rest.bind-address": s.host,
+            "rest.port": s.flink_rest_port,
+            "blob.server.port": "0",
+            "taskmanager.rpc.port": "0",
+            "taskmanager.data.port": 0,
+            "execution.checkpointing.dir": f"file://{checkpoints}",
+            "state.checkpoints.dir": f"file://{checkpoints}",
+            "python.executable": sys.executable,
+            "python.client.executable": sys.executable,
+            "env.pid.dir": str(s.run_dir),
+            "io.tmp.dirs": str(self.data_dir / "tmp"),
+            "web.tmpdir": str(self.data_dir / "web"),
+        }
+        (self.data_dir / "tmp").mkdir(exist_ok=True)
+        lines = [f"{k}: {json.dumps(v) if isinstance(v, str) else v}" for k, v in config.items()]
+        path = self.conf_dir / "config.yaml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def env(self) -> dict[str, str]:
+        java = java_binary()
+        return {
+            "FLINK_CONF_DIR": str(self.conf_dir),
+            "FLINK_LOG_DIR": str(self.settings.log_dir / "flink"),
+            "JAVA_HOME": str(Path(os.path.realpath(java)).parent.parent),
+            "FLINK_PID_DIR": str(self.settings.run_dir),
+        }
+
+    def launch(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.settings.log_dir / "flink").mkdir(parents=True, exist_ok=True)
+        self.write_conf()
+        bin_dir = pyflink_home() / "bin"
+        env = self.env()
+        jm, tm = self.processes()
+        # The scripts read FLINK_CONF_DIR and exec java in the foreground, so the pid is the JVM's.
+        jm.start(["bash", str(bin_dir / "jobmanager.sh"), "start-foreground"], env=env)
+        tm.start(["bash", str(bin_dir / "taskmanager.sh"), "start-foreground"], env=env)
+
+    def healthy(self) -> bool:
+        overview = http_json(f"{self.settings.flink_rest_url}/overview")
+        return (overview.get("taskmanagers", 0) >= 1  # type: ignore[union-attr]
+                and overview.get("slots-total", 0) >= self.settings.flink_task_slots)  # type: ignore[union-attr]
+
+
+_LOG4J2_CONSOLE = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = WARN
+logger.kafkaserver.name = kafka
+logger.kafkaserver.level = INFO
+logger.reflections.name = org.reflections
+logger.reflections.level = ERROR
+"""
+
+
+def all_services(settings: PlatformSettings) -> list[Service]:
+    """In start order: stores first, then the broker, then what needs the broker."""
+    return [Redis(settings), Postgres(settings), Kafka(settings), KafkaConnect(settings), Flink(settings)]

@@ -1,0 +1,76 @@
+"""Every Kafka topic of the platform, with its key, schema and config, as in
+ARCHITECTURE.md's topic table. `adserve up` creates the missing ones; cdc.*
+topics are created by Debezium through Kafka Connect."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from infra.platform.errors import PlatformError
+
+ADMIN_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: its name, record key, value schema file and config."""
+
+    name: str
+    key: str
+    schema: str  # file under schemas/
+    partitions: int = 4
+    compacted: bool = False
+    config: dict[str, str] = field(default_factory=dict)
+
+    def kafka_config(self) -> dict[str, str]:
+        config = {"cleanup.policy": "compact" if self.compacted else "delete"}
+        if self.compacted:
+            # Compact often enough that a replay from a snapshot's offset stays short.
+            config.update({"min.cleanable.dirty.ratio": "0.1", "segment.ms": "600000"})
+        else:
+            config["retention.ms"] = str(7 * 24 * 3600 * 1000)
+        config.update(self.config)
+        return config
+
+
+TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec("serving.ads", key="ad id", schema="serving_ad.avsc", compacted=True),
+    TopicSpec("serving.campaigns", key="campaign id", schema="serving_campaign.avsc", compacted=True),
+    TopicSpec("ad.served", key="request id", schema="ad_served.avsc"),
+    TopicSpec("ad.events", key="campaign id", schema="ad_event.avsc"),
+    TopicSpec("budget.spend", key="campaign id", schema="spend_report.avsc"),
+    TopicSpec("budget.state", key="campaign id", schema="budget_state.avsc", compacted=True),
+    TopicSpec("budget.leases", key="server id", schema="budget_lease.avsc"),
+    TopicSpec("billing.billed_spend", key="campaign id", schema="billed_spend.avsc"),
+    TopicSpec("training.examples", key="impression id", schema="training_example.avsc"),
+    TopicSpec("dead.letters", key="job name", schema="dead_letter.avsc", partitions=1),
+    TopicSpec("ops.event_counts", key="campaign id", schema="event_count.avsc"),
+)
+
+TOPICS_BY_NAME = {t.name: t for t in TOPICS}
+
+
+def ensure_topics(bootstrap: str, topics: tuple[TopicSpec, ...] = TOPICS) -> list[str]:
+    """Create every missing topic; returns the names created (empty on a second run)."""
+    from confluent_kafka.admin import NewTopic
+
+    from streams import kafka
+
+    admin = kafka.admin(bootstrap)
+    existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics)
+    wanted = [t for t in topics if t.name not in existing]
+    if not wanted:
+        return []
+    futures = admin.create_topics(
+        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.kafka_config())
+         for t in wanted],
+        request_timeout=ADMIN_TIMEOUT_S, operation_timeout=ADMIN_TIMEOUT_S)
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=ADMIN_TIMEOUT_S)
+            created.append(name)
+        except Exception as exc:  # noqa: BLE001 - re-raised as our error with the topic named
+            if "TOPIC_ALREADY_EXISTS" in str(exc):
+                continue
+            raise PlatformError(f"creating topic {name} failed: {exc}") from exc
+    return created

@@ -1,0 +1,1 @@
+"""The serving tier: ad server, tracker, advertiser API, prediction (later issues)."""
