@@ -102,16 +102,21 @@ def read_all(bootstrap: str, topic: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
 
 def produce_all(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes, int | None]],
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
-    """Produce (key, value, timestamp_ms) records and wait for every acknowledgement."""
+    """Produce (key, value, timestamp_ms) records and wait for every acknowledgement.
+
+    Raises KafkaException naming the first failed delivery: nothing is lost silently."""
     prod = producer(bootstrap)
+    failures: list[Any] = []
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            failures.append(err)
+
     count = 0
     for key, value, timestamp_ms in records:
         while True:
             try:
-                if timestamp_ms is None:
-                    prod.produce(topic, value=value, key=key)
-                else:
-                    prod.produce(topic, value=value, key=key, timestamp=timestamp_ms)
+                prod.produce(topic, value=value, key=key, timestamp=timestamp_ms or 0, on_delivery=delivered)
                 break
             except BufferError:
                 prod.poll(0.1)
@@ -119,6 +124,8 @@ def produce_all(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None
         if count % 10000 == 0:
             prod.poll(0)
     flush(prod, timeout_s)
+    if failures:
+        raise KafkaException(failures[0])
     return count
 
 

@@ -232,6 +232,9 @@ class Kafka(Service):
             "log.retention.hours": "168",
             "log.cleaner.backoff.ms": "5000",
             "transaction.max.timeout.ms": "900000",
+            # Simulated days replay event time far from the wall clock: accept any record timestamp.
+            "log.message.timestamp.before.max.ms": "9223372036854775807",
+            "log.message.timestamp.after.max.ms": "9223372036854775807",
         }
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))

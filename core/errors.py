@@ -1,0 +1,26 @@
+"""The project's own error types, each with a message a user can act on."""
+from __future__ import annotations
+
+
+class AdserveError(Exception):
+    """Base of every error the project raises on purpose."""
+
+
+class SchemaMismatch(AdserveError):
+    """A record does not fit its schema, or a writer schema is unknown to the reader."""
+
+
+class CorruptRecord(AdserveError):
+    """Bytes read from Kafka (or a file) that cannot be decoded.
+
+    Names where the record came from so it can be found and replayed."""
+
+    def __init__(self, reason: str, *, topic: str | None = None, partition: int | None = None,
+                 offset: int | None = None):
+        self.reason = reason
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        where = f"topic {topic or '?'} partition {partition if partition is not None else '?'} " \
+                f"offset {offset if offset is not None else '?'}"
+        super().__init__(f"corrupt record at {where}: {reason}")

@@ -1,0 +1,161 @@
+"""Plumbing every PyFlink job shares: the execution environment, Kafka
+sources and sinks as raw-bytes tables (the JVM does the Kafka I/O, exactly-once
+transactions included), and the settings every job takes.
+
+Kafka records cross into Python as rows (topic, partition, offset, timestamp,
+key, value) so a job can name exactly where a corrupt record came from; Avro
+decoding happens in Python with schemas.codec. No host, port or jar path is
+baked in here: they come from the job's flags or the environment."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+BYTES_ROW_FIELDS = ["k", "v"]
+
+
+@dataclass(frozen=True)
+class KafkaJobSettings:
+    """Settings every Kafka-to-Kafka job takes (flags override ADSERVE_* environment)."""
+
+    job_name: str
+    bootstrap: str
+    group_id: str
+    connector_jar: str
+    startup_mode: str = "group-offsets"  # earliest-offset | latest-offset | group-offsets
+    bounded: bool = False  # stop at the offsets that were latest at start (tests, backfills)
+    checkpoint_interval_ms: int = 5000
+    parallelism: int = 1
+    transaction_timeout_ms: int = 600_000
+    restart_attempts: int = 3
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, job_name: str) -> None:
+    env = os.environ
+    default_bootstrap = env.get("ADSERVE_KAFKA_BOOTSTRAP") or \
+        f"{env.get('ADSERVE_HOST', '127.0.0.1')}:{env.get('ADSERVE_KAFKA_PORT', '19092')}"
+    parser.add_argument("--bootstrap", default=default_bootstrap,
+                        help="Kafka bootstrap servers (default: ADSERVE_KAFKA_BOOTSTRAP or the local platform's)")
+    parser.add_argument("--group-id", default=f"adserve-{job_name}", help="consumer group of the job's sources")
+    parser.add_argument("--connector-jar", default=env.get("ADSERVE_FLINK_KAFKA_JAR", ""),
+                        help="path of flink-sql-connector-kafka (default: ADSERVE_FLINK_KAFKA_JAR or the one "
+                             "`adserve up` fetched)")
+    parser.add_argument("--startup-mode", default="group-offsets",
+                        choices=["earliest-offset", "latest-offset", "group-offsets"],
+                        help="where sources start when the group has no committed offset yet: group-offsets "
+                             "falls back to earliest")
+    parser.add_argument("--bounded", action="store_true",
+                        help="stop at the offsets that were latest when the job started (tests, backfills)")
+    parser.add_argument("--checkpoint-interval-ms", type=int, default=5000, help="checkpoint interval")
+    parser.add_argument("--parallelism", type=int, default=1, help="operator parallelism")
+
+
+def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSettings:
+    jar = args.connector_jar or _default_connector_jar()
+    return KafkaJobSettings(job_name=job_name, bootstrap=args.bootstrap, group_id=args.group_id,
+                            connector_jar=jar, startup_mode=args.startup_mode, bounded=args.bounded,
+                            checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism)
+
+
+def _default_connector_jar() -> str:
+    from infra.platform import PlatformSettings
+    from infra.platform.jars import flink_connector_jar
+
+    return str(flink_connector_jar(PlatformSettings.from_env()))
+
+
+def create_environment(settings: KafkaJobSettings):
+    """A StreamExecutionEnvironment and its table environment, checkpointed exactly-once."""
+    from pyflink.common import Configuration
+    from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment
+    from pyflink.table import StreamTableEnvironment
+
+    config = Configuration()
+    config.set_string("python.executable", sys.executable)
+    config.set_string("python.client.executable", sys.executable)
+    config.set_string("python.state.cache-size", "100000")
+    config.set_string("pipeline.name", settings.job_name)
+    # A bug must fail the job visibly, not restart it forever.
+    config.set_string("restart-strategy.type", "fixed-delay")
+    config.set_string("restart-strategy.fixed-delay.attempts", str(settings.restart_attempts))
+    config.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    env.set_parallelism(settings.parallelism)
+    env.enable_checkpointing(settings.checkpoint_interval_ms, CheckpointingMode.EXACTLY_ONCE)
+    jar = Path(settings.connector_jar)
+    if not jar.exists():
+        raise FileNotFoundError(f"Flink Kafka connector jar not found: {jar}")
+    env.add_jars(jar.resolve().as_uri())
+    t_env = StreamTableEnvironment.create(env)
+    t_env.get_config().set("table.exec.source.idle-timeout", "5 s")
+    return env, t_env
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings) -> None:
+    """Register a Kafka topic as a table of raw records with their coordinates."""
+    options = {
+        "connector": "kafka",
+        "topic": topic,
+        "properties.bootstrap.servers": settings.bootstrap,
+        "properties.group.id": settings.group_id,
+        "properties.isolation.level": "read_committed",
+        "scan.startup.mode": settings.startup_mode,
+        "key.format": "raw",
+        "key.fields": "k",
+        "value.format": "raw",
+        "value.fields-include": "EXCEPT_KEY",
+    }
+    if settings.startup_mode == "group-offsets":
+        options["properties.auto.offset.reset"] = "earliest"
+    if settings.bounded:
+        options["scan.bounded.mode"] = "latest-offset"
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY TABLE `{name}` (
+          `topic` STRING METADATA VIRTUAL,
+          `partition` INT METADATA VIRTUAL,
+          `offset` BIGINT METADATA VIRTUAL,
+          `ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,
+          `k` BYTES,
+          `v` BYTES
+        ) WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
+
+
+def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings) -> None:
+    """Register a Kafka topic as an exactly-once (transactional) sink of (key, value) bytes."""
+    options = {
+        "connector": "kafka",
+        "topic": topic,
+        "properties.bootstrap.servers": settings.bootstrap,
+        "properties.transaction.timeout.ms": str(settings.transaction_timeout_ms),
+        "key.format": "raw",
+        "key.fields": "k",
+        "value.format": "raw",
+        "value.fields-include": "EXCEPT_KEY",
+        "sink.delivery-guarantee": "exactly-once",
+        "sink.transactional-id-prefix": f"{settings.group_id}-{name}",
+    }
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY TABLE `{name}` (`k` BYTES, `v` BYTES)
+        WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
+
+
+def bytes_row_type():
+    from pyflink.common import Types
+
+    return Types.ROW_NAMED(BYTES_ROW_FIELDS, [Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    # `flink run` passes the job's own arguments after -py; ignore what PyFlink adds.
+    return parser.parse_args(list(argv) if argv is not None else sys.argv[1:])
