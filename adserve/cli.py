@@ -11,6 +11,7 @@ import sys
 from typing import Callable, Sequence
 
 from infra.platform import PlatformError, PlatformSettings
+from jobs.deploy import DeployError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -116,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.handler(args)
-    except PlatformError as exc:
+    except (PlatformError, DeployError) as exc:
         print(f"adserve: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

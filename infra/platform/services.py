@@ -14,6 +14,8 @@ import sys
 import uuid
 import base64
 import urllib.request
+
+import yaml
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -320,6 +322,18 @@ class KafkaConnect(Service):
         return any(p.get("class") == self.POSTGRES_CONNECTOR for p in plugins)  # type: ignore[union-attr]
 
 
+def _flatten(tree: dict, prefix: str = "") -> dict[str, str]:
+    """Flink's nested YAML as flat dotted keys (Flink reads both forms)."""
+    flat: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value if isinstance(value, str) else json.dumps(value)
+    return flat
+
+
 def pyflink_home() -> Path:
     """The Flink distribution bundled in the apache-flink wheel."""
     import pyflink
@@ -385,9 +399,11 @@ class Flink(Service):
             "web.tmpdir": str(self.data_dir / "web"),
         }
         (self.data_dir / "tmp").mkdir(exist_ok=True)
-        lines = [f"{k}: {json.dumps(v) if isinstance(v, str) else v}" for k, v in config.items()]
+        # Keep the distribution's settings (its JVM --add-opens among them), override ours.
+        merged = _flatten(yaml.safe_load((home / "conf" / "config.yaml").read_text()) or {})
+        merged.update({k: str(v) for k, v in config.items()})
         path = self.conf_dir / "config.yaml"
-        path.write_text("\n".join(lines) + "\n")
+        path.write_text(yaml.safe_dump(merged, default_flow_style=False, sort_keys=True))
         return path
 
     def env(self) -> dict[str, str]:

@@ -1,0 +1,135 @@
+"""Deploying the streaming jobs to a Flink cluster with `flink run`, exactly as
+a user deploys to their own cluster, and reading what runs there over Flink's
+REST API. `adserve jobs deploy|list|cancel` are thin shells over this.
+
+Against your own cluster: pass --jobmanager host:port (its REST address),
+--python (an interpreter on the cluster's TaskManagers with this project's
+requirements installed) and the job's own flags (--bootstrap ...). The code of
+core/, schemas/ and jobs/ is shipped with the job (-pyfs), the Kafka connector
+jar with pipeline.jars."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_PACKAGES = ("core", "schemas", "jobs")
+HTTP_TIMEOUT_S = 5.0
+
+
+class DeployError(RuntimeError):
+    """A job could not be submitted, found or cancelled."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    module: str
+    summary: str
+
+
+JOBS: dict[str, JobSpec] = {
+    "event_counts": JobSpec("event_counts", "jobs.event_counts",
+                            "smoke job: events per campaign and minute, ad.events -> ops.event_counts"),
+}
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    job_id: str
+    name: str
+    state: str
+    start_time_ms: int
+    duration_ms: int
+
+
+def flink_cli() -> Path:
+    import pyflink
+
+    return Path(pyflink.__file__).parent / "bin" / "flink"
+
+
+def deploy(name: str, *, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
+           python: str = sys.executable, timeout_s: float = 180.0) -> str:
+    """Submit a job detached with `flink run`; returns its Flink job id."""
+    if name not in JOBS:
+        raise DeployError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
+    spec = JOBS[name]
+    cmd = [
+        "bash", str(flink_cli()), "run", "--detached", "-m", jobmanager,
+        "-pym", spec.module,
+        "-pyfs", ",".join(str(REPO_ROOT / p) for p in SHIPPED_PACKAGES),
+        "-pyexec", python, "-pyclientexec", python,
+        *job_args,
+    ]
+    env = {"FLINK_CONF_DIR": str(conf_dir), "PATH": _path_env()}
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO_ROOT)
+    except subprocess.TimeoutExpired as exc:
+        raise DeployError(f"`flink run` of {name} did not finish in {timeout_s:.0f} s") from exc
+    output = done.stdout + done.stderr
+    match = re.search(r"JobID ([0-9a-f]{32})", output)
+    if done.returncode != 0 or match is None:
+        raise DeployError(f"`flink run` of {name} failed (exit {done.returncode}):\n{output[-3000:]}")
+    return match.group(1)
+
+
+def _path_env() -> str:
+    import os
+
+    return os.environ.get("PATH", "/usr/bin:/bin")
+
+
+def _rest(url: str, method: str = "GET") -> object:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310 - configured cluster
+            body = resp.read().decode()
+    except (urllib.error.URLError, OSError) as exc:
+        raise DeployError(f"Flink REST call {method} {url} failed: {exc}") from exc
+    return json.loads(body) if body else {}
+
+
+def list_jobs(rest_url: str) -> list[RunningJob]:
+    overview = _rest(f"{rest_url}/jobs/overview")
+    return [RunningJob(j["jid"], j["name"], j["state"], j["start-time"], j["duration"])
+            for j in overview.get("jobs", [])]  # type: ignore[union-attr]
+
+
+def job_state(rest_url: str, job_id: str) -> tuple[str, list[str]]:
+    """The job's state and the states of its vertices."""
+    detail = _rest(f"{rest_url}/jobs/{job_id}")
+    return detail["state"], [v["status"] for v in detail.get("vertices", [])]  # type: ignore[index]
+
+
+def wait_running(rest_url: str, job_id: str, timeout_s: float = 120.0) -> float:
+    """Seconds until the job and every one of its tasks runs; raises if it fails or times out."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        state, vertices = job_state(rest_url, job_id)
+        if state in ("FAILED", "CANCELED", "FINISHED"):
+            raise DeployError(f"job {job_id} is {state} before it ran")
+        if state == "RUNNING" and vertices and all(v == "RUNNING" for v in vertices):
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise DeployError(f"job {job_id} not running after {timeout_s:.0f} s")
+
+
+def cancel(rest_url: str, job_id: str, timeout_s: float = 60.0) -> None:
+    """Cancel a job and wait until it is cancelled."""
+    _rest(f"{rest_url}/jobs/{job_id}?mode=cancel", method="PATCH")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state, _ = job_state(rest_url, job_id)
+        if state in ("CANCELED", "FAILED", "FINISHED"):
+            return
+        time.sleep(0.3)
+    raise DeployError(f"job {job_id} still not cancelled after {timeout_s:.0f} s")

@@ -1,0 +1,41 @@
+"""The real platform for integration tests, started through the project's own
+`adserve up` machinery and stopped at the end of the session (unless it was
+already running before the tests, or ADSERVE_KEEP_PLATFORM=1)."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from infra.platform import PlatformSettings, control
+from infra.platform.topics import TopicSpec, ensure_topics
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def platform() -> PlatformSettings:
+    settings = PlatformSettings.from_env()
+    was_running = all(row.state == "running" for row in control.status(settings))
+    control.up(settings, log=lambda line: print(f"[platform] {line}"))
+    yield settings
+    if not was_running and os.environ.get("ADSERVE_KEEP_PLATFORM") != "1":
+        control.down(settings, log=lambda line: print(f"[platform] {line}"))
+
+
+@pytest.fixture
+def fresh_topics(platform):
+    """Create uniquely named topics for one test: fresh_topics("in", "out", partitions=1)."""
+
+    def make(*names: str, partitions: int = 1) -> list[str]:
+        suffix = uuid.uuid4().hex[:8]
+        specs = tuple(TopicSpec(f"test.{n}.{suffix}", key="test", schema="", partitions=partitions) for n in names)
+        ensure_topics(platform.kafka_bootstrap, specs)
+        return [s.name for s in specs]
+
+    return make

@@ -1,0 +1,47 @@
+"""Platform settings and topic definitions (no servers)."""
+from pathlib import Path
+
+import pytest
+
+from infra.platform.settings import PlatformSettings
+from infra.platform.topics import TOPICS_BY_NAME
+
+ARCHITECTURE = Path(__file__).resolve().parents[3] / "shared" / "design" / "ARCHITECTURE.md"
+
+
+def test_every_port_can_be_overridden_from_the_environment():
+    settings = PlatformSettings.from_env({"ADSERVE_HOME": "/tmp/x", "ADSERVE_KAFKA_PORT": "29092",
+                                          "ADSERVE_FLINK_TASK_SLOTS": "12"})
+    assert settings.kafka_bootstrap == "127.0.0.1:29092"
+    assert settings.flink_task_slots == 12
+    assert settings.home == Path("/tmp/x")
+
+
+def test_a_bad_port_value_names_the_variable():
+    with pytest.raises(ValueError, match="ADSERVE_REDIS_PORT"):
+        PlatformSettings.from_env({"ADSERVE_REDIS_PORT": "six"})
+
+
+def test_settings_round_trip_through_the_environment():
+    settings = PlatformSettings.from_env({"ADSERVE_HOME": "/tmp/y", "ADSERVE_CONNECT_PORT": "28083"})
+    assert PlatformSettings.from_env(settings.as_env()) == settings
+
+
+@pytest.mark.parametrize("name", ["serving.ads", "serving.campaigns", "budget.state"])
+def test_state_topics_are_compacted(name):
+    assert TOPICS_BY_NAME[name].kafka_config()["cleanup.policy"] == "compact"
+
+
+@pytest.mark.parametrize("name", ["ad.served", "ad.events", "budget.spend", "budget.leases",
+                                  "billing.billed_spend", "training.examples"])
+def test_log_topics_are_not_compacted(name):
+    assert TOPICS_BY_NAME[name].kafka_config()["cleanup.policy"] == "delete"
+
+
+def test_every_topic_of_the_architecture_table_is_defined():
+    if not ARCHITECTURE.exists():
+        pytest.skip("shared/design is not beside this checkout")
+    table = ARCHITECTURE.read_text().split("## Topics", 1)[1].split("\n## ", 1)[0]
+    names = {line.split("|")[1].strip() for line in table.splitlines()
+             if line.startswith("| ") and not line.startswith("| topic") and "cdc.*" not in line}
+    assert names <= set(TOPICS_BY_NAME), names - set(TOPICS_BY_NAME)
