@@ -37,7 +37,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     from infra.platform import control
 
-    stopped = control.down(_settings())
+    stopped = control.down(_settings(), purge=args.purge)
     print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
     return 0
 
@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("down", help="stop everything `up` started",
                        description="Stop every platform process (by process group), leaving none behind. "
-                                   "Data under ADSERVE_HOME/state is kept.", epilog=PORTS_HELP)
+                                   "Data under ADSERVE_HOME/state is kept unless --purge.", epilog=PORTS_HELP)
+    p.add_argument("--purge", action="store_true",
+                   help="also delete all platform data (topics, database, checkpoints); the jars stay")
     p.set_defaults(handler=cmd_down)
 
     p = sub.add_parser("status", help="show what runs where",

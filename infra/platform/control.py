@@ -5,6 +5,7 @@ second `up` does nothing. If any part fails to come up, everything this call
 started is stopped again, so nothing is left half-started."""
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -74,13 +75,23 @@ def _is_healthy(service: Service) -> bool:
         return False
 
 
-def down(settings: PlatformSettings, log: Log = print) -> list[str]:
-    """Stop every server this platform started, in reverse start order."""
+def down(settings: PlatformSettings, log: Log = print, purge: bool = False) -> list[str]:
+    """Stop every server this platform started, in reverse start order.
+
+    With purge, also delete every server's data (topics, tables, checkpoints)."""
     stopped = []
     for service in reversed(all_services(settings)):
         if service.stop():
             log(f"{service.name}: stopped")
             stopped.append(service.name)
+    if purge:
+        for service in all_services(settings):
+            target = service.data_dir.resolve()
+            shutil.rmtree(target, ignore_errors=True)
+            if service.data_dir.is_symlink():
+                service.data_dir.unlink()
+        shutil.rmtree(settings.state_dir, ignore_errors=True)
+        log(f"deleted all platform data under {settings.state_dir}")
     return stopped
 
 

@@ -6,6 +6,8 @@ root it runs as the `postgres` system user that Debian's package creates."""
 from __future__ import annotations
 
 import glob
+import hashlib
+import stat
 import json
 import os
 import shutil
@@ -141,6 +143,26 @@ def _postgres_bin(tool: str) -> str:
     return candidates[-1]
 
 
+def _traversable_by(user: str, folder: Path) -> bool:
+    """True when `user` may enter every folder from / down to `folder`."""
+    import grp
+    import pwd
+
+    account = pwd.getpwnam(user)
+    groups = {g.gr_gid for g in grp.getgrall() if user in g.gr_mem} | {account.pw_gid}
+    for part in [folder, *folder.parents]:
+        st = part.stat()
+        if st.st_uid == account.pw_uid:
+            allowed = st.st_mode & stat.S_IXUSR
+        elif st.st_gid in groups:
+            allowed = st.st_mode & stat.S_IXGRP
+        else:
+            allowed = st.st_mode & stat.S_IXOTH
+        if not allowed:
+            return False
+    return True
+
+
 class Postgres(Service):
     name = "postgres"
 
@@ -159,12 +181,30 @@ class Postgres(Service):
         if self.run_as:
             shutil.chown(path, self.run_as, self.run_as)
 
+    def _place_data_dir(self) -> None:
+        """Make state/postgres reachable by the postgres user.
+
+        As root, PostgreSQL runs as `postgres`, which cannot enter a private
+        folder such as /root or a 0700 temp dir. Then the data lives in a
+        folder of its own under /var/tmp and state/postgres links to it."""
+        if self.data_dir.exists() or not self.run_as:
+            return
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if _traversable_by(self.run_as, self.data_dir.parent):
+            return
+        digest = hashlib.sha1(str(self.settings.home).encode()).hexdigest()[:12]
+        outside = Path("/var/tmp") / f"adserve-postgres-{digest}"
+        outside.mkdir(parents=True, exist_ok=True)
+        self.data_dir.symlink_to(outside, target_is_directory=True)
+
     def launch(self) -> None:
-        pgdata = self.data_dir / "data"
-        sockets = self.data_dir / "sockets"
+        self._place_data_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        root = self.data_dir.resolve()  # postgres must not walk through a private folder
+        pgdata = root / "data"
+        sockets = root / "sockets"
         sockets.mkdir(exist_ok=True)
-        self._own(self.data_dir)
+        self._own(root)
         self._own(sockets)
         if not (pgdata / "PG_VERSION").exists():
             shutil.rmtree(pgdata, ignore_errors=True)
