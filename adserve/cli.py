@@ -117,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("apache_beam", "py4j", "adserve.kafka"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return args.handler(args)
     except (PlatformError, DeployError) as exc:

@@ -9,6 +9,37 @@ from infra.platform import PlatformSettings
 
 def register(sub) -> None:
     _register_jobs(sub)
+    _register_demo(sub)
+
+
+# main job -----------------------------------------------------------------------
+
+def _register_demo(sub) -> None:
+    from adserve import demo
+
+    p = sub.add_parser("demo", help="the main job: platform + simulated traffic through the real jobs, with a report",
+                       description=demo.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--events", type=int, default=50_000, help="simulated ad events (default 50,000)")
+    p.add_argument("--corrupt", type=int, default=5, help="corrupt records mixed in (default 5)")
+    p.add_argument("--seed", type=int, default=7, help="random seed of the simulation")
+    p.add_argument("--down", action="store_true", help="stop the platform at the end (default: leave it up)")
+    p.set_defaults(handler=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from adserve import demo
+    from infra.platform import control
+
+    settings = PlatformSettings.from_env()
+    try:
+        report = demo.run(settings, events=args.events, corrupt=args.corrupt, seed=args.seed)
+        print(report.render())
+    finally:
+        if args.down:
+            control.down(settings)
+    if not args.down:
+        print(f"the platform is still up: Flink UI {settings.flink_rest_url}; stop it with `adserve down`")
+    return 0 if report.agrees else 1
 
 
 # jobs -------------------------------------------------------------------------

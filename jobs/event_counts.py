@@ -8,6 +8,11 @@ state and event-time timers, Avro written back through an exactly-once
 sent to the dead-letter topic with the reason, counted, while the job keeps
 running. The counting rule lives in core.event_counts.
 
+Event time: the Kafka source takes each record's Kafka timestamp as its
+rowtime and emits watermarks per partition (every producer of the project
+sets the Kafka timestamp to the record's event time); windows are assigned
+from the event time inside the record.
+
 Run locally (mini-cluster):  python -m jobs.event_counts --bounded
 Deploy to a cluster:         adserve jobs deploy event_counts   (wraps `flink run`)"""
 from __future__ import annotations
@@ -47,8 +52,7 @@ def _dead_letter_row(record: dict):
 def build(env, t_env, settings: KafkaJobSettings, *, input_topic: str, output_topic: str, dead_letter_topic: str,
           window_ms: int, out_of_orderness_ms: int) -> None:
     """Wire the job graph onto env (no execution)."""
-    from pyflink.common import Duration, Row, WatermarkStrategy
-    from pyflink.common.watermark_strategy import TimestampAssigner
+    from pyflink.common import Row
     from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
     from pyflink.datastream.state import MapStateDescriptor
     from pyflink.common import Types
@@ -76,10 +80,6 @@ def build(env, t_env, settings: KafkaJobSettings, *, input_topic: str, output_to
                 return
             yield (event["campaign_id"], event["event_time"], event["event_type"], event["billing_type"],
                    event["price_micros"], row.topic, row.partition, row.offset)
-
-    class EventTime(TimestampAssigner):
-        def extract_timestamp(self, value, record_timestamp) -> int:
-            return value[1]
 
     class CountPerMinute(KeyedProcessFunction):
         """Per campaign: a count per open window in MapState, emitted by an event-time timer at its end."""
@@ -119,16 +119,13 @@ def build(env, t_env, settings: KafkaJobSettings, *, input_topic: str, output_to
             record = rules.event_count_record(campaign_id, start, rules.Counts(*held), window_ms)
             yield Row(str(campaign_id).encode(), self.codec.encode("EventCount", record))
 
-    kafka_source_table(t_env, "events_in", input_topic, settings)
+    kafka_source_table(t_env, "events_in", input_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
     kafka_sink_table(t_env, "counts_out", output_topic, settings)
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
 
     raw = t_env.to_data_stream(t_env.from_path("events_in"))
     decoded = raw.process(DecodeEvents(), output_type=_event_type()).name("decode ad.events")
-    watermarked = decoded.assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(out_of_orderness_ms))
-        .with_timestamp_assigner(EventTime()))
-    counted = (watermarked.key_by(lambda e: e[0], key_type=Types.LONG())
+    counted = (decoded.key_by(lambda e: e[0], key_type=Types.LONG())
                .process(CountPerMinute(), output_type=bytes_row_type()).name("count per campaign minute"))
     rejected = decoded.get_side_output(dead_letters).union(counted.get_side_output(dead_letters))
 

@@ -26,7 +26,8 @@ class KafkaJobSettings:
     bootstrap: str
     group_id: str
     connector_jar: str
-    startup_mode: str = "group-offsets"  # earliest-offset | latest-offset | group-offsets
+    startup_mode: str = "group-offsets"  # earliest-offset | latest-offset | group-offsets | specific-offsets
+    start_offsets: str = ""  # with specific-offsets: "0:42,1:300" (partition:offset)
     bounded: bool = False  # stop at the offsets that were latest at start (tests, backfills)
     checkpoint_interval_ms: int = 5000
     parallelism: int = 1
@@ -48,9 +49,11 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str) -> None
                         help="path of flink-sql-connector-kafka (default: ADSERVE_FLINK_KAFKA_JAR or the one "
                              "`adserve up` fetched)")
     parser.add_argument("--startup-mode", default="group-offsets",
-                        choices=["earliest-offset", "latest-offset", "group-offsets"],
-                        help="where sources start when the group has no committed offset yet: group-offsets "
-                             "falls back to earliest")
+                        choices=["earliest-offset", "latest-offset", "group-offsets", "specific-offsets"],
+                        help="where sources start: group-offsets resumes the consumer group (earliest when it "
+                             "has none); specific-offsets starts at --start-offsets")
+    parser.add_argument("--start-offsets", default="",
+                        help="with --startup-mode specific-offsets: partition:offset pairs, e.g. 0:42,1:300")
     parser.add_argument("--bounded", action="store_true",
                         help="stop at the offsets that were latest when the job started (tests, backfills)")
     parser.add_argument("--checkpoint-interval-ms", type=int, default=5000, help="checkpoint interval")
@@ -60,7 +63,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str) -> None
 def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSettings:
     jar = args.connector_jar or _default_connector_jar()
     return KafkaJobSettings(job_name=job_name, bootstrap=args.bootstrap, group_id=args.group_id,
-                            connector_jar=jar, startup_mode=args.startup_mode, bounded=args.bounded,
+                            connector_jar=jar, startup_mode=args.startup_mode, start_offsets=args.start_offsets,
+                            bounded=args.bounded,
                             checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism)
 
 
@@ -102,8 +106,14 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings) -> None:
-    """Register a Kafka topic as a table of raw records with their coordinates."""
+def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
+                       out_of_orderness_ms: int | None = None) -> None:
+    """Register a Kafka topic as a table of raw records with their coordinates.
+
+    With out_of_orderness_ms, the Kafka record timestamp (which every producer
+    of the project sets to the record's event time) is the rowtime, and the
+    source emits watermarks per partition, so a partition that is read ahead
+    of the others does not make their records late."""
     options = {
         "connector": "kafka",
         "topic": topic,
@@ -118,8 +128,15 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings)
     }
     if settings.startup_mode == "group-offsets":
         options["properties.auto.offset.reset"] = "earliest"
+    if settings.startup_mode == "specific-offsets":
+        pairs = [p.split(":") for p in settings.start_offsets.split(",") if p]
+        if not pairs:
+            raise ValueError("--startup-mode specific-offsets needs --start-offsets partition:offset,...")
+        options["scan.startup.specific-offsets"] = ";".join(f"partition:{p},offset:{o}" for p, o in pairs)
     if settings.bounded:
         options["scan.bounded.mode"] = "latest-offset"
+    watermark = "" if out_of_orderness_ms is None else \
+        f",\n          WATERMARK FOR `ts` AS `ts` - INTERVAL '{out_of_orderness_ms / 1000:.3f}' SECOND"
     t_env.execute_sql(f"""
         CREATE TEMPORARY TABLE `{name}` (
           `topic` STRING METADATA VIRTUAL,
@@ -127,7 +144,7 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings)
           `offset` BIGINT METADATA VIRTUAL,
           `ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,
           `k` BYTES,
-          `v` BYTES
+          `v` BYTES{watermark}
         ) WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
 
 

@@ -59,8 +59,22 @@ def flush(prod: Producer, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         raise KafkaCallTimeout(f"{remaining} records not acknowledged within {timeout_s:.0f} s")
 
 
+def end_offsets(bootstrap: str, topic: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[int, int]:
+    """The next offset of every partition of a topic (where a reader starting now begins)."""
+    cons = consumer(bootstrap, group_id=f"adserve-offsets-{time.monotonic_ns()}")
+    try:
+        metadata = cons.list_topics(topic, timeout=timeout_s)
+        if topic not in metadata.topics or metadata.topics[topic].error is not None:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
+        return {p: cons.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+                for p in metadata.topics[topic].partitions}
+    finally:
+        cons.close()
+
+
 def read_all(bootstrap: str, topic: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-             expected: int | None = None, idle_s: float = 2.0) -> list[Any]:
+             expected: int | None = None, idle_s: float = 2.0,
+             start_offsets: dict[int, int] | None = None) -> list[Any]:
     """Every committed record of a topic from the beginning, as confluent Message objects.
 
     Stops once `expected` records arrived, or after `idle_s` without a new one
@@ -72,7 +86,8 @@ def read_all(bootstrap: str, topic: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
         if topic not in metadata.topics or metadata.topics[topic].error is not None:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
         partitions = list(metadata.topics[topic].partitions)
-        cons.assign([TopicPartition(topic, p, 0) for p in partitions])
+        starts = start_offsets or {}
+        cons.assign([TopicPartition(topic, p, starts.get(p, 0)) for p in partitions])
         records: list[Any] = []
         at_eof: set[int] = set()
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,205 @@
+"""The main job: the platform plus simulated ad events through the real smoke
+job, checked against the Beam pipeline and a count made here, with a report.
+
+Steps: start the platform (`adserve up`); simulate a stream of impression and
+click events for many campaigns (deterministic for a seed) with a few corrupt
+records mixed in; produce them to ad.events and archive them as an Avro
+container file; deploy the Flink job event_counts to the standalone cluster
+with `flink run`, bounded to exactly these records; run the Beam pipeline
+event_counts over the archive; compare the three and print what happened.
+Later issues grow this into a simulated day of traffic through every job."""
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from core import event_counts as rules
+from infra.platform import PlatformSettings, control
+from pipelines.avro_files import normalise, schema_json
+from schemas.codec import AvroCodec
+from streams import kafka
+
+DAY_START_MS = 1_800_316_800_000  # 2027-01-19T00:00:00Z
+
+
+def simulate_events(seed: int, *, events: int, campaigns: int = 40, minutes: int = 30,
+                    start_ms: int = DAY_START_MS) -> list[dict[str, Any]]:
+    """Impressions with about 2 % clicks for `campaigns` campaigns over `minutes` of event time,
+    slightly out of order (up to 2 s), deterministic for a seed."""
+    rng = random.Random(seed)
+    plans = []
+    for c in range(campaigns):
+        billing = "CLICK" if rng.random() < 0.4 else "IMPRESSION"
+        price = rng.randint(200_000, 3_000_000) if billing == "CLICK" else rng.randint(500, 8_000)
+        plans.append((10_000 + c, billing, price, rng.random() + 0.2))
+    weights = [p[3] for p in plans]
+    span_ms = minutes * 60_000
+    out = []
+    for n in range(events):
+        campaign_id, billing, price, _ = rng.choices(plans, weights)[0]
+        nominal = start_ms + n * span_ms // events
+        event_time = max(start_ms, nominal - rng.randint(0, 2_000))
+        out.append({
+            "event_id": f"e-{seed}-{n}", "impression_id": f"i-{seed}-{n}",
+            "event_type": "CLICK" if rng.random() < 0.02 else "IMPRESSION",
+            "event_time": event_time, "served_time": event_time - rng.randint(100, 5_000),
+            "campaign_id": campaign_id, "ad_id": campaign_id * 10 + rng.randint(0, 4),
+            "price_micros": price, "billing_type": billing,
+            "user_id": f"u{rng.randint(0, 5_000)}", "ip_address": f"198.51.100.{rng.randint(1, 254)}",
+            "user_agent": "Mozilla/5.0", "token_key_id": "k1",
+        })
+    return out
+
+
+def count_directly(events: list[dict[str, Any]]) -> dict[tuple[int, int], rules.Counts]:
+    windows: dict[tuple[int, int], rules.Counts] = {}
+    for e in events:
+        key = (e["campaign_id"], rules.window_start(e["event_time"]))
+        windows[key] = windows.get(key, rules.Counts()).add(e)
+    return windows
+
+
+@dataclass
+class DemoReport:
+    run_id: str
+    events: int
+    corrupt: int
+    produce_s: float = 0.0
+    job_id: str = ""
+    job_s: float = 0.0
+    flink_windows: dict = field(default_factory=dict)
+    beam_windows: dict = field(default_factory=dict)
+    direct_windows: dict = field(default_factory=dict)
+    dead_letters: list = field(default_factory=list)
+    archive: str = ""
+
+    def totals(self, windows) -> tuple[int, int, int]:
+        return (sum(c.impressions for c in windows.values()), sum(c.clicks for c in windows.values()),
+                sum(c.billable_micros for c in windows.values()))
+
+    @property
+    def agrees(self) -> bool:
+        return (self.flink_windows == self.direct_windows == self.beam_windows
+                and len(self.dead_letters) == self.corrupt)
+
+    def render(self) -> str:
+        imp, clk, billable = self.totals(self.flink_windows)
+        lines = [
+            "",
+            f"== adserve main job report (run {self.run_id}) ==",
+            f"simulated events      {self.events:>12,}  (+{self.corrupt} corrupt records mixed in)",
+            f"produced to ad.events in {self.produce_s:.1f} s; archived to {self.archive}",
+            f"Flink job event_counts {self.job_id} ran bounded on the standalone cluster in {self.job_s:.1f} s",
+            f"windows (campaign x minute): Flink {len(self.flink_windows):,}, Beam {len(self.beam_windows):,}, "
+            f"direct count {len(self.direct_windows):,}",
+            f"impressions {imp:,}  clicks {clk:,}  billable {billable / 1e6:,.2f} (currency units, "
+            f"{billable:,} micros)",
+            f"dead letters: {len(self.dead_letters)} (expected {self.corrupt}); first reason: "
+            f"{self.dead_letters[0]['reason'] if self.dead_letters else '-'}",
+            "result: " + ("OK - Flink, Beam and the direct count agree exactly; every corrupt record is in "
+                          "dead.letters" if self.agrees else "MISMATCH - see the differences above"),
+        ]
+        if not self.agrees:
+            for name, windows in (("flink", self.flink_windows), ("beam", self.beam_windows)):
+                diff = set(windows.items()) ^ set(self.direct_windows.items())
+                lines.append(f"  {name} differs from the direct count in {len(diff)} windows")
+        return "\n".join(lines)
+
+
+def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, seed: int = 7,
+        log=print) -> DemoReport:
+    from adserve.progress import Progress
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from jobs import deploy
+    from pipelines import event_counts as beam_event_counts
+
+    control.up(settings, log=log)
+    run_id = uuid.uuid4().hex[:8]
+    report = DemoReport(run_id, events, corrupt)
+    codec = AvroCodec()
+    simulated = simulate_events(seed, events=events)
+    report.direct_windows = count_directly(simulated)
+
+    bootstrap = settings.kafka_bootstrap
+    start_events = kafka.end_offsets(bootstrap, "ad.events")
+    start_counts = kafka.end_offsets(bootstrap, "ops.event_counts")
+    start_dead = kafka.end_offsets(bootstrap, "dead.letters")
+
+    records = [(str(e["campaign_id"]).encode(), codec.encode("AdEvent", e), e["event_time"]) for e in simulated]
+    step = max(1, len(records) // (corrupt + 1))
+    for k in range(corrupt):
+        records.insert((k + 1) * step, (b"0", b"\x00corrupt-" + str(k).encode(), DAY_START_MS))
+    progress = Progress("producing to ad.events", len(records))
+    began = time.monotonic()
+    chunk = 5_000
+    for i in range(0, len(records), chunk):
+        kafka.produce_all(bootstrap, "ad.events", records[i:i + chunk], timeout_s=60)
+        progress.update(min(i + chunk, len(records)))
+    progress.close()
+    report.produce_s = time.monotonic() - began
+
+    archive = settings.state_dir / "archive" / f"demo-{run_id}"
+    archive.mkdir(parents=True, exist_ok=True)
+    with open(archive / "ad.events-000.avro", "wb") as out:
+        fastavro.writer(out, fastavro.parse_schema(schema_json("ad_event.avsc")), simulated)
+    report.archive = str(archive)
+
+    log("deploying event_counts (bounded to this run's records) with flink run ...")
+    offsets = ",".join(f"{p}:{o}" for p, o in sorted(start_events.items()))
+    job_args = ["--bootstrap", bootstrap, "--connector-jar", str(flink_connector_jar(settings)),
+                "--bounded", "--startup-mode", "specific-offsets", "--start-offsets", offsets,
+                "--group-id", f"adserve-demo-{run_id}", "--checkpoint-interval-ms", "2000"]
+    began = time.monotonic()
+    report.job_id = deploy.deploy("event_counts", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
+                                  conf_dir=Flink(settings).conf_dir, job_args=job_args)
+    state = _wait_finished(settings.flink_rest_url, report.job_id, timeout_s=900, log=log)
+    report.job_s = time.monotonic() - began
+    if state != "FINISHED":
+        raise RuntimeError(f"job {report.job_id} ended {state}; see the Flink UI at {settings.flink_rest_url}")
+
+    counts = kafka.read_all(bootstrap, "ops.event_counts", start_offsets=start_counts, timeout_s=60, idle_s=2)
+    for m in counts:
+        r = codec.decode(m.value(), "EventCount", topic=m.topic(), partition=m.partition(), offset=m.offset())
+        report.flink_windows[(r["campaign_id"], r["window_start"])] = rules.Counts(
+            r["impressions"], r["clicks"], r["billable_micros"])
+    dead = kafka.read_all(bootstrap, "dead.letters", start_offsets=start_dead, timeout_s=30, idle_s=2)
+    report.dead_letters = [d for d in (codec.decode(m.value(), "DeadLetter") for m in dead)
+                           if d["job"] == "event_counts"]
+
+    log("running the Beam pipeline event_counts over the archive (DirectRunner) ...")
+    out_prefix = archive / "beam" / "event_counts"
+    beam_event_counts.run([f"--input={archive}/ad.events-*.avro", f"--output={out_prefix}",
+                           "--runner=DirectRunner"], save_main_session=False)
+    for path in sorted(out_prefix.parent.glob("event_counts*.avro")):
+        with open(path, "rb") as f:
+            for r in map(normalise, fastavro.reader(f)):
+                report.beam_windows[(r["campaign_id"], r["window_start"])] = rules.Counts(
+                    r["impressions"], r["clicks"], r["billable_micros"])
+    return report
+
+
+def _wait_finished(rest_url: str, job_id: str, timeout_s: float, log) -> str:
+    from jobs import deploy
+
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        state, _ = deploy.job_state(rest_url, job_id)
+        if state != last:
+            log(f"job {job_id}: {state}")
+            last = state
+        if state in ("FINISHED", "FAILED", "CANCELED"):
+            return state
+        time.sleep(1)
+    raise TimeoutError(f"job {job_id} still {last} after {timeout_s:.0f} s")
+
+
+def archive_dir(settings: PlatformSettings) -> Path:
+    return settings.state_dir / "archive"
