@@ -34,6 +34,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from infra.platform import jars
+
+    settings = _settings()
+    jars.fetch(settings)
+    print(f"jars present under {settings.jars_dir}")
+    return 0
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     from infra.platform import control
 
@@ -100,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=PORTS_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON array")
     p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("fetch", help="fetch the platform's jars from Maven Central (idempotent)",
+                       description="Fetch Kafka, Kafka Connect with Debezium and the Flink Kafka connector from "
+                                   "Maven Central into ADSERVE_HOME/jars; `up` does this too.", epilog=PORTS_HELP)
+    p.set_defaults(handler=cmd_fetch)
 
     _register_optional(sub)
     return parser

@@ -10,6 +10,35 @@ from infra.platform import PlatformSettings
 def register(sub) -> None:
     _register_jobs(sub)
     _register_demo(sub)
+    _register_bench(sub)
+
+
+# benchmarks ---------------------------------------------------------------------
+
+def _register_bench(sub) -> None:
+    from adserve import bench
+
+    p = sub.add_parser("bench", help="benchmarks: figures with the machine's details and a same-run baseline",
+                       description="Run a benchmark. Each prints its figures beside a baseline measured in the "
+                                   "same run; --json prints one JSON object (names in the benchmark's help).")
+    bsub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+    b = bsub.add_parser("platform", help="platform start, job submission, smoke-job throughput, Avro codec",
+                        description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--events", type=int, default=100_000, help="events through the smoke job (default 100,000)")
+    b.add_argument("--no-cold-start", action="store_true", help="skip the cold start of a second instance")
+    b.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    b.set_defaults(handler=cmd_bench_platform)
+
+
+def cmd_bench_platform(args: argparse.Namespace) -> int:
+    import json
+
+    from adserve import bench
+
+    log = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    figures = bench.run(events=args.events, cold_start=not args.no_cold_start, log=log)
+    print(json.dumps(figures) if args.json else bench.render(figures))
+    return 0
 
 
 # main job -----------------------------------------------------------------------

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks, idempotently and quickly when nothing is missing:
+#   apt:   Java 17 (JRE), Maven, PostgreSQL, Redis
+#   pip:   a Python 3.11 virtual environment in .venv with this project and its pinned requirements
+#   Maven: the Kafka, Kafka Connect + Debezium and Flink Kafka connector jars into .platform/jars
+# Called by ./run before anything else; safe to run by hand.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+say() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+missing=()
+command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if ! command -v postgres >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
+  missing+=(postgresql)
+fi
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  say "installing with apt: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python="${ADSERVE_PYTHON:-}"
+if [ -z "$python" ]; then
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && \
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      python="$candidate"; break
+    fi
+  done
+fi
+if [ -z "$python" ]; then
+  say "Python 3.11 is required (apache-flink 2.2 ships wheels for it): install it or set ADSERVE_PYTHON"
+  exit 2
+fi
+
+venv="$ROOT/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating the virtual environment $venv with $python"
+  "$python" -m venv "$venv"
+fi
+stamp="$venv/.adserve-installed"
+want=$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+  say "installing the project and its pinned requirements into $venv (a few minutes on a fresh machine)"
+  "$venv/bin/pip" install -q --disable-pip-version-check --upgrade pip setuptools wheel
+  "$venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[test]"
+  echo "$want" > "$stamp"
+fi
+
+"$venv/bin/adserve" fetch
