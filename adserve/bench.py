@@ -150,7 +150,7 @@ def bench_flink(settings: PlatformSettings, events: int, log) -> dict[str, float
                            job_args=common + ["--group-id", f"bench-a-{suffix}"])
     deploy.wait_running(rest, job_id)
     results["flink_submit_to_running_s"] = round(time.monotonic() - began, 1)
-    deploy.cancel(rest, job_id)
+    deploy.stop(rest, job_id)
 
     log(f"running event_counts bounded over {events:,} events with checkpointing on ...")
     job_id = deploy.deploy("event_counts", jobmanager=jobmanager, conf_dir=conf,

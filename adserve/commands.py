@@ -99,9 +99,12 @@ def _register_jobs(sub) -> None:
     p.add_argument("--all", action="store_true", help="include finished, failed and cancelled jobs")
     p.set_defaults(handler=cmd_jobs_list)
 
-    p = jsub.add_parser("cancel", help="cancel a job by id or name",
-                        description="Cancel a running job (every running job of that name when a name is given).")
+    p = jsub.add_parser("cancel", help="stop a job (with a savepoint) by id or name",
+                        description="Stop a running job gracefully with a savepoint (every running job of that name "
+                                    "when a name is given); --hard cancels at once without one.")
     p.add_argument("job", help="a Flink job id, or a job name such as event_counts")
+    p.add_argument("--hard", action="store_true",
+                   help="cancel without a savepoint (can kill the TaskManager of a Python job in PyFlink 2.2)")
     p.add_argument("--jobmanager", help="REST address host:port (default: the local platform's)")
     p.set_defaults(handler=cmd_jobs_cancel)
 
@@ -156,6 +159,10 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
         print(f"no running job matches {args.job!r}", file=sys.stderr)
         return 1
     for j in targets:
-        deploy.cancel(rest, j.job_id)
-        print(f"cancelled {j.name} ({j.job_id})")
+        if args.hard:
+            deploy.cancel(rest, j.job_id)
+            print(f"cancelled {j.name} ({j.job_id})")
+        else:
+            location = deploy.stop(rest, j.job_id)
+            print(f"stopped {j.name} ({j.job_id}); savepoint {location}")
     return 0

@@ -39,11 +39,11 @@ def up(settings: PlatformSettings, log: Log = print, only: list[str] | None = No
     topics_created: list[str] = []
     try:
         for service in services:
-            if service.running():
-                if _is_healthy(service):
-                    already.append(service.name)
-                    continue
-                log(f"{service.name}: running but unhealthy, restarting")
+            if service.running() and _is_healthy(service):
+                already.append(service.name)
+                continue
+            if service.any_running():
+                log(f"{service.name}: partly running or unhealthy, restarting it")
                 service.stop()
             port = service.foreign_port()
             if port is not None:

@@ -78,6 +78,9 @@ class Service(ABC):
     def running(self) -> bool:
         return all(p.pid() is not None for p in self.processes())
 
+    def any_running(self) -> bool:
+        return any(p.pid() is not None for p in self.processes())
+
     def died(self) -> str | None:
         """A reason if a process of this service exited while we wait for health."""
         for proc in self.processes():
@@ -431,6 +434,7 @@ class Flink(Service):
             "taskmanager.rpc.port": "0",
             "taskmanager.data.port": 0,
             "execution.checkpointing.dir": f"file://{checkpoints}",
+            "execution.checkpointing.savepoint-dir": f"file://{self.data_dir / 'savepoints'}",
             "state.checkpoints.dir": f"file://{checkpoints}",
             "python.executable": sys.executable,
             "python.client.executable": sys.executable,

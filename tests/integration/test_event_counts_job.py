@@ -1,7 +1,9 @@
 """The smoke job on the local mini-cluster and on the standalone cluster, against the real broker."""
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 import subprocess
 import sys
 
@@ -90,4 +92,8 @@ def test_the_same_job_deploys_unchanged_to_the_standalone_cluster(platform, fres
     finally:
         cancelled = adserve(platform, "jobs", "cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr
+    assert "savepoint file:" in cancelled.stdout
     assert job_id not in adserve(platform, "jobs", "list").stdout
+    # stopping a Python job must leave the cluster whole for the next one
+    overview = json.loads(urllib.request.urlopen(f"{platform.flink_rest_url}/overview", timeout=5).read())
+    assert overview["taskmanagers"] == 1 and overview["slots-available"] == overview["slots-total"]
