@@ -40,15 +40,11 @@ def link_jars(platform: PlatformSettings, home: Path) -> None:
 
 
 def process_group_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+    try:
+        os.killpg(pgid, 0)  # signal 0: only asks whether any process of the group exists
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def port_open(port: int) -> bool:
