@@ -86,7 +86,7 @@ class ManagedProcess:
         _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not _group_alive(pid):
+            if not group_alive(pid):
                 break
             time.sleep(0.2)
         else:
@@ -117,7 +117,8 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """True while any live (non-zombie) process belongs to the process group."""
     _reap(pgid)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

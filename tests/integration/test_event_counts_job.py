@@ -6,6 +6,7 @@ import os
 import urllib.request
 import subprocess
 import sys
+import time
 
 from schemas.codec import AvroCodec
 from streams import kafka
@@ -69,6 +70,27 @@ def adserve(platform, *args: str, timeout: float = 300) -> subprocess.CompletedP
                           timeout=timeout, env=os.environ | platform.as_env())
 
 
+def corrupt_records_counted(rest_url: str, job_id: str, timeout_s: float = 30) -> int:
+    """The job's corrupt_records metric, summed over its vertices, read from Flink's REST API."""
+    def get(path):
+        return json.loads(urllib.request.urlopen(f"{rest_url}{path}", timeout=5).read())
+
+    deadline = time.monotonic() + timeout_s
+    total = 0
+    while time.monotonic() < deadline:
+        total = 0
+        for vertex in get(f"/jobs/{job_id}")["vertices"]:
+            names = [m["id"] for m in get(f"/jobs/{job_id}/vertices/{vertex['id']}/metrics")
+                     if m["id"].endswith("corrupt_records")]
+            if names:
+                values = get(f"/jobs/{job_id}/vertices/{vertex['id']}/metrics?get={','.join(names)}")
+                total += sum(int(float(v["value"])) for v in values)
+        if total:
+            return total
+        time.sleep(1)
+    return total
+
+
 def test_the_same_job_deploys_unchanged_to_the_standalone_cluster(platform, fresh_topics):
     source, output, dead = fresh_topics("events", "counts", "dead")
     deployed = adserve(platform, "jobs", "deploy", "event_counts", "--",
@@ -89,6 +111,7 @@ def test_the_same_job_deploys_unchanged_to_the_standalone_cluster(platform, fres
         assert sorted(counts, key=KEY) == sorted(expected_event_counts(), key=KEY)
         letters = decoded(kafka.read_all(platform.kafka_bootstrap, dead, expected=1, timeout_s=60), "DeadLetter")
         assert letters[0]["source_offset"] == 2
+        assert corrupt_records_counted(platform.flink_rest_url, job_id) == 1
     finally:
         cancelled = adserve(platform, "jobs", "cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr

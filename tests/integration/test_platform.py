@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from infra.platform import PlatformSettings
+from infra.platform.process import group_alive
 from streams import kafka
 
 PORT_SHIFT = 200
@@ -37,14 +38,6 @@ def adserve(env: dict[str, str], *args: str, timeout: float = 400) -> subprocess
 def link_jars(platform: PlatformSettings, home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "jars").symlink_to(platform.jars_dir)
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)  # signal 0: only asks whether any process of the group exists
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def port_open(port: int) -> bool:
@@ -73,7 +66,7 @@ def test_up_twice_then_status_then_down_leaves_no_process(platform, tmp_path):
     finally:
         down = adserve(env, "down", "--purge")
     assert down.returncode == 0, down.stderr
-    assert not [pid for pid in pids if process_group_alive(pid)]
+    assert not [pid for pid in pids if group_alive(pid)]
     ports = [int(v) for k, v in env.items() if k.endswith("_PORT")]
     assert not [p for p in ports if port_open(p)]
     after = json.loads(adserve(env, "status", "--json").stdout)
