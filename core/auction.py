@@ -1,0 +1,229 @@
+"""The generalised second-price auction on total value, with quality, reserves
+and exploration. Pure: randomness comes in as a `random.Random`.
+
+Total value per impression (micro-units) = bid x predicted action rate + quality:
+  CPM  bid / 1000          CPC  bid x pCTR          CPA  target x pCTR x pCVR
+Candidates under the reserve (a minimum total value per impression for the
+placement and country) are dropped. Slots are filled in position order, each
+ranked with the pCTR predicted for that slot's position; a campaign wins at
+most once per page, and two ads of the same competitive-exclusion category
+never share a page.
+
+Price: each winner pays the least that keeps its place. The "next" total is
+the best remaining eligible candidate at that slot whose total does not exceed
+the winner's (another campaign's; an advertiser never bids against its own
+ads), or the reserve if that is higher or there is none. Then, in the bid's
+unit: per click (next - own quality) / own pCTR; per conversion (next -
+quality) / (pCTR x pCVR); per impression (next - quality), i.e. x1000 per
+mille. The price is capped at the bid and never negative.
+
+Rounding (money is integer micros): the exact price is computed with
+fractions from the predictions' decimal values, rounded UP to a whole micro
+(the least whole-micro price that still keeps the place), then capped at the
+bid ROUNDED DOWN, so a charge never exceeds the bid. Ranking itself uses
+float totals.
+
+The design's example holds exactly: A bids $2.00 CPC at 1.5 % with quality
++$0.002 (total $0.032), B bids $3.00 at 0.8 % with quality -$0.001 (total
+$0.023): A wins and pays (0.023 - 0.002) / 0.015 = $1.40 per click."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Sequence
+
+import numpy as np
+
+BID_TYPES = ("cpm", "cpc", "cpa")
+CPM, CPC, CPA = 0, 1, 2
+DEFAULT_EXPLORATION_SHARE = 0.01
+DEFAULT_EXPLORATION_MARGIN = 0.05  # candidates within 5 % of the best total may be shuffled
+SAMPLED_LOSERS = 20
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ad entering the auction, with its predictions per slot position."""
+
+    ad_id: Any
+    campaign_id: Any
+    bid_type: str  # cpm | cpc | cpa
+    bid_micros: int
+    pctr: Sequence[float]  # one per slot, in slot order
+    pcvr: float = 0.0
+    quality_micros: int = 0
+    exclusion_category: int = 0  # 0: no competitive-exclusion rule
+    participation_probability: float = 1.0
+    row: int = -1  # the index row, when it came from the index
+
+    @property
+    def bid_code(self) -> int:
+        return BID_TYPES.index(self.bid_type.lower())
+
+
+@dataclass
+class Winner:
+    slot: int  # 1-based slot number in the request's order
+    position: int  # the slot's position on the page
+    candidate: Candidate
+    price_micros: int  # in the bid's unit: per mille (cpm), per click (cpc), per conversion (cpa)
+    total_value_micros: int
+    explanation: dict[str, Any]
+
+    @property
+    def billing(self) -> str:
+        return self.candidate.bid_type.lower()
+
+    @property
+    def charge_per_event_micros(self) -> int:
+        """What one billable event costs: an impression for cpm (price / 1000, rounded down), else the price."""
+        return self.price_micros // 1000 if self.billing == "cpm" else self.price_micros
+
+    def expected_cost_micros(self) -> int:
+        """The expected charge recorded as spend at serve: per impression for cpm, price x pCTR for clicks."""
+        pctr = self.explanation["pctr"]
+        if self.billing == "cpm":
+            return self.price_micros // 1000
+        if self.billing == "cpc":
+            return int(self.price_micros * pctr)
+        return int(self.price_micros * pctr * (self.explanation["pcvr"] or 0.0))
+
+
+@dataclass
+class AuctionResult:
+    winners: list[Winner]
+    explored: bool
+    sampled_losers: list[dict[str, Any]] = field(default_factory=list)
+    reserve_micros: int = 0
+
+
+def _exact(x: float) -> Fraction:
+    """The decimal value a prediction was written with (0.015 is 3/200, not the nearest binary fraction)."""
+    return Fraction(repr(float(x)))
+
+
+def exact_total(c: Candidate, slot: int) -> Fraction:
+    """Total value per impression at a slot, exactly, in micros."""
+    code = c.bid_code
+    if code == CPM:
+        action = Fraction(1, 1000)
+    elif code == CPC:
+        action = _exact(c.pctr[slot])
+    else:
+        action = _exact(c.pctr[slot]) * _exact(c.pcvr)
+    return c.bid_micros * action + c.quality_micros
+
+
+def price_micros(c: Candidate, slot: int, next_total: Fraction) -> int:
+    """The least whole-micro price (in the bid's unit) that keeps the place, capped at the bid."""
+    code = c.bid_code
+    numerator = next_total - c.quality_micros
+    if code == CPM:
+        raw = numerator * 1000
+    elif code == CPC:
+        raw = numerator / _exact(c.pctr[slot]) if c.pctr[slot] > 0 else Fraction(c.bid_micros)
+    else:
+        rate = _exact(c.pctr[slot]) * _exact(c.pcvr)
+        raw = numerator / rate if rate > 0 else Fraction(c.bid_micros)
+    price = math.ceil(raw)
+    return max(0, min(price, c.bid_micros))
+
+
+def totals(candidates: Sequence[Candidate], slots: int) -> np.ndarray:
+    """Float total value per impression (micros), shape (candidates, slots)."""
+    n = len(candidates)
+    bid = np.fromiter((c.bid_micros for c in candidates), dtype=np.float64, count=n)
+    quality = np.fromiter((c.quality_micros for c in candidates), dtype=np.float64, count=n)
+    code = np.fromiter((c.bid_code for c in candidates), dtype=np.int8, count=n)
+    pcvr = np.fromiter((c.pcvr for c in candidates), dtype=np.float64, count=n)
+    pctr = np.array([list(c.pctr[:slots]) for c in candidates], dtype=np.float64).reshape(n, slots)
+    action = np.where((code == CPM)[:, None], 1 / 1000, np.where((code == CPC)[:, None], pctr, pctr * pcvr[:, None]))
+    return bid[:, None] * action + quality[:, None]
+
+
+def run_auction(candidates: Sequence[Candidate], slot_positions: Sequence[int], *, reserve_micros: int = 0,
+                rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,
+                exploration_margin: float = DEFAULT_EXPLORATION_MARGIN,
+                scores_from_fallback: bool = False) -> AuctionResult:
+    """Fill the slots; see the module docstring for the rules."""
+    rng = rng or random.Random(0)
+    slots = len(slot_positions)
+    if not candidates or not slots:
+        return AuctionResult([], False, reserve_micros=reserve_micros)
+    value = totals(candidates, slots)
+    campaign_numbers: dict[Any, int] = {}
+    campaigns = np.array([campaign_numbers.setdefault(c.campaign_id, len(campaign_numbers)) for c in candidates])
+    categories = np.fromiter((c.exclusion_category for c in candidates), dtype=np.int64, count=len(candidates))
+    available = np.ones(len(candidates), dtype=bool)
+    explored = exploration_share > 0 and rng.random() < exploration_share
+    shuffled: list[int] = []
+    if explored:
+        eligible = np.flatnonzero(value[:, 0] >= reserve_micros)
+        if len(eligible):
+            best = value[eligible, 0].max()
+            near = [int(i) for i in eligible[np.argsort(-value[eligible, 0], kind="stable")]
+                    if value[i, 0] >= best - abs(best) * exploration_margin]
+            distinct, seen = [], set()
+            for i in near:
+                if campaigns[i] not in seen:
+                    distinct.append(i)
+                    seen.add(campaigns[i])
+            shuffled = rng.sample(distinct, len(distinct))
+    propensity = 1.0 / len(shuffled) if len(shuffled) > 1 else 1.0
+    explored = explored and len(shuffled) > 1
+
+    winners: list[Winner] = []
+    for slot in range(slots):
+        eligible = available & (value[:, slot] >= reserve_micros)
+        if not eligible.any():
+            break
+        chosen = None
+        while explored and shuffled:
+            i = shuffled.pop(0)
+            if eligible[i]:
+                chosen = i
+                break
+        if chosen is None:
+            masked = np.where(eligible, value[:, slot], -np.inf)
+            chosen = int(np.argmax(masked))
+        own = candidates[chosen]
+        rivals = eligible & (campaigns != campaigns[chosen]) & (value[:, slot] <= value[chosen, slot])
+        runner_up = int(np.argmax(np.where(rivals, value[:, slot], -np.inf))) if rivals.any() else None
+        runner_total = exact_total(candidates[runner_up], slot) if runner_up is not None else None
+        next_total = Fraction(reserve_micros) if runner_total is None else max(runner_total, Fraction(reserve_micros))
+        price = price_micros(own, slot, next_total)
+        own_total = exact_total(own, slot)
+        rival = candidates[runner_up] if runner_up is not None else None
+        winners.append(Winner(
+            slot=slot + 1, position=int(slot_positions[slot]), candidate=own, price_micros=price,
+            total_value_micros=math.floor(own_total),
+            explanation={
+                "total_value_micros": math.floor(own_total),
+                "runner_up_ad_id": rival.ad_id if rival else None,
+                "runner_up_total_value_micros": math.floor(runner_total) if runner_total is not None else None,
+                "price_set_by": "runner_up" if runner_total is not None and runner_total >= reserve_micros
+                else "reserve",
+                "pctr": float(own.pctr[slot]), "pcvr": float(own.pcvr) if own.bid_code == CPA else None,
+                "runner_up_pctr": float(rival.pctr[slot]) if rival else None,
+                "runner_up_pcvr": float(rival.pcvr) if rival and rival.bid_code == CPA else None,
+                "quality_micros": own.quality_micros,
+                "runner_up_quality_micros": rival.quality_micros if rival else None,
+                "reserve_micros": reserve_micros,
+                "bid_micros": own.bid_micros,
+                "participation_probability": own.participation_probability,
+                "exploration_probability": propensity if explored else 1.0,
+                "scored_by_fallback": scores_from_fallback,
+            }))
+        available &= campaigns != campaigns[chosen]
+        if categories[chosen]:
+            available &= categories != categories[chosen]
+
+    won = {id(w.candidate) for w in winners}
+    losers = [i for i, c in enumerate(candidates) if id(c) not in won]
+    sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
+    sampled = [{"ad_id": candidates[i].ad_id, "campaign_id": candidates[i].campaign_id,
+                "pctr": float(candidates[i].pctr[0]), "total_value_micros": math.floor(float(value[i, 0]))}
+               for i in sample]
+    return AuctionResult(winners, explored, sampled, reserve_micros)

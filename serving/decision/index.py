@@ -1,0 +1,320 @@
+"""The in-memory targeting index: exactly the ads whose expression a request satisfies.
+
+Structure (why: docs/decision-engine.md). Ads live in rows of numpy columns,
+never as a Python object per ad. Rows are assigned in descending static-score
+order when the index is built (`build`), so "the best K by static score" is
+"the K smallest row numbers". Postings are pyroaring bitmaps of rows:
+  include[(attribute, value)]  ads that allow the value
+  constrained[attribute]       ads that constrain the attribute at all
+  exclude[(attribute, value)]  ads that exclude the value
+An ad satisfies attribute A for a request with values V iff it does not
+constrain A, or it allows some value of V; it fails if the request carries
+any value it excludes.
+
+Retrieval evaluates those set operations on a candidate bitmap that starts
+small: "narrow" ads (those targeting custom audiences, core.targeting.
+NARROW_ATTRIBUTES) are seeded from the request's own audience postings and
+always evaluated completely; "broad" ads are evaluated over a growing prefix
+of rows and retrieval stops once K of them matched, so long broad lists are
+never read to the end, and no broad ad can crowd out a narrow one.
+
+Updates are in place and versioned: an older or equal version never
+overwrites a newer one. A changed static score keeps its row until the next
+`compact()` (rows reflect static scores as of the last build); new ads append
+rows. Pure: no I/O, no clock."""
+from __future__ import annotations
+
+import array
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+from pyroaring import BitMap
+
+from core.targeting import NARROW_ATTRIBUTES, Targeting
+from serving.decision.columns import Column, IdMap, StringArena
+
+BID_TYPES = ("CPM", "CPC", "CPA")
+BID_TYPE_CODE = {name: code for code, name in enumerate(BID_TYPES)}
+DEFAULT_K = 10_000
+# Attributes in the order retrieval applies them: the most selective first on typical traffic,
+# interests (many values per request) last when the candidate set is already small.
+EVALUATION_ORDER = ("placement", "location", "language", "device", "age_band", "gender", "interest", "audience")
+
+
+@dataclass
+class AdRecord:
+    """What the index keeps of one serving.ads record."""
+
+    ad_id: int
+    campaign_id: int
+    version: int
+    bid_type: str
+    bid_micros: int
+    quality_micros: int
+    static_score: float
+    targeting: Targeting
+    creative_ref: str = ""
+    landing_url: str = ""
+    ctr_prior: float = 0.01
+    embedding: Sequence[float] = ()
+    exclusion_category: int = 0  # competitive-exclusion category (0: none)
+    removed: bool = False
+
+
+@dataclass
+class _Terms:
+    """term key -> id, and id -> key (keys are (attribute, value, excluded))."""
+
+    ids: dict[tuple[str, str, bool], int] = field(default_factory=dict)
+    keys: list[tuple[str, str, bool]] = field(default_factory=list)
+
+    def id_of(self, key: tuple[str, str, bool]) -> int:
+        term = self.ids.get(key)
+        if term is None:
+            term = len(self.keys)
+            self.ids[key] = term
+            self.keys.append(key)
+        return term
+
+
+def _bitmap(rows: np.ndarray) -> BitMap:
+    return BitMap(array.array("I", np.ascontiguousarray(rows, dtype=np.uint32).tobytes()))
+
+
+def _rows(bitmap: BitMap) -> np.ndarray:
+    return np.frombuffer(bitmap.to_array(), dtype=np.uint32).astype(np.int32)
+
+
+class TargetingIndex:
+    """Ads in rows, targeting postings in bitmaps; see the module docstring."""
+
+    def __init__(self, embedding_dim: int = 8, capacity: int = 1024):
+        self.embedding_dim = embedding_dim
+        self.size = 0  # rows allocated
+        self.ids = IdMap()
+        self.ad_id = Column(np.int64, capacity=capacity)
+        self.campaign_id = Column(np.int64, capacity=capacity)
+        self.version = Column(np.int64, capacity=capacity, fill=-1)
+        self.bid_type = Column(np.int8, capacity=capacity)
+        self.bid_micros = Column(np.int64, capacity=capacity)
+        self.quality_micros = Column(np.int32, capacity=capacity)
+        self.static_score = Column(np.float32, capacity=capacity)
+        self.ctr_prior = Column(np.float32, capacity=capacity)
+        self.exclusion_category = Column(np.int32, capacity=capacity)
+        self.embedding = Column(np.float16, width=embedding_dim, capacity=capacity)
+        self.strings = StringArena(capacity)  # creative_ref + "\n" + landing_url
+        self.term_start = Column(np.int64, capacity=capacity)
+        self.term_count = Column(np.uint16, capacity=capacity)
+        self.term_arena = Column(np.uint32, capacity=capacity * 16)
+        self.term_arena_used = 0
+        self.terms = _Terms()
+        self.postings: list[BitMap] = []  # by term id (include and exclude terms alike)
+        self.constrained: dict[str, BitMap] = {}
+        self.alive = BitMap()
+        self.narrow = BitMap()
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, records: Iterable[AdRecord], embedding_dim: int = 8) -> "TargetingIndex":
+        """An index of these ads, rows in descending static-score order."""
+        live = sorted((r for r in records if not r.removed), key=lambda r: (-r.static_score, r.ad_id))
+        index = cls(embedding_dim, capacity=max(1024, len(live)))
+        for record in live:
+            index._append(record)
+        return index
+
+    @classmethod
+    def from_columns(cls, *, ad_id: np.ndarray, campaign_id: np.ndarray, version: np.ndarray, bid_type: np.ndarray,
+                     bid_micros: np.ndarray, quality_micros: np.ndarray, static_score: np.ndarray,
+                     ctr_prior: np.ndarray, embedding: np.ndarray, term_rows: np.ndarray,
+                     term_keys: Sequence[tuple[str, str, bool]], term_of_entry: np.ndarray,
+                     exclusion_category: np.ndarray | None = None) -> "TargetingIndex":
+        """Bulk build from columns (millions of ads): entry i says ad term_rows[i] has term term_of_entry[i].
+
+        Arrays must already be in descending static-score order (row = array index)."""
+        n = len(ad_id)
+        index = cls(embedding.shape[1], capacity=max(1024, n))
+        index.size = n
+        for column, values in ((index.ad_id, ad_id), (index.campaign_id, campaign_id), (index.version, version),
+                               (index.bid_type, bid_type), (index.bid_micros, bid_micros),
+                               (index.quality_micros, quality_micros), (index.static_score, static_score),
+                               (index.ctr_prior, ctr_prior), (index.embedding, embedding)):
+            column.data[:n] = values
+        if exclusion_category is not None:
+            index.exclusion_category.data[:n] = exclusion_category
+        index.ids.bulk(ad_id, np.arange(n, dtype=np.int32))
+        for key in term_keys:
+            index.terms.id_of(key)
+        order = np.lexsort((term_of_entry, term_rows))  # by row, then term
+        rows_sorted, terms_sorted = term_rows[order], term_of_entry[order].astype(np.uint32)
+        counts = np.bincount(rows_sorted, minlength=n)
+        index.term_count.data[:n] = counts
+        index.term_start.data[:n] = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        index.term_arena.ensure(len(terms_sorted))
+        index.term_arena.data[: len(terms_sorted)] = terms_sorted
+        index.term_arena_used = len(terms_sorted)
+        by_term = np.argsort(terms_sorted, kind="stable")
+        term_sorted_rows = rows_sorted[by_term]
+        boundaries = np.searchsorted(terms_sorted[by_term], np.arange(len(term_keys) + 1))
+        index.postings = [_bitmap(term_sorted_rows[boundaries[t]: boundaries[t + 1]]) for t in range(len(term_keys))]
+        for term, (attribute, _, excluded) in enumerate(term_keys):
+            if not excluded:
+                index.constrained.setdefault(attribute, BitMap()).update(index.postings[term])
+        index.alive = BitMap(range(n))
+        for attribute in NARROW_ATTRIBUTES:
+            index.narrow |= index.constrained.get(attribute, BitMap())
+        for bitmap in (*index.postings, *index.constrained.values(), index.alive, index.narrow):
+            bitmap.run_optimize()
+        return index
+
+    # ---------------------------------------------------------------- updates
+    def upsert(self, record: AdRecord) -> bool:
+        """Apply a record if its version is newer than what the index holds; True if applied."""
+        row = self.ids.get(record.ad_id)
+        if row is not None and record.version <= self.version.data[row]:
+            return False
+        if record.removed:
+            if row is not None:
+                self._unindex(row)
+                self.version.data[row] = record.version
+            else:  # remember the tombstone's version so an older add cannot resurrect the ad
+                row = self._append(record, index_terms=False)
+            return True
+        if row is None:
+            self._append(record)
+        else:
+            self._unindex(row)
+            self._write(row, record)
+            self._index(row, record.targeting)
+        return True
+
+    def _append(self, record: AdRecord, index_terms: bool = True) -> int:
+        row = self.size
+        self.size += 1
+        for column in self._row_columns():
+            column.ensure(self.size)
+        self.ids.put(record.ad_id, row)
+        self._write(row, record)
+        if index_terms and not record.removed:
+            self._index(row, record.targeting)
+        return row
+
+    def _row_columns(self) -> tuple[Column, ...]:
+        return (self.ad_id, self.campaign_id, self.version, self.bid_type, self.bid_micros, self.quality_micros,
+                self.static_score, self.ctr_prior, self.exclusion_category, self.embedding, self.term_start,
+                self.term_count)
+
+    def _write(self, row: int, r: AdRecord) -> None:
+        self.ad_id.data[row] = r.ad_id
+        self.campaign_id.data[row] = r.campaign_id
+        self.version.data[row] = r.version
+        self.bid_type.data[row] = BID_TYPE_CODE[r.bid_type.upper()]
+        self.bid_micros.data[row] = r.bid_micros
+        self.quality_micros.data[row] = r.quality_micros
+        self.static_score.data[row] = r.static_score
+        self.ctr_prior.data[row] = r.ctr_prior
+        self.exclusion_category.data[row] = r.exclusion_category
+        if len(r.embedding):
+            self.embedding.data[row] = r.embedding
+        self.strings.set(row, f"{r.creative_ref}\n{r.landing_url}")
+
+    def _index(self, row: int, targeting: Targeting) -> None:
+        keys = [(a, v, False) for a, vs in targeting.include.items() for v in vs]
+        keys += [(a, v, True) for a, vs in targeting.exclude.items() for v in vs]
+        term_ids = [self.terms.id_of(k) for k in keys]
+        while len(self.postings) < len(self.terms.keys):
+            self.postings.append(BitMap())
+        for term in term_ids:
+            self.postings[term].add(row)
+        for attribute in targeting.include:
+            self.constrained.setdefault(attribute, BitMap()).add(row)
+        self.alive.add(row)
+        if targeting.narrow:
+            self.narrow.add(row)
+        start = self.term_arena_used
+        self.term_arena.ensure(start + len(term_ids))
+        self.term_arena.data[start: start + len(term_ids)] = term_ids
+        self.term_arena_used += len(term_ids)
+        self.term_start.data[row] = start
+        self.term_count.data[row] = len(term_ids)
+
+    def _unindex(self, row: int) -> None:
+        start, count = int(self.term_start.data[row]), int(self.term_count.data[row])
+        for term in self.term_arena.data[start: start + count]:
+            self.postings[int(term)].discard(row)
+        for bitmap in self.constrained.values():
+            bitmap.discard(row)
+        self.alive.discard(row)
+        self.narrow.discard(row)
+        self.term_count.data[row] = 0
+
+    # -------------------------------------------------------------- retrieval
+    def _posting(self, attribute: str, value: str, excluded: bool = False) -> BitMap | None:
+        term = self.terms.ids.get((attribute, value, excluded))
+        return None if term is None else self.postings[term]
+
+    def _apply(self, candidates: BitMap, terms: Mapping[str, frozenset[str]], skip: str | None = None) -> BitMap:
+        for attribute in EVALUATION_ORDER:
+            if not candidates:
+                return candidates
+            constrained = self.constrained.get(attribute)
+            if attribute == skip or constrained is None:
+                continue
+            allowed = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
+            kept = candidates - constrained
+            if allowed:
+                kept |= BitMap.union(*(candidates & p for p in allowed))
+            candidates = kept
+        for attribute, values in terms.items():
+            for value in values:
+                banned = self._posting(attribute, value, excluded=True)
+                if banned is not None:
+                    candidates -= banned
+        return candidates
+
+    def retrieve_bitmap(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> BitMap:
+        """Rows of every matching narrow ad and of the best k matching broad ads (by static score)."""
+        result = BitMap()
+        # Narrow ads: seeded from the request's own audience postings, always read completely.
+        for attribute in NARROW_ATTRIBUTES:
+            seeds = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
+            if seeds:
+                result |= self._apply(BitMap.union(*seeds) & self.narrow, terms, skip=attribute)
+        # Broad ads: a growing prefix of rows (best static scores first) until k matched.
+        broad_found = BitMap()
+        low, high = 0, min(self.size, max(4 * k, 1 << 16))
+        while low < self.size:
+            window = BitMap(range(low, high)) & self.alive
+            window -= self.narrow
+            broad_found |= self._apply(window, terms)
+            if len(broad_found) >= k:
+                break
+            low, high = high, min(self.size, high * 4)
+        if len(broad_found) > k:
+            broad_found = broad_found[:k]
+        return result | broad_found
+
+    def retrieve(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> np.ndarray:
+        """Matching rows, ascending (best static score first), as int32."""
+        return _rows(self.retrieve_bitmap(terms, k))
+
+    # ---------------------------------------------------------------- access
+    def row_of(self, ad_id: int) -> int | None:
+        row = self.ids.get(ad_id)
+        return row if row is not None and row in self.alive else None
+
+    def creative(self, row: int) -> tuple[str, str]:
+        creative_ref, _, landing_url = self.strings.get(row).partition("\n")
+        return creative_ref, landing_url
+
+    def __len__(self) -> int:
+        return len(self.alive)
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes held, by part: numpy columns, bitmaps (serialized size), term arena, strings, id map."""
+        columns = sum(c.nbytes for c in self._row_columns())
+        bitmaps = sum(len(b.serialize()) for b in (*self.postings, *self.constrained.values(), self.alive,
+                                                   self.narrow))
+        return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,
+                "strings": self.strings.nbytes, "id_map": self.ids.nbytes}

@@ -1,0 +1,151 @@
+"""The targeting index against brute-force evaluation of every expression (hypothesis)."""
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.targeting import Targeting, matches, request_terms
+from serving.decision.index import AdRecord, TargetingIndex
+
+COUNTRIES = ["US", "CA", "GB", "DE"]
+REGIONS = {"US": ["US/CA", "US/NY"], "CA": ["CA/ON"], "GB": ["GB/ENG"], "DE": ["DE/BY"]}
+CITIES = {"US/CA": ["US/CA/San Francisco", "US/CA/Los Angeles"], "US/NY": ["US/NY/New York"],
+          "CA/ON": ["CA/ON/Toronto"], "GB/ENG": ["GB/ENG/London"], "DE/BY": ["DE/BY/Munich"]}
+ALL_LOCATIONS = COUNTRIES + [r for rs in REGIONS.values() for r in rs] + [c for cs in CITIES.values() for c in cs]
+VOCAB = {
+    "location": ALL_LOCATIONS,
+    "age_band": ["18-24", "25-34", "35-44", "45-54"],
+    "gender": ["female", "male"],
+    "language": ["en", "fr", "de"],
+    "device": ["ios", "android", "desktop"],
+    "placement": ["feed", "article", "video"],
+    "interest": [f"i{n}" for n in range(12)],
+    "audience": [f"aud{n}" for n in range(6)],
+}
+
+
+def random_targeting(rng: random.Random) -> Targeting:
+    include, exclude = {}, {}
+    for attribute, values in VOCAB.items():
+        if rng.random() < 0.45:
+            include[attribute] = frozenset(rng.sample(values, rng.randint(1, min(3, len(values)))))
+        if rng.random() < 0.15:
+            exclude[attribute] = frozenset(rng.sample(values, 1))
+    return Targeting(include, exclude)
+
+
+def random_request(rng: random.Random) -> dict[str, frozenset[str]]:
+    country = rng.choice(COUNTRIES)
+    region = rng.choice(REGIONS[country])
+    location = rng.choice([country, region, rng.choice(CITIES[region])])
+    attributes = {a: rng.sample(v, rng.randint(0, 2)) for a, v in VOCAB.items() if a not in ("location",)}
+    attributes["age_band"] = attributes["age_band"][:1]
+    return request_terms(location=[location], **attributes)
+
+
+def random_ads(rng: random.Random, n: int, first_id: int = 1, version: int = 1) -> list[AdRecord]:
+    return [AdRecord(ad_id=first_id + i, campaign_id=rng.randint(1, 50), version=version,
+                     bid_type=rng.choice(["CPM", "CPC", "CPA"]), bid_micros=rng.randint(1, 5_000_000),
+                     quality_micros=rng.randint(-2000, 2000), static_score=rng.random(),
+                     targeting=random_targeting(rng)) for i in range(n)]
+
+
+def brute_force(ads: dict[int, AdRecord], terms) -> set[int]:
+    return {ad_id for ad_id, ad in ads.items() if matches(ad.targeting, terms)}
+
+
+def retrieved_ids(index: TargetingIndex, terms, k: int) -> set[int]:
+    return {int(index.ad_id.data[row]) for row in index.retrieve(terms, k=k)}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_index_returns_exactly_the_matching_ads(seed):
+    rng = random.Random(seed)
+    ads = {a.ad_id: a for a in random_ads(rng, 300)}
+    index = TargetingIndex.build(ads.values())
+    for _ in range(25):
+        terms = random_request(rng)
+        assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_index_stays_exact_after_random_in_place_updates(seed):
+    rng = random.Random(seed)
+    ads = {a.ad_id: a for a in random_ads(rng, 200)}
+    index = TargetingIndex.build(ads.values())
+    next_id = 10_000
+    for step in range(150):
+        action = rng.random()
+        if action < 0.4:  # change an ad (newer version)
+            ad_id = rng.choice(list(ads))
+            changed = random_ads(rng, 1, first_id=ad_id, version=ads[ad_id].version + 1)[0]
+            assert index.upsert(changed)
+            ads[ad_id] = changed
+        elif action < 0.6:  # remove
+            ad_id = rng.choice(list(ads))
+            removed = AdRecord(**{**ads.pop(ad_id).__dict__, "version": 10**6 + step, "removed": True})
+            assert index.upsert(removed)
+        elif action < 0.8:  # add
+            new = random_ads(rng, 1, first_id=next_id)[0]
+            next_id += 1
+            assert index.upsert(new)
+            ads[new.ad_id] = new
+        else:  # a stale record must change nothing
+            ad_id = rng.choice(list(ads))
+            stale = random_ads(rng, 1, first_id=ad_id, version=ads[ad_id].version - 1)[0]
+            assert not index.upsert(stale)
+        if step % 10 == 0:
+            terms = random_request(rng)
+            assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
+    for _ in range(10):
+        terms = random_request(rng)
+        assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 40))
+def test_top_k_keeps_the_best_broad_ads_and_every_narrow_one(seed, k):
+    rng = random.Random(seed)
+    ads = {a.ad_id: a for a in random_ads(rng, 400)}
+    index = TargetingIndex.build(ads.values())
+    for _ in range(10):
+        terms = random_request(rng)
+        every = brute_force(ads, terms)
+        narrow = {i for i in every if ads[i].targeting.narrow}
+        broad_by_score = sorted(every - narrow, key=lambda i: (-ads[i].static_score, i))
+        got = retrieved_ids(index, terms, k=k)
+        assert got == narrow | set(broad_by_score[:k])
+
+
+def test_a_narrow_ad_is_never_crowded_out_by_broad_ones():
+    broad = [AdRecord(ad_id=i, campaign_id=1, version=1, bid_type="CPM", bid_micros=1, quality_micros=0,
+                      static_score=1.0 + i, targeting=Targeting({"location": frozenset({"US"})}, {}))
+             for i in range(1, 101)]
+    narrow = AdRecord(ad_id=999, campaign_id=2, version=1, bid_type="CPC", bid_micros=1, quality_micros=0,
+                      static_score=0.0, targeting=Targeting({"audience": frozenset({"runners"}),
+                                                             "location": frozenset({"US"})}, {}))
+    index = TargetingIndex.build([*broad, narrow])
+    rows = index.retrieve(request_terms(location=["US/NY"], audience=["runners"]), k=10)
+    ids = {int(index.ad_id.data[r]) for r in rows}
+    assert 999 in ids and len(ids) == 11
+
+
+def test_an_older_record_never_overwrites_a_newer_one():
+    ad = random_ads(random.Random(1), 1, version=5)[0]
+    index = TargetingIndex.build([ad])
+    older = AdRecord(**{**ad.__dict__, "version": 4, "bid_micros": 1})
+    assert not index.upsert(older)
+    assert index.bid_micros.data[index.row_of(ad.ad_id)] == ad.bid_micros
+    assert not index.upsert(AdRecord(**{**ad.__dict__}))  # the same version again: a harmless duplicate
+
+
+def test_a_removal_followed_by_an_older_add_stays_removed():
+    ad = random_ads(random.Random(2), 1, version=5)[0]
+    index = TargetingIndex()
+    assert index.upsert(AdRecord(**{**ad.__dict__, "version": 7, "removed": True}))
+    assert not index.upsert(ad)
+    assert index.row_of(ad.ad_id) is None
