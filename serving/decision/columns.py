@@ -80,6 +80,20 @@ class IdMap:
             return int(self.rows[i])
         return None
 
+    def get_many(self, keys: np.ndarray) -> np.ndarray:
+        """Rows of many ids at once (-1 where unknown)."""
+        out = np.full(len(keys), -1, dtype=np.int32)
+        if len(self.keys):
+            i = np.searchsorted(self.keys, keys).clip(0, len(self.keys) - 1)
+            hit = self.keys[i] == keys
+            out[hit] = self.rows[i[hit]]
+        if self.recent:
+            for j in np.flatnonzero(out < 0):
+                row = self.recent.get(int(keys[j]))
+                if row is not None:
+                    out[j] = row
+        return out
+
     def put(self, key: int, row: int) -> None:
         if self.get(key) is None:
             self.recent[key] = row

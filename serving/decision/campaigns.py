@@ -1,0 +1,127 @@
+"""Campaign state the filters read: status, schedule, caps, budget state and pacing, in numpy columns.
+
+Fed by serving.campaigns records (versioned: an older record never overwrites
+a newer one) and by the budget service's replies (budget state, p, slices
+held). Pure: no I/O."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from core.schedule import daypart_mask
+from serving.decision.columns import Column, IdMap
+
+STATUSES = ("ACTIVE", "PAUSED", "ENDED", "REMOVED")
+ACTIVE = 0
+OPEN, METERED, STOPPED = 0, 1, 2
+BUDGET_STATES = ("OPEN", "METERED", "STOPPED")
+NO_END = np.iinfo(np.int64).max
+
+
+@dataclass
+class CampaignRecord:
+    campaign_id: int
+    advertiser_id: int
+    version: int
+    status: str = "ACTIVE"
+    timezone: str = "UTC"
+    flight_start: int | None = None
+    flight_end: int | None = None
+    dayparts: Sequence[Mapping[str, int]] = ()
+    cap_per_day: int | None = None
+    cap_per_week: int | None = None
+    daily_budget_micros: int = 0
+
+
+@dataclass
+class CampaignTable:
+    ids: IdMap = field(default_factory=IdMap)
+    size: int = 0
+    campaign_id: Column = field(default_factory=lambda: Column(np.int64))
+    advertiser_id: Column = field(default_factory=lambda: Column(np.int64))
+    version: Column = field(default_factory=lambda: Column(np.int64, fill=-1))
+    status: Column = field(default_factory=lambda: Column(np.int8))
+    flight_start: Column = field(default_factory=lambda: Column(np.int64))
+    flight_end: Column = field(default_factory=lambda: Column(np.int64, fill=NO_END))
+    timezone: Column = field(default_factory=lambda: Column(np.int16))
+    cap_per_day: Column = field(default_factory=lambda: Column(np.int32))
+    cap_per_week: Column = field(default_factory=lambda: Column(np.int32))
+    budget_state: Column = field(default_factory=lambda: Column(np.int8))
+    participation: Column = field(default_factory=lambda: Column(np.float32, fill=1.0))
+    slice_held: Column = field(default_factory=lambda: Column(np.bool_))
+    dayparts: dict[int, np.ndarray] = field(default_factory=dict)  # row -> week mask, only for dayparted campaigns
+    zones: list[str] = field(default_factory=lambda: ["UTC"])
+
+    def _columns(self) -> tuple[Column, ...]:
+        return (self.campaign_id, self.advertiser_id, self.version, self.status, self.flight_start, self.flight_end,
+                self.timezone, self.cap_per_day, self.cap_per_week, self.budget_state, self.participation,
+                self.slice_held)
+
+    def _zone(self, name: str) -> int:
+        if name not in self.zones:
+            self.zones.append(name)
+        return self.zones.index(name)
+
+    def upsert(self, r: CampaignRecord) -> bool:
+        """Apply a campaign record if newer than what is held; True if applied."""
+        row = self.ids.get(r.campaign_id)
+        if row is not None and r.version <= self.version.data[row]:
+            return False
+        if row is None:
+            row = self.size
+            self.size += 1
+            for column in self._columns():
+                column.ensure(self.size)
+            self.ids.put(r.campaign_id, row)
+        self.campaign_id.data[row] = r.campaign_id
+        self.advertiser_id.data[row] = r.advertiser_id
+        self.version.data[row] = r.version
+        self.status.data[row] = STATUSES.index(r.status)
+        self.flight_start.data[row] = r.flight_start if r.flight_start is not None else 0
+        self.flight_end.data[row] = r.flight_end if r.flight_end is not None else NO_END
+        self.timezone.data[row] = self._zone(r.timezone)
+        self.cap_per_day.data[row] = r.cap_per_day or 0
+        self.cap_per_week.data[row] = r.cap_per_week or 0
+        mask = daypart_mask(r.dayparts)
+        if mask is None:
+            self.dayparts.pop(row, None)
+        else:
+            self.dayparts[row] = mask
+        return True
+
+    def set_budget(self, campaign_id: int, state: str, participation_probability: float,
+                   slice_held: bool = False) -> None:
+        """The budget service's word on a campaign: OPEN / METERED / STOPPED, its p, and whether we hold a slice."""
+        row = self.ids.get(campaign_id)
+        if row is None:
+            return
+        self.budget_state.data[row] = BUDGET_STATES.index(state)
+        self.participation.data[row] = participation_probability
+        self.slice_held.data[row] = slice_held
+
+    def row_of(self, campaign_id: int) -> int | None:
+        return self.ids.get(campaign_id)
+
+    def rows_of(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """Rows for an array of campaign ids (-1 for unknown ones)."""
+        return self.ids.get_many(campaign_ids)
+
+    @classmethod
+    def from_columns(cls, *, campaign_id: np.ndarray, advertiser_id: np.ndarray, cap_per_day: np.ndarray,
+                     cap_per_week: np.ndarray, participation: np.ndarray) -> "CampaignTable":
+        """Bulk build (benchmarks): every campaign active, open, all day, in UTC."""
+        table = cls()
+        n = len(campaign_id)
+        table.size = n
+        for column in table._columns():
+            column.ensure(n)
+        table.campaign_id.data[:n] = campaign_id
+        table.advertiser_id.data[:n] = advertiser_id
+        table.version.data[:n] = 1
+        table.cap_per_day.data[:n] = cap_per_day
+        table.cap_per_week.data[:n] = cap_per_week
+        table.participation.data[:n] = participation
+        table.ids.bulk(campaign_id.astype(np.int64), np.arange(n, dtype=np.int32))
+        return table

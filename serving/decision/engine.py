@@ -1,0 +1,152 @@
+"""One decision: retrieve -> filter -> pre-rank -> predict -> auction, each stage timed.
+
+The engine is what the ad server calls per request (and the replay pipeline
+and benchmarks too). Pure: the clock, the deadline and the random generators
+are parameters; nothing here waits on I/O."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from core.auction import BID_TYPES, Candidate, run_auction
+from serving.decision.campaigns import CampaignTable
+from serving.decision.filters import FilterContext, apply_filters
+from serving.decision.index import DEFAULT_K, TargetingIndex
+from serving.decision.prediction import PredictionRequest, Predictor, PriorPredictor, position_effect
+from serving.decision.prerank import DEFAULT_CVR_PRIOR, DEFAULT_KEEP, prerank
+
+
+@dataclass
+class EngineConfig:
+    k: int = DEFAULT_K
+    keep: int = DEFAULT_KEEP
+    exploration_share: float = 0.01
+    reserves_micros: Mapping[tuple[str, str | None], int] = field(default_factory=dict)  # (placement, country)
+    default_reserve_micros: int = 0
+    placement_ctr_multiplier: Mapping[str, float] = field(default_factory=dict)
+    model_budget_s: float = 0.035
+    cvr_prior: float = DEFAULT_CVR_PRIOR
+
+    def reserve(self, placement: str, country: str | None) -> int:
+        return self.reserves_micros.get((placement, country),
+                                        self.reserves_micros.get((placement, None), self.default_reserve_micros))
+
+
+@dataclass
+class RequestContext:
+    """What the engine needs of one request once the gateway and the user context resolved it."""
+
+    request_id: str
+    placement: str
+    slot_positions: Sequence[int]
+    terms: Mapping[str, frozenset[str]]
+    filters: FilterContext
+    country: str | None = None
+    user_embedding: np.ndarray | None = None
+    user_features: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class SlotDecision:
+    slot: int
+    position: int
+    ad_id: int
+    campaign_id: int
+    creative_ref: str
+    landing_url: str
+    billing: str
+    price_micros: int
+    charge_per_event_micros: int
+    expected_cost_micros: int
+    total_value_micros: int
+    explanation: dict[str, Any]
+
+
+@dataclass
+class Decision:
+    request_id: str
+    winners: list[SlotDecision]
+    scored_by_fallback: bool
+    explored: bool
+    model_version: str | None
+    sampled_losers: list[dict[str, Any]]
+    funnel: dict[str, int]
+    timings_ms: dict[str, float]
+    dropped: dict[str, int]
+
+
+class DecisionEngine:
+    def __init__(self, index: TargetingIndex, campaigns: CampaignTable, predictor: Predictor | None = None,
+                 config: EngineConfig | None = None):
+        self.index, self.campaigns = index, campaigns
+        self.predictor = predictor or PriorPredictor()
+        self.config = config or EngineConfig()
+
+    def decide(self, request: RequestContext, *, clock: Callable[[], float], deadline: float,
+               rng: random.Random, np_rng: np.random.Generator) -> Decision:
+        cfg, index = self.config, self.index
+        timings: dict[str, float] = {}
+        mark = clock()
+
+        def lap(stage: str) -> None:
+            nonlocal mark
+            now = clock()
+            timings[stage] = (now - mark) * 1000
+            mark = now
+
+        retrieved = index.retrieve(request.terms, k=cfg.k)
+        lap("retrieval")
+        filtered = apply_filters(retrieved, index, self.campaigns, request.filters, np_rng)
+        lap("filters")
+        funnel = {"retrieved": len(retrieved), "filtered": len(filtered.rows)}
+        user_embedding = request.user_embedding if request.user_embedding is not None else \
+            np.zeros(index.embedding_dim, dtype=np.float32)
+        multiplier = cfg.placement_ctr_multiplier.get(request.placement, 1.0)
+        try:
+            pre = prerank(index, filtered.rows, filtered.participation, user_embedding=user_embedding,
+                          placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
+                          keep=cfg.keep, cvr_prior=cfg.cvr_prior)
+        except Exception:  # noqa: BLE001 - no scores at all: an unscored ad has no fair price, slots stay empty
+            return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped)
+        lap("prerank")
+        funnel["preranked"] = len(pre.rows)
+        participation = dict(zip(pre.rows.tolist(), filtered.participation[
+            np.searchsorted(filtered.rows, pre.rows)].tolist())) if len(pre.rows) else {}
+        fallback, model_version = False, None
+        try:
+            predictions = self.predictor.predict(
+                PredictionRequest(pre.rows, index.ctr_prior.data[pre.rows] * multiplier, request.slot_positions,
+                                  request.placement, request.user_features),
+                deadline=min(deadline, clock() + cfg.model_budget_s), clock=clock)
+            pctr, pcvr, model_version = predictions.pctr, predictions.pcvr, predictions.model_version
+        except Exception:  # noqa: BLE001 - timeout or model error: the pre-ranker's scores run the auction
+            fallback = True
+            pctr = pre.approx_pctr[:, None] * position_effect(request.slot_positions)[None, :]
+            pcvr = np.full(len(pre.rows), cfg.cvr_prior)
+        lap("prediction")
+        candidates = [
+            Candidate(ad_id=int(index.ad_id.data[r]), campaign_id=int(index.campaign_id.data[r]),
+                      bid_type=BID_TYPES[int(index.bid_type.data[r])], bid_micros=int(index.bid_micros.data[r]),
+                      pctr=pctr[i].tolist(), pcvr=float(pcvr[i]), quality_micros=int(index.quality_micros.data[r]),
+                      exclusion_category=int(index.exclusion_category.data[r]),
+                      participation_probability=participation.get(int(r), 1.0), row=int(r))
+            for i, r in enumerate(pre.rows.tolist())]
+        result = run_auction(candidates, request.slot_positions,
+                             reserve_micros=cfg.reserve(request.placement, request.country), rng=rng,
+                             exploration_share=cfg.exploration_share, scores_from_fallback=fallback)
+        winners = []
+        for w in result.winners:
+            creative_ref, landing_url = index.creative(w.candidate.row)
+            winners.append(SlotDecision(
+                slot=w.slot, position=w.position, ad_id=int(w.candidate.ad_id),
+                campaign_id=int(w.candidate.campaign_id), creative_ref=creative_ref, landing_url=landing_url,
+                billing=w.billing, price_micros=w.price_micros, charge_per_event_micros=w.charge_per_event_micros,
+                expected_cost_micros=w.expected_cost_micros(), total_value_micros=w.total_value_micros,
+                explanation=w.explanation))
+        lap("auction")
+        funnel["winners"] = len(winners)
+        return Decision(request.request_id, winners, fallback, result.explored, model_version,
+                        result.sampled_losers, funnel, timings, filtered.dropped)
