@@ -11,6 +11,31 @@ def register(sub) -> None:
     _register_jobs(sub)
     _register_demo(sub)
     _register_bench(sub)
+    _register_auction(sub)
+
+
+# auction ------------------------------------------------------------------------
+
+def _register_auction(sub) -> None:
+    from adserve import auction_cli
+
+    p = sub.add_parser("auction", help="run the auction alone on candidates given as JSON",
+                       description=auction_cli.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", required=True, help="a JSON file, or - for standard input")
+    p.set_defaults(handler=cmd_auction)
+
+
+def cmd_auction(args: argparse.Namespace) -> int:
+    from adserve import auction_cli
+
+    if args.input == "-":
+        return auction_cli.run(sys.stdin)
+    try:
+        with open(args.input) as stream:
+            return auction_cli.run(stream)
+    except OSError as exc:
+        print(f"adserve auction: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
+        return 2
 
 
 # benchmarks ---------------------------------------------------------------------
