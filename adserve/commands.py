@@ -54,6 +54,28 @@ def _register_bench(sub) -> None:
     b.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     b.set_defaults(handler=cmd_bench_platform)
 
+    from adserve import bench_decision
+
+    d = bsub.add_parser("decision", help="targeting index, filters, pre-rank and auction on synthetic ads",
+                        description=bench_decision.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("--ads", default="1000000,10000000",
+                   help="comma-separated ad counts (default 1000000,10000000)")
+    d.add_argument("--requests", type=int, default=2000, help="requests per size (default 2,000)")
+    d.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    d.set_defaults(handler=cmd_bench_decision)
+
+
+def cmd_bench_decision(args: argparse.Namespace) -> int:
+    import json
+
+    from adserve import bench_decision
+
+    sizes = [int(x.replace("_", "")) for x in args.ads.split(",") if x.strip()]
+    log = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    figures = bench_decision.run(sizes, requests=args.requests, log=log)
+    print(json.dumps(figures) if args.json else bench_decision.render(figures))
+    return 0
+
 
 def cmd_bench_platform(args: argparse.Namespace) -> int:
     import json

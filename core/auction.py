@@ -64,6 +64,59 @@ class Candidate:
 
 
 @dataclass
+class CandidateArrays:
+    """The same candidates as columns (what the ad server builds from its index without an object per ad)."""
+
+    ad_id: np.ndarray  # int64 or object
+    campaign_id: np.ndarray
+    bid_code: np.ndarray  # int8: CPM 0, CPC 1, CPA 2
+    bid_micros: np.ndarray  # int64
+    pctr: np.ndarray  # float64 (n, slots)
+    pcvr: np.ndarray  # float64
+    quality_micros: np.ndarray  # int64
+    exclusion_category: np.ndarray  # int64
+    participation: np.ndarray  # float64
+    row: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.bid_micros)
+
+    @classmethod
+    def from_candidates(cls, candidates: Sequence[Candidate], slots: int) -> "CandidateArrays":
+        n = len(candidates)
+        ids = np.empty(n, dtype=object)
+        campaigns = np.empty(n, dtype=object)
+        ids[:] = [c.ad_id for c in candidates]
+        campaigns[:] = [c.campaign_id for c in candidates]
+        return cls(
+            ad_id=ids, campaign_id=campaigns,
+            bid_code=np.array([c.bid_code for c in candidates], dtype=np.int8),
+            bid_micros=np.array([c.bid_micros for c in candidates], dtype=np.int64),
+            pctr=np.array([list(c.pctr[:slots]) for c in candidates], dtype=np.float64).reshape(n, slots),
+            pcvr=np.array([c.pcvr for c in candidates], dtype=np.float64),
+            quality_micros=np.array([c.quality_micros for c in candidates], dtype=np.int64),
+            exclusion_category=np.array([c.exclusion_category for c in candidates], dtype=np.int64),
+            participation=np.array([c.participation_probability for c in candidates], dtype=np.float64),
+            row=np.array([c.row for c in candidates], dtype=np.int64))
+
+    def candidate(self, i: int) -> Candidate:
+        ad_id, campaign_id = self.ad_id[i], self.campaign_id[i]
+        return Candidate(
+            ad_id=ad_id.item() if isinstance(ad_id, np.generic) else ad_id,
+            campaign_id=campaign_id.item() if isinstance(campaign_id, np.generic) else campaign_id,
+            bid_type=BID_TYPES[int(self.bid_code[i])], bid_micros=int(self.bid_micros[i]),
+            pctr=self.pctr[i].tolist(), pcvr=float(self.pcvr[i]), quality_micros=int(self.quality_micros[i]),
+            exclusion_category=int(self.exclusion_category[i]),
+            participation_probability=float(self.participation[i]), row=int(self.row[i]))
+
+    def totals(self) -> np.ndarray:
+        """Float total value per impression (micros), shape (candidates, slots)."""
+        code = self.bid_code[:, None]
+        action = np.where(code == CPM, 1 / 1000, np.where(code == CPC, self.pctr, self.pctr * self.pcvr[:, None]))
+        return self.bid_micros[:, None] * action + self.quality_micros[:, None]
+
+
+@dataclass
 class Winner:
     slot: int  # 1-based slot number in the request's order
     position: int  # the slot's position on the page
@@ -97,6 +150,10 @@ class AuctionResult:
     explored: bool
     sampled_losers: list[dict[str, Any]] = field(default_factory=list)
     reserve_micros: int = 0
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _exact(x: float) -> Fraction:
@@ -133,30 +190,33 @@ def price_micros(c: Candidate, slot: int, next_total: Fraction) -> int:
 
 def totals(candidates: Sequence[Candidate], slots: int) -> np.ndarray:
     """Float total value per impression (micros), shape (candidates, slots)."""
-    n = len(candidates)
-    bid = np.fromiter((c.bid_micros for c in candidates), dtype=np.float64, count=n)
-    quality = np.fromiter((c.quality_micros for c in candidates), dtype=np.float64, count=n)
-    code = np.fromiter((c.bid_code for c in candidates), dtype=np.int8, count=n)
-    pcvr = np.fromiter((c.pcvr for c in candidates), dtype=np.float64, count=n)
-    pctr = np.array([list(c.pctr[:slots]) for c in candidates], dtype=np.float64).reshape(n, slots)
-    action = np.where((code == CPM)[:, None], 1 / 1000, np.where((code == CPC)[:, None], pctr, pctr * pcvr[:, None]))
-    return bid[:, None] * action + quality[:, None]
+    return CandidateArrays.from_candidates(candidates, slots).totals()
 
 
-def run_auction(candidates: Sequence[Candidate], slot_positions: Sequence[int], *, reserve_micros: int = 0,
+def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_positions: Sequence[int], *,
+                reserve_micros: int = 0,
                 rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,
                 exploration_margin: float = DEFAULT_EXPLORATION_MARGIN,
                 scores_from_fallback: bool = False) -> AuctionResult:
     """Fill the slots; see the module docstring for the rules."""
     rng = rng or random.Random(0)
     slots = len(slot_positions)
-    if not candidates or not slots:
+    if not len(candidates) or not slots:
         return AuctionResult([], False, reserve_micros=reserve_micros)
-    value = totals(candidates, slots)
-    campaign_numbers: dict[Any, int] = {}
-    campaigns = np.array([campaign_numbers.setdefault(c.campaign_id, len(campaign_numbers)) for c in candidates])
-    categories = np.fromiter((c.exclusion_category for c in candidates), dtype=np.int64, count=len(candidates))
-    available = np.ones(len(candidates), dtype=bool)
+    columns = candidates if isinstance(candidates, CandidateArrays) else \
+        CandidateArrays.from_candidates(candidates, slots)
+    value = columns.totals()
+    _, campaigns = np.unique(columns.campaign_id.astype(str) if columns.campaign_id.dtype == object
+                             else columns.campaign_id, return_inverse=True)
+    categories = columns.exclusion_category
+    available = np.ones(len(columns), dtype=bool)
+    picked: dict[int, Candidate] = {}
+
+    def candidate(i: int) -> Candidate:
+        if i not in picked:
+            picked[i] = columns.candidate(i)
+        return picked[i]
+
     explored = exploration_share > 0 and rng.random() < exploration_share
     shuffled: list[int] = []
     if explored:
@@ -188,14 +248,14 @@ def run_auction(candidates: Sequence[Candidate], slot_positions: Sequence[int], 
         if chosen is None:
             masked = np.where(eligible, value[:, slot], -np.inf)
             chosen = int(np.argmax(masked))
-        own = candidates[chosen]
+        own = candidate(chosen)
         rivals = eligible & (campaigns != campaigns[chosen]) & (value[:, slot] <= value[chosen, slot])
         runner_up = int(np.argmax(np.where(rivals, value[:, slot], -np.inf))) if rivals.any() else None
-        runner_total = exact_total(candidates[runner_up], slot) if runner_up is not None else None
+        runner_total = exact_total(candidate(runner_up), slot) if runner_up is not None else None
         next_total = Fraction(reserve_micros) if runner_total is None else max(runner_total, Fraction(reserve_micros))
         price = price_micros(own, slot, next_total)
         own_total = exact_total(own, slot)
-        rival = candidates[runner_up] if runner_up is not None else None
+        rival = candidate(runner_up) if runner_up is not None else None
         winners.append(Winner(
             slot=slot + 1, position=int(slot_positions[slot]), candidate=own, price_micros=price,
             total_value_micros=math.floor(own_total),
@@ -220,10 +280,10 @@ def run_auction(candidates: Sequence[Candidate], slot_positions: Sequence[int], 
         if categories[chosen]:
             available &= categories != categories[chosen]
 
-    won = {id(w.candidate) for w in winners}
-    losers = [i for i, c in enumerate(candidates) if id(c) not in won]
+    won = {i for i, c in picked.items() if any(w.candidate is c for w in winners)}
+    losers = [i for i in range(len(columns)) if i not in won]
     sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
-    sampled = [{"ad_id": candidates[i].ad_id, "campaign_id": candidates[i].campaign_id,
-                "pctr": float(candidates[i].pctr[0]), "total_value_micros": math.floor(float(value[i, 0]))}
+    sampled = [{"ad_id": _plain(columns.ad_id[i]), "campaign_id": _plain(columns.campaign_id[i]),
+                "pctr": float(columns.pctr[i, 0]), "total_value_micros": math.floor(float(value[i, 0]))}
                for i in sample]
     return AuctionResult(winners, explored, sampled, reserve_micros)

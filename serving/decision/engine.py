@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from core.auction import BID_TYPES, Candidate, run_auction
+from core.auction import CandidateArrays, run_auction
 from serving.decision.campaigns import CampaignTable
 from serving.decision.filters import FilterContext, apply_filters
 from serving.decision.index import DEFAULT_K, TargetingIndex
@@ -113,8 +113,8 @@ class DecisionEngine:
             return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped)
         lap("prerank")
         funnel["preranked"] = len(pre.rows)
-        participation = dict(zip(pre.rows.tolist(), filtered.participation[
-            np.searchsorted(filtered.rows, pre.rows)].tolist())) if len(pre.rows) else {}
+        participation = filtered.participation[np.searchsorted(filtered.rows, pre.rows)] if len(pre.rows) \
+            else np.empty(0)
         fallback, model_version = False, None
         try:
             predictions = self.predictor.predict(
@@ -127,13 +127,14 @@ class DecisionEngine:
             pctr = pre.approx_pctr[:, None] * position_effect(request.slot_positions)[None, :]
             pcvr = np.full(len(pre.rows), cfg.cvr_prior)
         lap("prediction")
-        candidates = [
-            Candidate(ad_id=int(index.ad_id.data[r]), campaign_id=int(index.campaign_id.data[r]),
-                      bid_type=BID_TYPES[int(index.bid_type.data[r])], bid_micros=int(index.bid_micros.data[r]),
-                      pctr=pctr[i].tolist(), pcvr=float(pcvr[i]), quality_micros=int(index.quality_micros.data[r]),
-                      exclusion_category=int(index.exclusion_category.data[r]),
-                      participation_probability=participation.get(int(r), 1.0), row=int(r))
-            for i, r in enumerate(pre.rows.tolist())]
+        rows = pre.rows
+        candidates = CandidateArrays(
+            ad_id=index.ad_id.data[rows], campaign_id=index.campaign_id.data[rows],
+            bid_code=index.bid_type.data[rows], bid_micros=index.bid_micros.data[rows],
+            pctr=np.asarray(pctr, dtype=np.float64), pcvr=np.asarray(pcvr, dtype=np.float64),
+            quality_micros=index.quality_micros.data[rows].astype(np.int64),
+            exclusion_category=index.exclusion_category.data[rows].astype(np.int64),
+            participation=participation.astype(np.float64), row=rows.astype(np.int64))
         result = run_auction(candidates, request.slot_positions,
                              reserve_micros=cfg.reserve(request.placement, request.country), rng=rng,
                              exploration_share=cfg.exploration_share, scores_from_fallback=fallback)

@@ -40,6 +40,11 @@ DEFAULT_K = 10_000
 # Attributes in the order retrieval applies them: the most selective first on typical traffic,
 # interests (many values per request) last when the candidate set is already small.
 EVALUATION_ORDER = ("placement", "location", "language", "device", "age_band", "gender", "interest", "audience")
+# Attributes with few values: the set of ads satisfying "attribute has value v" (ads that allow v, plus ads
+# that do not constrain the attribute) is kept per value, so a request intersects a handful of ready bitmaps
+# in one C-level call. For locations this holds for countries; regions and cities add their own postings.
+SATISFIED_CACHED = ("placement", "language", "device", "age_band", "gender", "location")
+FIRST_SLICE_FACTOR = 8  # the remaining attributes first run on the best k x 8 broad candidates
 
 
 @dataclass
@@ -113,6 +118,8 @@ class TargetingIndex:
         self.constrained: dict[str, BitMap] = {}
         self.alive = BitMap()
         self.narrow = BitMap()
+        # (attribute, value or None) -> rows satisfying it; None: rows not constraining the attribute
+        self.satisfied: dict[tuple[str, str | None], BitMap] = {}
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -127,12 +134,13 @@ class TargetingIndex:
     @classmethod
     def from_columns(cls, *, ad_id: np.ndarray, campaign_id: np.ndarray, version: np.ndarray, bid_type: np.ndarray,
                      bid_micros: np.ndarray, quality_micros: np.ndarray, static_score: np.ndarray,
-                     ctr_prior: np.ndarray, embedding: np.ndarray, term_rows: np.ndarray,
-                     term_keys: Sequence[tuple[str, str, bool]], term_of_entry: np.ndarray,
+                     ctr_prior: np.ndarray, embedding: np.ndarray, term_keys: Sequence[tuple[str, str, bool]],
+                     term_counts: np.ndarray, terms_flat: np.ndarray,
                      exclusion_category: np.ndarray | None = None) -> "TargetingIndex":
-        """Bulk build from columns (millions of ads): entry i says ad term_rows[i] has term term_of_entry[i].
+        """Bulk build from columns (millions of ads), rows already in descending static-score order.
 
-        Arrays must already be in descending static-score order (row = array index)."""
+        Targeting comes row-major: row r has term ids terms_flat[start_r : start_r + term_counts[r]],
+        each an index into term_keys ((attribute, value, excluded))."""
         n = len(ad_id)
         index = cls(embedding.shape[1], capacity=max(1024, n))
         index.size = n
@@ -146,21 +154,22 @@ class TargetingIndex:
         index.ids.bulk(ad_id, np.arange(n, dtype=np.int32))
         for key in term_keys:
             index.terms.id_of(key)
-        order = np.lexsort((term_of_entry, term_rows))  # by row, then term
-        rows_sorted, terms_sorted = term_rows[order], term_of_entry[order].astype(np.uint32)
-        counts = np.bincount(rows_sorted, minlength=n)
-        index.term_count.data[:n] = counts
-        index.term_start.data[:n] = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        index.term_arena.ensure(len(terms_sorted))
-        index.term_arena.data[: len(terms_sorted)] = terms_sorted
-        index.term_arena_used = len(terms_sorted)
-        by_term = np.argsort(terms_sorted, kind="stable")
-        term_sorted_rows = rows_sorted[by_term]
-        boundaries = np.searchsorted(terms_sorted[by_term], np.arange(len(term_keys) + 1))
-        index.postings = [_bitmap(term_sorted_rows[boundaries[t]: boundaries[t + 1]]) for t in range(len(term_keys))]
+        terms_flat = np.ascontiguousarray(terms_flat, dtype=np.uint32)
+        index.term_count.data[:n] = term_counts
+        index.term_start.data[:n] = np.concatenate(([0], np.cumsum(term_counts, dtype=np.int64)[:-1]))
+        index.term_arena.data = terms_flat
+        index.term_arena_used = len(terms_flat)
+        order = np.argsort(terms_flat, kind="stable")  # rows stay ascending within a term
+        rows_by_term = np.repeat(np.arange(n, dtype=np.uint32), term_counts)[order]
+        boundaries = np.searchsorted(terms_flat[order], np.arange(len(term_keys) + 1, dtype=np.uint32))
+        del order
+        index.postings = [_bitmap(rows_by_term[boundaries[t]: boundaries[t + 1]]) for t in range(len(term_keys))]
+        del rows_by_term
+        by_attribute: dict[str, list[BitMap]] = {}
         for term, (attribute, _, excluded) in enumerate(term_keys):
             if not excluded:
-                index.constrained.setdefault(attribute, BitMap()).update(index.postings[term])
+                by_attribute.setdefault(attribute, []).append(index.postings[term])
+        index.constrained = {a: BitMap.union(*maps) for a, maps in by_attribute.items()}
         index.alive = BitMap(range(n))
         for attribute in NARROW_ATTRIBUTES:
             index.narrow |= index.constrained.get(attribute, BitMap())
@@ -232,6 +241,10 @@ class TargetingIndex:
         self.alive.add(row)
         if targeting.narrow:
             self.narrow.add(row)
+        for (attribute, value), rows in self.satisfied.items():
+            allowed = targeting.include.get(attribute)
+            if allowed is None or (value is not None and value in allowed):
+                rows.add(row)
         start = self.term_arena_used
         self.term_arena.ensure(start + len(term_ids))
         self.term_arena.data[start: start + len(term_ids)] = term_ids
@@ -247,6 +260,8 @@ class TargetingIndex:
             bitmap.discard(row)
         self.alive.discard(row)
         self.narrow.discard(row)
+        for rows in self.satisfied.values():
+            rows.discard(row)
         self.term_count.data[row] = 0
 
     # -------------------------------------------------------------- retrieval
@@ -266,10 +281,76 @@ class TargetingIndex:
             if allowed:
                 kept |= BitMap.union(*(candidates & p for p in allowed))
             candidates = kept
+        return self._drop_excluded(candidates, terms)
+
+    def _satisfied(self, attribute: str, value: str | None) -> BitMap:
+        """Rows satisfying attribute = value (value None: rows that do not constrain the attribute), cached."""
+        key = (attribute, value)
+        rows = self.satisfied.get(key)
+        if rows is None:
+            unconstrained = self.alive - self.constrained.get(attribute, BitMap())
+            allowed = self._posting(attribute, value) if value is not None else None
+            rows = unconstrained | allowed if allowed is not None else unconstrained
+            rows.run_optimize()
+            self.satisfied[key] = rows
+        return rows
+
+    def _fast_sets(self, terms: Mapping[str, frozenset[str]]) -> tuple[list[list[BitMap]], set[str]]:
+        """Ready bitmaps for the low-cardinality attributes of a request, and the attributes they cover.
+
+        Each entry is the list of alternatives of one attribute (satisfied if any one holds)."""
+        sets: list[list[BitMap]] = []
+        covered: set[str] = set()
+        for attribute in SATISFIED_CACHED:
+            if attribute not in self.constrained:
+                continue
+            values = terms.get(attribute, frozenset())
+            if attribute == "location":
+                countries = [v for v in values if "/" not in v]
+                if not countries:
+                    continue
+                parts = [self._satisfied(attribute, c) for c in countries]
+                parts += [p for p in (self._posting(attribute, v) for v in values if "/" in v) if p is not None]
+            else:
+                parts = [self._satisfied(attribute, v) for v in values] or [self._satisfied(attribute, None)]
+            sets.append(parts)
+            covered.add(attribute)
+        return sets, covered
+
+    def _intersect_fast(self, sets: list[list[BitMap]]) -> BitMap:
+        """AND of the attributes' alternatives: single-alternative sets first (smallest first, in C),
+        then each multi-alternative attribute as a union of its intersections with the small result."""
+        singles = sorted((parts[0] for parts in sets if len(parts) == 1), key=len)
+        multiples = sorted((parts for parts in sets if len(parts) > 1), key=lambda ps: sum(map(len, ps)))
+        if singles:
+            candidates = BitMap.intersection(*singles) if len(singles) > 1 else singles[0] & self.alive
+        else:
+            candidates = self.alive.copy()
+        for parts in multiples:
+            if not candidates:
+                break
+            candidates = BitMap.union(*(candidates & part for part in parts))
+        return candidates
+
+    def _apply_rest(self, candidates: BitMap, terms: Mapping[str, frozenset[str]], covered: set[str]) -> BitMap:
+        for attribute in EVALUATION_ORDER:
+            if not candidates:
+                return candidates
+            constrained = self.constrained.get(attribute)
+            if attribute in covered or constrained is None:
+                continue
+            allowed = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
+            kept = candidates - constrained
+            if allowed:
+                kept |= BitMap.union(*(candidates & p for p in allowed))
+            candidates = kept
+        return self._drop_excluded(candidates, terms)
+
+    def _drop_excluded(self, candidates: BitMap, terms: Mapping[str, frozenset[str]]) -> BitMap:
         for attribute, values in terms.items():
             for value in values:
                 banned = self._posting(attribute, value, excluded=True)
-                if banned is not None:
+                if banned is not None and candidates:
                     candidates -= banned
         return candidates
 
@@ -281,18 +362,24 @@ class TargetingIndex:
             seeds = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
             if seeds:
                 result |= self._apply(BitMap.union(*seeds) & self.narrow, terms, skip=attribute)
-        # Broad ads: a growing prefix of rows (best static scores first) until k matched.
+        # Broad ads: one C-level intersection of the ready low-cardinality sets over all rows, then the
+        # remaining attributes on its best-scored part only: a slice of the first k x 8 candidates (rows
+        # are in static-score order), widened to the rest only if that slice held fewer than k matches.
+        fast, covered = self._fast_sets(terms)
+        candidates = self._intersect_fast(fast) - self.narrow
         broad_found = BitMap()
-        low, high = 0, min(self.size, max(4 * k, 1 << 16))
-        while low < self.size:
-            window = BitMap(range(low, high)) & self.alive
-            window -= self.narrow
-            broad_found |= self._apply(window, terms)
+        while candidates:
+            slice_size = k * FIRST_SLICE_FACTOR
+            if len(candidates) > slice_size:
+                part = candidates & BitMap(range(0, candidates[slice_size]))
+                candidates -= part
+            else:
+                part, candidates = candidates, BitMap()
+            broad_found |= self._apply_rest(part, terms, covered)
             if len(broad_found) >= k:
                 break
-            low, high = high, min(self.size, high * 4)
         if len(broad_found) > k:
-            broad_found = broad_found[:k]
+            broad_found = broad_found & BitMap(range(0, broad_found[k]))
         return result | broad_found
 
     def retrieve(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> np.ndarray:

@@ -149,3 +149,38 @@ def test_a_removal_followed_by_an_older_add_stays_removed():
     assert index.upsert(AdRecord(**{**ad.__dict__, "version": 7, "removed": True}))
     assert not index.upsert(ad)
     assert index.row_of(ad.ad_id) is None
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_bulk_build_from_columns_is_the_same_index(seed):
+    import numpy as np
+
+    rng = random.Random(seed)
+    ads = sorted(random_ads(rng, 250), key=lambda a: (-a.static_score, a.ad_id))
+    keys, ids, counts, flat = [], {}, [], []
+    for a in ads:
+        terms = [(attr, v, False) for attr, vs in a.targeting.include.items() for v in vs]
+        terms += [(attr, v, True) for attr, vs in a.targeting.exclude.items() for v in vs]
+        for key in terms:
+            if key not in ids:
+                ids[key] = len(keys)
+                keys.append(key)
+        counts.append(len(terms))
+        flat.extend(ids[k] for k in terms)
+    n = len(ads)
+    bulk = TargetingIndex.from_columns(
+        ad_id=np.array([a.ad_id for a in ads]), campaign_id=np.array([a.campaign_id for a in ads]),
+        version=np.ones(n), bid_type=np.zeros(n), bid_micros=np.ones(n), quality_micros=np.zeros(n),
+        static_score=np.array([a.static_score for a in ads]), ctr_prior=np.full(n, 0.01),
+        embedding=np.zeros((n, 8)), term_keys=keys, term_counts=np.array(counts), terms_flat=np.array(flat))
+    by_id = {a.ad_id: a for a in ads}
+    for _ in range(20):
+        terms = random_request(rng)
+        assert retrieved_ids(bulk, terms, k=10**9) == brute_force(by_id, terms)
+        assert retrieved_ids(bulk, terms, k=7) == retrieved_ids(TargetingIndex.build(ads), terms, k=7)
+    changed = random_ads(rng, 1, first_id=ads[0].ad_id, version=2)[0]
+    assert bulk.upsert(changed)
+    by_id[changed.ad_id] = changed
+    terms = random_request(rng)
+    assert retrieved_ids(bulk, terms, k=10**9) == brute_force(by_id, terms)
