@@ -152,3 +152,12 @@ def test_the_reserve_of_the_placement_and_country_applies(reserve, filled):
     index, campaigns = world()
     config = EngineConfig(exploration_share=0, reserves_micros={("feed", None): reserve})
     assert len(decide(DecisionEngine(index, campaigns, config=config)).winners) == filled
+
+
+def test_a_campaign_change_applies_once_and_an_older_record_is_ignored():
+    index, campaigns = world()
+    assert campaigns.upsert(CampaignRecord(campaign_id=1, advertiser_id=101, version=2, status="PAUSED"))
+    assert not campaigns.upsert(CampaignRecord(campaign_id=1, advertiser_id=101, version=1, status="ACTIVE"))
+    assert 1 not in survivors(index, campaigns)[0]
+    assert campaigns.upsert(CampaignRecord(campaign_id=1, advertiser_id=101, version=3, status="ACTIVE"))
+    assert 1 in survivors(index, campaigns)[0]

@@ -1,0 +1,21 @@
+"""Every `adserve` subcommand explains itself with --help."""
+import pytest
+
+from adserve.cli import build_parser
+
+COMMANDS = ["up", "down", "status", "fetch", "jobs", "jobs deploy", "jobs list", "jobs cancel", "demo", "bench",
+            "bench platform", "bench decision", "auction"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_of_every_subcommand(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args([*command.split(), "--help"])
+    assert done.value.code == 0
+    assert "usage: adserve" in capsys.readouterr().out
+
+
+def test_every_subcommand_is_listed_here():
+    parser = build_parser()
+    top = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - the parser's own registry
+    assert set(top) == {c.split()[0] for c in COMMANDS}
