@@ -269,20 +269,6 @@ class TargetingIndex:
         term = self.terms.ids.get((attribute, value, excluded))
         return None if term is None else self.postings[term]
 
-    def _apply(self, candidates: BitMap, terms: Mapping[str, frozenset[str]], skip: str | None = None) -> BitMap:
-        for attribute in EVALUATION_ORDER:
-            if not candidates:
-                return candidates
-            constrained = self.constrained.get(attribute)
-            if attribute == skip or constrained is None:
-                continue
-            allowed = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
-            kept = candidates - constrained
-            if allowed:
-                kept |= BitMap.union(*(candidates & p for p in allowed))
-            candidates = kept
-        return self._drop_excluded(candidates, terms)
-
     def _satisfied(self, attribute: str, value: str | None) -> BitMap:
         """Rows satisfying attribute = value (value None: rows that do not constrain the attribute), cached."""
         key = (attribute, value)
@@ -361,7 +347,7 @@ class TargetingIndex:
         for attribute in NARROW_ATTRIBUTES:
             seeds = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
             if seeds:
-                result |= self._apply(BitMap.union(*seeds) & self.narrow, terms, skip=attribute)
+                result |= self._apply_rest(BitMap.union(*seeds) & self.narrow, terms, covered={attribute})
         # Broad ads: one C-level intersection of the ready low-cardinality sets over all rows, then the
         # remaining attributes on its best-scored part only: a slice of the first k x 8 candidates (rows
         # are in static-score order), widened to the rest only if that slice held fewer than k matches.
