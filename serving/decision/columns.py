@@ -57,31 +57,56 @@ class StringArena:
 
 
 class IdMap:
-    """External int64 id -> row without a dict entry per id: a sorted base array plus a small dict of later adds."""
+    """External int64 id -> row without a dict entry per id.
+
+    While the ids are dense (database sequences: the largest id at most 4x the
+    count), a direct-address int32 array answers with one memory access;
+    otherwise a sorted array (binary search) plus a small dict of later adds."""
+
+    DENSITY = 4
+    SLACK = 1024
 
     def __init__(self):
+        self.count = 0
+        self.direct: np.ndarray | None = np.full(0, -1, dtype=np.int32)
         self.keys = np.empty(0, dtype=np.int64)
         self.rows = np.empty(0, dtype=np.int32)
         self.recent: dict[int, int] = {}
 
+    def _dense_enough(self, max_key: int, count: int) -> bool:
+        return max_key <= self.DENSITY * count + self.SLACK
+
     def bulk(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        order = np.argsort(ids, kind="stable")
-        self.keys, self.rows = ids[order].astype(np.int64), rows[order].astype(np.int32)
-        if len(self.keys) > 1 and np.any(self.keys[1:] == self.keys[:-1]):
+        ids, rows = np.asarray(ids, dtype=np.int64), np.asarray(rows, dtype=np.int32)
+        if len(np.unique(ids)) != len(ids):
             raise ValueError("duplicate ids")
-        self.recent = {}
+        self.count, self.recent = len(ids), {}
+        if not len(ids) or (ids.min() >= 0 and self._dense_enough(int(ids.max()), len(ids))):
+            self.direct = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int32)
+            self.direct[ids] = rows
+            self.keys, self.rows = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
+        else:
+            order = np.argsort(ids, kind="stable")
+            self.direct, self.keys, self.rows = None, ids[order], rows[order]
 
     def get(self, key: int) -> int | None:
+        if self.direct is not None:
+            row = int(self.direct[key]) if 0 <= key < len(self.direct) else -1
+            return row if row >= 0 else None
         found = self.recent.get(key)
         if found is not None:
             return found
         i = int(np.searchsorted(self.keys, key))
-        if i < len(self.keys) and self.keys[i] == key:
-            return int(self.rows[i])
-        return None
+        return int(self.rows[i]) if i < len(self.keys) and self.keys[i] == key else None
 
     def get_many(self, keys: np.ndarray) -> np.ndarray:
         """Rows of many ids at once (-1 where unknown)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if self.direct is not None:
+            inside = (keys >= 0) & (keys < len(self.direct))
+            out = np.full(len(keys), -1, dtype=np.int32)
+            out[inside] = self.direct[keys[inside]]
+            return out
         out = np.full(len(keys), -1, dtype=np.int32)
         if len(self.keys):
             i = np.searchsorted(self.keys, keys).clip(0, len(self.keys) - 1)
@@ -95,12 +120,27 @@ class IdMap:
         return out
 
     def put(self, key: int, row: int) -> None:
-        if self.get(key) is None:
-            self.recent[key] = row
+        """Map a new id (an id already present keeps its row)."""
+        if self.get(key) is not None:
+            return
+        if self.direct is not None:
+            if key >= 0 and self._dense_enough(key, self.count + 1):
+                if key >= len(self.direct):
+                    grown = np.full(max(key + 1, 2 * len(self.direct)), -1, dtype=np.int32)
+                    grown[: len(self.direct)] = self.direct
+                    self.direct = grown
+                self.direct[key] = row
+                self.count += 1
+                return
+            present = np.flatnonzero(self.direct >= 0)  # ids turned sparse: leave direct addressing
+            self.keys, self.rows, self.direct = present.astype(np.int64), self.direct[present], None
+        self.recent[key] = row
+        self.count += 1
 
     def __len__(self) -> int:
-        return len(self.keys) + len(self.recent)
+        return self.count
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.rows.nbytes) + 100 * len(self.recent)
+        direct = 0 if self.direct is None else int(self.direct.nbytes)
+        return int(self.keys.nbytes + self.rows.nbytes) + direct + 100 * len(self.recent)
