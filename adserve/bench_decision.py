@@ -201,7 +201,7 @@ def run(sizes: list[int], requests: int = 2_000, baseline_requests: int = 20, lo
         index, campaigns, vocab = synthesize(n)
         figures["build_s"][str(n)] = round(time.perf_counter() - began, 1)
         memory = index.memory_bytes()
-        memory["campaign_table"] = sum(c.nbytes for c in campaigns._columns()) + campaigns.ids.nbytes
+        memory["campaign_table"] = campaigns.nbytes
         figures["memory_breakdown_bytes"][str(n)] = memory
         figures["index_bytes_per_ad"][str(n)] = round(sum(memory.values()) / n, 1)
         engine = DecisionEngine(index, campaigns, config=EngineConfig(exploration_share=0.01))

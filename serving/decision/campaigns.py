@@ -5,13 +5,13 @@ a newer one) and by the budget service's replies (budget state, p, slices
 held). Pure: no I/O."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from core.schedule import daypart_mask
-from serving.decision.columns import Column, IdMap
+from serving.decision.columns import Column, IdMap, RowTable
 
 STATUSES = ("ACTIVE", "PAUSED", "ENDED", "REMOVED")
 ACTIVE = 0
@@ -35,29 +35,29 @@ class CampaignRecord:
     daily_budget_micros: int = 0
 
 
-@dataclass
 class CampaignTable:
-    ids: IdMap = field(default_factory=IdMap)
-    size: int = 0
-    campaign_id: Column = field(default_factory=lambda: Column(np.int64))
-    advertiser_id: Column = field(default_factory=lambda: Column(np.int64))
-    version: Column = field(default_factory=lambda: Column(np.int64, fill=-1))
-    status: Column = field(default_factory=lambda: Column(np.int8))
-    flight_start: Column = field(default_factory=lambda: Column(np.int64))
-    flight_end: Column = field(default_factory=lambda: Column(np.int64, fill=NO_END))
-    timezone: Column = field(default_factory=lambda: Column(np.int16))
-    cap_per_day: Column = field(default_factory=lambda: Column(np.int32))
-    cap_per_week: Column = field(default_factory=lambda: Column(np.int32))
-    budget_state: Column = field(default_factory=lambda: Column(np.int8))
-    participation: Column = field(default_factory=lambda: Column(np.float32, fill=1.0))
-    slice_held: Column = field(default_factory=lambda: Column(np.bool_))
-    dayparts: dict[int, np.ndarray] = field(default_factory=dict)  # row -> week mask, only for dayparted campaigns
-    zones: list[str] = field(default_factory=lambda: ["UTC"])
+    """Campaign state in rows; the fields the filters read are stored row by row (see RowTable)."""
 
-    def _columns(self) -> tuple[Column, ...]:
-        return (self.campaign_id, self.advertiser_id, self.version, self.status, self.flight_start, self.flight_end,
-                self.timezone, self.cap_per_day, self.cap_per_week, self.budget_state, self.participation,
-                self.slice_held)
+    def __init__(self, capacity: int = 1024):
+        self.ids = IdMap()
+        self.size = 0
+        self.version = Column(np.int64, capacity=capacity, fill=-1)
+        self.hot = RowTable({
+            "campaign_id": (np.int64,), "advertiser_id": (np.int64,), "flight_start": (np.int64,),
+            "flight_end": (np.int64, None, NO_END), "participation": (np.float32, None, 1.0),
+            "cap_per_day": (np.int32,), "cap_per_week": (np.int32,), "timezone": (np.int16,),
+            "status": (np.int8,), "budget_state": (np.int8,), "slice_held": (np.bool_,)}, capacity)
+        for name in self.hot.fills:
+            setattr(self, name, self.hot.field(name))
+        self.dayparts: dict[int, np.ndarray] = {}  # row -> week mask, only for dayparted campaigns
+        self.zones: list[str] = ["UTC"]
+
+    def _columns(self) -> tuple:
+        return (self.version, self.hot.field("campaign_id"))
+
+    @property
+    def nbytes(self) -> int:
+        return self.version.nbytes + self.hot.nbytes + self.ids.nbytes
 
     def _zone(self, name: str) -> int:
         if name not in self.zones:
@@ -112,11 +112,9 @@ class CampaignTable:
     def from_columns(cls, *, campaign_id: np.ndarray, advertiser_id: np.ndarray, cap_per_day: np.ndarray,
                      cap_per_week: np.ndarray, participation: np.ndarray) -> "CampaignTable":
         """Bulk build (benchmarks): every campaign active, open, all day, in UTC."""
-        table = cls()
         n = len(campaign_id)
+        table = cls(capacity=max(1024, n))
         table.size = n
-        for column in table._columns():
-            column.ensure(n)
         table.campaign_id.data[:n] = campaign_id
         table.advertiser_id.data[:n] = advertiser_id
         table.version.data[:n] = 1

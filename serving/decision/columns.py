@@ -144,3 +144,57 @@ class IdMap:
     def nbytes(self) -> int:
         direct = 0 if self.direct is None else int(self.direct.nbytes)
         return int(self.keys.nbytes + self.rows.nbytes) + direct + 100 * len(self.recent)
+
+
+class RowTable:
+    """Several per-row fields stored together (one numpy structured array, packed).
+
+    The fields a request reads together for the same rows (a candidate's bid,
+    CTR prior, quality, ...) then share cache lines: the first field read for a
+    row brings the others with it. Each field is exposed as a column-like
+    object whose `data` is a view of the field."""
+
+    def __init__(self, fields: dict[str, tuple], capacity: int = 1024):
+        self.dtype = np.dtype([(name, spec[0], spec[1]) if len(spec) > 1 and spec[1] else (name, spec[0])
+                               for name, spec in fields.items()])
+        self.fills = {name: (spec[2] if len(spec) > 2 else 0) for name, spec in fields.items()}
+        self.array = self._blank(capacity)
+
+    def _blank(self, capacity: int) -> np.ndarray:
+        array = np.zeros(capacity, dtype=self.dtype)
+        for name, fill in self.fills.items():
+            if fill:
+                array[name] = fill
+        return array
+
+    def ensure(self, size: int) -> None:
+        if size <= len(self.array):
+            return
+        grown = self._blank(max(size, 2 * len(self.array)))
+        grown[: len(self.array)] = self.array
+        self.array = grown
+
+    def field(self, name: str) -> "FieldColumn":
+        return FieldColumn(self, name)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.array.nbytes)
+
+
+class FieldColumn:
+    """One field of a RowTable, used like a Column."""
+
+    def __init__(self, table: RowTable, name: str):
+        self.table, self.name = table, name
+
+    @property
+    def data(self) -> np.ndarray:
+        return self.table.array[self.name]
+
+    def ensure(self, size: int) -> None:
+        self.table.ensure(size)
+
+    @property
+    def nbytes(self) -> int:
+        return 0  # counted once, by the table

@@ -45,47 +45,51 @@ class Filtered:
 
 def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTable, context: FilterContext,
                   rng: np.random.Generator) -> Filtered:
-    dropped: dict[str, int] = {}
-
-    def keep(mask: np.ndarray, reason: str) -> None:
-        nonlocal rows, crow
-        dropped[reason] = int(len(mask) - mask.sum())
-        rows, crow = rows[mask], crow[mask]
-
+    # One gather per candidate: its campaign's hot fields, copied into a compact block that every
+    # check below reads (random reads into million-row tables are what costs here, not the checks).
     crow = campaigns.rows_of(index.campaign_id.data[rows])
-    keep(crow >= 0, "unknown_campaign")
-    keep(campaigns.status.data[crow] == ACTIVE, "status")
+    known = crow >= 0
+    hot = campaigns.hot.array[np.where(known, crow, 0)]
     now = context.now_ms
-    keep((campaigns.flight_start.data[crow] <= now) & (now < campaigns.flight_end.data[crow]), "flight")
+    checks: list[tuple[str, np.ndarray]] = [
+        ("unknown_campaign", known),
+        ("status", hot["status"] == ACTIVE),
+        ("flight", (hot["flight_start"] <= now) & (now < hot["flight_end"])),
+    ]
     if campaigns.dayparts:
         ok = np.ones(len(rows), dtype=bool)
         for c in np.intersect1d(crow, np.fromiter(campaigns.dayparts, dtype=np.int64)):
             slot = week_slot(now, campaigns.zones[campaigns.timezone.data[c]])
             if not campaigns.dayparts[int(c)][slot]:
                 ok &= crow != c
-        keep(ok, "daypart")
-    state = campaigns.budget_state.data[crow]
-    keep((state == OPEN) | ((state == METERED) & campaigns.slice_held.data[crow]), "budget")
-    capped = (campaigns.cap_per_day.data[crow] > 0) | (campaigns.cap_per_week.data[crow] > 0)
+        checks.append(("daypart", ok))
+    state = hot["budget_state"]
+    checks.append(("budget", (state == OPEN) | ((state == METERED) & hot["slice_held"])))
+    capped = (hot["cap_per_day"] > 0) | (hot["cap_per_week"] > 0)
     record = context.frequency_record
     if record is FREQUENCY_RECORD_UNAVAILABLE:
-        keep(~capped, "frequency_unavailable")
+        checks.append(("frequency_unavailable", ~capped))
     elif record:
         today = day_number(now)
         over = np.zeros(len(rows), dtype=bool)
-        for c in np.unique(crow[capped]):
-            cid = int(campaigns.campaign_id.data[c])
-            if is_capped(record, cid, today, int(campaigns.cap_per_day.data[c]),  # type: ignore[arg-type]
-                         int(campaigns.cap_per_week.data[c])):
+        for c in np.unique(crow[capped & known]):
+            first = int(np.flatnonzero(crow == c)[0])
+            if is_capped(record, int(hot["campaign_id"][first]), today,  # type: ignore[arg-type]
+                         int(hot["cap_per_day"][first]), int(hot["cap_per_week"][first])):
                 over |= crow == c
-        keep(~over, "frequency_cap")
+        checks.append(("frequency_cap", ~over))
     if context.hidden_advertisers:
         hidden = np.fromiter(context.hidden_advertisers, dtype=np.int64)
-        keep(~np.isin(campaigns.advertiser_id.data[crow], hidden), "hidden_advertiser")
-    unique, inverse = np.unique(crow, return_inverse=True)
-    p = campaigns.participation.data[unique]
-    entered = rng.random(len(unique)) < p  # one coin per campaign per request
-    participation = p[inverse]
+        checks.append(("hidden_advertiser", ~np.isin(hot["advertiser_id"], hidden)))
+    keep = np.ones(len(rows), dtype=bool)
+    dropped: dict[str, int] = {}
+    for reason, mask in checks:
+        before = int(keep.sum())
+        keep &= mask
+        dropped[reason] = before - int(keep.sum())
+    rows, crow, participation = rows[keep], crow[keep], hot["participation"][keep]
+    unique, first, inverse = np.unique(crow, return_index=True, return_inverse=True)
+    entered = rng.random(len(unique)) < participation[first]  # one coin per campaign per request
     mask = entered[inverse]
     dropped["pacing"] = int(len(mask) - mask.sum())
     return Filtered(rows[mask], crow[mask], participation[mask], dropped)

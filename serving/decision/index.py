@@ -32,7 +32,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from core.targeting import NARROW_ATTRIBUTES, Targeting
-from serving.decision.columns import Column, IdMap, StringArena
+from serving.decision.columns import Column, IdMap, RowTable, StringArena
 
 BID_TYPES = ("CPM", "CPC", "CPA")
 BID_TYPE_CODE = {name: code for code, name in enumerate(BID_TYPES)}
@@ -99,15 +99,20 @@ class TargetingIndex:
         self.size = 0  # rows allocated
         self.ids = IdMap()
         self.ad_id = Column(np.int64, capacity=capacity)
-        self.campaign_id = Column(np.int64, capacity=capacity)
         self.version = Column(np.int64, capacity=capacity, fill=-1)
-        self.bid_type = Column(np.int8, capacity=capacity)
-        self.bid_micros = Column(np.int64, capacity=capacity)
-        self.quality_micros = Column(np.int32, capacity=capacity)
-        self.static_score = Column(np.float32, capacity=capacity)
-        self.ctr_prior = Column(np.float32, capacity=capacity)
-        self.exclusion_category = Column(np.int32, capacity=capacity)
-        self.embedding = Column(np.float16, width=embedding_dim, capacity=capacity)
+        # What filters and the pre-ranker read per candidate, stored row by row (see RowTable).
+        self.hot = RowTable({"campaign_id": (np.int64,), "bid_micros": (np.int64,), "bid_type": (np.int8,),
+                             "quality_micros": (np.int32,), "static_score": (np.float32,),
+                             "ctr_prior": (np.float32,), "exclusion_category": (np.int32,),
+                             "embedding": (np.float16, (embedding_dim,))}, capacity)
+        self.campaign_id = self.hot.field("campaign_id")
+        self.bid_type = self.hot.field("bid_type")
+        self.bid_micros = self.hot.field("bid_micros")
+        self.quality_micros = self.hot.field("quality_micros")
+        self.static_score = self.hot.field("static_score")
+        self.ctr_prior = self.hot.field("ctr_prior")
+        self.exclusion_category = self.hot.field("exclusion_category")
+        self.embedding = self.hot.field("embedding")
         self.strings = StringArena(capacity)  # creative_ref + "\n" + landing_url
         self.term_start = Column(np.int64, capacity=capacity)
         self.term_count = Column(np.uint16, capacity=capacity)
@@ -386,7 +391,7 @@ class TargetingIndex:
 
     def memory_bytes(self) -> dict[str, int]:
         """Bytes held, by part: numpy columns, bitmaps (serialized size), term arena, strings, id map."""
-        columns = sum(c.nbytes for c in self._row_columns())
+        columns = sum(c.nbytes for c in self._row_columns()) + self.hot.nbytes
         bitmaps = sum(len(b.serialize()) for b in (*self.postings, *self.constrained.values(), self.alive,
                                                    self.narrow))
         return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,

@@ -35,18 +35,23 @@ class Preranked:
 def features(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
              placement_ctr_multiplier: float, slot_count: int) -> np.ndarray:
     """The feature matrix, shape (len(rows), len(FEATURES)), float32."""
-    ctr = index.ctr_prior.data[rows].astype(np.float32)
-    bid = index.bid_micros.data[rows].astype(np.float32)
-    code = index.bid_type.data[rows]
-    quality = index.quality_micros.data[rows].astype(np.float32)
-    emb = index.embedding.data[rows].astype(np.float32)
+    return _features(index.hot.array[rows], participation, user_embedding, placement_ctr_multiplier, slot_count)
+
+
+def _features(hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
+              placement_ctr_multiplier: float, slot_count: int) -> np.ndarray:
+    ctr = hot["ctr_prior"].astype(np.float32)
+    bid = hot["bid_micros"].astype(np.float32)
+    code = hot["bid_type"]
+    quality = hot["quality_micros"].astype(np.float32)
+    emb = hot["embedding"].astype(np.float32)
     dot = emb @ user_embedding.astype(np.float32)
-    n = len(rows)
+    n = len(hot)
     return np.column_stack([
-        ctr, np.log1p(bid), code == 0, code == 1, code == 2, quality / 1e4, dot, index.static_score.data[rows],
+        ctr, np.log1p(bid), code == 0, code == 1, code == 2, quality / 1e4, dot, hot["static_score"],
         participation, np.log(np.maximum(ctr, 1e-6)), bid * ctr / 1e6, np.linalg.norm(emb, axis=1),
         np.full(n, np.linalg.norm(user_embedding)), np.full(n, placement_ctr_multiplier), np.full(n, slot_count),
-        index.exclusion_category.data[rows] > 0, np.maximum(quality, 0) / 1e4, np.minimum(quality, 0) / 1e4,
+        hot["exclusion_category"] > 0, np.maximum(quality, 0) / 1e4, np.minimum(quality, 0) / 1e4,
         dot * ctr, np.ones(n),
     ]).astype(np.float32)
 
@@ -57,13 +62,14 @@ def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, 
     if len(rows) == 0:
         empty = np.empty(0, dtype=np.float32)
         return Preranked(rows, empty, empty)
-    x = features(index, rows, participation, user_embedding, placement_ctr_multiplier, slot_count)
+    hot = index.hot.array[rows]  # one gather per candidate; every feature reads this compact copy
+    x = _features(hot, participation, user_embedding, placement_ctr_multiplier, slot_count)
     adjustment = np.clip(x @ weights, -3.0, 3.0)
-    pctr = np.clip(index.ctr_prior.data[rows] * placement_ctr_multiplier * np.exp(adjustment), 1e-6, 0.99)
-    bid = index.bid_micros.data[rows].astype(np.float64)
-    code = index.bid_type.data[rows]
+    pctr = np.clip(hot["ctr_prior"] * placement_ctr_multiplier * np.exp(adjustment), 1e-6, 0.99)
+    bid = hot["bid_micros"].astype(np.float64)
+    code = hot["bid_type"]
     action = np.where(code == 0, 1 / 1000, np.where(code == 1, pctr, pctr * cvr_prior))
-    value = bid * action + index.quality_micros.data[rows]
+    value = bid * action + hot["quality_micros"]
     if len(rows) > keep:
         top = np.argpartition(-value, keep - 1)[:keep]
     else:
