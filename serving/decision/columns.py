@@ -174,6 +174,12 @@ class RowTable:
         grown[: len(self.array)] = self.array
         self.array = grown
 
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The records of these rows as a compact structured copy (a byte-row take: numpy's
+        structured fancy indexing is ~10x slower)."""
+        raw = self.array.view(np.uint8).reshape(len(self.array), self.dtype.itemsize)
+        return np.take(raw, rows, axis=0).view(self.dtype).reshape(-1)
+
     def field(self, name: str) -> "FieldColumn":
         return FieldColumn(self, name)
 

@@ -49,7 +49,7 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     # check below reads (random reads into million-row tables are what costs here, not the checks).
     crow = campaigns.rows_of(index.campaign_id.data[rows])
     known = crow >= 0
-    hot = campaigns.hot.array[np.where(known, crow, 0)]
+    hot = campaigns.hot.gather(np.where(known, crow, 0))
     now = context.now_ms
     checks: list[tuple[str, np.ndarray]] = [
         ("unknown_campaign", known),

@@ -35,7 +35,7 @@ class Preranked:
 def features(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
              placement_ctr_multiplier: float, slot_count: int) -> np.ndarray:
     """The feature matrix, shape (len(rows), len(FEATURES)), float32."""
-    return _features(index.hot.array[rows], participation, user_embedding, placement_ctr_multiplier, slot_count)
+    return _features(index.hot.gather(rows), participation, user_embedding, placement_ctr_multiplier, slot_count)
 
 
 def _features(hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
@@ -62,7 +62,7 @@ def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, 
     if len(rows) == 0:
         empty = np.empty(0, dtype=np.float32)
         return Preranked(rows, empty, empty)
-    hot = index.hot.array[rows]  # one gather per candidate; every feature reads this compact copy
+    hot = index.hot.gather(rows)  # one gather per candidate; every feature reads this compact copy
     x = _features(hot, participation, user_embedding, placement_ctr_multiplier, slot_count)
     adjustment = np.clip(x @ weights, -3.0, 3.0)
     pctr = np.clip(hot["ctr_prior"] * placement_ctr_multiplier * np.exp(adjustment), 1e-6, 0.99)
