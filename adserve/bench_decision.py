@@ -240,9 +240,8 @@ def run(sizes: list[int], requests: int = 2_000, baseline_requests: int = 20, lo
             for _ in range(baseline_requests):
                 terms = random_request(rng, vocab)
                 began = time.perf_counter()
-                found = [r for r, t in enumerate(expressions) if matches(t, terms)]
+                sum(1 for t in expressions if matches(t, terms))
                 scan.append((time.perf_counter() - began) * 1000)
-                assert len(found) >= 0
             figures["baseline_retrieval_p50_ms"][key], figures["baseline_retrieval_p99_ms"][key] = _percentiles(scan)
             del expressions
         del index, campaigns, engine
