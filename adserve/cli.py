@@ -8,13 +8,10 @@ import argparse
 import json
 import logging
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 from infra.platform import PlatformError, PlatformSettings
 from jobs.deploy import DeployError
-
-Handler = Callable[[argparse.Namespace], int]
-
 
 def _settings() -> PlatformSettings:
     return PlatformSettings.from_env()

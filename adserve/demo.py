@@ -14,7 +14,6 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -200,6 +199,3 @@ def _wait_finished(rest_url: str, job_id: str, timeout_s: float, log) -> str:
         time.sleep(1)
     raise TimeoutError(f"job {job_id} still {last} after {timeout_s:.0f} s")
 
-
-def archive_dir(settings: PlatformSettings) -> Path:
-    return settings.state_dir / "archive"

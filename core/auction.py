@@ -188,11 +188,6 @@ def price_micros(c: Candidate, slot: int, next_total: Fraction) -> int:
     return max(0, min(price, c.bid_micros))
 
 
-def totals(candidates: Sequence[Candidate], slots: int) -> np.ndarray:
-    """Float total value per impression (micros), shape (candidates, slots)."""
-    return CandidateArrays.from_candidates(candidates, slots).totals()
-
-
 def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_positions: Sequence[int], *,
                 reserve_micros: int = 0,
                 rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,

@@ -30,11 +30,8 @@ from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_typ
 JOB_NAME = "event_counts"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 
-# (campaign_id, event_time_ms, event_type, billing_type, price_micros, topic, partition, offset)
-EVENT_FIELDS = 8
-
-
 def _event_type():
+    """(campaign_id, event_time_ms, event_type, billing_type, price_micros, topic, partition, offset)"""
     from pyflink.common import Types
 
     return Types.TUPLE([Types.LONG(), Types.LONG(), Types.STRING(), Types.STRING(), Types.LONG(),

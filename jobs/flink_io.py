@@ -176,5 +176,5 @@ def bytes_row_type():
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    # `flink run` passes the job's own arguments after -py; ignore what PyFlink adds.
+    # `flink run -pym MODULE ARGS...` hands ARGS to the module as sys.argv[1:], as a local run does.
     return parser.parse_args(list(argv) if argv is not None else sys.argv[1:])

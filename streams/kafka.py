@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -143,7 +143,3 @@ def produce_all(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None
         raise KafkaException(failures[0])
     return count
 
-
-def iter_values(messages: Iterable[Any]) -> Iterator[bytes]:
-    for msg in messages:
-        yield msg.value()

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from fractions import Fraction
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
