@@ -309,18 +309,21 @@ class TargetingIndex:
         return sets, covered
 
     def _intersect_fast(self, sets: list[list[BitMap]]) -> BitMap:
-        """AND of the attributes' alternatives: single-alternative sets first (smallest first, in C),
-        then each multi-alternative attribute as a union of its intersections with the small result."""
-        singles = sorted((parts[0] for parts in sets if len(parts) == 1), key=len)
-        multiples = sorted((parts for parts in sets if len(parts) > 1), key=lambda ps: sum(map(len, ps)))
-        if singles:
-            candidates = BitMap.intersection(*singles) if len(singles) > 1 else singles[0] & self.alive
-        else:
-            candidates = self.alive.copy()
-        for parts in multiples:
+        """AND of the attributes' alternatives, smallest attribute first (sizes are known without work):
+        the first intersection, the one that materialises the most, is then as small as it can be.
+        An attribute with several alternatives joins as the union of its intersections with the result."""
+        if not sets:
+            return self.alive.copy()
+        ordered = sorted(sets, key=lambda parts: sum(map(len, parts)))
+        seed = ordered[0]
+        candidates = (seed[0] & self.alive) if len(seed) == 1 else BitMap.union(*seed)
+        for parts in ordered[1:]:
             if not candidates:
                 break
-            candidates = BitMap.union(*(candidates & part for part in parts))
+            if len(parts) == 1:
+                candidates &= parts[0]
+            else:
+                candidates = BitMap.union(*(candidates & part for part in parts))
         return candidates
 
     def _apply_rest(self, candidates: BitMap, terms: Mapping[str, frozenset[str]], covered: set[str]) -> BitMap:
