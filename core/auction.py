@@ -230,6 +230,7 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
     explored = explored and len(shuffled) > 1
 
     winners: list[Winner] = []
+    won: list[int] = []
     for slot in range(slots):
         eligible = available & (value[:, slot] >= reserve_micros)
         if not eligible.any():
@@ -240,6 +241,7 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
             if eligible[i]:
                 chosen = i
                 break
+        from_shuffle = chosen is not None
         if chosen is None:
             masked = np.where(eligible, value[:, slot], -np.inf)
             chosen = int(np.argmax(masked))
@@ -268,15 +270,16 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
                 "reserve_micros": reserve_micros,
                 "bid_micros": own.bid_micros,
                 "participation_probability": own.participation_probability,
-                "exploration_probability": propensity if explored else 1.0,
+                # only a placement the shuffle made has a propensity below 1; slots filled after it are greedy
+                "exploration_probability": propensity if from_shuffle else 1.0,
                 "scored_by_fallback": scores_from_fallback,
             }))
+        won.append(chosen)
         available &= campaigns != campaigns[chosen]
         if categories[chosen]:
             available &= categories != categories[chosen]
 
-    won = {i for i, c in picked.items() if any(w.candidate is c for w in winners)}
-    losers = [i for i in range(len(columns)) if i not in won]
+    losers = sorted(set(range(len(columns))) - set(won))
     sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
     sampled = [{"ad_id": _plain(columns.ad_id[i]), "campaign_id": _plain(columns.campaign_id[i]),
                 "pctr": float(columns.pctr[i, 0]), "total_value_micros": math.floor(float(value[i, 0]))}

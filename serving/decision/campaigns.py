@@ -52,9 +52,6 @@ class CampaignTable:
         self.dayparts: dict[int, np.ndarray] = {}  # row -> week mask, only for dayparted campaigns
         self.zones: list[str] = ["UTC"]
 
-    def _columns(self) -> tuple:
-        return (self.version, self.hot.field("campaign_id"))
-
     @property
     def nbytes(self) -> int:
         return self.version.nbytes + self.hot.nbytes + self.ids.nbytes
@@ -72,8 +69,8 @@ class CampaignTable:
         if row is None:
             row = self.size
             self.size += 1
-            for column in self._columns():
-                column.ensure(self.size)
+            self.version.ensure(self.size)
+            self.hot.ensure(self.size)
             self.ids.put(r.campaign_id, row)
         self.campaign_id.data[row] = r.campaign_id
         self.advertiser_id.data[row] = r.advertiser_id

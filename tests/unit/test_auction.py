@@ -145,3 +145,11 @@ def test_raising_a_bid_never_lowers_a_position(candidates, pick, raise_by, slots
     before = slot_of(candidates)
     raised = [replace(c, bid_micros=c.bid_micros + raise_by) if c is target else c for c in candidates]
     assert slot_of(raised) <= before
+
+
+def test_a_slot_filled_after_the_shuffle_is_logged_as_greedy():
+    ads = [cpc("A", "a", 1_000_000, 0.0200, slots=3), cpc("B", "b", 1_000_000, 0.0199, slots=3),
+           cpc("C", "c", 1_000_000, 0.0100, slots=3)]
+    result = run_auction(ads, [1, 2, 3], rng=random.Random(1), exploration_share=1.0)
+    assert [w.explanation["exploration_probability"] for w in result.winners] == [0.5, 0.5, 1.0]
+    assert result.winners[2].candidate.ad_id == "C"
