@@ -14,9 +14,12 @@ any value it excludes.
 Retrieval evaluates those set operations on a candidate bitmap that starts
 small: "narrow" ads (those targeting custom audiences, core.targeting.
 NARROW_ATTRIBUTES) are seeded from the request's own audience postings and
-always evaluated completely; "broad" ads are evaluated over a growing prefix
-of rows and retrieval stops once K of them matched, so long broad lists are
-never read to the end, and no broad ad can crowd out a narrow one.
+always evaluated completely; "broad" ads are evaluated chunk by chunk of rows
+(best static scores first) and retrieval stops once K of them matched, so
+long broad lists are never read to the end, and no broad ad can crowd out a
+narrow one. For the low-cardinality attributes the set "rows satisfying the
+attribute for these request values" is kept in a bounded LRU cache, so a
+request mostly intersects ready bitmaps in C.
 
 Updates are in place and versioned: an older or equal version never
 overwrites a newer one. A changed static score keeps its row until the next
@@ -25,6 +28,7 @@ rows. Pure: no I/O, no clock."""
 from __future__ import annotations
 
 import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -44,7 +48,8 @@ EVALUATION_ORDER = ("placement", "location", "language", "device", "age_band", "
 # that do not constrain the attribute) is kept per value, so a request intersects a handful of ready bitmaps
 # in one C-level call. For locations this holds for countries; regions and cities add their own postings.
 SATISFIED_CACHED = ("placement", "language", "device", "age_band", "gender", "location")
-FIRST_SLICE_FACTOR = 8  # the remaining attributes first run on the best k x 8 broad candidates
+SATISFIED_CACHE_ENTRIES = 256  # at 10 M ads a dense entry is ~1.25 MB: at most ~320 MB, counted in memory_bytes
+CHUNK_ROWS = 1 << 21  # broad ads are evaluated 2 M rows (32 roaring containers) at a time
 
 
 @dataclass
@@ -123,8 +128,9 @@ class TargetingIndex:
         self.constrained: dict[str, BitMap] = {}
         self.alive = BitMap()
         self.narrow = BitMap()
-        # (attribute, value or None) -> rows satisfying it; None: rows not constraining the attribute
-        self.satisfied: dict[tuple[str, str | None], BitMap] = {}
+        # (attribute, request values) -> rows satisfying the attribute for them (rows that do not constrain
+        # it, or allow one of the values); least recently used first, kept current by every update
+        self.satisfied: OrderedDict[tuple[str, frozenset[str]], BitMap] = OrderedDict()
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -246,9 +252,9 @@ class TargetingIndex:
         self.alive.add(row)
         if targeting.narrow:
             self.narrow.add(row)
-        for (attribute, value), rows in self.satisfied.items():
+        for (attribute, values), rows in self.satisfied.items():
             allowed = targeting.include.get(attribute)
-            if allowed is None or (value is not None and value in allowed):
+            if allowed is None or not allowed.isdisjoint(values):
                 rows.add(row)
         start = self.term_arena_used
         self.term_arena.ensure(start + len(term_ids))
@@ -274,57 +280,27 @@ class TargetingIndex:
         term = self.terms.ids.get((attribute, value, excluded))
         return None if term is None else self.postings[term]
 
-    def _satisfied(self, attribute: str, value: str | None) -> BitMap:
-        """Rows satisfying attribute = value (value None: rows that do not constrain the attribute), cached."""
-        key = (attribute, value)
+    def _satisfied(self, attribute: str, values: frozenset[str]) -> BitMap:
+        """Rows satisfying the attribute for these request values (LRU-cached): rows that do not constrain
+        it, or allow one of the values."""
+        key = (attribute, values)
         rows = self.satisfied.get(key)
-        if rows is None:
-            unconstrained = self.alive - self.constrained.get(attribute, BitMap())
-            allowed = self._posting(attribute, value) if value is not None else None
-            rows = unconstrained | allowed if allowed is not None else unconstrained
-            rows.run_optimize()
-            self.satisfied[key] = rows
+        if rows is not None:
+            self.satisfied.move_to_end(key)
+            return rows
+        parts = [self.alive - self.constrained.get(attribute, BitMap())]
+        parts += [p for p in (self._posting(attribute, v) for v in values) if p is not None]
+        rows = BitMap.union(*parts) if len(parts) > 1 else parts[0]
+        rows.run_optimize()
+        self.satisfied[key] = rows
+        while len(self.satisfied) > SATISFIED_CACHE_ENTRIES:
+            self.satisfied.popitem(last=False)
         return rows
 
-    def _fast_sets(self, terms: Mapping[str, frozenset[str]]) -> tuple[list[list[BitMap]], set[str]]:
-        """Ready bitmaps for the low-cardinality attributes of a request, and the attributes they cover.
-
-        Each entry is the list of alternatives of one attribute (satisfied if any one holds)."""
-        sets: list[list[BitMap]] = []
-        covered: set[str] = set()
-        for attribute in SATISFIED_CACHED:
-            if attribute not in self.constrained:
-                continue
-            values = terms.get(attribute, frozenset())
-            if attribute == "location":
-                countries = [v for v in values if "/" not in v]
-                if not countries:
-                    continue
-                parts = [self._satisfied(attribute, c) for c in countries]
-                parts += [p for p in (self._posting(attribute, v) for v in values if "/" in v) if p is not None]
-            else:
-                parts = [self._satisfied(attribute, v) for v in values] or [self._satisfied(attribute, None)]
-            sets.append(parts)
-            covered.add(attribute)
-        return sets, covered
-
-    def _intersect_fast(self, sets: list[list[BitMap]]) -> BitMap:
-        """AND of the attributes' alternatives, smallest attribute first (sizes are known without work):
-        the first intersection, the one that materialises the most, is then as small as it can be.
-        An attribute with several alternatives joins as the union of its intersections with the result."""
-        if not sets:
-            return self.alive.copy()
-        ordered = sorted(sets, key=lambda parts: sum(map(len, parts)))
-        seed = ordered[0]
-        candidates = (seed[0] & self.alive) if len(seed) == 1 else BitMap.union(*seed)
-        for parts in ordered[1:]:
-            if not candidates:
-                break
-            if len(parts) == 1:
-                candidates &= parts[0]
-            else:
-                candidates = BitMap.union(*(candidates & part for part in parts))
-        return candidates
+    def _fast_sets(self, terms: Mapping[str, frozenset[str]]) -> tuple[list[BitMap], set[str]]:
+        """Ready bitmaps for the low-cardinality attributes of a request, and the attributes they cover."""
+        sets = [self._satisfied(a, terms.get(a, frozenset())) for a in SATISFIED_CACHED if a in self.constrained]
+        return sets, {a for a in SATISFIED_CACHED if a in self.constrained}
 
     def _apply_rest(self, candidates: BitMap, terms: Mapping[str, frozenset[str]], covered: set[str]) -> BitMap:
         for attribute in EVALUATION_ORDER:
@@ -356,20 +332,20 @@ class TargetingIndex:
             seeds = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
             if seeds:
                 result |= self._apply_rest(BitMap.union(*seeds) & self.narrow, terms, covered={attribute})
-        # Broad ads: one C-level intersection of the ready low-cardinality sets over all rows, then the
-        # remaining attributes on its best-scored part only: a slice of the first k x 8 candidates (rows
-        # are in static-score order), widened to the rest only if that slice held fewer than k matches.
+        # Broad ads, a chunk of rows at a time (rows are in static-score order): the ready low-cardinality
+        # sets intersected in C, smallest first, then the remaining attributes on what is left; stop once
+        # k matched.
         fast, covered = self._fast_sets(terms)
-        candidates = self._intersect_fast(fast) - self.narrow
+        fast.sort(key=len)
         broad_found = BitMap()
-        while candidates:
-            slice_size = k * FIRST_SLICE_FACTOR
-            if len(candidates) > slice_size:
-                part = candidates & BitMap(range(0, candidates[slice_size]))
-                candidates -= part
-            else:
-                part, candidates = candidates, BitMap()
-            broad_found |= self._apply_rest(part, terms, covered)
+        for begin in range(0, self.size, CHUNK_ROWS):
+            chunk = BitMap(range(begin, min(self.size, begin + CHUNK_ROWS)))
+            for rows in fast:
+                chunk &= rows
+                if not chunk:
+                    break
+            chunk = chunk - self.narrow if fast else chunk & self.alive - self.narrow
+            broad_found |= self._apply_rest(chunk, terms, covered)
             if len(broad_found) >= k:
                 break
         if len(broad_found) > k:
@@ -397,5 +373,6 @@ class TargetingIndex:
         columns = sum(c.nbytes for c in self._row_columns()) + self.hot.nbytes
         bitmaps = sum(len(b.serialize()) for b in (*self.postings, *self.constrained.values(), self.alive,
                                                    self.narrow))
+        cache = sum(len(b.serialize()) for b in self.satisfied.values())
         return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,
-                "strings": self.strings.nbytes, "id_map": self.ids.nbytes}
+                "strings": self.strings.nbytes, "id_map": self.ids.nbytes, "satisfied_cache": cache}

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import random
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.targeting import Targeting, matches, request_terms
+import serving.decision.index as index_module
 from serving.decision.index import AdRecord, TargetingIndex
 
 COUNTRIES = ["US", "CA", "GB", "DE"]
@@ -74,9 +76,17 @@ def test_index_returns_exactly_the_matching_ads(seed):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_index_stays_exact_after_random_in_place_updates(seed):
+    # Small chunks and a small satisfied-set cache, so chunk boundaries, evictions and cached sets kept
+    # current by updates (requests that repeat) are all exercised.
+    with patch.object(index_module, "CHUNK_ROWS", 16), patch.object(index_module, "SATISFIED_CACHE_ENTRIES", 24):
+        _random_updates_stay_exact(seed)
+
+
+def _random_updates_stay_exact(seed: int) -> None:
     rng = random.Random(seed)
     ads = {a.ad_id: a for a in random_ads(rng, 200)}
     index = TargetingIndex.build(ads.values())
+    repeated = [random_request(rng) for _ in range(2)]
     next_id = 10_000
     for step in range(150):
         action = rng.random()
@@ -99,8 +109,8 @@ def test_index_stays_exact_after_random_in_place_updates(seed):
             stale = random_ads(rng, 1, first_id=ad_id, version=ads[ad_id].version - 1)[0]
             assert not index.upsert(stale)
         if step % 10 == 0:
-            terms = random_request(rng)
-            assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
+            for terms in (*repeated, random_request(rng)):
+                assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
     for _ in range(10):
         terms = random_request(rng)
         assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
@@ -112,6 +122,12 @@ def test_top_k_keeps_the_best_broad_ads_and_every_narrow_one(seed, k):
     rng = random.Random(seed)
     ads = {a.ad_id: a for a in random_ads(rng, 400)}
     index = TargetingIndex.build(ads.values())
+    chunk_rows = rng.choice([7, 64, index_module.CHUNK_ROWS])
+    with patch.object(index_module, "CHUNK_ROWS", chunk_rows):
+        _top_k_holds(rng, ads, index, k)
+
+
+def _top_k_holds(rng: random.Random, ads: dict[int, AdRecord], index: TargetingIndex, k: int) -> None:
     for _ in range(10):
         terms = random_request(rng)
         every = brute_force(ads, terms)
