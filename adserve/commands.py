@@ -12,6 +12,7 @@ def register(sub) -> None:
     _register_demo(sub)
     _register_bench(sub)
     _register_auction(sub)
+    _register_serve(sub)
 
 
 # auction ------------------------------------------------------------------------
@@ -212,4 +213,108 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
         else:
             location = deploy.stop(rest, j.job_id)
             print(f"stopped {j.name} ({j.job_id}); savepoint {location}")
+    return 0
+
+
+# serve and users ----------------------------------------------------------------
+
+DEV_TOKEN_KEYS = "dev1:adserve-dev-token-key-change-me"
+TOKEN_KEYS_HELP = ("Token keys come from ADSERVE_TOKEN_KEYS as 'id1:secret1,id2:secret2' (the first signs, all "
+                   "verify, so keys rotate); without it a fixed development key is used and a warning logged.")
+
+
+def _token_keys():
+    import logging
+    import os
+
+    from core.tokens import TokenKeys
+
+    spec = os.environ.get("ADSERVE_TOKEN_KEYS")
+    if not spec:
+        logging.getLogger("adserve").warning("ADSERVE_TOKEN_KEYS is not set: using the development key")
+        spec = DEV_TOKEN_KEYS
+    return TokenKeys.from_spec(spec)
+
+
+def _register_serve(sub) -> None:
+    p = sub.add_parser("serve", help="run the ad server or the tracker (HTTP, on the local platform)")
+    ssub = p.add_subparsers(dest="service", required=True)
+    a = ssub.add_parser("ads", help="POST /v1/ads on the decision engine",
+                        description="The ad server: builds its index from serving.ads and serving.campaigns, "
+                                    "follows budget.state and budget.leases, reads profiles and frequency records "
+                                    "from Redis, writes ad.served and budget.spend. OpenAPI at /openapi.json.",
+                        epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
+    a.add_argument("--port", type=int, default=8080)
+    a.add_argument("--server-id", default="adserver-1", help="tags spend reports and leases (default adserver-1)")
+    a.add_argument("--tracker-url", default="http://127.0.0.1:8081", help="base of impression and click URLs")
+    a.add_argument("--max-in-flight", type=int, default=64, help="requests in the handler before 503 (default 64)")
+    a.add_argument("--geo-table", help="CSV of 'cidr,COUNTRY/Region/City' to locate requests by IP")
+    a.set_defaults(handler=cmd_serve_ads)
+    t = ssub.add_parser("tracker", help="impression beacons and click redirects",
+                        description="GET /v1/impression?t=TOKEN -> 204; GET /v1/click?t=TOKEN -> 302 to the signed "
+                                    "landing URL; events to ad.events keyed by campaign.",
+                        epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
+    t.add_argument("--port", type=int, default=8081)
+    t.set_defaults(handler=cmd_serve_tracker)
+
+    u = sub.add_parser("users", help="user data in Redis")
+    usub = u.add_subparsers(dest="action", required=True)
+    d = usub.add_parser("delete", help="remove a user's profile and frequency record",
+                        description="Deletes Redis keys user:{ID} and fc:{ID}.", epilog=PORTS_HELP_SHORT)
+    d.add_argument("user_id")
+    d.set_defaults(handler=cmd_users_delete)
+
+
+PORTS_HELP_SHORT = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
+
+
+def cmd_serve_ads(args: argparse.Namespace) -> int:
+    from serving.adserver.app import ServerConfig
+    from serving.adserver.main import run_ad_server
+    from serving.adserver.request import GeoResolver
+
+    s = PlatformSettings.from_env()
+    config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight)
+    run_ad_server(bootstrap=s.kafka_bootstrap, redis_host=s.host, redis_port=s.redis_port, keys=_token_keys(),
+                  config=config, port=args.port, geo=GeoResolver.from_csv(args.geo_table) if args.geo_table else None)
+    return 0
+
+
+def cmd_serve_tracker(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from serving.tracker import start_tracker
+
+    s = PlatformSettings.from_env()
+
+    async def main() -> None:
+        runner, port, _, producer = await start_tracker(bootstrap=s.kafka_bootstrap, keys=_token_keys(),
+                                                        port=args.port)
+        print(f"tracker on 127.0.0.1:{port}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+            producer.flush(5)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_users_delete(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from serving.frequency_store import UserStore
+
+    s = PlatformSettings.from_env()
+
+    async def main() -> int:
+        store = UserStore(s.host, s.redis_port)
+        try:
+            return await store.delete_user(args.user_id)
+        finally:
+            await store.close()
+
+    removed = asyncio.run(main())
+    print(f"user {args.user_id}: {removed} key(s) removed (profile and frequency record)")
     return 0

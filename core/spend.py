@@ -1,0 +1,67 @@
+"""Expected spend per campaign, reported once a second, counted once downstream. Pure.
+
+An ad server adds the expected cost of each winner (the price for impression
+billing; price x pCTR for click billing) and, once a second, cuts the totals
+into SpendReport records (schemas/spend_report.avsc) that share one sequence
+number. A report that must be re-sent (the broker was unavailable) keeps its
+(server id, sequence), so the consumer's `SpendDedupe` counts it once."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class SpendAccumulator:
+    def __init__(self, server_id: str):
+        self.server_id = server_id
+        self.sequence = 0
+        self._spend: dict[int, int] = {}
+        self._served: dict[int, int] = {}
+        self._eligible: dict[int, int] = {}
+        self._interval_start: int | None = None
+
+    def add(self, campaign_id: int, expected_cost_micros: int, now_ms: int) -> None:
+        if self._interval_start is None:
+            self._interval_start = now_ms
+        self._spend[campaign_id] = self._spend.get(campaign_id, 0) + int(expected_cost_micros)
+        self._served[campaign_id] = self._served.get(campaign_id, 0) + 1
+
+    def eligible(self, campaign_id: int) -> None:
+        self._eligible[campaign_id] = self._eligible.get(campaign_id, 0) + 1
+
+    def cut(self, now_ms: int, lease_of: dict[int, str] | None = None) -> list[dict[str, Any]]:
+        """The reports for everything added since the last cut (empty if nothing was)."""
+        campaigns = sorted(set(self._spend) | set(self._eligible))
+        if not campaigns:
+            return []
+        self.sequence += 1
+        start = self._interval_start if self._interval_start is not None else now_ms
+        reports = [{"server_id": self.server_id, "sequence": self.sequence, "campaign_id": c,
+                    "event_time": now_ms, "interval_start": start,
+                    "expected_spend_micros": self._spend.get(c, 0), "served_ads": self._served.get(c, 0),
+                    "eligible_requests": self._eligible.get(c, 0),
+                    "lease_id": (lease_of or {}).get(c)} for c in campaigns]
+        self._spend, self._served, self._eligible, self._interval_start = {}, {}, {}, None
+        return reports
+
+
+class SpendDedupe:
+    """Downstream: each (server id, sequence, campaign) counts once, however often it arrives."""
+
+    def __init__(self, horizon: int = 100_000):
+        self.horizon = horizon
+        self._seen: dict[str, set[tuple[int, int]]] = {}
+        self._highest: dict[str, int] = {}
+
+    def first_time(self, report: dict[str, Any]) -> bool:
+        server, sequence = report["server_id"], int(report["sequence"])
+        seen = self._seen.setdefault(server, set())
+        key = (sequence, int(report["campaign_id"]))
+        if key in seen or sequence <= self._highest.get(server, 0) - self.horizon:
+            return False
+        seen.add(key)
+        if sequence > self._highest.get(server, 0):
+            self._highest[server] = sequence
+            if len(seen) > 4 * self.horizon:
+                floor = sequence - self.horizon
+                self._seen[server] = {k for k in seen if k[0] > floor}
+        return True

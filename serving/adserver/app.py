@@ -1,0 +1,284 @@
+"""The ad server: `POST /v1/ads` on the decision engine (aiohttp, one event loop per process).
+
+Per request, inside a 100 ms deadline: parse and validate (400 naming the
+field), resolve the location, read the user's profile and frequency record
+from Redis in parallel (5 ms), run the decision engine, sign a token per
+filled slot and answer. After the response is written: the winners' frequency
+fields are incremented (with an in-memory "just served" note covering the
+gap), the `ad.served` record is produced, and the expected cost goes to the
+spend accumulator that reports to `budget.spend` once a second.
+
+Overload: at most `max_in_flight` requests are inside the handler; one more
+gets a 503 at once, and a request that is already past its deadline after the
+user reads gets a 503 instead of a late answer. Until the state topics are
+read to their heads, /v1/ads answers 503 and /ready says why.
+
+Other endpoints: GET /ready, GET /metrics (Prometheus), GET /openapi.json."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import quote
+
+import numpy as np
+import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from core.frequency import JustServed, day_number
+from core.spend import SpendAccumulator
+from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
+from schemas.codec import AvroCodec
+from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
+from serving.adserver.state import ServingState
+from serving.decision.engine import DecisionEngine, EngineConfig, RequestContext
+from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE, FilterContext
+from serving.frequency_store import UserStore
+
+LOG = logging.getLogger("adserve.adserver")
+OPENAPI = Path(__file__).with_name("openapi.yaml")
+STAGES = ("user_context", "retrieval", "filters", "prerank", "prediction", "auction", "response")
+BILLING_OF = {"cpm": "IMPRESSION", "cpc": "CLICK", "cpa": "CLICK"}
+
+
+@dataclass
+class ServerConfig:
+    server_id: str = "adserver-1"
+    tracker_url: str = "http://127.0.0.1:8081"
+    deadline_ms: float = 100.0
+    user_read_timeout_ms: float = 5.0
+    max_in_flight: int = 64
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("adserve_ad_requests", "Ad requests by outcome", ["outcome"], registry=r)
+        self.latency = Histogram("adserve_ad_request_seconds", "End-to-end handler latency", registry=r,
+                                 buckets=(.002, .005, .01, .02, .03, .05, .075, .1, .2, .5))
+        self.stage = Histogram("adserve_funnel_stage_seconds", "Latency per funnel stage", ["stage"], registry=r,
+                               buckets=(.0005, .001, .002, .005, .01, .02, .05, .1))
+        self.slots = Counter("adserve_slots", "Slots asked for, by filled or empty", ["result"], registry=r)
+        self.fallbacks = Counter("adserve_prediction_fallbacks", "Auctions run on pre-ranker scores", registry=r)
+        self.cap_timeouts = Counter("adserve_frequency_read_unavailable",
+                                    "Frequency reads that missed their deadline or failed", registry=r)
+        self.index_lag = Gauge("adserve_index_lag_seconds", "How far the state topics are behind", registry=r)
+        self.ads = Gauge("adserve_index_ads", "Live ads in the index", registry=r)
+        self.after_errors = Counter("adserve_after_response_errors", "Post-response work that failed",
+                                    ["what"], registry=r)
+
+
+class AdServer:
+    """The request path and the post-response work; I/O parts are injected (see serving.adserver.main)."""
+
+    def __init__(self, config: ServerConfig, state: ServingState, store: UserStore, keys: TokenKeys, *,
+                 produce_served: Callable[[bytes, bytes], None], ready: Callable[[], bool],
+                 lag_s: Callable[[], float] = lambda: 0.0, geo: GeoResolver | None = None,
+                 engine: DecisionEngine | None = None, clock: Callable[[], float] = time.time):
+        self.config, self.state, self.store, self.keys = config, state, store, keys
+        self.produce_served, self.is_ready, self.lag_s = produce_served, ready, lag_s
+        self.geo = geo or GeoResolver()
+        self.engine = engine or DecisionEngine(state.index, state.campaigns, config=config.engine)
+        self.clock = clock
+        self.codec = AvroCodec()
+        self.metrics = Metrics()
+        self.spend = SpendAccumulator(config.server_id)
+        self.just_served = JustServed()
+        self.in_flight = 0
+        self.rng = random.Random()
+        self.np_rng = np.random.default_rng()
+        self._background: set[asyncio.Task] = set()
+
+    # ---------------------------------------------------------------- routes
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024)
+        app.add_routes([web.post("/v1/ads", self.handle_ads), web.get("/ready", self.handle_ready),
+                        web.get("/metrics", self.handle_metrics), web.get("/openapi.json", self.handle_openapi)])
+        return app
+
+    async def handle_ready(self, request: web.Request) -> web.Response:
+        lag = self.lag_s()
+        ready = self.is_ready()
+        body = {"ready": ready, "index_lag_s": round(lag, 3), "ads": len(self.state.index),
+                "snapshot_version": self.state.snapshot_version}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        self.metrics.index_lag.set(self.lag_s())
+        self.metrics.ads.set(len(self.state.index))
+        return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
+
+    async def handle_openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(yaml.safe_load(OPENAPI.read_text()))
+
+    @staticmethod
+    def _error(status: int, message: str, outcome_field: str | None = None) -> web.Response:
+        body: dict[str, Any] = {"error": message}
+        if outcome_field:
+            body["field"] = outcome_field
+        return web.json_response(body, status=status)
+
+    async def handle_ads(self, request: web.Request) -> web.Response:
+        m = self.metrics
+        if self.in_flight >= self.config.max_in_flight:
+            m.requests.labels("overloaded").inc()
+            return self._error(503, "overloaded: try again later")
+        if not self.is_ready():
+            m.requests.labels("not_ready").inc()
+            return self._error(503, f"not ready: index {self.lag_s():.1f} s behind its topics")
+        self.in_flight += 1
+        began = time.perf_counter()
+        try:
+            return await self._serve(request, began)
+        finally:
+            self.in_flight -= 1
+            m.latency.observe(time.perf_counter() - began)
+
+    async def _serve(self, request: web.Request, began: float) -> web.Response:
+        m, cfg = self.metrics, self.config
+        deadline = began + cfg.deadline_ms / 1000
+        try:
+            body = await request.json(loads=json.loads)
+        except ValueError:
+            m.requests.labels("bad_request").inc()
+            return self._error(400, "body: not valid JSON", "body")
+        try:
+            ad_request = parse_ad_request(body)
+        except BadRequest as e:
+            m.requests.labels("bad_request").inc()
+            return self._error(400, str(e), e.field)
+        location = ad_request.location or (self.geo.locate(ad_request.ip) if ad_request.ip else None)
+        now_ms = int(self.clock() * 1000)
+        read_started = now_ms
+        user = await self.store.read(ad_request.user_id)
+        user_context_s = time.perf_counter() - began
+        frequency = user.frequency
+        if frequency is FREQUENCY_RECORD_UNAVAILABLE:
+            m.cap_timeouts.inc()
+        elif ad_request.user_id:
+            frequency = self.just_served.merged(ad_request.user_id, frequency, read_started, now_ms)
+        if time.perf_counter() > deadline:
+            m.requests.labels("deadline").inc()
+            return self._error(503, "deadline passed before the decision")
+        profile = {name: user.values(name) for name in ("locations", "interests", "audiences", "age_band", "gender")}
+        terms = targeting_terms(ad_request, location, profile)
+        hidden = frozenset(int(v) for v in user.values("hidden_advertisers") if v.isdigit()) \
+            if ad_request.personalization else frozenset()
+        features = user.features() if ad_request.personalization else {}
+        embedding = None
+        if ad_request.personalization and user.values("embedding"):
+            try:
+                embedding = np.array([float(v) for v in user.values("embedding")], dtype=np.float32)
+                if len(embedding) != self.state.index.embedding_dim:
+                    embedding = None
+            except ValueError:
+                embedding = None
+        country = location.split("/")[0].upper() if location else None
+        context = RequestContext(ad_request.request_id, ad_request.placement, ad_request.positions, terms,
+                                 FilterContext(now_ms, frequency, hidden), country=country,
+                                 user_embedding=embedding, user_features=features)
+        decision = self.engine.decide(context, clock=time.perf_counter, deadline=deadline, rng=self.rng,
+                                      np_rng=self.np_rng)
+        slots = []
+        for w in decision.winners:
+            impression_id = f"{ad_request.request_id}:{w.slot}"
+            billing = BILLING_OF[w.billing]
+            price = w.charge_per_event_micros if w.billing != "cpa" else 0  # conversions are not billed here
+            token = self.keys.sign(TokenClaims(impression_id, w.ad_id, w.campaign_id, price, billing,
+                                               w.landing_url, now_ms + TOKEN_LIFETIME_MS, served_ms=now_ms))
+            quoted = quote(token, safe="")
+            slots.append({"slot": w.slot, "position": w.position, "ad_id": w.ad_id, "campaign_id": w.campaign_id,
+                          "creative_ref": w.creative_ref, "impression_id": impression_id,
+                          "impression_url": f"{cfg.tracker_url}/v1/impression?t={quoted}",
+                          "click_url": f"{cfg.tracker_url}/v1/click?t={quoted}", "token": token})
+        filled = {s["slot"] for s in slots}
+        answer = {"request_id": ad_request.request_id,
+                  "slots": [next((s for s in slots if s["slot"] == i + 1), {"slot": i + 1, "position": p, "ad": None})
+                            for i, p in enumerate(ad_request.positions)]}
+        m.requests.labels("served").inc()
+        m.slots.labels("filled").inc(len(filled))
+        m.slots.labels("empty").inc(len(ad_request.positions) - len(filled))
+        if decision.scored_by_fallback:
+            m.fallbacks.inc()
+        m.stage.labels("user_context").observe(user_context_s)
+        for stage, ms in decision.timings_ms.items():
+            m.stage.labels(stage).observe(ms / 1000)
+        task = asyncio.get_running_loop().create_task(
+            self._after_response(ad_request, decision, location, features, now_ms))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return web.json_response(answer)
+
+    # ------------------------------------------------------- after response
+    async def _after_response(self, ad_request, decision, location, features, now_ms: int) -> None:
+        await asyncio.sleep(0)  # let the response go out first
+        winners = decision.winners
+        for w in winners:
+            self.spend.add(w.campaign_id, w.expected_cost_micros, now_ms)
+            self.state.charge(w.campaign_id, w.expected_cost_micros, now_ms)
+        try:
+            self.produce_served(ad_request.request_id.encode(),
+                                self.codec.encode("ServedRecord", self.served_record(ad_request, decision, location,
+                                                                                     features, now_ms)))
+        except Exception:  # noqa: BLE001 - counted and logged; the response already went out
+            self.metrics.after_errors.labels("served_log").inc()
+            LOG.exception("could not produce the ad.served record of %s", ad_request.request_id)
+        if winners and ad_request.user_id:
+            campaigns = sorted({w.campaign_id for w in winners})
+            day = day_number(now_ms)
+            notes = self.just_served.note(ad_request.user_id, campaigns, day, now_ms)
+            try:
+                await self.store.record_served(ad_request.user_id, campaigns, day)
+                JustServed.landed(notes, int(self.clock() * 1000))
+            except Exception:  # noqa: BLE001 - the note keeps counting until it expires
+                self.metrics.after_errors.labels("frequency_write").inc()
+                LOG.warning("frequency write failed for a user; the in-memory note covers %s s",
+                            self.just_served.window_ms / 1000)
+
+    def served_record(self, ad_request, decision, location, features, now_ms: int) -> dict[str, Any]:
+        parts = (location or "").split("/")
+        winners = []
+        for w in decision.winners:
+            e = w.explanation
+            winners.append({
+                "impression_id": f"{ad_request.request_id}:{w.slot}", "slot_position": w.position,
+                "ad_id": w.ad_id, "campaign_id": w.campaign_id, "billing_type": BILLING_OF[w.billing],
+                "bid_micros": int(e["bid_micros"]), "pctr": float(e["pctr"]),
+                "pcvr": None if e.get("pcvr") is None else float(e["pcvr"]),
+                "quality_micros": int(e["quality_micros"]), "total_value_micros": int(w.total_value_micros),
+                "runner_up_total_value_micros": int(e.get("runner_up_total_value_micros") or 0),
+                "price_micros": int(w.price_micros), "expected_cost_micros": int(w.expected_cost_micros),
+                "participation_probability": float(e["participation_probability"]),
+                "exploration_probability": float(e["exploration_probability"])})
+        return {
+            "request_id": ad_request.request_id, "event_time": now_ms, "server_id": self.config.server_id,
+            "user_id": ad_request.user_id, "placement": ad_request.placement,
+            "country": parts[0] or None if parts else None,
+            "region": "/".join(parts[:2]) if len(parts) > 1 else None,
+            "city": "/".join(parts[:3]) if len(parts) > 2 else None,
+            "device": ad_request.device, "language": ",".join(ad_request.languages) or None,
+            "page": ad_request.page, "user_features": {k: float(v) for k, v in features.items()},
+            "ad_snapshot_version": int(self.state.snapshot_version), "model_version": decision.model_version,
+            "scored_by_fallback": bool(decision.scored_by_fallback), "exploration": bool(decision.explored),
+            "winners": winners,
+            "sampled_losers": [{"ad_id": int(l["ad_id"]), "campaign_id": int(l["campaign_id"]),
+                                "pctr": float(l["pctr"]), "total_value_micros": int(l["total_value_micros"])}
+                               for l in decision.sampled_losers]}
+
+    async def drain(self) -> None:
+        """Wait for the post-response work still running (shutdown, tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,160 @@
+"""Running the ad server: Kafka, Redis, the topic follower, the spend reporter and the HTTP listener.
+
+`adserve serve ads` calls `run_ad_server`; tests call `start_ad_server` and get a handle to stop it."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from core.tokens import TokenKeys
+from schemas.codec import AvroCodec
+from serving.adserver.app import AdServer, ServerConfig
+from serving.adserver.request import GeoResolver
+from serving.adserver.state import ServingState, TopicFollower
+from serving.frequency_store import UserStore
+from streams import kafka
+
+LOG = logging.getLogger("adserve.adserver")
+SPEND_INTERVAL_S = 1.0
+
+
+class SpendReporter:
+    """Once a second: cut the accumulated spend into reports and produce them to budget.spend.
+
+    A report stays pending until the broker acknowledges it; one that failed (the broker was
+    unavailable past the producer's timeout) is produced again with the same (server id, sequence)."""
+
+    def __init__(self, server: AdServer, bootstrap: str, producer_overrides: dict[str, Any] | None = None):
+        self.server = server
+        self.codec = AvroCodec()
+        self.producer = kafka.producer(bootstrap, **(producer_overrides or {}))
+        self.pending: dict[tuple[int, int], dict[str, Any]] = {}  # (sequence, campaign) -> report
+        self.in_transit: set[tuple[int, int]] = set()
+        self.sent = 0
+        self.resent = 0
+
+    def _delivered(self, key: tuple[int, int]):
+        def callback(err, msg) -> None:
+            self.in_transit.discard(key)
+            if err is None:
+                self.pending.pop(key, None)
+                self.sent += 1
+            else:
+                LOG.warning("spend report %s not delivered (%s); it will be sent again", key, err)
+        return callback
+
+    def tick(self, now_ms: int) -> None:
+        state = self.server.state
+        for report in self.server.spend.cut(now_ms, state.lease_ids(now_ms)):
+            self.pending[(report["sequence"], report["campaign_id"])] = report
+        for key, report in list(self.pending.items()):
+            if key in self.in_transit:
+                continue
+            if report.get("_tries", 0):
+                self.resent += 1
+            report["_tries"] = report.get("_tries", 0) + 1
+            record = {k: v for k, v in report.items() if not k.startswith("_")}
+            try:
+                self.producer.produce("budget.spend", key=str(report["campaign_id"]).encode(),
+                                      value=self.codec.encode("SpendReport", record), timestamp=now_ms,
+                                      on_delivery=self._delivered(key))
+                self.in_transit.add(key)
+            except BufferError:
+                break
+        self.producer.poll(0)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self.producer.flush(timeout_s)
+
+
+@dataclass
+class RunningAdServer:
+    server: AdServer
+    follower: TopicFollower
+    reporter: SpendReporter
+    runner: web.AppRunner
+    port: int
+    tasks: list[asyncio.Task]
+    served_producer: Any
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await self.server.drain()
+        await self.runner.cleanup()
+        self.follower.stop()
+        self.follower.join(10)
+        self.reporter.tick(int(time.time() * 1000))
+        self.reporter.close()
+        self.served_producer.flush(5)
+        await self.server.store.close()
+
+
+async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, keys: TokenKeys,
+                          config: ServerConfig | None = None, host: str = "127.0.0.1", port: int = 8080,
+                          geo: GeoResolver | None = None, wait_ready_s: float = 60.0,
+                          producer_overrides: dict[str, Any] | None = None) -> RunningAdServer:
+    config = config or ServerConfig()
+    loop = asyncio.get_running_loop()
+    state = ServingState(config.server_id)
+    served_producer = kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})})
+
+    def produce_served(key: bytes, value: bytes) -> None:
+        served_producer.produce("ad.served", key=key, value=value)
+        served_producer.poll(0)
+
+    def deliver(batch) -> None:
+        def apply() -> None:
+            now_ms = int(time.time() * 1000)
+            for topic, record, _ in batch:
+                state.apply(topic, record, now_ms)
+        loop.call_soon_threadsafe(apply)
+
+    follower = TopicFollower(bootstrap, deliver)
+    server = AdServer(config, state, UserStore(redis_host, redis_port,
+                                               read_timeout_s=config.user_read_timeout_ms / 1000),
+                      keys, produce_served=produce_served, ready=follower.ready, lag_s=follower.lag_s, geo=geo)
+    reporter = SpendReporter(server, bootstrap, producer_overrides)
+    follower.start()
+
+    async def every_second() -> None:
+        while True:
+            await asyncio.sleep(SPEND_INTERVAL_S)
+            now_ms = int(time.time() * 1000)
+            try:
+                reporter.tick(now_ms)
+                state.expire_leases(now_ms)
+                server.just_served.sweep(now_ms)
+                served_producer.poll(0)
+            except Exception:  # noqa: BLE001 - keep reporting; the failure is logged
+                LOG.exception("periodic work failed")
+
+    tasks = [loop.create_task(every_second())]
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=256)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    began = time.monotonic()
+    while not follower.ready() and time.monotonic() - began < wait_ready_s:
+        if follower.error is not None:
+            raise follower.error
+        await asyncio.sleep(0.05)
+    LOG.info("ad server %s on %s:%d, %d ads, ready=%s", config.server_id, host, bound, len(state.index),
+             follower.ready())
+    return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_producer)
+
+
+def run_ad_server(**kwargs: Any) -> None:
+    async def main() -> None:
+        running = await start_ad_server(**kwargs)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await running.stop()
+    asyncio.run(main())

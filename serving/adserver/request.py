@@ -1,0 +1,144 @@
+"""The ad request: parsing, validation and the gateway's duties (location, consent). Pure.
+
+    POST /v1/ads
+    {"request_id": "r1",                       optional; generated if absent
+     "user_id": "u42",                         or "device_id"; optional (anonymous)
+     "consent": {"personalization": true},     false: no profile signal becomes a targeting term
+     "placement": "feed",
+     "slots": [{"position": 1}, {"position": 2}],   1 to 3, distinct positions >= 1
+     "device": "ios", "language": "en" | ["en", "es"],
+     "location": "US/CA/San Francisco" | "ip": "203.0.113.7",
+     "page": "https://news.example/article"}
+
+A malformed request raises BadRequest naming the field (the server answers 400)."""
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from core.errors import AdserveError
+from core.targeting import request_terms
+
+MAX_SLOTS = 3
+
+
+class BadRequest(AdserveError):
+    def __init__(self, field_name: str, problem: str):
+        self.field = field_name
+        super().__init__(f"{field_name}: {problem}")
+
+
+@dataclass
+class AdRequest:
+    request_id: str
+    user_id: str | None
+    personalization: bool
+    placement: str
+    positions: list[int]
+    device: str | None
+    languages: list[str]
+    location: str | None
+    ip: str | None
+    page: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _string(body: Mapping[str, Any], name: str, *, required: bool = False, max_len: int = 256) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise BadRequest(name, "is required")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(name, "must be a non-empty string")
+    if len(value) > max_len:
+        raise BadRequest(name, f"must be at most {max_len} characters")
+    return value.strip()
+
+
+def parse_ad_request(body: Any) -> AdRequest:
+    if not isinstance(body, dict):
+        raise BadRequest("body", "must be a JSON object")
+    placement = _string(body, "placement", required=True, max_len=64)
+    slots = body.get("slots")
+    if not isinstance(slots, list) or not 1 <= len(slots) <= MAX_SLOTS:
+        raise BadRequest("slots", f"must be a list of 1 to {MAX_SLOTS} slots")
+    positions = []
+    for i, slot in enumerate(slots):
+        position = slot.get("position") if isinstance(slot, dict) else None
+        if not isinstance(position, int) or isinstance(position, bool) or position < 1:
+            raise BadRequest(f"slots[{i}].position", "must be an integer >= 1")
+        if position in positions:
+            raise BadRequest(f"slots[{i}].position", f"position {position} appears twice")
+        positions.append(position)
+    consent = body.get("consent", {})
+    if not isinstance(consent, dict) or not isinstance(consent.get("personalization", False), bool):
+        raise BadRequest("consent", 'must be an object like {"personalization": true}')
+    languages = body.get("language", [])
+    if isinstance(languages, str):
+        languages = [languages]
+    if not isinstance(languages, list) or not all(isinstance(v, str) and v for v in languages) \
+            or len(languages) > 5:
+        raise BadRequest("language", "must be a language code or a list of up to 5")
+    ip = _string(body, "ip", max_len=45)
+    if ip is not None:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise BadRequest("ip", f"{ip!r} is not an IP address") from None
+    user_id = _string(body, "user_id", max_len=128) or _string(body, "device_id", max_len=128)
+    return AdRequest(
+        request_id=_string(body, "request_id", max_len=128) or uuid.uuid4().hex,
+        user_id=user_id, personalization=bool(consent.get("personalization", False)),
+        placement=placement, positions=positions, device=_string(body, "device", max_len=32),
+        languages=languages, location=_string(body, "location", max_len=200), ip=ip,
+        page=_string(body, "page", max_len=2048))
+
+
+class GeoResolver:
+    """Location from an IP address: a table of CIDR -> "COUNTRY/Region/City" (longest prefix wins).
+
+    Load one with from_csv (lines "203.0.113.0/24,US/CA/San Francisco"); the default table is empty,
+    so an IP alone leaves the location unknown."""
+
+    def __init__(self, table: Iterable[tuple[str, str]] = ()):
+        self.networks = sorted(((ipaddress.ip_network(c, strict=False), loc) for c, loc in table),
+                               key=lambda item: -item[0].prefixlen)
+
+    @classmethod
+    def from_csv(cls, path: str) -> "GeoResolver":
+        rows = []
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    cidr, _, location = line.partition(",")
+                    rows.append((cidr.strip(), location.strip()))
+        return cls(rows)
+
+    def locate(self, ip: str) -> str | None:
+        address = ipaddress.ip_address(ip)
+        for network, location in self.networks:
+            if address.version == network.version and address in network:
+                return location
+        return None
+
+
+def targeting_terms(request: AdRequest, location: str | None, profile: Mapping[str, list[str]]
+                    ) -> dict[str, frozenset[str]]:
+    """The request's targeting terms. Context (placement, device, language, location) always counts;
+    profile signals (age band, gender, interests, audiences, the profile's locations) only with consent."""
+    locations = [location] if location else []
+    attributes: dict[str, Any] = {"placement": request.placement, "device": request.device,
+                                  "language": request.languages}
+    if request.personalization:
+        if not locations:
+            locations = profile.get("locations", [])[:3]
+        for name, key in (("age_band", "age_band"), ("gender", "gender"), ("interest", "interests"),
+                          ("audience", "audiences")):
+            values = profile.get(key, [])
+            if values:
+                attributes[name] = values
+    return request_terms(location=locations, **attributes)

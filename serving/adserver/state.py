@@ -1,0 +1,206 @@
+"""What an ad server holds: the index and campaign table built from the compacted topics, the budget
+word per campaign and the slices it holds; and the thread that follows those topics.
+
+`ServingState` is plain data plus apply functions (no I/O). `TopicFollower`
+reads serving.ads, serving.campaigns and budget.state from the beginning
+(they are compacted: the latest record per key is the state) and budget.leases
+from 30 s ago, decodes the records and hands them, in batches, to a callback
+that the server runs on its event loop, so the index never changes under a
+request. A record that cannot be decoded goes to dead.letters and is counted.
+
+Readiness: the server is ready once every partition of the three state
+topics was read to its end once, and stays ready while the follower is within
+5 s of their heads (`lag_s`)."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from core.dead_letters import from_corrupt
+from core.errors import CorruptRecord
+from core.leases import LEASE_LIFETIME_MS, LeaseBook
+from core.targeting import Targeting
+from schemas.codec import AvroCodec
+from serving.decision.campaigns import CampaignRecord, CampaignTable
+from serving.decision.index import AdRecord, TargetingIndex
+from streams import kafka
+
+LOG = logging.getLogger("adserve.adserver.state")
+STATE_TOPICS = ("serving.ads", "serving.campaigns", "budget.state")
+LEASE_TOPIC = "budget.leases"
+READY_LAG_S = 5.0
+
+
+def ad_record(r: dict[str, Any]) -> AdRecord:
+    return AdRecord(ad_id=int(r["ad_id"]), campaign_id=int(r["campaign_id"]), version=int(r["version"]),
+                    bid_type=r["bid_type"], bid_micros=int(r["bid_micros"]),
+                    quality_micros=int(round(r["quality_prior"])), static_score=float(r["static_score"]),
+                    targeting=Targeting.from_clauses(r["targeting"]), creative_ref=r["creative_ref"],
+                    landing_url=r["landing_url"], removed=bool(r["removed"]))
+
+
+def campaign_record(r: dict[str, Any]) -> CampaignRecord:
+    return CampaignRecord(campaign_id=int(r["campaign_id"]), advertiser_id=int(r["advertiser_id"]),
+                          version=int(r["version"]), status=r["status"], timezone=r["timezone"],
+                          flight_start=r["flight_start"], flight_end=r["flight_end"], dayparts=r["dayparts"],
+                          cap_per_day=r["cap_per_day"], cap_per_week=r["cap_per_week"],
+                          daily_budget_micros=int(r["daily_budget_micros"]))
+
+
+@dataclass
+class ServingState:
+    server_id: str
+    index: TargetingIndex = field(default_factory=TargetingIndex)
+    campaigns: CampaignTable = field(default_factory=CampaignTable)
+    budget: dict[int, tuple[str, float]] = field(default_factory=dict)  # campaign -> (state, p)
+    snapshot_version: int = 0  # highest ad or campaign version applied
+    applied: int = 0
+
+    def __post_init__(self) -> None:
+        self.leases = LeaseBook(self.server_id)
+
+    def apply(self, topic: str, record: dict[str, Any], now_ms: int) -> None:
+        self.applied += 1
+        if topic == "serving.ads":
+            ad = ad_record(record)
+            self.index.upsert(ad)
+            self.snapshot_version = max(self.snapshot_version, ad.version)
+        elif topic == "serving.campaigns":
+            campaign = campaign_record(record)
+            if self.campaigns.upsert(campaign):
+                self.snapshot_version = max(self.snapshot_version, campaign.version)
+                self._apply_budget(campaign.campaign_id, now_ms)
+        elif topic == "budget.state":
+            self.budget[int(record["campaign_id"])] = (record["state"], float(record["participation_probability"]))
+            self._apply_budget(int(record["campaign_id"]), now_ms)
+        elif topic == LEASE_TOPIC:
+            if self.leases.grant(record):
+                self._apply_budget(int(record["campaign_id"]), now_ms)
+
+    def _apply_budget(self, campaign_id: int, now_ms: int) -> None:
+        state, p = self.budget.get(campaign_id, ("OPEN", 1.0))
+        self.campaigns.set_budget(campaign_id, state, p, slice_held=self.leases.held(campaign_id, now_ms))
+
+    def charge(self, campaign_id: int, expected_cost_micros: int, now_ms: int) -> None:
+        """Spend a metered campaign's slice; when it runs out the campaign stops serving here."""
+        if self.budget.get(campaign_id, ("OPEN",))[0] != "METERED":
+            return
+        self.leases.charge(campaign_id, expected_cost_micros, now_ms)
+        if not self.leases.held(campaign_id, now_ms):
+            self._apply_budget(campaign_id, now_ms)
+
+    def expire_leases(self, now_ms: int) -> None:
+        for campaign_id in self.leases.expire(now_ms):
+            self._apply_budget(campaign_id, now_ms)
+
+    def lease_ids(self, now_ms: int) -> dict[int, str]:
+        out = {}
+        for campaign_id in self.leases.campaigns():
+            live = [l for l in self.leases._leases.get(campaign_id, ()) if l.expires_ms > now_ms]
+            if live:
+                out[campaign_id] = live[-1].lease_id
+        return out
+
+
+class TopicFollower(threading.Thread):
+    """Follows the state topics on a thread; `deliver(batch)` receives [(topic, record, timestamp_ms)]."""
+
+    def __init__(self, bootstrap: str, deliver: Callable[[list[tuple[str, dict, int]]], None], *,
+                 job: str = "adserver", clock: Callable[[], float] = time.time):
+        super().__init__(name="adserve-topic-follower", daemon=True)
+        self.bootstrap, self.deliver, self.job, self.clock = bootstrap, deliver, job, clock
+        self.codec = AvroCodec()
+        self.corrupt_records = 0
+        self.loaded = threading.Event()
+        self._stop = threading.Event()
+        self._at_end: dict[tuple[str, int], bool] = {}
+        self._last_ts: dict[tuple[str, int], float] = {}
+        self._started = clock()
+        self._dead_letters = kafka.producer(bootstrap)
+        self.error: Exception | None = None
+
+    def lag_s(self) -> float:
+        """How far behind the heads of the state topics (0 when every partition is at its end)."""
+        now = self.clock()
+        behind = [now - self._last_ts.get(tp, self._started) for tp, at_end in self._at_end.items()
+                  if not at_end]
+        return max(behind, default=0.0)
+
+    def ready(self) -> bool:
+        return self.loaded.is_set() and self.lag_s() <= READY_LAG_S
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as e:  # noqa: BLE001 - reported through readiness and the log
+            self.error = e
+            LOG.exception("topic follower stopped")
+
+    def _run(self) -> None:
+        cons = kafka.consumer(self.bootstrap, group_id=f"adserve-follower-{time.monotonic_ns()}",
+                              **{"enable.partition.eof": True})
+        try:
+            assignment = []
+            metadata = cons.list_topics(timeout=10)
+            for topic in (*STATE_TOPICS, LEASE_TOPIC):
+                if topic not in metadata.topics:
+                    raise RuntimeError(f"topic {topic} does not exist: run `adserve up` first")
+                for p in metadata.topics[topic].partitions:
+                    if topic == LEASE_TOPIC:
+                        since = int((self.clock() * 1000) - LEASE_LIFETIME_MS)
+                        assignment.append(TopicPartition(topic, p, since))
+                    else:
+                        assignment.append(TopicPartition(topic, p, 0))
+                        self._at_end[(topic, p)] = False
+            leases = [tp for tp in assignment if tp.topic == LEASE_TOPIC]
+            if leases:
+                found = {(tp.topic, tp.partition): tp.offset for tp in cons.offsets_for_times(leases, timeout=10)}
+                for tp in assignment:
+                    if tp.topic == LEASE_TOPIC:
+                        tp.offset = found.get((tp.topic, tp.partition), -1)  # -1: from the end
+            cons.assign(assignment)
+            while not self._stop.is_set():
+                messages = cons.consume(num_messages=2000, timeout=0.1)
+                batch = []
+                for msg in messages:
+                    key = (msg.topic(), msg.partition())
+                    if msg.error():
+                        if msg.error().code() == KafkaError._PARTITION_EOF:
+                            if key in self._at_end:
+                                self._at_end[key] = True
+                            continue
+                        LOG.warning("consume error: %s", msg.error())
+                        continue
+                    if key in self._at_end:
+                        self._at_end[key] = False
+                    self._last_ts[key] = msg.timestamp()[1] / 1000
+                    try:
+                        record = self.codec.decode(msg.value(), topic=msg.topic(), partition=msg.partition(),
+                                                   offset=msg.offset())
+                    except CorruptRecord as e:
+                        self._dead_letter(e, msg)
+                        continue
+                    batch.append((msg.topic(), record, msg.timestamp()[1]))
+                if batch:
+                    self.deliver(batch)
+                if not self.loaded.is_set() and all(self._at_end.values()):
+                    self.loaded.set()
+                    LOG.info("state topics read to their heads")
+                self._dead_letters.poll(0)
+        finally:
+            cons.close()
+            self._dead_letters.flush(5)
+
+    def _dead_letter(self, error: CorruptRecord, msg: Any) -> None:
+        self.corrupt_records += 1
+        LOG.warning("%s", error)
+        letter = from_corrupt(self.job, error, timestamp_ms=msg.timestamp()[1], key=msg.key(), value=msg.value())
+        self._dead_letters.produce("dead.letters", value=self.codec.encode("DeadLetter", letter), key=msg.key())

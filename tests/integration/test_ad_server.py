@@ -1,0 +1,199 @@
+"""The ad server and the tracker on real Redis and Kafka (the platform's own, plus one extra Redis that a
+test stops mid-run)."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import aiohttp
+import pytest
+import redis
+
+from core.tokens import TokenClaims, TokenKeys
+from infra.platform.process import wait_until
+from infra.platform.services import Redis
+from schemas.codec import AvroCodec
+from serving.adserver.app import ServerConfig
+from serving.adserver.main import start_ad_server
+from serving.tracker import start_tracker
+from streams import kafka
+
+KEYS = TokenKeys({"it1": b"integration-test-key-0123"}, active="it1")
+CODEC = AvroCodec()
+LANDING = "https://shop.example/landing"
+
+
+def _ids() -> int:
+    return (time.time_ns() // 1000) % 10**12 * 10
+
+
+def publish(bootstrap: str, placement: str, campaigns: list[dict]) -> None:
+    """One ad per campaign, targeted at the test's own placement (so other tests' ads never match)."""
+    now = int(time.time() * 1000)
+    records = []
+    for c in campaigns:
+        records.append(("serving.campaigns", str(c["id"]).encode(), CODEC.encode("ServingCampaign", {
+            "campaign_id": c["id"], "advertiser_id": c["id"], "version": 1, "event_time": now, "status": "ACTIVE",
+            "bid_type": "CPM", "daily_budget_micros": 100_000_000, "currency": "USD", "timezone": "UTC",
+            "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": c.get("cap"),
+            "cap_per_week": None, "cpa_target_micros": None})))
+        records.append(("serving.ads", str(c["id"] + 1).encode(), CODEC.encode("ServingAd", {
+            "ad_id": c["id"] + 1, "campaign_id": c["id"], "advertiser_id": c["id"], "version": 1, "event_time": now,
+            "removed": False, "bid_type": "CPM", "bid_micros": c.get("bid", 5_000_000), "quality_prior": 0.0,
+            "creative_ref": f"creative-{c['id']}", "landing_url": LANDING, "static_score": 1.0,
+            "targeting": [{"attribute": "placement", "values": [placement], "excluded": False}]})))
+    for topic in ("serving.campaigns", "serving.ads"):
+        kafka.produce_all(bootstrap, topic, [(k, v, now) for t, k, v in records if t == topic])
+
+
+class Services:
+    def __init__(self, platform, redis_port: int | None = None):
+        self.platform, self.redis_port = platform, redis_port or platform.redis_port
+
+    async def __aenter__(self):
+        self.tracker_runner, tracker_port, self.tracker, self.tracker_producer = await start_tracker(
+            bootstrap=self.platform.kafka_bootstrap, keys=KEYS, port=0)
+        self.server = await start_ad_server(
+            bootstrap=self.platform.kafka_bootstrap, redis_host=self.platform.host, redis_port=self.redis_port,
+            keys=KEYS, port=0, config=ServerConfig(server_id=f"it-{uuid.uuid4().hex[:6]}",
+                                                   tracker_url=f"http://127.0.0.1:{tracker_port}"))
+        assert self.server.follower.ready(), "the ad server never caught up with its topics"
+        self.url = f"http://127.0.0.1:{self.server.port}"
+        self.http = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.http.close()
+        await self.server.stop()
+        await self.tracker_runner.cleanup()
+        self.tracker_producer.flush(10)
+
+    async def ask(self, body: dict) -> tuple[int, dict]:
+        async with self.http.post(f"{self.url}/v1/ads", json=body) as r:
+            return r.status, await r.json()
+
+
+def _request(placement: str, user: str, slots: int = 1, **extra) -> dict:
+    return {"request_id": uuid.uuid4().hex, "user_id": user, "placement": placement,
+            "slots": [{"position": i + 1} for i in range(slots)], **extra}
+
+
+def _filled(answer: dict) -> list[dict]:
+    return [s for s in answer["slots"] if s.get("ad_id")]
+
+
+def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(platform):
+    placement = f"it-{uuid.uuid4().hex[:8]}"
+    base = _ids()
+    publish(platform.kafka_bootstrap, placement, [{"id": base, "bid": 5_000_000}, {"id": base + 100, "bid": 3_000_000}])
+
+    async def scenario():
+        async with Services(platform) as s:
+            answers = []
+            for _ in range(5):
+                status, answer = await s.ask(_request(placement, f"user-{uuid.uuid4().hex[:6]}"))
+                assert status == 200
+                answers.append(answer)
+            slot = _filled(answers[0])[0]
+            assert slot["ad_id"] == base + 1 and slot["creative_ref"] == f"creative-{base}"
+            claims = KEYS.verify(slot["token"], int(time.time() * 1000))
+            assert (claims.campaign_id, claims.billing, claims.landing_url) == (base, "IMPRESSION", LANDING)
+            async with s.http.get(slot["impression_url"]) as r:
+                assert r.status == 204
+            # no open redirect: an unsigned destination is ignored, the signed landing URL wins
+            async with s.http.get(slot["click_url"] + "&url=https%3A%2F%2Fevil.example%2F",
+                                  allow_redirects=False) as r:
+                assert r.status == 302 and r.headers["Location"] == LANDING
+            token = parse_qs(urlparse(slot["click_url"]).query)["t"][0]
+            tampered = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+            tracker = slot["click_url"].split("/v1/")[0]
+            async with s.http.get(f"{tracker}/v1/click", params={"t": tampered}, allow_redirects=False) as r:
+                assert r.status == 403
+            expired = KEYS.sign(dataclasses.replace(claims, expires_ms=int(time.time() * 1000) - 1))
+            async with s.http.get(slot["impression_url"].split("?")[0], params={"t": expired}) as r:
+                assert r.status == 410
+            status, bad = await s.ask({"placement": placement, "slots": [{"position": "first"}]})
+            assert status == 400 and bad["field"] == "slots[0].position"
+            async with s.http.post(f"{s.url}/v1/ads", data=b"{not json") as r:
+                assert r.status == 400
+            rejected = {labels["reason"]: value for labels, value in _samples(s.tracker.rejected)}
+            assert rejected == {"bad_signature": 1.0, "expired": 1.0}
+            return [a["request_id"] for a in answers], slot["impression_id"]
+
+    request_ids, impression_id = asyncio.run(scenario())
+    events = [CODEC.decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, "ad.events")]
+    mine = [e for e in events if e["impression_id"] == impression_id]
+    assert sorted(e["event_type"] for e in mine) == ["CLICK", "IMPRESSION"]
+    served = {r["request_id"]: r for r in (CODEC.decode(m.value())
+                                           for m in kafka.read_all(platform.kafka_bootstrap, "ad.served"))}
+    assert set(request_ids) <= set(served)
+    expected = sum(w["expected_cost_micros"] for rid in request_ids for w in served[rid]["winners"])
+    assert expected > 0  # the winner pays what keeps it above the runner-up's 3 $ CPM
+    spend = [CODEC.decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, "budget.spend")]
+    assert sum(r["expected_spend_micros"] for r in spend if r["campaign_id"] == base) == expected
+
+
+def _samples(counter):
+    for metric in counter.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                yield sample.labels, sample.value
+
+
+def test_a_cap_of_three_a_day_holds_under_concurrent_requests_for_one_user(platform):
+    placement = f"it-{uuid.uuid4().hex[:8]}"
+    base = _ids()
+    publish(platform.kafka_bootstrap, placement, [{"id": base, "cap": 3}])
+    user = f"cap-{uuid.uuid4().hex[:8]}"
+
+    async def scenario():
+        async with Services(platform) as s:
+            first = await asyncio.gather(*(s.ask(_request(placement, user)) for _ in range(12)))
+            await s.server.server.drain()
+            later = await asyncio.gather(*(s.ask(_request(placement, user)) for _ in range(6)))
+            return first + later
+
+    results = asyncio.run(scenario())
+    assert all(status == 200 for status, _ in results)
+    assert sum(len(_filled(answer)) for _, answer in results) == 3
+    client = redis.Redis(host=platform.host, port=platform.redis_port)
+    record = client.hgetall(f"fc:{user}")
+    assert list(record.values()) == [b"3"] and 0 < client.pttl(f"fc:{user}") <= 7 * 86_400_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_with_redis_stopped_capped_campaigns_are_excluded_and_uncapped_still_served(platform, tmp_path: Path):
+    extra = Redis(dataclasses.replace(platform, home=tmp_path / "redis-home", redis_port=_free_port()))
+    extra.launch()
+    wait_until(extra.healthy, timeout_s=20, what="the extra Redis to answer")
+    placement = f"it-{uuid.uuid4().hex[:8]}"
+    base = _ids()
+    capped, uncapped = base, base + 100
+    publish(platform.kafka_bootstrap, placement, [{"id": capped, "cap": 50, "bid": 9_000_000},
+                                                  {"id": uncapped, "bid": 4_000_000}])
+
+    async def scenario():
+        async with Services(platform, redis_port=extra.settings.redis_port) as s:
+            before = [await s.ask(_request(placement, "u-redis", slots=2)) for _ in range(3)]
+            extra.stop()
+            after = [await s.ask(_request(placement, "u-redis", slots=2)) for _ in range(5)]
+            return before, after, s.server.server.metrics.cap_timeouts._value.get()
+
+    try:
+        before, after, timeouts = asyncio.run(scenario())
+    finally:
+        extra.stop()
+    assert all(status == 200 for status, _ in before + after)
+    assert all({s["campaign_id"] for s in _filled(a)} == {capped, uncapped} for _, a in before)
+    assert all({s["campaign_id"] for s in _filled(a)} == {uncapped} for _, a in after)
+    assert timeouts >= 5

@@ -1,0 +1,151 @@
+"""Pure rules of the ad server and tracker: tokens, frequency notes and record trimming, leases, spend,
+request validation and consent."""
+from __future__ import annotations
+
+import pytest
+
+from core.frequency import DAY_MS, JustServed, field_name, fields_to_drop
+from core.leases import LeaseBook
+from core.spend import SpendAccumulator, SpendDedupe
+from core.tokens import InvalidToken, TokenClaims, TokenKeys
+from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
+
+NOW = 1_800_000_000_000
+KEYS = TokenKeys({"k2": b"second-key-0123456789", "k1": b"first-key-0123456789"}, active="k2")
+
+
+def claims(**over) -> TokenClaims:
+    base = dict(impression_id="r1:1", ad_id=7, campaign_id=3, price_micros=1_400_000, billing="CLICK",
+                landing_url="https://shop.example/a", expires_ms=NOW + 3_600_000)
+    return TokenClaims(**{**base, **over})
+
+
+def test_a_token_verifies_and_carries_its_claims():
+    got = KEYS.verify(KEYS.sign(claims()), NOW)
+    assert (got.ad_id, got.price_micros, got.landing_url, got.key_id) == (7, 1_400_000, "https://shop.example/a", "k2")
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (lambda t: t[:-2] + ("A" if t[-2] != "A" else "B") + t[-1], "bad_signature"),
+    (lambda t: t.split(".")[0][:-3] + "xyz." + t.split(".")[1], None),
+    (lambda t: "garbage", "malformed"),
+])
+def test_a_tampered_or_forged_token_is_rejected(mutate, reason):
+    with pytest.raises(InvalidToken) as e:
+        KEYS.verify(mutate(KEYS.sign(claims())), NOW)
+    assert reason is None or e.value.reason == reason
+
+
+def test_a_token_with_a_changed_price_is_rejected():
+    import base64
+    import json
+    payload, signature = KEYS.sign(claims()).split(".")
+    body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    body["price_micros"] = 1
+    forged = base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).rstrip(b"=").decode()
+    with pytest.raises(InvalidToken) as e:
+        KEYS.verify(f"{forged}.{signature}", NOW)
+    assert e.value.reason == "bad_signature"
+
+
+def test_an_expired_token_is_rejected():
+    token = KEYS.sign(claims(expires_ms=NOW - 1))
+    with pytest.raises(InvalidToken) as e:
+        KEYS.verify(token, NOW)
+    assert e.value.reason == "expired"
+
+
+def test_keys_rotate_old_tokens_verify_until_the_old_key_is_retired():
+    old = TokenKeys({"k1": b"first-key-0123456789"}, active="k1").sign(claims())
+    assert KEYS.verify(old, NOW).key_id == "k1"
+    retired = TokenKeys({"k2": b"second-key-0123456789"}, active="k2")
+    with pytest.raises(InvalidToken) as e:
+        retired.verify(old, NOW)
+    assert e.value.reason == "unknown_key"
+
+
+def test_token_keys_from_spec_first_is_active():
+    keys = TokenKeys.from_spec("new:aaaaaaaaaaaaaaaaaaaa,old:bbbbbbbbbbbbbbbbbbbb")
+    assert keys.active == "new" and set(keys.keys) == {"new", "old"}
+    with pytest.raises(ValueError):
+        TokenKeys.from_spec("nocolon")
+
+
+def test_fields_older_than_a_week_and_beyond_the_limit_are_dropped_oldest_first():
+    today = 20_000
+    names = [field_name(1, today - d) for d in range(10)] + ["junk"]
+    drop = fields_to_drop(names, today, max_fields=4, keep=frozenset({field_name(1, today - 6)}))
+    assert set(drop) >= {"junk", field_name(1, today - 7), field_name(1, today - 8), field_name(1, today - 9)}
+    kept = set(names) - set(drop)
+    assert len(kept) == 4 and field_name(1, today - 6) in kept and field_name(1, today) in kept
+
+
+def test_just_served_notes_count_until_their_increment_landed_before_the_read():
+    notes = JustServed(window_ms=5_000)
+    day = NOW // DAY_MS
+    pending = notes.note("u", [3], day, NOW)
+    assert notes.merged("u", None, NOW, NOW + 1) == {(3, day): 1}  # not yet in Redis
+    JustServed.landed(pending, NOW + 10)
+    assert notes.merged("u", {(3, day): 1}, NOW + 5, NOW + 20) == {(3, day): 2}  # read began before it landed
+    assert notes.merged("u", {(3, day): 1}, NOW + 11, NOW + 20) == {(3, day): 1}  # Redis holds it: once
+    assert notes.merged("u", {(3, day): 1}, NOW, NOW + 6_000) == {(3, day): 1}  # the note expired
+    assert len(notes) == 0
+
+
+def test_a_lease_is_held_until_spent_or_expired_and_only_for_this_server():
+    book = LeaseBook("s1")
+    assert not book.grant({"lease_id": "x", "server_id": "s2", "campaign_id": 1, "event_time": NOW,
+                           "amount_micros": 100, "expires_at": NOW + 60_000})
+    assert book.grant({"lease_id": "a", "server_id": "s1", "campaign_id": 1, "event_time": NOW,
+                       "amount_micros": 100, "expires_at": NOW + 60_000})
+    assert not book.grant({"lease_id": "a", "server_id": "s1", "campaign_id": 1, "event_time": NOW,
+                           "amount_micros": 100, "expires_at": NOW + 60_000})  # once per lease id
+    assert book.held(1, NOW + 29_999) and not book.held(1, NOW + 30_000)  # 30 s at most
+    assert book.charge(1, 60, NOW) == 0 and book.remaining(1, NOW) == 40
+    assert book.charge(1, 60, NOW) == 20 and not book.held(1, NOW)
+    assert book.expire(NOW) == [1]
+
+
+def test_spend_reports_share_a_sequence_and_a_resend_counts_once():
+    acc = SpendAccumulator("s1")
+    acc.add(1, 500, NOW)
+    acc.add(1, 250, NOW)
+    acc.add(2, 10, NOW)
+    reports = acc.cut(NOW + 1000)
+    assert [(r["campaign_id"], r["sequence"], r["expected_spend_micros"], r["served_ads"]) for r in reports] == \
+        [(1, 1, 750, 2), (2, 1, 10, 1)]
+    assert acc.cut(NOW + 2000) == []
+    dedupe = SpendDedupe()
+    counted = [r for r in reports + reports + reports[:1] if dedupe.first_time(r)]
+    assert sum(r["expected_spend_micros"] for r in counted) == 760
+
+
+@pytest.mark.parametrize("body, field", [
+    ([], "body"), ({"slots": [{"position": 1}]}, "placement"), ({"placement": "feed"}, "slots"),
+    ({"placement": "feed", "slots": [{"position": 0}]}, "slots[0].position"),
+    ({"placement": "feed", "slots": [{"position": 1}, {"position": 1}]}, "slots[1].position"),
+    ({"placement": "feed", "slots": [{"position": i} for i in range(1, 5)]}, "slots"),
+    ({"placement": "feed", "slots": [{"position": 1}], "ip": "999.1.1.1"}, "ip"),
+    ({"placement": "feed", "slots": [{"position": 1}], "consent": "yes"}, "consent"),
+    ({"placement": "feed", "slots": [{"position": 1}], "language": [1]}, "language"),
+])
+def test_a_malformed_request_names_its_field(body, field):
+    with pytest.raises(BadRequest) as e:
+        parse_ad_request(body)
+    assert e.value.field == field
+
+
+def test_only_consented_profile_signals_become_targeting_terms():
+    body = {"placement": "feed", "slots": [{"position": 1}], "device": "ios", "user_id": "u"}
+    profile = {"interests": ["hiking"], "age_band": ["25-34"], "locations": ["US/CA"]}
+    without = targeting_terms(parse_ad_request(body), None, profile)
+    assert "interest" not in without and "age_band" not in without and "location" not in without
+    with_consent = targeting_terms(parse_ad_request({**body, "consent": {"personalization": True}}), None, profile)
+    assert with_consent["interest"] == {"hiking"} and with_consent["location"] == {"US", "US/CA"}
+
+
+def test_the_location_comes_from_the_ip_by_the_longest_prefix():
+    geo = GeoResolver([("203.0.113.0/24", "US/CA"), ("203.0.113.128/25", "US/CA/San Francisco")])
+    assert geo.locate("203.0.113.200") == "US/CA/San Francisco"
+    assert geo.locate("203.0.113.5") == "US/CA"
+    assert geo.locate("198.51.100.1") is None
