@@ -117,17 +117,17 @@ class TopicFollower(threading.Thread):
         self.codec = AvroCodec()
         self.corrupt_records = 0
         self.loaded = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._at_end: dict[tuple[str, int], bool] = {}
         self._last_ts: dict[tuple[str, int], float] = {}
-        self._started = clock()
+        self._began = clock()
         self._dead_letters = kafka.producer(bootstrap)
         self.error: Exception | None = None
 
     def lag_s(self) -> float:
         """How far behind the heads of the state topics (0 when every partition is at its end)."""
         now = self.clock()
-        behind = [now - self._last_ts.get(tp, self._started) for tp, at_end in self._at_end.items()
+        behind = [now - self._last_ts.get(tp, self._began) for tp, at_end in self._at_end.items()
                   if not at_end]
         return max(behind, default=0.0)
 
@@ -135,7 +135,7 @@ class TopicFollower(threading.Thread):
         return self.loaded.is_set() and self.lag_s() <= READY_LAG_S
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
         try:
@@ -167,7 +167,7 @@ class TopicFollower(threading.Thread):
                     if tp.topic == LEASE_TOPIC:
                         tp.offset = found.get((tp.topic, tp.partition), -1)  # -1: from the end
             cons.assign(assignment)
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 messages = cons.consume(num_messages=2000, timeout=0.1)
                 batch = []
                 for msg in messages:

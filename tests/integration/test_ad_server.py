@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 import redis
 
-from core.tokens import TokenClaims, TokenKeys
+from core.errors import CorruptRecord
+from core.tokens import TokenKeys
 from infra.platform.process import wait_until
 from infra.platform.services import Redis
 from schemas.codec import AvroCodec
@@ -126,16 +127,26 @@ def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(plat
             return [a["request_id"] for a in answers], slot["impression_id"]
 
     request_ids, impression_id = asyncio.run(scenario())
-    events = [CODEC.decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, "ad.events")]
+    events = _decoded(platform, "ad.events")
     mine = [e for e in events if e["impression_id"] == impression_id]
     assert sorted(e["event_type"] for e in mine) == ["CLICK", "IMPRESSION"]
-    served = {r["request_id"]: r for r in (CODEC.decode(m.value())
-                                           for m in kafka.read_all(platform.kafka_bootstrap, "ad.served"))}
+    served = {r["request_id"]: r for r in _decoded(platform, "ad.served")}
     assert set(request_ids) <= set(served)
     expected = sum(w["expected_cost_micros"] for rid in request_ids for w in served[rid]["winners"])
     assert expected > 0  # the winner pays what keeps it above the runner-up's 3 $ CPM
-    spend = [CODEC.decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, "budget.spend")]
+    spend = _decoded(platform, "budget.spend")
     assert sum(r["expected_spend_micros"] for r in spend if r["campaign_id"] == base) == expected
+
+
+def _decoded(platform, topic: str) -> list[dict]:
+    """Every record of a shared topic that decodes (the demo writes deliberately corrupt ones to ad.events)."""
+    out = []
+    for m in kafka.read_all(platform.kafka_bootstrap, topic):
+        try:
+            out.append(CODEC.decode(m.value()))
+        except CorruptRecord:
+            pass
+    return out
 
 
 def _samples(counter):
@@ -197,3 +208,30 @@ def test_with_redis_stopped_capped_campaigns_are_excluded_and_uncapped_still_ser
     assert all({s["campaign_id"] for s in _filled(a)} == {capped, uncapped} for _, a in before)
     assert all({s["campaign_id"] for s in _filled(a)} == {uncapped} for _, a in after)
     assert timeouts >= 5
+
+
+def test_the_redis_frequency_script_trims_exactly_as_the_pure_rule(platform):
+    from core.frequency import field_name, fields_to_drop
+    from serving.frequency_store import UserStore
+
+    user = f"trim-{uuid.uuid4().hex[:8]}"
+    today = 20_500
+    names = [field_name(c, today - d) for c in range(1, 8) for d in range(0, 10)] + ["junk"]
+    client = redis.Redis(host=platform.host, port=platform.redis_port)
+    client.hset(f"fc:{user}", mapping={n: 1 for n in names})
+    served = [3, 99]
+    expected = set(names) | {field_name(c, today) for c in served}
+    expected -= set(fields_to_drop(sorted(expected), today, max_fields=20,
+                                   keep=frozenset(field_name(c, today) for c in served)))
+
+    async def write() -> int:
+        store = UserStore(platform.host, platform.redis_port, max_fields=20)
+        try:
+            return await store.record_served(user, served, today)
+        finally:
+            await store.close()
+
+    assert asyncio.run(write()) == 20
+    assert {k.decode() for k in client.hkeys(f"fc:{user}")} == expected
+    assert client.hget(f"fc:{user}", field_name(3, today)) == b"2"
+    client.delete(f"fc:{user}")
