@@ -7,10 +7,11 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
+from core.spend import SpendAccumulator
 from core.tokens import TokenKeys
 from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer, ServerConfig
@@ -29,8 +30,10 @@ class SpendReporter:
     A report stays pending until the broker acknowledges it; one that failed (the broker was
     unavailable past the producer's timeout) is produced again with the same (server id, sequence)."""
 
-    def __init__(self, server: AdServer, bootstrap: str, producer_overrides: dict[str, Any] | None = None):
-        self.server = server
+    def __init__(self, accumulator: SpendAccumulator, bootstrap: str,
+                 lease_ids: Callable[[int], dict[int, str]] = lambda now_ms: {},
+                 producer_overrides: dict[str, Any] | None = None):
+        self.accumulator, self.lease_ids = accumulator, lease_ids
         self.codec = AvroCodec()
         self.producer = kafka.producer(bootstrap, **(producer_overrides or {}))
         self.pending: dict[tuple[int, int], dict[str, Any]] = {}  # (sequence, campaign) -> report
@@ -49,8 +52,7 @@ class SpendReporter:
         return callback
 
     def tick(self, now_ms: int) -> None:
-        state = self.server.state
-        for report in self.server.spend.cut(now_ms, state.lease_ids(now_ms)):
+        for report in self.accumulator.cut(now_ms, self.lease_ids(now_ms)):
             self.pending[(report["sequence"], report["campaign_id"])] = report
         for key, report in list(self.pending.items()):
             if key in self.in_transit:
@@ -119,7 +121,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     server = AdServer(config, state, UserStore(redis_host, redis_port,
                                                read_timeout_s=config.user_read_timeout_ms / 1000),
                       keys, produce_served=produce_served, ready=follower.ready, lag_s=follower.lag_s, geo=geo)
-    reporter = SpendReporter(server, bootstrap, producer_overrides)
+    reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
     follower.start()
 
     async def every_second() -> None:

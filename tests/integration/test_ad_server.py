@@ -235,3 +235,40 @@ def test_the_redis_frequency_script_trims_exactly_as_the_pure_rule(platform):
     assert {k.decode() for k in client.hkeys(f"fc:{user}")} == expected
     assert client.hget(f"fc:{user}", field_name(3, today)) == b"2"
     client.delete(f"fc:{user}")
+
+
+def test_a_spend_report_resent_after_a_broker_outage_counts_once_downstream(platform):
+    from core.spend import SpendAccumulator, SpendDedupe
+    from infra.platform import control
+    from infra.platform.services import Kafka
+    from serving.adserver.main import SpendReporter
+
+    server_id = f"outage-{uuid.uuid4().hex[:6]}"
+    accumulator = SpendAccumulator(server_id)
+    reporter = SpendReporter(accumulator, platform.kafka_bootstrap,
+                             producer_overrides={"message.timeout.ms": 4000, "socket.timeout.ms": 1000})
+    now = lambda: int(time.time() * 1000)  # noqa: E731
+    accumulator.add(1, 700, now())
+    reporter.tick(now())
+    reporter.producer.flush(10)
+    assert reporter.sent == 1
+    broker = Kafka(platform)
+    broker.stop()
+    try:
+        accumulator.add(1, 300, now())
+        accumulator.add(2, 50, now())
+        reporter.tick(now())  # sequence 2, produced while the broker is down
+        deadline = time.monotonic() + 30
+        while reporter.in_transit and time.monotonic() < deadline:
+            reporter.producer.poll(0.5)
+        assert not reporter.in_transit and len(reporter.pending) == 2, "the reports should have failed"
+    finally:
+        control.up(platform, log=lambda line: None, only=["kafka"])
+    reporter.tick(now())  # re-sent with the same (server, sequence)
+    reporter.tick(now())
+    reporter.producer.flush(30)
+    assert reporter.resent >= 2 and not reporter.pending
+    mine = [r for r in _decoded(platform, "budget.spend") if r["server_id"] == server_id]
+    assert {r["sequence"] for r in mine} == {1, 2}
+    dedupe = SpendDedupe()
+    assert sum(r["expected_spend_micros"] for r in mine if dedupe.first_time(r)) == 1050
