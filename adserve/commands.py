@@ -65,6 +65,27 @@ def _register_bench(sub) -> None:
     d.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     d.set_defaults(handler=cmd_bench_decision)
 
+    from adserve import bench_serve
+
+    v = bsub.add_parser("serve", help="the ad server under load over loopback (needs `adserve up`)",
+                        description=bench_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("--ads", default="100000,1000000", help="comma-separated ad counts (default 100000,1000000)")
+    v.add_argument("--duration", type=float, default=10.0, help="seconds per load step (default 10)")
+    v.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    v.set_defaults(handler=cmd_bench_serve)
+
+
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    import json
+
+    from adserve import bench_serve
+
+    sizes = [int(x.replace("_", "")) for x in args.ads.split(",") if x.strip()]
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
+    figures = bench_serve.run(sizes, duration=args.duration, log=log)
+    print(json.dumps(figures) if args.json else bench_serve.render(figures))
+    return 0
+
 
 def cmd_bench_decision(args: argparse.Namespace) -> int:
     import json

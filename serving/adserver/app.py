@@ -17,6 +17,7 @@ Other endpoints: GET /ready, GET /metrics (Prometheus), GET /openapi.json."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import random
@@ -97,12 +98,15 @@ class AdServer:
         self.rng = random.Random()
         self.np_rng = np.random.default_rng()
         self._background: set[asyncio.Task] = set()
+        # Per-request stage timings (ms) of the latest requests, for `adserve bench serve` (GET /debug/timings).
+        self.timings: collections.deque[dict[str, float]] = collections.deque(maxlen=200_000)
 
     # ---------------------------------------------------------------- routes
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024)
         app.add_routes([web.post("/v1/ads", self.handle_ads), web.get("/ready", self.handle_ready),
-                        web.get("/metrics", self.handle_metrics), web.get("/openapi.json", self.handle_openapi)])
+                        web.get("/metrics", self.handle_metrics), web.get("/openapi.json", self.handle_openapi),
+                        web.get("/debug/timings", self.handle_timings)])
         return app
 
     async def handle_ready(self, request: web.Request) -> web.Response:
@@ -116,6 +120,13 @@ class AdServer:
         self.metrics.index_lag.set(self.lag_s())
         self.metrics.ads.set(len(self.state.index))
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
+
+    async def handle_timings(self, request: web.Request) -> web.Response:
+        """The stage timings (ms) of the latest requests; ?clear=1 empties the buffer after reading."""
+        body = list(self.timings)
+        if request.query.get("clear") == "1":
+            self.timings.clear()
+        return web.json_response(body)
 
     async def handle_openapi(self, request: web.Request) -> web.Response:
         return web.json_response(yaml.safe_load(OPENAPI.read_text()))
@@ -212,6 +223,8 @@ class AdServer:
         m.stage.labels("user_context").observe(user_context_s)
         for stage, ms in decision.timings_ms.items():
             m.stage.labels(stage).observe(ms / 1000)
+        self.timings.append({"user_context": user_context_s * 1000, **decision.timings_ms,
+                             "handler": (time.perf_counter() - began) * 1000})
         task = asyncio.get_running_loop().create_task(
             self._after_response(ad_request, decision, location, features, now_ms))
         self._background.add(task)

@@ -17,6 +17,7 @@ from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.request import GeoResolver
 from serving.adserver.state import ServingState, TopicFollower
+from serving.decision.engine import DecisionEngine
 from serving.frequency_store import UserStore
 from streams import kafka
 
@@ -90,7 +91,8 @@ class RunningAdServer:
         await self.server.drain()
         await self.runner.cleanup()
         self.follower.stop()
-        self.follower.join(10)
+        if self.follower.is_alive():
+            self.follower.join(10)
         self.reporter.tick(int(time.time() * 1000))
         self.reporter.close()
         self.served_producer.flush(5)
@@ -100,10 +102,13 @@ class RunningAdServer:
 async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, keys: TokenKeys,
                           config: ServerConfig | None = None, host: str = "127.0.0.1", port: int = 8080,
                           geo: GeoResolver | None = None, wait_ready_s: float = 60.0,
-                          producer_overrides: dict[str, Any] | None = None) -> RunningAdServer:
+                          producer_overrides: dict[str, Any] | None = None, state: ServingState | None = None,
+                          follow: bool = True, engine: DecisionEngine | None = None) -> RunningAdServer:
+    """Start the ad server. `follow=False` with a prepared `state` serves that state as is, ready at once,
+    without reading the state topics (benchmarks load synthetic ads that way)."""
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
-    state = ServingState(config.server_id)
+    state = state or ServingState(config.server_id)
     served_producer = kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})})
 
     def produce_served(key: bytes, value: bytes) -> None:
@@ -120,9 +125,11 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     follower = TopicFollower(bootstrap, deliver)
     server = AdServer(config, state, UserStore(redis_host, redis_port,
                                                read_timeout_s=config.user_read_timeout_ms / 1000),
-                      keys, produce_served=produce_served, ready=follower.ready, lag_s=follower.lag_s, geo=geo)
+                      keys, produce_served=produce_served, ready=follower.ready if follow else lambda: True,
+                      lag_s=follower.lag_s if follow else lambda: 0.0, geo=geo, engine=engine)
     reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
-    follower.start()
+    if follow:
+        follower.start()
 
     async def every_second() -> None:
         while True:
@@ -143,12 +150,12 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     began = time.monotonic()
-    while not follower.ready() and time.monotonic() - began < wait_ready_s:
+    while follow and not follower.ready() and time.monotonic() - began < wait_ready_s:
         if follower.error is not None:
             raise follower.error
         await asyncio.sleep(0.05)
     LOG.info("ad server %s on %s:%d, %d ads, ready=%s", config.server_id, host, bound, len(state.index),
-             follower.ready())
+             server.is_ready())
     return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_producer)
 
 

@@ -80,8 +80,11 @@ class Decision:
 
 class DecisionEngine:
     def __init__(self, index: TargetingIndex, campaigns: CampaignTable, predictor: Predictor | None = None,
-                 config: EngineConfig | None = None):
+                 config: EngineConfig | None = None,
+                 retrieve: Callable[[Mapping[str, frozenset[str]], int], np.ndarray] | None = None):
+        """`retrieve` replaces the index's retrieval (benchmark baselines); rows must be ascending."""
         self.index, self.campaigns = index, campaigns
+        self.retrieve = retrieve or index.retrieve
         self.predictor = predictor or PriorPredictor()
         self.config = config or EngineConfig()
 
@@ -97,7 +100,7 @@ class DecisionEngine:
             timings[stage] = (now - mark) * 1000
             mark = now
 
-        retrieved = index.retrieve(request.terms, k=cfg.k)
+        retrieved = self.retrieve(request.terms, cfg.k)
         lap("retrieval")
         filtered = apply_filters(retrieved, index, self.campaigns, request.filters, np_rng)
         lap("filters")
