@@ -120,6 +120,8 @@ def _register_demo(sub) -> None:
     p.add_argument("--events", type=int, default=50_000, help="simulated ad events (default 50,000)")
     p.add_argument("--corrupt", type=int, default=5, help="corrupt records mixed in (default 5)")
     p.add_argument("--seed", type=int, default=7, help="random seed of the simulation")
+    p.add_argument("--requests", type=int, default=3_000,
+                   help="simulated ad requests through the ad server and tracker (default 3,000; 0 skips serving)")
     p.add_argument("--down", action="store_true", help="stop the platform at the end (default: leave it up)")
     p.set_defaults(handler=cmd_demo)
 
@@ -130,7 +132,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     settings = PlatformSettings.from_env()
     try:
-        report = demo.run(settings, events=args.events, corrupt=args.corrupt, seed=args.seed)
+        report = demo.run(settings, events=args.events, corrupt=args.corrupt, seed=args.seed,
+                          requests=args.requests)
         print(report.render())
     finally:
         if args.down:

@@ -77,15 +77,20 @@ class DemoReport:
     direct_windows: dict = field(default_factory=dict)
     dead_letters: list = field(default_factory=list)
     archive: str = ""
+    serving: Any = None  # adserve.demo_serving.ServingReport
 
     def totals(self, windows) -> tuple[int, int, int]:
         return (sum(c.impressions for c in windows.values()), sum(c.clicks for c in windows.values()),
                 sum(c.billable_micros for c in windows.values()))
 
     @property
-    def agrees(self) -> bool:
+    def counts_agree(self) -> bool:
         return (self.flink_windows == self.direct_windows == self.beam_windows
                 and len(self.dead_letters) == self.corrupt)
+
+    @property
+    def agrees(self) -> bool:
+        return self.counts_agree and (self.serving is None or self.serving.ok)
 
     def render(self) -> str:
         imp, clk, billable = self.totals(self.flink_windows)
@@ -101,10 +106,16 @@ class DemoReport:
             f"{billable:,} micros)",
             f"dead letters: {len(self.dead_letters)} (expected {self.corrupt}); first reason: "
             f"{self.dead_letters[0]['reason'] if self.dead_letters else '-'}",
-            "result: " + ("OK - Flink, Beam and the direct count agree exactly; every corrupt record is in "
-                          "dead.letters" if self.agrees else "MISMATCH - see the differences above"),
+            "counting: " + ("OK - Flink, Beam and the direct count agree exactly; every corrupt record is in "
+                            "dead.letters" if self.counts_agree else "MISMATCH - see the differences below"),
         ]
-        if not self.agrees:
+        if self.serving is not None:
+            lines += ["", "-- serving: simulated users through the ad server and the tracker --", *self.serving.render(),
+                      "serving: " + ("OK - every answer logged, every beacon and click an event, forged tokens "
+                                     "rejected, spend reported exactly once, caps held" if self.serving.ok
+                                     else "MISMATCH - see the figures above")]
+        lines.append("result: " + ("OK" if self.agrees else "MISMATCH"))
+        if not self.counts_agree:
             for name, windows in (("flink", self.flink_windows), ("beam", self.beam_windows)):
                 diff = set(windows.items()) ^ set(self.direct_windows.items())
                 lines.append(f"  {name} differs from the direct count in {len(diff)} windows")
@@ -112,7 +123,7 @@ class DemoReport:
 
 
 def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, seed: int = 7,
-        log=print) -> DemoReport:
+        requests: int = 3_000, log=print) -> DemoReport:
     from adserve.progress import Progress
     from infra.platform.jars import flink_connector_jar
     from infra.platform.services import Flink
@@ -181,6 +192,12 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
             for r in map(normalise, fastavro.reader(f)):
                 report.beam_windows[(r["campaign_id"], r["window_start"])] = rules.Counts(
                     r["impressions"], r["clicks"], r["billable_micros"])
+
+    if requests:
+        from adserve.demo_serving import run_serving
+
+        log(f"serving {requests:,} simulated ad requests through the ad server and the tracker ...")
+        report.serving = run_serving(settings, requests=requests, seed=seed, log=log)
     return report
 
 

@@ -70,14 +70,16 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     if record is FREQUENCY_RECORD_UNAVAILABLE:
         checks.append(("frequency_unavailable", ~capped))
     elif record:
+        # Walk the user's record (a few hundred fields at most), not the candidates (thousands).
         today = day_number(now)
-        over = np.zeros(len(rows), dtype=bool)
-        for c in np.unique(crow[capped & known]):
-            first = int(np.flatnonzero(crow == c)[0])
-            if is_capped(record, int(hot["campaign_id"][first]), today,  # type: ignore[arg-type]
-                         int(hot["cap_per_day"][first]), int(hot["cap_per_week"][first])):
-                over |= crow == c
-        checks.append(("frequency_cap", ~over))
+        over = []
+        for campaign_id in {c for c, _ in record}:  # type: ignore[union-attr]
+            row = campaigns.row_of(campaign_id)
+            if row is not None and is_capped(record, campaign_id, today,  # type: ignore[arg-type]
+                                             int(campaigns.cap_per_day.data[row]),
+                                             int(campaigns.cap_per_week.data[row])):
+                over.append(campaign_id)
+        checks.append(("frequency_cap", ~np.isin(hot["campaign_id"], np.array(over, dtype=np.int64))))
     if context.hidden_advertisers:
         hidden = np.fromiter(context.hidden_advertisers, dtype=np.int64)
         checks.append(("hidden_advertiser", ~np.isin(hot["advertiser_id"], hidden)))

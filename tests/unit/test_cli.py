@@ -4,7 +4,8 @@ import pytest
 from adserve.cli import build_parser
 
 COMMANDS = ["up", "down", "status", "fetch", "jobs", "jobs deploy", "jobs list", "jobs cancel", "demo", "bench",
-            "bench platform", "bench decision", "auction"]
+            "bench platform", "bench decision", "bench serve", "auction", "serve", "serve ads", "serve tracker",
+            "users", "users delete"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
