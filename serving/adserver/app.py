@@ -8,9 +8,11 @@ fields are incremented (with an in-memory "just served" note covering the
 gap), the `ad.served` record is produced, and the expected cost goes to the
 spend accumulator that reports to `budget.spend` once a second.
 
-Overload: at most `max_in_flight` requests are inside the handler; one more
-gets a 503 at once, and a request that is already past its deadline after the
-user reads gets a 503 instead of a late answer. Until the state topics are
+Overload: a request that would wait behind those in flight for more than half
+its deadline (their count x the moving average of the time a request takes),
+or finds `max_in_flight` requests inside the handler, gets a 503 at once; a
+request that is already past its deadline after the user reads gets a 503
+instead of a late answer. Until the state topics are
 read to their heads, /v1/ads answers 503 and /ready says why.
 
 Other endpoints: GET /ready, GET /metrics (Prometheus), GET /openapi.json."""
@@ -95,6 +97,7 @@ class AdServer:
         self.spend = SpendAccumulator(config.server_id)
         self.just_served = JustServed()
         self.in_flight = 0
+        self.service_ms = 5.0  # moving average of the CPU time a request takes (decision and response)
         self.rng = random.Random()
         self.np_rng = np.random.default_rng()
         self._background: set[asyncio.Task] = set()
@@ -140,9 +143,14 @@ class AdServer:
 
     async def handle_ads(self, request: web.Request) -> web.Response:
         m = self.metrics
-        if self.in_flight >= self.config.max_in_flight:
+        # Admission: a request that would wait behind the ones in flight for more than half its deadline
+        # (their count x the recent time per request, one core serving them in turn) is refused at once
+        # rather than answered late.
+        expected_wait_ms = self.in_flight * self.service_ms
+        if self.in_flight >= self.config.max_in_flight or expected_wait_ms > self.config.deadline_ms / 2:
             m.requests.labels("overloaded").inc()
-            return self._error(503, "overloaded: try again later")
+            return self._error(503, f"overloaded: {self.in_flight} requests in flight (~{expected_wait_ms:.0f} ms "
+                                    "of work ahead); try another server")
         if not self.is_ready():
             m.requests.labels("not_ready").inc()
             return self._error(503, f"not ready: index {self.lag_s():.1f} s behind its topics")
@@ -197,6 +205,7 @@ class AdServer:
         context = RequestContext(ad_request.request_id, ad_request.placement, ad_request.positions, terms,
                                  FilterContext(now_ms, frequency, hidden), country=country,
                                  user_embedding=embedding, user_features=features)
+        cpu_began = time.perf_counter()
         decision = self.engine.decide(context, clock=time.perf_counter, deadline=deadline, rng=self.rng,
                                       np_rng=self.np_rng)
         slots = []
@@ -223,6 +232,7 @@ class AdServer:
         m.stage.labels("user_context").observe(user_context_s)
         for stage, ms in decision.timings_ms.items():
             m.stage.labels(stage).observe(ms / 1000)
+        self.service_ms = 0.95 * self.service_ms + 0.05 * (time.perf_counter() - cpu_began) * 1000
         self.timings.append({"user_context": user_context_s * 1000, **decision.timings_ms,
                              "handler": (time.perf_counter() - began) * 1000})
         task = asyncio.get_running_loop().create_task(

@@ -272,3 +272,46 @@ def test_a_spend_report_resent_after_a_broker_outage_counts_once_downstream(plat
     assert {r["sequence"] for r in mine} == {1, 2}
     dedupe = SpendDedupe()
     assert sum(r["expected_spend_micros"] for r in mine if dedupe.first_time(r)) == 1050
+
+
+def test_a_metered_campaign_serves_only_while_this_server_holds_a_slice(platform):
+    placement = f"it-{uuid.uuid4().hex[:8]}"
+    base = _ids()
+    publish(platform.kafka_bootstrap, placement, [{"id": base}])
+    now = int(time.time() * 1000)
+    kafka.produce_all(platform.kafka_bootstrap, "budget.state", [(str(base).encode(), CODEC.encode("BudgetState", {
+        "campaign_id": base, "event_time": now, "budget_day": "2026-11-29", "state": "METERED",
+        "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": 100_000_000,
+        "billed_spend_micros": 0, "committed_spend_micros": 0, "remaining_micros": 100_000_000,
+        "target_spend_micros": 0, "delivery_limit": None}), now)])
+
+    async def scenario():
+        async with Services(platform) as s:
+            server_id = s.server.server.config.server_id
+            without = [await s.ask(_request(placement, "u-lease")) for _ in range(3)]
+            lease = {"lease_id": uuid.uuid4().hex, "server_id": server_id, "campaign_id": base,
+                     "event_time": int(time.time() * 1000), "amount_micros": 1_000_000_000,
+                     "expires_at": int(time.time() * 1000) + 30_000}
+            kafka.produce_all(platform.kafka_bootstrap, "budget.leases",
+                              [(server_id.encode(), CODEC.encode("BudgetLease", lease), lease["event_time"])])
+            deadline = time.monotonic() + 15
+            while not s.server.server.state.leases.held(base, int(time.time() * 1000)):
+                assert time.monotonic() < deadline, "the lease never reached the server"
+                await asyncio.sleep(0.1)
+            with_slice = [await s.ask(_request(placement, "u-lease")) for _ in range(3)]
+            return without, with_slice
+
+    without, with_slice = asyncio.run(scenario())
+    assert all(status == 200 and not _filled(a) for status, a in without)
+    assert all(status == 200 and len(_filled(a)) == 1 for status, a in with_slice)
+
+
+def test_deleting_a_user_removes_profile_and_frequency_record(platform):
+    from adserve.cli import main
+
+    user = f"del-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis(host=platform.host, port=platform.redis_port)
+    client.hset(f"user:{user}", mapping={"interests": "hiking"})
+    client.hset(f"fc:{user}", mapping={"c1:20000": 2})
+    assert main(["users", "delete", user]) == 0
+    assert client.exists(f"user:{user}", f"fc:{user}") == 0
