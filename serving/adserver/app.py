@@ -58,6 +58,7 @@ class ServerConfig:
     deadline_ms: float = 100.0
     user_read_timeout_ms: float = 5.0
     max_in_flight: int = 64
+    admission_wait_ms: float | None = None  # refuse when the expected wait passes this (default: half the deadline)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
 
@@ -147,7 +148,9 @@ class AdServer:
         # (their count x the recent time per request, one core serving them in turn) is refused at once
         # rather than answered late.
         expected_wait_ms = self.in_flight * self.service_ms
-        if self.in_flight >= self.config.max_in_flight or expected_wait_ms > self.config.deadline_ms / 2:
+        limit_ms = self.config.admission_wait_ms if self.config.admission_wait_ms is not None \
+            else self.config.deadline_ms / 2
+        if self.in_flight >= self.config.max_in_flight or expected_wait_ms > limit_ms:
             m.requests.labels("overloaded").inc()
             return self._error(503, f"overloaded: {self.in_flight} requests in flight (~{expected_wait_ms:.0f} ms "
                                     "of work ahead); try another server")

@@ -53,8 +53,9 @@ def publish(bootstrap: str, placement: str, campaigns: list[dict]) -> None:
 
 
 class Services:
-    def __init__(self, platform, redis_port: int | None = None):
+    def __init__(self, platform, redis_port: int | None = None, **config):
         self.platform, self.redis_port = platform, redis_port or platform.redis_port
+        self.config = config
 
     async def __aenter__(self):
         self.tracker_runner, tracker_port, self.tracker, self.tracker_producer = await start_tracker(
@@ -62,7 +63,7 @@ class Services:
         self.server = await start_ad_server(
             bootstrap=self.platform.kafka_bootstrap, redis_host=self.platform.host, redis_port=self.redis_port,
             keys=KEYS, port=0, config=ServerConfig(server_id=f"it-{uuid.uuid4().hex[:6]}",
-                                                   tracker_url=f"http://127.0.0.1:{tracker_port}"))
+                                                   tracker_url=f"http://127.0.0.1:{tracker_port}", **self.config))
         assert self.server.follower.ready(), "the ad server never caught up with its topics"
         self.url = f"http://127.0.0.1:{self.server.port}"
         self.http = aiohttp.ClientSession()
@@ -163,7 +164,7 @@ def test_a_cap_of_three_a_day_holds_under_concurrent_requests_for_one_user(platf
     user = f"cap-{uuid.uuid4().hex[:8]}"
 
     async def scenario():
-        async with Services(platform) as s:
+        async with Services(platform, admission_wait_ms=10_000) as s:  # admit all 12 at once
             first = await asyncio.gather(*(s.ask(_request(placement, user)) for _ in range(12)))
             await s.server.server.drain()
             later = await asyncio.gather(*(s.ask(_request(placement, user)) for _ in range(6)))
@@ -315,3 +316,19 @@ def test_deleting_a_user_removes_profile_and_frequency_record(platform):
     client.hset(f"fc:{user}", mapping={"c1:20000": 2})
     assert main(["users", "delete", user]) == 0
     assert client.exists(f"user:{user}", f"fc:{user}") == 0
+
+
+def test_overload_gets_a_fast_503_not_a_late_answer(platform):
+    placement = f"it-{uuid.uuid4().hex[:8]}"
+    publish(platform.kafka_bootstrap, placement, [{"id": _ids()}])
+
+    async def scenario():
+        async with Services(platform, max_in_flight=2) as s:
+            began = time.perf_counter()
+            results = await asyncio.gather(*(s.ask(_request(placement, f"u{i}")) for i in range(10)))
+            return results, time.perf_counter() - began
+
+    results, elapsed = asyncio.run(scenario())
+    refused = [a for status, a in results if status == 503]
+    assert refused and all(a["error"].startswith("overloaded") for a in refused)
+    assert all(status in (200, 503) for status, _ in results) and elapsed < 5
