@@ -39,6 +39,8 @@ class JobSpec:
 JOBS: dict[str, JobSpec] = {
     "event_counts": JobSpec("event_counts", "jobs.event_counts",
                             "smoke job: events per campaign and minute, ad.events -> ops.event_counts"),
+    "index_builder": JobSpec("index_builder", "jobs.index_builder",
+                             "campaign store changes (cdc.public.*) -> serving.ads, serving.campaigns"),
 }
 
 

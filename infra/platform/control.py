@@ -60,6 +60,18 @@ def up(settings: PlatformSettings, log: Log = print, only: list[str] | None = No
                 topics_created = ensure_topics(settings.kafka_bootstrap)
         if any(s.name == "kafka" for s in services) and not topics_created:
             topics_created = ensure_topics(settings.kafka_bootstrap)
+        names = {s.name for s in services}
+        if "postgres" in names:
+            from serving.advertiser.store import migrate
+
+            applied = migrate(settings.postgres_dsn)
+            if applied:
+                log(f"campaign store: applied migrations {', '.join(applied)}")
+        if {"postgres", "connect", "kafka"} <= names:
+            from infra.platform.cdc import ensure_connector
+
+            ensure_connector(settings)
+            log("campaign store CDC: Debezium connector running")
     except BaseException:
         for service in reversed(started):
             log(f"{service.name}: stopping (start-up failed)")

@@ -1,6 +1,6 @@
 """Every Kafka topic of the platform, with its key, schema and config, as in
-ARCHITECTURE.md's topic table. `adserve up` creates the missing ones; cdc.*
-topics are created by Debezium through Kafka Connect."""
+ARCHITECTURE.md's topic table. `adserve up` creates the missing ones, the
+cdc.* topics included (Debezium writes them through Kafka Connect)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,6 +44,10 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec("training.examples", key="impression id", schema="training_example.avsc"),
     TopicSpec("dead.letters", key="job name", schema="dead_letter.avsc", partitions=1),
     TopicSpec("ops.event_counts", key="campaign id", schema="event_count.avsc"),
+    # Debezium's change streams of the campaign store (JSON envelopes, see infra/platform/cdc.py); created
+    # here so they are compacted (the latest row per key survives, so the index builder can start over).
+    TopicSpec("cdc.public.campaigns", key="campaign_id (JSON)", schema="", compacted=True),
+    TopicSpec("cdc.public.ads", key="ad_id (JSON)", schema="", compacted=True),
 )
 
 TOPICS_BY_NAME = {t.name: t for t in TOPICS}

@@ -1,0 +1,300 @@
+"""Advertiser objects: validating what the advertiser API accepts, and compiling the campaign store's rows
+into the flat serving records the ad servers index. Pure.
+
+Campaign payload (POST /v1/campaigns; PATCH takes any subset of the mutable fields):
+    {"name": "Winter sale", "bid_type": "CPC", "daily_budget_micros": 50000000, "currency": "USD",
+     "timezone": "America/New_York", "flight_start": "2026-12-01T00:00:00Z", "flight_end": null,
+     "dayparts": [{"day_of_week": 1, "start_minute": 480, "end_minute": 1200}],
+     "cap_per_day": 3, "cap_per_week": 10, "cpa_target_micros": null, "status": "ACTIVE"}
+Ad payload (POST /v1/campaigns/{id}/ads; PATCH takes any subset):
+    {"creative_ref": "cdn://x/1.png", "landing_url": "https://shop.example/", "bid_micros": 2000000,
+     "quality_prior": 0.0, "targeting": {"location": ["US"], "interest": ["hiking"]}, "status": "ACTIVE"}
+
+Every problem raises InvalidField naming the field, with a message an advertiser can act on."""
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any, Mapping
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from core.errors import AdserveError
+from core.targeting import InvalidTargeting, compile_targeting
+
+BID_TYPES = ("CPM", "CPC", "CPA")
+CAMPAIGN_STATUSES = ("ACTIVE", "PAUSED", "ENDED", "REMOVED")
+AD_STATUSES = ("ACTIVE", "PAUSED", "REMOVED")
+REVIEW_STATUSES = ("PENDING", "APPROVED", "REJECTED")
+MAX_MICROS = 10**15
+# Priors for the static score (expected value per impression before any model): a click rate and a
+# conversion rate typical of a new ad.
+CTR_PRIOR = 0.01
+CVR_PRIOR = 0.05
+CAMPAIGN_FIELDS = ("name", "bid_type", "daily_budget_micros", "currency", "timezone", "flight_start", "flight_end",
+                   "dayparts", "cap_per_day", "cap_per_week", "cpa_target_micros", "status")
+AD_FIELDS = ("creative_ref", "landing_url", "bid_micros", "quality_prior", "targeting", "status", "review_status")
+
+
+class InvalidField(AdserveError):
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def _micros(value: Any, field: str, *, positive: bool = False) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidField(field, "must be an integer number of micros (1 USD = 1000000)")
+    if value < 0 or (positive and value == 0):
+        raise InvalidField(field, "must be positive" if positive else "must not be negative")
+    if value > MAX_MICROS:
+        raise InvalidField(field, f"must be at most {MAX_MICROS}")
+    return value
+
+
+def _timestamp_ms(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidField(field, "must be an ISO-8601 time like 2026-12-01T00:00:00Z, or null")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidField(field, f"{value!r} is not an ISO-8601 time like 2026-12-01T00:00:00Z") from None
+    if parsed.tzinfo is None:
+        raise InvalidField(field, "needs a UTC offset or Z, e.g. 2026-12-01T00:00:00Z")
+    return int(parsed.timestamp() * 1000)
+
+
+def _cap(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
+        raise InvalidField(field, "must be an integer from 1 to 1000, or null for no cap")
+    return value
+
+
+def _choice(value: Any, field: str, options: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.upper() not in options:
+        raise InvalidField(field, f"must be one of {list(options)}")
+    return value.upper()
+
+
+def validate_campaign(payload: Any, *, existing: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The columns to write for a new campaign (existing=None) or a change to one (only the given fields).
+    Times come back as epoch ms."""
+    if not isinstance(payload, dict):
+        raise InvalidField("body", "must be a JSON object")
+    unknown = sorted(set(payload) - set(CAMPAIGN_FIELDS))
+    if unknown:
+        raise InvalidField(unknown[0], f"unknown field; campaigns have {list(CAMPAIGN_FIELDS)}")
+    creating = existing is None
+    if creating:
+        for required in ("name", "bid_type", "daily_budget_micros", "timezone"):
+            if required not in payload:
+                raise InvalidField(required, "is required")
+    elif "bid_type" in payload and payload["bid_type"] != existing["bid_type"]:
+        raise InvalidField("bid_type", "cannot change after creation; create a new campaign")
+    out: dict[str, Any] = {}
+    if "name" in payload:
+        if not isinstance(payload["name"], str) or not payload["name"].strip() or len(payload["name"]) > 200:
+            raise InvalidField("name", "must be a non-empty string of at most 200 characters")
+        out["name"] = payload["name"].strip()
+    if "bid_type" in payload:
+        out["bid_type"] = _choice(payload["bid_type"], "bid_type", BID_TYPES)
+    if "daily_budget_micros" in payload:
+        out["daily_budget_micros"] = _micros(payload["daily_budget_micros"], "daily_budget_micros")
+    if "currency" in payload:
+        currency = payload["currency"]
+        if not isinstance(currency, str) or len(currency) != 3 or not currency.isalpha():
+            raise InvalidField("currency", "must be a three-letter ISO 4217 code, e.g. USD")
+        out["currency"] = currency.upper()
+    if "timezone" in payload:
+        try:
+            ZoneInfo(str(payload["timezone"]))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InvalidField("timezone", f"{payload['timezone']!r} is not an IANA time zone such as "
+                                           "America/New_York") from None
+        out["timezone"] = str(payload["timezone"])
+    for name in ("flight_start", "flight_end"):
+        if name in payload:
+            out[name] = _timestamp_ms(payload[name], name)
+    start = out.get("flight_start", (existing or {}).get("flight_start"))
+    end = out.get("flight_end", (existing or {}).get("flight_end"))
+    if start is not None and end is not None and end <= start:
+        raise InvalidField("flight_end", "must be after flight_start")
+    if "dayparts" in payload:
+        out["dayparts"] = _dayparts(payload["dayparts"])
+    for name in ("cap_per_day", "cap_per_week"):
+        if name in payload:
+            out[name] = _cap(payload[name], name)
+    if "cpa_target_micros" in payload:
+        value = payload["cpa_target_micros"]
+        out["cpa_target_micros"] = None if value is None else _micros(value, "cpa_target_micros", positive=True)
+    bid_type = out.get("bid_type", (existing or {}).get("bid_type"))
+    cpa_target = out.get("cpa_target_micros", (existing or {}).get("cpa_target_micros"))
+    if bid_type == "CPA" and not cpa_target:
+        raise InvalidField("cpa_target_micros", "a CPA campaign needs a target cost per conversion")
+    if "status" in payload:
+        out["status"] = _choice(payload["status"], "status", CAMPAIGN_STATUSES)
+    if creating:
+        out.setdefault("currency", "USD")
+        out.setdefault("status", "ACTIVE")
+        out.setdefault("dayparts", [])
+    return out
+
+
+def _dayparts(value: Any) -> list[dict[str, int]]:
+    if not isinstance(value, list) or len(value) > 7 * 24:
+        raise InvalidField("dayparts", "must be a list of {day_of_week, start_minute, end_minute}")
+    out = []
+    for i, part in enumerate(value):
+        field = f"dayparts[{i}]"
+        if not isinstance(part, dict):
+            raise InvalidField(field, "must be an object {day_of_week, start_minute, end_minute}")
+        day, start, end = part.get("day_of_week"), part.get("start_minute"), part.get("end_minute")
+        if not isinstance(day, int) or not 1 <= day <= 7:
+            raise InvalidField(f"{field}.day_of_week", "must be 1 (Monday) to 7 (Sunday)")
+        if not isinstance(start, int) or not 0 <= start <= 1439:
+            raise InvalidField(f"{field}.start_minute", "must be 0 to 1439")
+        if not isinstance(end, int) or not start < end <= 1440:
+            raise InvalidField(f"{field}.end_minute", "must be after start_minute and at most 1440")
+        out.append({"day_of_week": day, "start_minute": start, "end_minute": end})
+    return out
+
+
+def validate_ad(payload: Any, *, creating: bool) -> dict[str, Any]:
+    """The columns to write for a new ad or a change to one; targeting comes back as its validated form."""
+    if not isinstance(payload, dict):
+        raise InvalidField("body", "must be a JSON object")
+    unknown = sorted(set(payload) - set(AD_FIELDS))
+    if unknown:
+        raise InvalidField(unknown[0], f"unknown field; ads have {list(AD_FIELDS)}")
+    if creating:
+        for required in ("creative_ref", "landing_url", "bid_micros", "targeting"):
+            if required not in payload:
+                raise InvalidField(required, "is required")
+    out: dict[str, Any] = {}
+    if "creative_ref" in payload:
+        ref = payload["creative_ref"]
+        if not isinstance(ref, str) or not ref.strip() or len(ref) > 500:
+            raise InvalidField("creative_ref", "must be a non-empty string of at most 500 characters")
+        out["creative_ref"] = ref.strip()
+    if "landing_url" in payload:
+        url = payload["landing_url"]
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")) or len(url) > 2000 \
+                or any(c.isspace() for c in url):
+            raise InvalidField("landing_url", "must be an http(s) URL without spaces, at most 2000 characters")
+        out["landing_url"] = url
+    if "bid_micros" in payload:
+        out["bid_micros"] = _micros(payload["bid_micros"], "bid_micros", positive=True)
+    if "quality_prior" in payload:
+        q = payload["quality_prior"]
+        if not isinstance(q, (int, float)) or isinstance(q, bool) or not math.isfinite(q) or abs(q) > 1_000_000:
+            raise InvalidField("quality_prior", "must be a number of micros between -1000000 and 1000000")
+        out["quality_prior"] = float(q)
+    if "targeting" in payload:
+        try:
+            compile_targeting(payload["targeting"])
+        except InvalidTargeting as e:
+            raise InvalidField(f"targeting.{e.field}" if e.field else "targeting", str(e).split(": ", 1)[-1]) \
+                from None
+        out["targeting"] = payload["targeting"]
+    if "status" in payload:
+        out["status"] = _choice(payload["status"], "status", AD_STATUSES)
+    if "review_status" in payload:
+        out["review_status"] = _choice(payload["review_status"], "review_status", REVIEW_STATUSES)
+    if creating:
+        out.setdefault("quality_prior", 0.0)
+        out.setdefault("status", "ACTIVE")
+        out.setdefault("review_status", "APPROVED")
+    return out
+
+
+def static_score(bid_type: str, bid_micros: int, quality_prior: float) -> float:
+    """Expected value per impression in micros before any model: what orders the index's rows."""
+    per_impression = {"CPM": bid_micros / 1000, "CPC": bid_micros * CTR_PRIOR,
+                      "CPA": bid_micros * CTR_PRIOR * CVR_PRIOR}[bid_type]
+    return per_impression + quality_prior
+
+
+# ---------------------------------------------------------------- serving records from store rows
+
+def _ms(value: Any) -> int | None:
+    """A timestamp as Debezium or psycopg hands it (ISO string, datetime, epoch ms or µs) -> epoch ms."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, (int, float)):
+        return int(value // 1000) if value > 10**14 else int(value)
+    return int(datetime.fromisoformat(str(value)).astimezone(timezone.utc).timestamp() * 1000)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def campaign_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
+    """schemas/serving_campaign.avsc from a campaigns row."""
+    return {
+        "campaign_id": int(row["campaign_id"]), "advertiser_id": int(row["advertiser_id"]),
+        "version": int(row["version"]), "event_time": int(commit_ms), "status": row["status"],
+        "bid_type": row["bid_type"], "daily_budget_micros": int(row["daily_budget_micros"]),
+        "currency": row["currency"], "timezone": row["timezone"],
+        "flight_start": _ms(row.get("flight_start")), "flight_end": _ms(row.get("flight_end")),
+        "dayparts": _json(row.get("dayparts")) or [],
+        "cap_per_day": row.get("cap_per_day"), "cap_per_week": row.get("cap_per_week"),
+        "cpa_target_micros": row.get("cpa_target_micros"),
+    }
+
+
+def ad_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
+    """schemas/serving_ad.avsc from an ads row: targeting compiled; removed unless active and approved."""
+    targeting = compile_targeting(_json(row["targeting"]))
+    return {
+        "ad_id": int(row["ad_id"]), "campaign_id": int(row["campaign_id"]), "advertiser_id": int(row["advertiser_id"]),
+        "version": int(row["version"]), "event_time": int(commit_ms),
+        "removed": row["status"] != "ACTIVE" or row.get("review_status", "APPROVED") != "APPROVED",
+        "bid_type": row["bid_type"], "bid_micros": int(row["bid_micros"]),
+        "quality_prior": float(row["quality_prior"]), "creative_ref": row["creative_ref"],
+        "landing_url": row["landing_url"],
+        "static_score": static_score(row["bid_type"], int(row["bid_micros"]), float(row["quality_prior"])),
+        "targeting": targeting.clauses(),
+    }
+
+
+# ---------------------------------------------------------------- Debezium change -> serving record
+
+CDC_TARGETS = {"cdc.public.campaigns": ("serving.campaigns", "campaign_id", "ServingCampaign"),
+               "cdc.public.ads": ("serving.ads", "ad_id", "ServingAd")}
+
+
+class BadChange(AdserveError):
+    """A CDC record that cannot become a serving record (the job dead-letters it)."""
+
+
+def serving_record_from_change(topic: str, value: bytes | str | None) -> tuple[str, int, str, dict[str, Any]] | None:
+    """A Debezium change (plain JSON envelope) -> (serving topic, key id, record type, serving record).
+
+    None for what produces nothing: a delete (rows are never deleted; a status change retires them) or a
+    heartbeat. The record's event_time is the commit time (source.ts_ms); its version is the row's."""
+    target = CDC_TARGETS.get(topic)
+    if target is None:
+        raise BadChange(f"no serving record comes from topic {topic!r}")
+    if value is None:
+        return None
+    try:
+        envelope = json.loads(value)
+        after = envelope.get("after")
+        commit_ms = int(envelope["source"]["ts_ms"])
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise BadChange(f"not a Debezium change envelope: {e}") from e
+    if after is None:
+        return None
+    serving_topic, key, record_type = target
+    try:
+        record = (campaign_serving_record if record_type == "ServingCampaign" else ad_serving_record)(after, commit_ms)
+    except (KeyError, TypeError, ValueError, AdserveError) as e:
+        raise BadChange(f"row cannot be compiled: {type(e).__name__}: {e}") from e
+    return serving_topic, int(after[key]), record_type, record

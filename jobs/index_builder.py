@@ -1,0 +1,104 @@
+"""Flink job `index_builder`: the campaign store's change streams -> the flat serving records.
+
+Reads Debezium's cdc.public.campaigns and cdc.public.ads (committed changes
+only, in commit order per row), keeps per row the newest version it emitted
+(keyed state), and compiles each newer change into one flat serving record
+(core.campaigns: ids, bid type and amount, quality prior, creative, landing
+URL, compiled targeting, static score; or the campaign's status, schedule,
+budget, caps and time zone), written with its version and commit time to the
+compacted serving.ads / serving.campaigns through exactly-once sinks. Pausing a
+campaign is one campaign record; a targeting or creative change recompiles the
+ad's record. A change that cannot be compiled goes to dead.letters, counted
+(`bad_changes`); an older or repeated version is dropped (`stale_changes`).
+
+Deploy: adserve jobs deploy index_builder"""
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Sequence
+
+from core.campaigns import BadChange, serving_record_from_change
+from core.dead_letters import dead_letter
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment, parse,
+                           kafka_sink_table, kafka_source_table, settings_from_args)
+
+JOB_NAME = "index_builder"
+LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
+SOURCES = ("cdc.public.campaigns", "cdc.public.ads")
+
+
+def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "dead.letters") -> None:
+    from pyflink.common import Row, Types
+    from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
+    from pyflink.datastream.state import ValueStateDescriptor
+
+    from schemas.codec import AvroCodec
+
+    dead_letters = OutputTag("dead-letters", bytes_row_type())
+    campaigns_out = OutputTag("campaigns", bytes_row_type())
+
+    class Compile(KeyedProcessFunction):
+        """Per row (topic, key): compile the change; emit only versions newer than the last emitted."""
+
+        def open(self, runtime_context: RuntimeContext):
+            self.codec = AvroCodec()
+            self.emitted = runtime_context.get_state(ValueStateDescriptor("emitted_version", Types.LONG()))
+            metrics = runtime_context.get_metrics_group()
+            self.bad, self.stale = metrics.counter("bad_changes"), metrics.counter("stale_changes")
+
+        def process_element(self, row, ctx):
+            try:
+                change = serving_record_from_change(row.topic, row.v)
+            except BadChange as e:
+                self.bad.inc()
+                yield dead_letters, Row(JOB_NAME.encode(), self.codec.encode("DeadLetter", dead_letter(
+                    JOB_NAME, topic=row.topic, partition=row.partition, offset=row.offset, timestamp_ms=None,
+                    key=row.k, value=row.v, reason=str(e), error_type="BadChange")))
+                return
+            if change is None:
+                return
+            serving_topic, key, record_type, record = change
+            last = self.emitted.value()
+            if last is not None and record["version"] <= last:
+                self.stale.inc()
+                return
+            self.emitted.update(record["version"])
+            out = Row(str(key).encode(), self.codec.encode(record_type, record))
+            if serving_topic == "serving.campaigns":
+                yield campaigns_out, out
+            else:
+                yield out
+
+    kafka_source_table(t_env, "changes_in", ";".join(SOURCES), settings)
+    kafka_sink_table(t_env, "ads_out", "serving.ads", settings)
+    kafka_sink_table(t_env, "campaigns_out", "serving.campaigns", settings)
+    kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
+
+    raw = t_env.to_data_stream(t_env.from_path("changes_in"))
+    compiled = (raw.key_by(lambda r: f"{r.topic}|{bytes(r.k or b'').decode('utf-8', 'replace')}",
+                           key_type=Types.STRING())
+                .process(Compile(), output_type=bytes_row_type()).name("compile serving records"))
+    statements = t_env.create_statement_set()
+    statements.add_insert("ads_out", t_env.from_data_stream(compiled))
+    statements.add_insert("campaigns_out", t_env.from_data_stream(compiled.get_side_output(campaigns_out)))
+    statements.add_insert("dead_letters_out", t_env.from_data_stream(compiled.get_side_output(dead_letters)))
+    statements.attach_as_datastream()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, JOB_NAME)
+    parser.add_argument("--dead-letter-topic", default="dead.letters")
+    args = parse(parser, argv)
+    settings = settings_from_args(args, JOB_NAME)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("starting %s: %s", JOB_NAME, settings.describe())
+    env, t_env = create_environment(settings)
+    build(env, t_env, settings, dead_letter_topic=args.dead_letter_topic)
+    env.execute(JOB_NAME)
+
+
+if __name__ == "__main__":
+    main()

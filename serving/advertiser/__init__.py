@@ -1,0 +1,1 @@
+"""The advertiser API and the PostgreSQL campaign store behind it."""

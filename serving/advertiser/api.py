@@ -1,0 +1,157 @@
+"""The advertiser API (aiohttp): campaigns and ads of the calling advertiser, in the campaign store.
+
+    Authorization: Bearer <api key>          401 without a valid key
+    GET    /v1/campaigns                     the advertiser's campaigns
+    POST   /v1/campaigns                     create (core.campaigns.validate_campaign)
+    GET    /v1/campaigns/{id}                404 if it is another advertiser's
+    PATCH  /v1/campaigns/{id}                change budget, caps, schedule, status ...
+    POST   /v1/campaigns/{id}/pause|resume   status PAUSED / ACTIVE
+    GET    /v1/campaigns/{id}/ads            the campaign's ads
+    POST   /v1/campaigns/{id}/ads            create an ad (bid, creative, landing URL, targeting)
+    GET    /v1/ads/{id}, PATCH /v1/ads/{id}  read, change bid / targeting / creative / status
+    GET    /openapi.json                     the OpenAPI description
+
+A rejected request (4xx with {"error", "field"}) writes nothing. Every change
+commits with a new version before the answer; the API never calls an ad server
+(changes reach them through CDC and the index builder)."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from core.campaigns import InvalidField, validate_ad, validate_campaign
+from serving.advertiser.store import CampaignStore, to_json
+
+LOG = logging.getLogger("adserve.advertiser_api")
+OPENAPI = Path(__file__).with_name("openapi.yaml")
+
+
+def _error(status: int, message: str, field: str | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": message}
+    if field:
+        body["field"] = field
+    return web.json_response(body, status=status)
+
+
+class AdvertiserApi:
+    def __init__(self, store: CampaignStore):
+        self.store = store
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth], client_max_size=1024 * 1024)
+        app.add_routes([
+            web.get("/openapi.json", self.openapi),
+            web.get("/v1/campaigns", self.list_campaigns), web.post("/v1/campaigns", self.create_campaign),
+            web.get("/v1/campaigns/{id}", self.get_campaign), web.patch("/v1/campaigns/{id}", self.patch_campaign),
+            web.post("/v1/campaigns/{id}/pause", self.pause), web.post("/v1/campaigns/{id}/resume", self.resume),
+            web.get("/v1/campaigns/{id}/ads", self.list_ads), web.post("/v1/campaigns/{id}/ads", self.create_ad),
+            web.get("/v1/ads/{id}", self.get_ad), web.patch("/v1/ads/{id}", self.patch_ad),
+        ])
+        return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        if request.path == "/openapi.json":
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        key = header[7:].strip() if header.startswith("Bearer ") else ""
+        advertiser_id = await self.store.advertiser_for_key(key) if key else None
+        if advertiser_id is None:
+            return _error(401, "missing or unknown API key: send 'Authorization: Bearer <key>'")
+        request["advertiser_id"] = advertiser_id
+        try:
+            return await handler(request)
+        except InvalidField as e:
+            return _error(400, str(e), e.field)
+
+    @staticmethod
+    async def _body(request: web.Request) -> Any:
+        try:
+            return await request.json(loads=json.loads)
+        except ValueError:
+            raise InvalidField("body", "is not valid JSON") from None
+
+    @staticmethod
+    def _id(request: web.Request) -> int:
+        try:
+            return int(request.match_info["id"])
+        except ValueError:
+            raise web.HTTPNotFound(text="no such object") from None
+
+    @staticmethod
+    def _found(row: dict[str, Any] | None, what: str, status: int = 200) -> web.Response:
+        if row is None:
+            return _error(404, f"no such {what} for this advertiser")
+        return web.json_response(to_json(row), status=status)
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(yaml.safe_load(OPENAPI.read_text()))
+
+    async def list_campaigns(self, request: web.Request) -> web.Response:
+        rows = await self.store.list_campaigns(request["advertiser_id"])
+        return web.json_response([to_json(r) for r in rows])
+
+    async def create_campaign(self, request: web.Request) -> web.Response:
+        fields = validate_campaign(await self._body(request))
+        row = await self.store.create_campaign(request["advertiser_id"], fields)
+        return web.json_response(to_json(row), status=201)
+
+    async def get_campaign(self, request: web.Request) -> web.Response:
+        return self._found(await self.store.get_campaign(request["advertiser_id"], self._id(request)), "campaign")
+
+    async def patch_campaign(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        return await self._change_campaign(request, body)
+
+    async def _change_campaign(self, request: web.Request, body: Any) -> web.Response:
+        advertiser_id, campaign_id = request["advertiser_id"], self._id(request)
+        existing = await self.store.get_campaign(advertiser_id, campaign_id)
+        if existing is None:
+            return _error(404, "no such campaign for this advertiser")
+        existing = {**existing, **{k: (int(v.timestamp() * 1000) if hasattr(v, "timestamp") else v)
+                                   for k, v in existing.items() if k in ("flight_start", "flight_end")}}
+        fields = validate_campaign(body, existing=existing)
+        if not fields:
+            raise InvalidField("body", "names no field to change")
+        return self._found(await self.store.update_campaign(advertiser_id, campaign_id, fields), "campaign")
+
+    async def pause(self, request: web.Request) -> web.Response:
+        return await self._change_campaign(request, {"status": "PAUSED"})
+
+    async def resume(self, request: web.Request) -> web.Response:
+        return await self._change_campaign(request, {"status": "ACTIVE"})
+
+    async def list_ads(self, request: web.Request) -> web.Response:
+        advertiser_id, campaign_id = request["advertiser_id"], self._id(request)
+        if await self.store.get_campaign(advertiser_id, campaign_id) is None:
+            return _error(404, "no such campaign for this advertiser")
+        return web.json_response([to_json(r) for r in await self.store.list_ads(advertiser_id, campaign_id)])
+
+    async def create_ad(self, request: web.Request) -> web.Response:
+        fields = validate_ad(await self._body(request), creating=True)
+        row = await self.store.create_ad(request["advertiser_id"], self._id(request), fields)
+        return self._found(row, "campaign", status=201)
+
+    async def get_ad(self, request: web.Request) -> web.Response:
+        return self._found(await self.store.get_ad(request["advertiser_id"], self._id(request)), "ad")
+
+    async def patch_ad(self, request: web.Request) -> web.Response:
+        fields = validate_ad(await self._body(request), creating=False)
+        if not fields:
+            raise InvalidField("body", "names no field to change")
+        return self._found(await self.store.update_ad(request["advertiser_id"], self._id(request), fields), "ad")
+
+
+async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 8082):
+    """Start the API; returns (runner, port, store)."""
+    store = await CampaignStore(dsn).open()
+    runner = web.AppRunner(AdvertiserApi(store).app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1], store  # type: ignore[union-attr]
