@@ -76,6 +76,8 @@ class Metrics:
         self.cap_timeouts = Counter("adserve_frequency_read_unavailable",
                                     "Frequency reads that missed their deadline or failed", registry=r)
         self.index_lag = Gauge("adserve_index_lag_seconds", "How far the state topics are behind", registry=r)
+        self.commit_lag = Gauge("adserve_commit_to_applied_seconds",
+                                "Commit -> applied lag of the latest advertiser change applied", registry=r)
         self.ads = Gauge("adserve_index_ads", "Live ads in the index", registry=r)
         self.after_errors = Counter("adserve_after_response_errors", "Post-response work that failed",
                                     ["what"], registry=r)
@@ -116,12 +118,14 @@ class AdServer:
     async def handle_ready(self, request: web.Request) -> web.Response:
         lag = self.lag_s()
         ready = self.is_ready()
-        body = {"ready": ready, "index_lag_s": round(lag, 3), "ads": len(self.state.index),
+        body = {"ready": ready, "index_lag_s": round(lag, 3), "commit_lag_s": round(self.state.commit_lag_s, 3),
+                "ads": len(self.state.index),
                 "snapshot_version": self.state.snapshot_version}
         return web.json_response(body, status=200 if ready else 503)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         self.metrics.index_lag.set(self.lag_s())
+        self.metrics.commit_lag.set(self.state.commit_lag_s)
         self.metrics.ads.set(len(self.state.index))
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 

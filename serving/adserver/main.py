@@ -23,6 +23,7 @@ from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver")
 SPEND_INTERVAL_S = 1.0
+COMMIT_LAG_READY_S = 60.0
 
 
 class SpendReporter:
@@ -123,9 +124,13 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
         loop.call_soon_threadsafe(apply)
 
     follower = TopicFollower(bootstrap, deliver)
+
+    def ready() -> bool:
+        return follower.ready() or (follower.loaded.is_set() and state.commit_lag_s <= COMMIT_LAG_READY_S)
+
     server = AdServer(config, state, UserStore(redis_host, redis_port,
                                                read_timeout_s=config.user_read_timeout_ms / 1000),
-                      keys, produce_served=produce_served, ready=follower.ready if follow else lambda: True,
+                      keys, produce_served=produce_served, ready=ready if follow else lambda: True,
                       lag_s=follower.lag_s if follow else lambda: 0.0, geo=geo, engine=engine)
     reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
     if follow:

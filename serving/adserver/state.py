@@ -10,9 +10,12 @@ request. A record that cannot be decoded goes to dead.letters and is counted.
 
 Readiness: the server is ready once every partition of the three state
 topics was read to its end once, and stays ready while the follower is within
-5 s of their heads (`lag_s`)."""
+5 s of their heads (`lag_s`) or, when behind, while the latest change it applied
+was committed less than a minute before (`commit_lag_s`, measured per record
+from the commit time the index builder carries)."""
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -60,12 +63,19 @@ class ServingState:
     budget: dict[int, tuple[str, float]] = field(default_factory=dict)  # campaign -> (state, p)
     snapshot_version: int = 0  # highest ad or campaign version applied
     applied: int = 0
+    commit_lag_s: float = 0.0  # commit -> applied lag of the latest ad or campaign record applied
 
     def __post_init__(self) -> None:
         self.leases = LeaseBook(self.server_id)
+        # (record type, id, version, commit -> applied lag in s) of recent changes (bench freshness)
+        self.recent_lags: collections.deque[tuple[str, int, int, float]] = collections.deque(maxlen=100_000)
 
     def apply(self, topic: str, record: dict[str, Any], now_ms: int) -> None:
         self.applied += 1
+        if topic in ("serving.ads", "serving.campaigns"):
+            self.commit_lag_s = max(0.0, (now_ms - int(record["event_time"])) / 1000)
+            key = "ad_id" if topic == "serving.ads" else "campaign_id"
+            self.recent_lags.append((topic, int(record[key]), int(record["version"]), self.commit_lag_s))
         if topic == "serving.ads":
             ad = ad_record(record)
             self.index.upsert(ad)

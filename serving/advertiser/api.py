@@ -29,6 +29,7 @@ from serving.advertiser.store import CampaignStore, to_json
 
 LOG = logging.getLogger("adserve.advertiser_api")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
+ADVERTISER = web.RequestKey("advertiser_id", int)
 
 
 def _error(status: int, message: str, field: str | None = None) -> web.Response:
@@ -63,7 +64,7 @@ class AdvertiserApi:
         advertiser_id = await self.store.advertiser_for_key(key) if key else None
         if advertiser_id is None:
             return _error(401, "missing or unknown API key: send 'Authorization: Bearer <key>'")
-        request["advertiser_id"] = advertiser_id
+        request[ADVERTISER] = advertiser_id
         try:
             return await handler(request)
         except InvalidField as e:
@@ -93,23 +94,23 @@ class AdvertiserApi:
         return web.json_response(yaml.safe_load(OPENAPI.read_text()))
 
     async def list_campaigns(self, request: web.Request) -> web.Response:
-        rows = await self.store.list_campaigns(request["advertiser_id"])
+        rows = await self.store.list_campaigns(request[ADVERTISER])
         return web.json_response([to_json(r) for r in rows])
 
     async def create_campaign(self, request: web.Request) -> web.Response:
         fields = validate_campaign(await self._body(request))
-        row = await self.store.create_campaign(request["advertiser_id"], fields)
+        row = await self.store.create_campaign(request[ADVERTISER], fields)
         return web.json_response(to_json(row), status=201)
 
     async def get_campaign(self, request: web.Request) -> web.Response:
-        return self._found(await self.store.get_campaign(request["advertiser_id"], self._id(request)), "campaign")
+        return self._found(await self.store.get_campaign(request[ADVERTISER], self._id(request)), "campaign")
 
     async def patch_campaign(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         return await self._change_campaign(request, body)
 
     async def _change_campaign(self, request: web.Request, body: Any) -> web.Response:
-        advertiser_id, campaign_id = request["advertiser_id"], self._id(request)
+        advertiser_id, campaign_id = request[ADVERTISER], self._id(request)
         existing = await self.store.get_campaign(advertiser_id, campaign_id)
         if existing is None:
             return _error(404, "no such campaign for this advertiser")
@@ -127,24 +128,24 @@ class AdvertiserApi:
         return await self._change_campaign(request, {"status": "ACTIVE"})
 
     async def list_ads(self, request: web.Request) -> web.Response:
-        advertiser_id, campaign_id = request["advertiser_id"], self._id(request)
+        advertiser_id, campaign_id = request[ADVERTISER], self._id(request)
         if await self.store.get_campaign(advertiser_id, campaign_id) is None:
             return _error(404, "no such campaign for this advertiser")
         return web.json_response([to_json(r) for r in await self.store.list_ads(advertiser_id, campaign_id)])
 
     async def create_ad(self, request: web.Request) -> web.Response:
         fields = validate_ad(await self._body(request), creating=True)
-        row = await self.store.create_ad(request["advertiser_id"], self._id(request), fields)
+        row = await self.store.create_ad(request[ADVERTISER], self._id(request), fields)
         return self._found(row, "campaign", status=201)
 
     async def get_ad(self, request: web.Request) -> web.Response:
-        return self._found(await self.store.get_ad(request["advertiser_id"], self._id(request)), "ad")
+        return self._found(await self.store.get_ad(request[ADVERTISER], self._id(request)), "ad")
 
     async def patch_ad(self, request: web.Request) -> web.Response:
         fields = validate_ad(await self._body(request), creating=False)
         if not fields:
             raise InvalidField("body", "names no field to change")
-        return self._found(await self.store.update_ad(request["advertiser_id"], self._id(request), fields), "ad")
+        return self._found(await self.store.update_ad(request[ADVERTISER], self._id(request), fields), "ad")
 
 
 async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 8082):
