@@ -13,6 +13,9 @@ def register(sub) -> None:
     _register_bench(sub)
     _register_auction(sub)
     _register_serve(sub)
+    from adserve import campaigns_cli
+
+    campaigns_cli.register(sub)
 
 
 # auction ------------------------------------------------------------------------
@@ -280,6 +283,11 @@ def _register_serve(sub) -> None:
                         epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
     t.add_argument("--port", type=int, default=8081)
     t.set_defaults(handler=cmd_serve_tracker)
+    v = ssub.add_parser("advertiser-api", help="the advertiser API (campaigns, ads, budgets, bids; API keys)",
+                        description="REST API on the campaign store; OpenAPI at /openapi.json. Create a key with "
+                                    "`adserve advertisers create NAME`.", epilog=PORTS_HELP_SHORT)
+    v.add_argument("--port", type=int, default=8082)
+    v.set_defaults(handler=cmd_serve_advertiser_api)
 
     u = sub.add_parser("users", help="user data in Redis")
     usub = u.add_subparsers(dest="action", required=True)
@@ -320,6 +328,26 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
         finally:
             await runner.cleanup()
             producer.flush(5)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from serving.advertiser.api import start_advertiser_api
+
+    s = PlatformSettings.from_env()
+
+    async def main() -> None:
+        runner, port, store = await start_advertiser_api(s.postgres_dsn, port=args.port)
+        print(f"advertiser API on 127.0.0.1:{port}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+            await store.close()
 
     asyncio.run(main())
     return 0

@@ -25,7 +25,7 @@ import yaml
 from aiohttp import web
 
 from core.campaigns import InvalidField, validate_ad, validate_campaign
-from serving.advertiser.store import CampaignStore, to_json
+from serving.advertiser.store import CampaignStore, to_json, with_ms_times
 
 LOG = logging.getLogger("adserve.advertiser_api")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
@@ -114,9 +114,7 @@ class AdvertiserApi:
         existing = await self.store.get_campaign(advertiser_id, campaign_id)
         if existing is None:
             return _error(404, "no such campaign for this advertiser")
-        existing = {**existing, **{k: (int(v.timestamp() * 1000) if hasattr(v, "timestamp") else v)
-                                   for k, v in existing.items() if k in ("flight_start", "flight_end")}}
-        fields = validate_campaign(body, existing=existing)
+        fields = validate_campaign(body, existing=with_ms_times(existing))
         if not fields:
             raise InvalidField("body", "names no field to change")
         return self._found(await self.store.update_campaign(advertiser_id, campaign_id, fields), "campaign")

@@ -55,6 +55,12 @@ def _to_db(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_ms_times(row: dict[str, Any]) -> dict[str, Any]:
+    """A campaigns row with its flight times as epoch ms, as core.campaigns.validate_campaign compares them."""
+    return {**row, **{k: int(row[k].timestamp() * 1000) for k in TIME_COLUMNS
+                      if isinstance(row.get(k), datetime)}}
+
+
 def to_json(row: dict[str, Any] | None) -> dict[str, Any] | None:
     """A row as the API returns it (times as ISO-8601 UTC)."""
     if row is None:

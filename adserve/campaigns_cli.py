@@ -1,0 +1,237 @@
+"""`adserve campaigns` and `adserve advertisers`: the campaign store from the command line.
+
+Writes go through the same validation as the advertiser API (core.campaigns)
+and commit with a new version; the ad servers see them through CDC and the
+index builder, like any API change.
+
+  adserve advertisers create NAME            prints an API key for the advertiser
+  adserve campaigns create FILE.yaml|json    an advertiser's campaigns and ads:
+      advertiser: Acme
+      campaigns:
+        - {name: Winter sale, bid_type: CPC, daily_budget_micros: 50000000, timezone: America/New_York,
+           ads: [{creative_ref: "cdn://a.png", landing_url: "https://acme.example/", bid_micros: 1500000,
+                  targeting: {location: [US, CA], interest: [hiking]}}]}
+  adserve campaigns pause|resume CAMPAIGN_ID
+  adserve campaigns set-budget CAMPAIGN_ID MICROS
+  adserve campaigns set-bid AD_ID MICROS
+  adserve campaigns bulk-load N [--campaigns-per 5] [--ads-per 20]   N synthetic advertisers"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from core.campaigns import InvalidField, validate_ad, validate_campaign
+from infra.platform import PlatformSettings
+
+COUNTRIES = ["US", "GB", "DE", "FR", "CA", "BR", "IN", "JP", "AU", "ES"]
+AGE_BANDS = ["18-24", "25-34", "35-44", "45-54", "55-64", "65+"]
+DEVICES = ["ios", "android", "desktop"]
+PLACEMENTS = ["feed", "story", "article", "video"]
+
+
+def _store():
+    from serving.advertiser.store import CampaignStore
+
+    return CampaignStore(PlatformSettings.from_env().postgres_dsn, size=1)
+
+
+async def _with_store(fn):
+    store = await _store().open()
+    try:
+        return await fn(store)
+    finally:
+        await store.close()
+
+
+def load_file(path: str) -> dict[str, Any]:
+    text = Path(path).read_text()
+    data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    if not isinstance(data, dict) or not isinstance(data.get("advertiser"), str) \
+            or not isinstance(data.get("campaigns"), list):
+        raise InvalidField("file", "needs 'advertiser: NAME' and 'campaigns: [...]'")
+    return data
+
+
+def create(path: str) -> dict[str, Any]:
+    data = load_file(path)
+    # validate everything before writing anything
+    plans = []
+    for i, c in enumerate(data["campaigns"]):
+        if not isinstance(c, dict):
+            raise InvalidField(f"campaigns[{i}]", "must be an object")
+        ads = c.get("ads", [])
+        try:
+            fields = validate_campaign({k: v for k, v in c.items() if k != "ads"})
+            ad_fields = [validate_ad(a, creating=True) for a in ads]
+        except InvalidField as e:
+            raise InvalidField(f"campaigns[{i}].{e.field}", str(e).split(": ", 1)[-1]) from None
+        plans.append((fields, ad_fields))
+
+    async def run(store):
+        advertiser_id, key = await store.create_advertiser(data["advertiser"])
+        created = []
+        for fields, ads in plans:
+            campaign = await store.create_campaign(advertiser_id, fields)
+            ad_ids = [(await store.create_ad(advertiser_id, campaign["campaign_id"], a))["ad_id"] for a in ads]
+            created.append({"campaign_id": campaign["campaign_id"], "ad_ids": ad_ids})
+        return {"advertiser_id": advertiser_id, "api_key": key, "campaigns": created}
+    return asyncio.run(_with_store(run))
+
+
+async def _owner(store, table: str, key: str, row_id: int) -> int:
+    async def tx(conn):
+        row = await (await conn.execute(f"SELECT advertiser_id FROM {table} WHERE {key} = %s", (row_id,))).fetchone()
+        return row["advertiser_id"] if row else None
+    owner = await store._run(tx)  # noqa: SLF001 - the store's own transaction helper
+    if owner is None:
+        raise InvalidField(key, f"no {table[:-1]} {row_id}")
+    return owner
+
+
+def change_campaign(campaign_id: int, payload: dict[str, Any]) -> dict[str, Any]:
+    async def run(store):
+        owner = await _owner(store, "campaigns", "campaign_id", campaign_id)
+        from serving.advertiser.store import with_ms_times
+
+        existing = await store.get_campaign(owner, campaign_id)
+        fields = validate_campaign(payload, existing=with_ms_times(existing))
+        return await store.update_campaign(owner, campaign_id, fields)
+    return asyncio.run(_with_store(run))
+
+
+def change_ad(ad_id: int, payload: dict[str, Any]) -> dict[str, Any]:
+    async def run(store):
+        owner = await _owner(store, "ads", "ad_id", ad_id)
+        return await store.update_ad(owner, ad_id, validate_ad(payload, creating=False))
+    return asyncio.run(_with_store(run))
+
+
+def synthetic_campaign(rng: random.Random, n_ads: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A campaign with realistic targeting: a few countries, an age range, some interests, sometimes devices."""
+    bid_type = rng.choices(["CPM", "CPC", "CPA"], [0.3, 0.6, 0.1])[0]
+    campaign = validate_campaign({
+        "name": f"synthetic-{rng.randrange(10**9)}", "bid_type": bid_type,
+        "daily_budget_micros": rng.choice([20, 100, 1_000, 10_000, 50_000]) * 1_000_000,
+        "timezone": rng.choice(["UTC", "America/New_York", "Europe/Berlin", "Asia/Tokyo"]),
+        "cap_per_day": rng.choice([None, None, 3, 5]),
+        "cpa_target_micros": rng.randint(5, 80) * 1_000_000 if bid_type == "CPA" else None})
+    ads = []
+    for _ in range(n_ads):
+        lo = rng.randrange(len(AGE_BANDS) - 1)
+        targeting: dict[str, Any] = {"location": rng.sample(COUNTRIES, rng.randint(1, 3)),
+                                     "age_band": AGE_BANDS[lo: lo + rng.randint(1, 3)],
+                                     "placement": rng.sample(PLACEMENTS, rng.randint(1, 3))}
+        if rng.random() < 0.7:
+            targeting["interest"] = [f"topic{rng.randrange(500)}" for _ in range(rng.randint(3, 20))]
+        if rng.random() < 0.3:
+            targeting["device"] = rng.sample(DEVICES, rng.randint(1, 2))
+        bid = {"CPM": rng.randint(500_000, 20_000_000), "CPC": rng.randint(100_000, 3_000_000),
+               "CPA": rng.randint(5_000_000, 80_000_000)}[bid_type]
+        ads.append(validate_ad({"creative_ref": f"cdn://synthetic/{rng.randrange(10**9)}.png",
+                                "landing_url": f"https://advertiser{rng.randrange(10**6)}.example/",
+                                "bid_micros": bid, "quality_prior": float(rng.randint(-500, 500)),
+                                "targeting": targeting}, creating=True))
+    return campaign, ads
+
+
+def bulk_load(advertisers: int, campaigns_per: int, ads_per: int, seed: int = 1, log=print) -> tuple[int, int]:
+    rng = random.Random(seed)
+
+    async def run(store):
+        from adserve.progress import Progress
+
+        total = [0, 0]
+        progress = Progress("advertisers", advertisers)
+        for a in range(advertisers):
+            advertiser_id, _ = await store.create_advertiser(f"synthetic-{seed}-{a}")
+            plans = [synthetic_campaign(rng, ads_per) for _ in range(campaigns_per)]
+            c, n = await store.bulk_load(advertiser_id, [p[0] for p in plans], [p[1] for p in plans])
+            total[0] += c
+            total[1] += n
+            progress.update(a + 1)
+        progress.close()
+        return tuple(total)
+    return asyncio.run(_with_store(run))
+
+
+def register(sub) -> None:
+    a = sub.add_parser("advertisers", help="advertisers and their API keys")
+    asub = a.add_subparsers(dest="action", required=True)
+    p = asub.add_parser("create", help="create an advertiser (or reuse one of that name) and print an API key")
+    p.add_argument("name")
+    p.set_defaults(handler=cmd_advertisers_create)
+
+    c = sub.add_parser("campaigns", help="create and change campaigns in the campaign store",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    csub = c.add_subparsers(dest="action", required=True)
+    p = csub.add_parser("create", help="create an advertiser's campaigns and ads from a YAML or JSON file")
+    p.add_argument("file")
+    p.set_defaults(handler=cmd_create)
+    for name, status in (("pause", "PAUSED"), ("resume", "ACTIVE")):
+        p = csub.add_parser(name, help=f"set a campaign's status to {status}")
+        p.add_argument("campaign_id", type=int)
+        p.set_defaults(handler=cmd_status, status=status)
+    p = csub.add_parser("set-budget", help="set a campaign's daily budget (micros)")
+    p.add_argument("campaign_id", type=int)
+    p.add_argument("micros", type=int)
+    p.set_defaults(handler=cmd_budget)
+    p = csub.add_parser("set-bid", help="set an ad's bid (micros)")
+    p.add_argument("ad_id", type=int)
+    p.add_argument("micros", type=int)
+    p.set_defaults(handler=cmd_bid)
+    p = csub.add_parser("bulk-load", help="load N synthetic advertisers with realistic targeting")
+    p.add_argument("advertisers", type=int)
+    p.add_argument("--campaigns-per", type=int, default=5, help="campaigns per advertiser (default 5)")
+    p.add_argument("--ads-per", type=int, default=20, help="ads per campaign (default 20)")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(handler=cmd_bulk)
+
+
+def _guarded(fn) -> int:
+    try:
+        result = fn()
+    except InvalidField as e:
+        print(f"adserve: error: {e}")
+        return 2
+    print(json.dumps(result, default=str, indent=2))
+    return 0
+
+
+def cmd_advertisers_create(args) -> int:
+    async def run(store):
+        advertiser_id, key = await store.create_advertiser(args.name)
+        return {"advertiser_id": advertiser_id, "api_key": key}
+    return _guarded(lambda: asyncio.run(_with_store(run)))
+
+
+def cmd_create(args) -> int:
+    return _guarded(lambda: create(args.file))
+
+
+def cmd_status(args) -> int:
+    return _guarded(lambda: _brief(change_campaign(args.campaign_id, {"status": args.status})))
+
+
+def cmd_budget(args) -> int:
+    return _guarded(lambda: _brief(change_campaign(args.campaign_id, {"daily_budget_micros": args.micros})))
+
+
+def cmd_bid(args) -> int:
+    return _guarded(lambda: _brief(change_ad(args.ad_id, {"bid_micros": args.micros})))
+
+
+def cmd_bulk(args) -> int:
+    campaigns, ads = bulk_load(args.advertisers, args.campaigns_per, args.ads_per, args.seed)
+    print(json.dumps({"advertisers": args.advertisers, "campaigns": campaigns, "ads": ads}))
+    return 0
+
+
+def _brief(row: dict[str, Any] | None) -> dict[str, Any]:
+    keep = ("campaign_id", "ad_id", "status", "daily_budget_micros", "bid_micros", "version")
+    return {k: v for k, v in (row or {}).items() if k in keep}
