@@ -235,3 +235,36 @@ def cmd_bulk(args) -> int:
 def _brief(row: dict[str, Any] | None) -> dict[str, Any]:
     keep = ("campaign_id", "ad_id", "status", "daily_budget_micros", "bid_micros", "version")
     return {k: v for k, v in (row or {}).items() if k in keep}
+
+
+def register_snapshots(sub) -> None:
+    s = sub.add_parser("snapshots", help="full snapshots of serving.ads and serving.campaigns for fast boots")
+    ssub = s.add_subparsers(dest="action", required=True)
+    p = ssub.add_parser("write", help="cut a snapshot now, or one every --every seconds",
+                        description="Writes snapshot-<ms>/ (Avro container files + offsets.json) under --dir "
+                                    "(default ADSERVE_HOME/state/snapshots); keeps the newest 3. Ad servers "
+                                    "started with --snapshot-dir boot from the newest.")
+    p.add_argument("--dir", help="snapshot folder (default: ADSERVE_HOME/state/snapshots)")
+    p.add_argument("--every", type=float, default=0, help="repeat every N seconds (e.g. 3600); 0: once")
+    p.set_defaults(handler=cmd_snapshot_write)
+
+
+def snapshot_dir(value: str | None) -> Path:
+    return Path(value) if value else PlatformSettings.from_env().state_dir / "snapshots"
+
+
+def cmd_snapshot_write(args) -> int:
+    import time
+
+    from serving.snapshots import prune, write_snapshot
+
+    settings = PlatformSettings.from_env()
+    folder = snapshot_dir(args.dir)
+    while True:
+        began = time.monotonic()
+        path = write_snapshot(settings.kafka_bootstrap, folder)
+        prune(folder)
+        print(f"snapshot {path} written in {time.monotonic() - began:.1f} s", flush=True)
+        if not args.every:
+            return 0
+        time.sleep(max(0.0, args.every - (time.monotonic() - began)))

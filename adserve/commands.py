@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from infra.platform import PlatformSettings
 
@@ -16,6 +17,7 @@ def register(sub) -> None:
     from adserve import campaigns_cli
 
     campaigns_cli.register(sub)
+    campaigns_cli.register_snapshots(sub)
 
 
 # auction ------------------------------------------------------------------------
@@ -276,6 +278,8 @@ def _register_serve(sub) -> None:
     a.add_argument("--tracker-url", default="http://127.0.0.1:8081", help="base of impression and click URLs")
     a.add_argument("--max-in-flight", type=int, default=64, help="requests in the handler before 503 (default 64)")
     a.add_argument("--geo-table", help="CSV of 'cidr,COUNTRY/Region/City' to locate requests by IP")
+    a.add_argument("--snapshot-dir", help="boot from the newest snapshot here, then replay from its offsets "
+                                          "(see `adserve snapshots write`)")
     a.set_defaults(handler=cmd_serve_ads)
     t = ssub.add_parser("tracker", help="impression beacons and click redirects",
                         description="GET /v1/impression?t=TOKEN -> 204; GET /v1/click?t=TOKEN -> 302 to the signed "
@@ -308,7 +312,8 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
     s = PlatformSettings.from_env()
     config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight)
     run_ad_server(bootstrap=s.kafka_bootstrap, redis_host=s.host, redis_port=s.redis_port, keys=_token_keys(),
-                  config=config, port=args.port, geo=GeoResolver.from_csv(args.geo_table) if args.geo_table else None)
+                  config=config, port=args.port, geo=GeoResolver.from_csv(args.geo_table) if args.geo_table else None,
+                  snapshot_dir=Path(args.snapshot_dir) if args.snapshot_dir else None)
     return 0
 
 

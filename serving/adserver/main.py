@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.request import GeoResolver
 from serving.adserver.state import ServingState, TopicFollower
 from serving.decision.engine import DecisionEngine
+from serving.snapshots import latest_snapshot, read_snapshot
 from serving.frequency_store import UserStore
 from streams import kafka
 
@@ -85,6 +87,7 @@ class RunningAdServer:
     port: int
     tasks: list[asyncio.Task]
     served_producer: Any
+    boot: dict[str, Any] = field(default_factory=dict)  # snapshot loaded, records, seconds
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -104,12 +107,27 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                           config: ServerConfig | None = None, host: str = "127.0.0.1", port: int = 8080,
                           geo: GeoResolver | None = None, wait_ready_s: float = 60.0,
                           producer_overrides: dict[str, Any] | None = None, state: ServingState | None = None,
-                          follow: bool = True, engine: DecisionEngine | None = None) -> RunningAdServer:
-    """Start the ad server. `follow=False` with a prepared `state` serves that state as is, ready at once,
-    without reading the state topics (benchmarks load synthetic ads that way)."""
+                          follow: bool = True, engine: DecisionEngine | None = None,
+                          snapshot_dir: Path | None = None) -> RunningAdServer:
+    """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
+    are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
+    once, without reading the state topics (benchmarks load synthetic ads that way)."""
+    boot_began = time.monotonic()
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
     state = state or ServingState(config.server_id)
+    start_offsets, boot = None, {"snapshot": None, "snapshot_records": 0, "snapshot_load_s": 0.0}
+    snapshot = latest_snapshot(snapshot_dir) if follow else None
+    if snapshot is not None:
+        began = time.monotonic()
+        start_offsets, records = read_snapshot(snapshot)
+        now_ms = int(time.time() * 1000)
+        for topic, record in records:
+            state.apply(topic, record, now_ms)
+            boot["snapshot_records"] += 1
+        boot.update(snapshot=str(snapshot), snapshot_load_s=time.monotonic() - began)
+        LOG.info("loaded snapshot %s: %d records in %.1f s", snapshot, boot["snapshot_records"],
+                 boot["snapshot_load_s"])
     served_producer = kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})})
 
     def produce_served(key: bytes, value: bytes) -> None:
@@ -123,7 +141,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                 state.apply(topic, record, now_ms)
         loop.call_soon_threadsafe(apply)
 
-    follower = TopicFollower(bootstrap, deliver)
+    follower = TopicFollower(bootstrap, deliver, start_offsets=start_offsets)
 
     def ready() -> bool:
         return follower.ready() or (follower.loaded.is_set() and state.commit_lag_s <= COMMIT_LAG_READY_S)
@@ -161,7 +179,8 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
         await asyncio.sleep(0.05)
     LOG.info("ad server %s on %s:%d, %d ads, ready=%s", config.server_id, host, bound, len(state.index),
              server.is_ready())
-    return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_producer)
+    boot["ready_s"] = time.monotonic() - boot_began  # snapshot load + catching up with the topics
+    return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_producer, boot)
 
 
 def run_ad_server(**kwargs: Any) -> None:

@@ -121,8 +121,11 @@ class TopicFollower(threading.Thread):
     """Follows the state topics on a thread; `deliver(batch)` receives [(topic, record, timestamp_ms)]."""
 
     def __init__(self, bootstrap: str, deliver: Callable[[list[tuple[str, dict, int]]], None], *,
-                 job: str = "adserver", clock: Callable[[], float] = time.time):
+                 job: str = "adserver", clock: Callable[[], float] = time.time,
+                 start_offsets: dict[str, dict[int, int]] | None = None):
+        """start_offsets: per topic and partition where to begin (a snapshot's offsets); default 0."""
         super().__init__(name="adserve-topic-follower", daemon=True)
+        self.start_offsets = start_offsets or {}
         self.bootstrap, self.deliver, self.job, self.clock = bootstrap, deliver, job, clock
         self.codec = AvroCodec()
         self.corrupt_records = 0
@@ -168,7 +171,7 @@ class TopicFollower(threading.Thread):
                         since = int((self.clock() * 1000) - LEASE_LIFETIME_MS)
                         assignment.append(TopicPartition(topic, p, since))
                     else:
-                        assignment.append(TopicPartition(topic, p, 0))
+                        assignment.append(TopicPartition(topic, p, self.start_offsets.get(topic, {}).get(p, 0)))
                         self._at_end[(topic, p)] = False
             leases = [tp for tp in assignment if tp.topic == LEASE_TOPIC]
             if leases:

@@ -200,3 +200,39 @@ def test_bad_input_is_refused_and_nothing_is_written_and_advertisers_are_isolate
     assert after_c[1]["version"] == 1 and after_c[1]["status"] == "ACTIVE"
     assert after_a[1]["version"] == 1 and after_a[1]["bid_micros"] == 1_000_000
     assert len(listed[1]) == 1
+
+
+def test_a_server_booting_from_a_snapshot_cut_before_a_pause_still_honours_it(platform, index_builder, tmp_path):
+    from serving.snapshots import write_snapshot
+
+    placement = f"cc-{uuid.uuid4().hex[:8]}"
+
+    async def scenario():
+        async with World(platform) as w:
+            auth = await w.advertiser()
+            campaign, ad = await w.campaign_with_ad(auth, placement, 2_000_000)
+
+            async def served() -> bool:
+                return (_winner(await w.ask(w.servers[0], placement)) or {}).get("ad_id") == ad["ad_id"]
+            await w.until(served, "the new ad reaching the server")
+            folder = write_snapshot(platform.kafka_bootstrap, tmp_path)
+            status, _ = await w.call("POST", f"/v1/campaigns/{campaign['campaign_id']}/pause", auth)
+            assert status == 200
+
+            async def paused_everywhere() -> bool:
+                return _winner(await w.ask(w.servers[0], placement)) is None
+            await w.until(paused_everywhere, "the pause reaching the running server")
+            booted = await start_ad_server(bootstrap=platform.kafka_bootstrap, redis_host=platform.host,
+                                           redis_port=platform.redis_port, keys=KEYS, port=0,
+                                           config=ServerConfig(server_id="cc-snapshot"), snapshot_dir=tmp_path)
+            try:
+                answer = await w.ask(booted, placement)
+                row = booted.server.state.campaigns.row_of(campaign["campaign_id"])
+                status_code = int(booted.server.state.campaigns.status.data[row])
+                return folder, booted.boot, answer, status_code
+            finally:
+                await booted.stop()
+
+    folder, boot, answer, status_code = asyncio.run(scenario())
+    assert boot["snapshot"] == str(folder) and boot["snapshot_records"] > 0
+    assert _winner(answer) is None and status_code != 0  # 0 = ACTIVE
