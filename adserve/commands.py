@@ -79,6 +79,31 @@ def _register_bench(sub) -> None:
     v.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     v.set_defaults(handler=cmd_bench_serve)
 
+    from adserve import bench_freshness
+
+    f = bsub.add_parser("freshness", help="advertiser change -> ad server lag, index builder throughput, "
+                                          "snapshot boot (needs `adserve up`)",
+                        description=bench_freshness.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("--ads", type=int, default=100_000, help="ads loaded through the real path (default 100,000)")
+    f.add_argument("--changes", type=int, default=1_000, help="random changes (default 1,000)")
+    f.add_argument("--rate", type=float, default=50.0, help="changes committed per second (default 50)")
+    f.add_argument("--snapshot-ads", type=int, default=1_000_000, help="ads in the snapshot boot test "
+                                                                        "(default 1,000,000; 0 skips it)")
+    f.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    f.set_defaults(handler=cmd_bench_freshness)
+
+
+def cmd_bench_freshness(args: argparse.Namespace) -> int:
+    import json
+
+    from adserve import bench_freshness
+
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
+    figures = bench_freshness.run(ads=args.ads, changes=args.changes, rate=args.rate,
+                                  snapshot_ads=args.snapshot_ads, log=log)
+    print(json.dumps(figures) if args.json else bench_freshness.render(figures))
+    return 0
+
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
     import json

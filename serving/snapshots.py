@@ -36,11 +36,8 @@ def write_snapshot(bootstrap: str, directory: Path, clock: Callable[[], float] =
     codec = AvroCodec()
     directory.mkdir(parents=True, exist_ok=True)
     cut_ms = int(clock() * 1000)
-    tmp = directory / f".tmp-snapshot-{cut_ms}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     offsets: dict[str, dict[str, int]] = {}
-    counts: dict[str, int] = {}
+    records_by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, (record_type, key) in TOPICS.items():
         ends = kafka.end_offsets(bootstrap, topic)
         offsets[topic] = {str(p): o for p, o in ends.items()}
@@ -55,14 +52,28 @@ def write_snapshot(bootstrap: str, directory: Path, clock: Callable[[], float] =
             held = latest.get(record[key])
             if held is None or record["version"] > held["version"]:
                 latest[record[key]] = record
-        schema = codec.registry.schema(record_type)
+        records_by_topic[topic] = list(latest.values())
+    final = write_files(directory, cut_ms, records_by_topic, offsets)
+    LOG.info("snapshot %s: %s", final, {t: len(r) for t, r in records_by_topic.items()})
+    return final
+
+
+def write_files(directory: Path, cut_ms: int, records_by_topic: dict[str, list[dict[str, Any]]],
+                offsets: dict[str, dict[str, int]]) -> Path:
+    """Write a snapshot folder from records in memory (newest version per key), atomically."""
+    codec = AvroCodec()
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".tmp-snapshot-{cut_ms}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for topic, (record_type, _) in TOPICS.items():
         with open(tmp / f"{topic}.avro", "wb") as out:
-            fastavro.writer(out, schema, latest.values(), codec="deflate")
-        counts[topic] = len(latest)
+            fastavro.writer(out, codec.registry.schema(record_type), records_by_topic.get(topic, []),
+                            codec="deflate")
+    counts = {t: len(r) for t, r in records_by_topic.items()}
     (tmp / "offsets.json").write_text(json.dumps({"cut_ms": cut_ms, "offsets": offsets, "records": counts}))
     final = directory / f"snapshot-{cut_ms}"
     os.replace(tmp, final)
-    LOG.info("snapshot %s: %s", final, counts)
     return final
 
 

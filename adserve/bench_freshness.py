@@ -1,0 +1,271 @@
+"""`adserve bench freshness`: how fast advertiser changes reach the ad servers, and snapshot boots.
+
+Part 1, the real path: N synthetic ads (default 100 k, `adserve campaigns
+bulk-load`'s generator) committed to PostgreSQL, streamed by Debezium, compiled
+by the index builder on the Flink cluster (deployed if not running), applied by
+two ad servers started here. Figures: the index builder's end-to-end throughput
+(ads committed -> held by both servers, per second); then 1,000 random changes
+(pause / resume, bid, budget, targeting) committed one by one at --rate per
+second, and for every change on every server the lag from its commit
+(Debezium's source.ts_ms) to the moment the server applied it. At the end the
+bench's ads are removed again through the same path.
+
+Part 2, snapshots at --snapshot-ads (default 1 M) synthetic ads: the time to
+write a snapshot of them (Avro container files; records already in memory, the
+read of a 1 M-record topic not included) and the time for a server to boot
+from it (load the snapshot, replay the topics from its offsets, ready).
+
+Figures (--json names): servers, ads_loaded, index_builder_ads_per_s, changes,
+lag_p50_s, lag_p99_s, lag_max_s, lag_per_server (p50/p99 per server),
+snapshot_ads, snapshot_write_s, snapshot_boot_s, snapshot_load_s."""
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infra.platform import PlatformSettings
+
+CHANGE_KINDS = ("pause_resume", "bid", "budget", "targeting")
+
+
+async def _load_ads(store, n_ads: int, seed: int, log) -> tuple[list[int], list[int], list[int]]:
+    from adserve.campaigns_cli import synthetic_campaign
+
+    rng = random.Random(seed)
+    ads_per, campaigns_per = 50, 20
+    advertisers = max(1, n_ads // (ads_per * campaigns_per))
+    advertiser_ids = []
+    for a in range(advertisers):
+        advertiser_id, _ = await store.create_advertiser(f"bench-freshness-{uuid.uuid4().hex[:6]}-{a}")
+        plans = [synthetic_campaign(rng, ads_per) for _ in range(campaigns_per)]
+        await store.bulk_load(advertiser_id, [p[0] for p in plans], [p[1] for p in plans])
+        advertiser_ids.append(advertiser_id)
+    log(f"committed {advertisers * campaigns_per * ads_per:,} ads of {advertisers} advertisers to PostgreSQL")
+
+    async def ids(conn):
+        campaigns = await (await conn.execute("SELECT campaign_id FROM campaigns WHERE advertiser_id = ANY(%s)",
+                                              (advertiser_ids,))).fetchall()
+        ads = await (await conn.execute("SELECT ad_id FROM ads WHERE advertiser_id = ANY(%s)",
+                                        (advertiser_ids,))).fetchall()
+        return [r["campaign_id"] for r in campaigns], [r["ad_id"] for r in ads]
+    campaign_ids, ad_ids = await store._run(ids)  # noqa: SLF001
+    return advertiser_ids, campaign_ids, ad_ids
+
+
+async def _change(store, rng: random.Random, campaign_ids: list[int], ad_ids: list[int],
+                  owner: dict[int, int]) -> tuple[str, int, int]:
+    """One random change; returns (serving topic, id, new version)."""
+    from adserve.campaigns_cli import synthetic_campaign
+
+    kind = rng.choice(CHANGE_KINDS)
+    if kind in ("pause_resume", "budget"):
+        cid = rng.choice(campaign_ids)
+        fields = {"status": rng.choice(["PAUSED", "ACTIVE"])} if kind == "pause_resume" else \
+            {"daily_budget_micros": rng.randint(10, 10_000) * 1_000_000}
+        row = await store.update_campaign(owner[cid], cid, fields)
+        return "serving.campaigns", cid, row["version"]
+    aid = rng.choice(ad_ids)
+    if kind == "bid":
+        fields = {"bid_micros": rng.randint(100_000, 5_000_000)}
+    else:
+        fields = {"targeting": synthetic_campaign(rng, 1)[1][0]["targeting"]}
+    row = await store.update_ad(owner[aid], aid, fields)
+    return "serving.ads", aid, row["version"]
+
+
+def _ensure_index_builder(settings: PlatformSettings, log) -> str | None:
+    """The running index builder's job id; deploys one (returned, to stop later) if none runs."""
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from jobs import deploy
+
+    running = [j for j in deploy.list_jobs(settings.flink_rest_url) if j.name == "index_builder"
+               and j.state == "RUNNING"]
+    if running:
+        log(f"index builder already running ({running[0].job_id})")
+        return None
+    log("deploying the index builder with flink run ...")
+    job_id = deploy.deploy("index_builder", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
+                           conf_dir=Flink(settings).conf_dir,
+                           job_args=["--bootstrap", settings.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(settings)),
+                                     "--checkpoint-interval-ms", "1000"])
+    deploy.wait_running(settings.flink_rest_url, job_id)
+    return job_id
+
+
+async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate: float, log) -> dict[str, Any]:
+    from adserve.commands import _token_keys
+    from serving.adserver.app import ServerConfig
+    from serving.adserver.main import start_ad_server
+    from serving.advertiser.store import CampaignStore
+
+    store = await CampaignStore(settings.postgres_dsn, size=2).open()
+    servers = [await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
+                                     redis_port=settings.redis_port, keys=_token_keys(), port=0,
+                                     config=ServerConfig(server_id=f"fresh-{i}"), wait_ready_s=600)
+               for i in range(2)]
+    out: dict[str, Any] = {"servers": len(servers)}
+    advertiser_ids: list[int] = []
+    try:
+        began = time.monotonic()
+        advertiser_ids, campaign_ids, ad_ids = await _load_ads(store, n_ads, 3, log)
+        committed = time.monotonic()
+        last = set(ad_ids[-50:])
+        while True:
+            held = [sum(1 for a in last if s.server.state.index.row_of(a) is not None) for s in servers]
+            if all(h == len(last) for h in held):
+                break
+            if time.monotonic() - committed > 900:
+                raise TimeoutError(f"the servers hold {held} of the last {len(last)} ads after 15 minutes")
+            await asyncio.sleep(0.2)
+        # every ad reached both servers (the last ones committed are the last ones streamed)
+        missing = [sum(1 for a in ad_ids if s.server.state.index.row_of(a) is None) for s in servers]
+        done = time.monotonic()
+        out.update(ads_loaded=len(ad_ids), ads_missing_per_server=missing,
+                   index_builder_ads_per_s=round(len(ad_ids) / (done - began), 1),
+                   load_commit_s=round(committed - began, 1), load_to_servers_s=round(done - began, 1))
+        log(f"both servers hold the {len(ad_ids):,} ads {done - began:.1f} s after the load began "
+            f"({out['index_builder_ads_per_s']:,} ads/s end to end)")
+
+        owner = {}
+        async def owners(conn):
+            rows = await (await conn.execute(
+                "SELECT campaign_id AS id, advertiser_id FROM campaigns WHERE advertiser_id = ANY(%s) UNION ALL "
+                "SELECT ad_id, advertiser_id FROM ads WHERE advertiser_id = ANY(%s)",
+                (advertiser_ids, advertiser_ids))).fetchall()
+            return {r["id"]: r["advertiser_id"] for r in rows}
+        owner = await store._run(owners)  # noqa: SLF001
+        rng = random.Random(9)
+        wanted = []
+        for s in servers:
+            s.server.state.recent_lags.clear()
+        log(f"committing {changes:,} random changes at {rate:g}/s ...")
+        start = time.monotonic()
+        for i in range(changes):
+            wanted.append(await _change(store, rng, campaign_ids, ad_ids, owner))
+            delay = start + (i + 1) / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        deadline = time.monotonic() + 120
+        per_server = []
+        for s in servers:
+            while True:
+                seen = {(t, k, v): lag for t, k, v, lag in s.server.state.recent_lags}
+                got = [seen.get(w) for w in wanted]
+                if all(g is not None for g in got) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            per_server.append([g for g in got if g is not None])
+        lags = [lag for server in per_server for lag in server]
+        out.update(changes=changes, changes_applied_per_server=[len(p) for p in per_server],
+                   lag_p50_s=round(float(np.percentile(lags, 50)), 3),
+                   lag_p99_s=round(float(np.percentile(lags, 99)), 3), lag_max_s=round(max(lags), 3),
+                   lag_per_server=[{"p50_s": round(float(np.percentile(p, 50)), 3),
+                                    "p99_s": round(float(np.percentile(p, 99)), 3)} for p in per_server])
+        log(f"commit -> applied lag: p50 {out['lag_p50_s']} s, p99 {out['lag_p99_s']} s, max {out['lag_max_s']} s")
+    finally:
+        if advertiser_ids:
+            async def retire(conn):
+                await conn.execute("UPDATE ads SET status = 'REMOVED', version = version + 1, updated_at = now() "
+                                   "WHERE advertiser_id = ANY(%s) AND status <> 'REMOVED'", (advertiser_ids,))
+                await conn.execute("UPDATE campaigns SET status = 'REMOVED', version = version + 1, "
+                                   "updated_at = now() WHERE advertiser_id = ANY(%s)", (advertiser_ids,))
+            await store._run(retire)  # noqa: SLF001
+            log("the bench's campaigns and ads are retired (status REMOVED) through the same path")
+        for s in servers:
+            await s.stop()
+        await store.close()
+    return out
+
+
+def _synthetic_serving_records(n: int, seed: int = 5) -> dict[str, list[dict[str, Any]]]:
+    from adserve.campaigns_cli import synthetic_campaign
+    from core.campaigns import ad_serving_record, campaign_serving_record
+
+    rng = random.Random(seed)
+    campaigns, ads = [], []
+    base = 9_000_000_000_000
+    per = 100
+    templates = [synthetic_campaign(rng, per) for _ in range(20)]
+    for c in range(max(1, n // per)):
+        fields, ad_fields = templates[c % len(templates)]
+        cid = base + c
+        campaigns.append(campaign_serving_record({**fields, "campaign_id": cid, "advertiser_id": cid,
+                                                  "version": 1}, 1))
+        for j, a in enumerate(ad_fields):
+            ads.append(ad_serving_record({**a, "ad_id": cid * 1000 + j, "campaign_id": cid, "advertiser_id": cid,
+                                          "bid_type": fields["bid_type"], "version": 1}, 1))
+    return {"serving.campaigns": campaigns, "serving.ads": ads[:n]}
+
+
+async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, Any]:
+    from adserve.commands import _token_keys
+    from serving.adserver.app import ServerConfig
+    from serving.adserver.main import start_ad_server
+    from serving.snapshots import write_files
+    from streams import kafka
+
+    records = _synthetic_serving_records(n)
+    offsets = {t: {str(p): o for p, o in kafka.end_offsets(settings.kafka_bootstrap, t).items()}
+               for t in ("serving.ads", "serving.campaigns")}
+    with tempfile.TemporaryDirectory() as tmp:
+        began = time.monotonic()
+        folder = write_files(Path(tmp), int(time.time() * 1000), records, offsets)
+        write_s = time.monotonic() - began
+        log(f"snapshot of {len(records['serving.ads']):,} ads written in {write_s:.1f} s "
+            f"({sum(f.stat().st_size for f in folder.iterdir()) / 2**20:.0f} MiB)")
+        del records
+        server = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
+                                       redis_port=settings.redis_port, keys=_token_keys(), port=0,
+                                       config=ServerConfig(server_id="fresh-boot"), snapshot_dir=Path(tmp),
+                                       wait_ready_s=600)
+        boot = server.boot
+        ads = len(server.server.state.index)
+        await server.stop()
+    log(f"a server booted from it in {boot['ready_s']:.1f} s (snapshot load {boot['snapshot_load_s']:.1f} s), "
+        f"{ads:,} ads")
+    return {"snapshot_ads": n, "snapshot_write_s": round(write_s, 1), "snapshot_boot_s": round(boot["ready_s"], 1),
+            "snapshot_load_s": round(boot["snapshot_load_s"], 1)}
+
+
+def run(ads: int = 100_000, changes: int = 1_000, rate: float = 50.0, snapshot_ads: int = 1_000_000,
+        log=print) -> dict[str, Any]:
+    from adserve.bench import machine
+    from infra.platform import control
+
+    settings = PlatformSettings.from_env()
+    control.up(settings, log=lambda line: None)
+    figures: dict[str, Any] = {"benchmark": "freshness", "machine": machine(), "rate_per_s": rate}
+    started = _ensure_index_builder(settings, log)
+    try:
+        figures.update(asyncio.run(_real_path(settings, ads, changes, rate, log)))
+    finally:
+        if started:
+            from jobs import deploy
+
+            deploy.stop(settings.flink_rest_url, started)
+    if snapshot_ads:
+        figures.update(asyncio.run(_snapshot_boot(settings, snapshot_ads, log)))
+    return figures
+
+
+def render(f: dict[str, Any]) -> str:
+    m = f["machine"]
+    lines = [f"adserve bench freshness on {m['cpu']}, {m['cores']} cores, Python {m['python']}"]
+    if "lag_p50_s" in f:
+        lines += [f"  {f['ads_loaded']:,} ads through PostgreSQL -> Debezium -> index builder -> {f['servers']} ad "
+                  f"servers: {f['index_builder_ads_per_s']:,} ads/s end to end",
+                  f"  {f['changes']:,} changes at {f['rate_per_s']:g}/s: commit -> applied lag p50 {f['lag_p50_s']} s, "
+                  f"p99 {f['lag_p99_s']} s, max {f['lag_max_s']} s; per server {f['lag_per_server']}"]
+    if "snapshot_boot_s" in f:
+        lines.append(f"  snapshot of {f['snapshot_ads']:,} ads: written in {f['snapshot_write_s']} s; a server "
+                     f"booted from it in {f['snapshot_boot_s']} s (load {f['snapshot_load_s']} s)")
+    return "\n".join(lines)
