@@ -122,9 +122,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
         began = time.monotonic()
         start_offsets, records = read_snapshot(snapshot)
         now_ms = int(time.time() * 1000)
-        for topic, record in records:
-            state.apply(topic, record, now_ms)
-            boot["snapshot_records"] += 1
+        boot["snapshot_records"] = state.load_snapshot(records, now_ms)
         boot.update(snapshot=str(snapshot), snapshot_load_s=time.monotonic() - began)
         LOG.info("loaded snapshot %s: %d records in %.1f s", snapshot, boot["snapshot_records"],
                  boot["snapshot_load_s"])

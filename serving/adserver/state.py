@@ -20,8 +20,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
+import numpy as np
 from confluent_kafka import KafkaError, TopicPartition
 
 from core.dead_letters import from_corrupt
@@ -30,7 +31,7 @@ from core.leases import LEASE_LIFETIME_MS, LeaseBook
 from core.targeting import Targeting
 from schemas.codec import AvroCodec
 from serving.decision.campaigns import CampaignRecord, CampaignTable
-from serving.decision.index import AdRecord, TargetingIndex
+from serving.decision.index import BID_TYPE_CODE, AdRecord, TargetingIndex
 from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver.state")
@@ -91,6 +92,51 @@ class ServingState:
         elif topic == LEASE_TOPIC:
             if self.leases.grant(record):
                 self._apply_budget(int(record["campaign_id"]), now_ms)
+
+    def load_snapshot(self, records: Iterable[tuple[str, dict[str, Any]]], now_ms: int) -> int:
+        """Bulk-build the index from a snapshot's records (campaigns first, then ads): one columnar build in
+        static-score order instead of one upsert per ad. Returns the records read."""
+        import array
+
+        ads, read = [], 0
+        for topic, record in records:
+            read += 1
+            if topic != "serving.ads":
+                self.apply(topic, record, now_ms)
+            elif not record["removed"]:
+                ads.append(record)
+        ads.sort(key=lambda r: (-r["static_score"], r["ad_id"]))
+        terms: dict[tuple[str, str, bool], int] = {}
+        flat = array.array("I")
+        counts = np.zeros(len(ads), dtype=np.uint16)
+        for i, r in enumerate(ads):
+            for clause in r["targeting"]:
+                attribute, excluded = clause["attribute"], bool(clause["excluded"])
+                for value in clause["values"]:
+                    key = (attribute, value, excluded)
+                    term = terms.get(key)
+                    if term is None:
+                        term = terms[key] = len(terms)
+                    flat.append(term)
+                    counts[i] += 1
+        n, dim = len(ads), self.index.embedding_dim
+
+        def column(name, dtype):
+            return np.fromiter((r[name] for r in ads), dtype=dtype, count=n)
+        index = TargetingIndex.from_columns(
+            ad_id=column("ad_id", np.int64), campaign_id=column("campaign_id", np.int64),
+            version=column("version", np.int64),
+            bid_type=np.fromiter((BID_TYPE_CODE[r["bid_type"]] for r in ads), dtype=np.int8, count=n),
+            bid_micros=column("bid_micros", np.int64),
+            quality_micros=np.rint(column("quality_prior", np.float64)).astype(np.int32),
+            static_score=column("static_score", np.float32), ctr_prior=np.full(n, 0.01, dtype=np.float32),
+            embedding=np.zeros((n, dim), dtype=np.float16), term_keys=list(terms), term_counts=counts,
+            terms_flat=np.frombuffer(flat, dtype=np.uint32) if n else np.zeros(0, np.uint32))
+        index.strings.bulk([f"{r['creative_ref']}\n{r['landing_url']}" for r in ads])
+        self.index = index
+        if ads:
+            self.snapshot_version = max(self.snapshot_version, max(r["version"] for r in ads))
+        return read
 
     def _apply_budget(self, campaign_id: int, now_ms: int) -> None:
         state, p = self.budget.get(campaign_id, ("OPEN", 1.0))

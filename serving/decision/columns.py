@@ -47,6 +47,18 @@ class StringArena:
         self.lengths.data[row] = len(data)
         self.buffer += data
 
+    def bulk(self, values: list[str]) -> None:
+        """Rows 0..len(values)-1 at once (an empty arena; bulk builds)."""
+        encoded = [v.encode() for v in values]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        if len(lengths) and lengths.max() > 65535:
+            raise ValueError("string longer than 65,535 bytes")
+        self.offsets.ensure(len(values))
+        self.lengths.ensure(len(values))
+        self.offsets.data[:len(values)] = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(values) else []
+        self.lengths.data[:len(values)] = lengths
+        self.buffer = bytearray(b"".join(encoded))
+
     def get(self, row: int) -> str:
         start = int(self.offsets.data[row])
         return self.buffer[start: start + int(self.lengths.data[row])].decode()

@@ -49,3 +49,32 @@ def test_duplicates_and_reordering_leave_the_state_of_the_newest_versions(seed):
         messy.apply(topic, record, 2_000)
     assert snapshot(messy) == snapshot(in_order)
     assert messy.commit_lag_s == 1.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_bulk_snapshot_load_serves_exactly_what_applying_the_records_one_by_one_does(seed):
+    from core.targeting import request_terms
+
+    rng = random.Random(seed)
+    values = {"location": ["US", "US/CA", "DE"], "device": ["ios", "android"], "interest": ["a", "b", "c"],
+              "audience": ["x", "y"]}
+    records = [("serving.campaigns", campaign(1, "ACTIVE"))]
+    for ad_id in range(1, 40):
+        r = ad(ad_id, rng.randint(1, 3), rng.randint(1, 10**6), removed=rng.random() < 0.15)
+        r["static_score"] = rng.random()
+        r["creative_ref"] = f"creative-{ad_id}"
+        r["targeting"] = [{"attribute": a, "values": rng.sample(vs, rng.randint(1, len(vs))),
+                           "excluded": a == "audience" and rng.random() < 0.5}
+                          for a, vs in values.items() if rng.random() < 0.6]
+        records.append(("serving.ads", r))
+    one_by_one, bulk = ServingState("a"), ServingState("b")
+    for topic, record in records:
+        one_by_one.apply(topic, record, 2_000)
+    assert bulk.load_snapshot(iter(records), 2_000) == len(records)
+    for _ in range(20):
+        terms = request_terms(location=[rng.choice(["US/CA/SF", "DE", "FR"])], device=rng.choice(["ios", "android"]),
+                              interest=rng.sample(["a", "b", "c", "d"], 2), audience=rng.sample(["x", "y", "z"], 1))
+        got = [{(int(s.index.ad_id.data[row]), s.index.creative(row)[0]) for row in s.index.retrieve(terms)}
+               for s in (one_by_one, bulk)]
+        assert got[0] == got[1]
