@@ -28,7 +28,8 @@ LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 SOURCES = ("cdc.public.campaigns", "cdc.public.ads")
 
 
-def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "dead.letters") -> None:
+def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "dead.letters",
+          ads_topic: str = "serving.ads", campaigns_topic: str = "serving.campaigns") -> None:
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
     from pyflink.datastream.state import ValueStateDescriptor
@@ -71,8 +72,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "d
                 yield out
 
     kafka_source_table(t_env, "changes_in", ";".join(SOURCES), settings)
-    kafka_sink_table(t_env, "ads_out", "serving.ads", settings)
-    kafka_sink_table(t_env, "campaigns_out", "serving.campaigns", settings)
+    kafka_sink_table(t_env, "ads_out", ads_topic, settings)
+    kafka_sink_table(t_env, "campaigns_out", campaigns_topic, settings)
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
 
     raw = t_env.to_data_stream(t_env.from_path("changes_in"))
@@ -91,12 +92,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, JOB_NAME)
     parser.add_argument("--dead-letter-topic", default="dead.letters")
+    parser.add_argument("--ads-topic", default="serving.ads", help="where ad records go (tests, benchmarks)")
+    parser.add_argument("--campaigns-topic", default="serving.campaigns", help="where campaign records go")
     args = parse(parser, argv)
     settings = settings_from_args(args, JOB_NAME)
     logging.basicConfig(level=logging.INFO)
     LOG.info("starting %s: %s", JOB_NAME, settings.describe())
     env, t_env = create_environment(settings)
-    build(env, t_env, settings, dead_letter_topic=args.dead_letter_topic)
+    build(env, t_env, settings, dead_letter_topic=args.dead_letter_topic, ads_topic=args.ads_topic,
+          campaigns_topic=args.campaigns_topic)
     env.execute(JOB_NAME)
 
 
