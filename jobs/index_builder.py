@@ -10,12 +10,18 @@ compacted serving.ads / serving.campaigns through exactly-once sinks. Pausing a
 campaign is one campaign record; a targeting or creative change recompiles the
 ad's record. A change that cannot be compiled goes to dead.letters, counted
 (`bad_changes`); an older or repeated version is dropped (`stale_changes`).
+With --snapshot-dir it also writes a full snapshot every --snapshot-every-s
+seconds (default hourly) with the topic offsets it matches (serving.snapshots),
+from which ad servers boot.
 
 Deploy: adserve jobs deploy index_builder"""
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import threading
+from pathlib import Path
 from typing import Sequence
 
 from core.campaigns import BadChange, serving_record_from_change
@@ -29,7 +35,8 @@ SOURCES = ("cdc.public.campaigns", "cdc.public.ads")
 
 
 def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "dead.letters",
-          ads_topic: str = "serving.ads", campaigns_topic: str = "serving.campaigns") -> None:
+          ads_topic: str = "serving.ads", campaigns_topic: str = "serving.campaigns",
+          snapshot_dir: str = "", snapshot_every_s: float = 3600.0) -> None:
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
     from pyflink.datastream.state import ValueStateDescriptor
@@ -47,6 +54,15 @@ def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "d
             self.emitted = runtime_context.get_state(ValueStateDescriptor("emitted_version", Types.LONG()))
             metrics = runtime_context.get_metrics_group()
             self.bad, self.stale = metrics.counter("bad_changes"), metrics.counter("stale_changes")
+            self.snapshots = None
+            if snapshot_dir and snapshot_every_s > 0 and runtime_context.get_index_of_this_subtask() == 0:
+                self.snapshots = SnapshotSchedule(settings.bootstrap, snapshot_dir, snapshot_every_s,
+                                                  metrics.counter("snapshots_written"))
+                self.snapshots.start()
+
+        def close(self):
+            if self.snapshots is not None:
+                self.snapshots.stop()
 
         def process_element(self, row, ctx):
             try:
@@ -87,6 +103,33 @@ def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "d
     statements.attach_as_datastream()
 
 
+class SnapshotSchedule(threading.Thread):
+    """Every `every_s` seconds, a full snapshot of the serving topics with the offsets it matches
+    (serving.snapshots.write_snapshot: it reads what is committed, so it never holds a record of an open
+    transaction). Runs beside the first subtask; the folder must be shared with the ad servers (a local
+    path here; a mounted volume or synced bucket on a cluster)."""
+
+    def __init__(self, bootstrap: str, directory: str, every_s: float, counter=None):
+        super().__init__(name="index-builder-snapshots", daemon=True)
+        self.bootstrap, self.directory, self.every_s, self.counter = bootstrap, Path(directory), every_s, counter
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from serving.snapshots import prune, write_snapshot
+
+        while not self.halt.wait(self.every_s):
+            try:
+                write_snapshot(self.bootstrap, self.directory)
+                prune(self.directory)
+                if self.counter is not None:
+                    self.counter.inc()
+            except Exception:  # noqa: BLE001 - the next period tries again; the job keeps compiling
+                LOG.exception("snapshot failed")
+
+    def stop(self) -> None:
+        self.halt.set()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,13 +137,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dead-letter-topic", default="dead.letters")
     parser.add_argument("--ads-topic", default="serving.ads", help="where ad records go (tests, benchmarks)")
     parser.add_argument("--campaigns-topic", default="serving.campaigns", help="where campaign records go")
+    parser.add_argument("--snapshot-dir", default=os.environ.get("ADSERVE_SNAPSHOT_DIR", ""),
+                        help="write full snapshots here (default ADSERVE_SNAPSHOT_DIR; empty: none)")
+    parser.add_argument("--snapshot-every-s", type=float, default=3600.0,
+                        help="seconds between snapshots (default 3600)")
     args = parse(parser, argv)
     settings = settings_from_args(args, JOB_NAME)
     logging.basicConfig(level=logging.INFO)
     LOG.info("starting %s: %s", JOB_NAME, settings.describe())
     env, t_env = create_environment(settings)
     build(env, t_env, settings, dead_letter_topic=args.dead_letter_topic, ads_topic=args.ads_topic,
-          campaigns_topic=args.campaigns_topic)
+          campaigns_topic=args.campaigns_topic, snapshot_dir=args.snapshot_dir,
+          snapshot_every_s=args.snapshot_every_s)
     env.execute(JOB_NAME)
 
 

@@ -20,7 +20,12 @@ KEYS = TokenKeys({"cc1": b"campaign-change-test-key-01"}, active="cc1")
 
 
 @pytest.fixture(scope="module")
-def index_builder(platform):
+def snapshot_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("index-builder-snapshots")
+
+
+@pytest.fixture(scope="module")
+def index_builder(platform, snapshot_folder):
     from infra.platform.jars import flink_connector_jar
     from infra.platform.services import Flink
 
@@ -29,7 +34,8 @@ def index_builder(platform):
                            job_args=["--bootstrap", platform.kafka_bootstrap,
                                      "--connector-jar", str(flink_connector_jar(platform)),
                                      "--group-id", f"adserve-index-builder-test-{uuid.uuid4().hex[:6]}",
-                                     "--checkpoint-interval-ms", "1000"])
+                                     "--checkpoint-interval-ms", "1000",
+                                     "--snapshot-dir", str(snapshot_folder), "--snapshot-every-s", "3"])
     deploy.wait_running(platform.flink_rest_url, job_id)
     yield job_id
     deploy.stop(platform.flink_rest_url, job_id)
@@ -202,8 +208,12 @@ def test_bad_input_is_refused_and_nothing_is_written_and_advertisers_are_isolate
     assert len(listed[1]) == 1
 
 
-def test_a_server_booting_from_a_snapshot_cut_before_a_pause_still_honours_it(platform, index_builder, tmp_path):
-    from serving.snapshots import write_snapshot
+def test_a_server_booting_from_a_snapshot_cut_before_a_pause_still_honours_it(platform, index_builder,
+                                                                             snapshot_folder, tmp_path):
+    import json
+    import shutil
+
+    from serving.snapshots import latest_snapshot
 
     placement = f"cc-{uuid.uuid4().hex[:8]}"
 
@@ -215,7 +225,14 @@ def test_a_server_booting_from_a_snapshot_cut_before_a_pause_still_honours_it(pl
             async def served() -> bool:
                 return (_winner(await w.ask(w.servers[0], placement)) or {}).get("ad_id") == ad["ad_id"]
             await w.until(served, "the new ad reaching the server")
-            folder = write_snapshot(platform.kafka_bootstrap, tmp_path)
+            served_ms = int(time.time() * 1000)
+
+            async def fresh_snapshot() -> bool:  # one the index builder cut after the ad was served
+                found = latest_snapshot(snapshot_folder)
+                return found is not None and json.loads((found / "offsets.json").read_text())["cut_ms"] > served_ms
+            await w.until(fresh_snapshot, "the index builder writing a snapshot")
+            folder = tmp_path / latest_snapshot(snapshot_folder).name
+            shutil.copytree(latest_snapshot(snapshot_folder), folder)  # cut before the pause
             status, _ = await w.call("POST", f"/v1/campaigns/{campaign['campaign_id']}/pause", auth)
             assert status == 200
 
@@ -229,10 +246,11 @@ def test_a_server_booting_from_a_snapshot_cut_before_a_pause_still_honours_it(pl
                 answer = await w.ask(booted, placement)
                 row = booted.server.state.campaigns.row_of(campaign["campaign_id"])
                 status_code = int(booted.server.state.campaigns.status.data[row])
-                return folder, booted.boot, answer, status_code
+                in_snapshot = booted.server.state.index.row_of(ad["ad_id"]) is not None
+                return folder, booted.boot, answer, status_code, in_snapshot
             finally:
                 await booted.stop()
 
-    folder, boot, answer, status_code = asyncio.run(scenario())
-    assert boot["snapshot"] == str(folder) and boot["snapshot_records"] > 0
-    assert _winner(answer) is None and status_code != 0  # 0 = ACTIVE
+    folder, boot, answer, status_code, in_snapshot = asyncio.run(scenario())
+    assert boot["snapshot"] == str(folder) and boot["snapshot_records"] > 0 and in_snapshot
+    assert _winner(answer) is None and status_code != 0  # 0 = ACTIVE: the replay applied the pause
