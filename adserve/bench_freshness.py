@@ -245,11 +245,12 @@ def run(ads: int = 100_000, changes: int = 1_000, rate: float = 50.0, snapshot_a
     settings = PlatformSettings.from_env()
     control.up(settings, log=lambda line: None)
     figures: dict[str, Any] = {"benchmark": "freshness", "machine": machine(), "rate_per_s": rate}
-    started = _ensure_index_builder(settings, log)
-    if started:
-        log(f"the index builder {started} keeps running after the bench (it is the platform's; it also carries "
-            "the retirement of the bench's ads): `adserve jobs cancel index_builder` stops it")
-    figures.update(asyncio.run(_real_path(settings, ads, changes, rate, log)))
+    if ads:
+        started = _ensure_index_builder(settings, log)
+        if started:
+            log(f"the index builder {started} keeps running after the bench (it is the platform's; it also "
+                "carries the retirement of the bench's ads): `adserve jobs cancel index_builder` stops it")
+        figures.update(asyncio.run(_real_path(settings, ads, changes, rate, log)))
     if snapshot_ads:
         figures.update(asyncio.run(_snapshot_boot(settings, snapshot_ads, log)))
     return figures

@@ -97,28 +97,47 @@ class ServingState:
         """Bulk-build the index from a snapshot's records (campaigns first, then ads): one columnar build in
         static-score order instead of one upsert per ad. Returns the records read."""
         import array
+        import gc
 
         ads, read = [], 0
-        for topic, record in records:
-            read += 1
-            if topic != "serving.ads":
-                self.apply(topic, record, now_ms)
-            elif not record["removed"]:
-                ads.append(record)
+        # Millions of small records stay alive until the build: without this the cyclic collector walks
+        # them again and again (it tripled the load time at 200 k ads).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for topic, record in records:
+                read += 1
+                if topic != "serving.ads":
+                    self.apply(topic, record, now_ms)
+                elif not record["removed"]:
+                    ads.append(record)
+            self._build_from(ads)
+        finally:
+            if collecting:
+                gc.enable()
+        return read
+
+    def _build_from(self, ads: list[dict[str, Any]]) -> None:
+        import array
+
         ads.sort(key=lambda r: (-r["static_score"], r["ad_id"]))
         terms: dict[tuple[str, str, bool], int] = {}
         flat = array.array("I")
-        counts = np.zeros(len(ads), dtype=np.uint16)
-        for i, r in enumerate(ads):
+        per_ad = array.array("H")
+        lookup, append = terms.get, flat.append
+        for r in ads:
+            count = 0
             for clause in r["targeting"]:
                 attribute, excluded = clause["attribute"], bool(clause["excluded"])
                 for value in clause["values"]:
                     key = (attribute, value, excluded)
-                    term = terms.get(key)
+                    term = lookup(key)
                     if term is None:
                         term = terms[key] = len(terms)
-                    flat.append(term)
-                    counts[i] += 1
+                    append(term)
+                count += len(clause["values"])
+            per_ad.append(count)
+        counts = np.frombuffer(per_ad, dtype=np.uint16) if len(per_ad) else np.zeros(0, np.uint16)
         n, dim = len(ads), self.index.embedding_dim
 
         def column(name, dtype):
@@ -136,7 +155,6 @@ class ServingState:
         self.index = index
         if ads:
             self.snapshot_version = max(self.snapshot_version, max(r["version"] for r in ads))
-        return read
 
     def _apply_budget(self, campaign_id: int, now_ms: int) -> None:
         state, p = self.budget.get(campaign_id, ("OPEN", 1.0))
