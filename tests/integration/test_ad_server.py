@@ -63,7 +63,8 @@ class Services:
         self.server = await start_ad_server(
             bootstrap=self.platform.kafka_bootstrap, redis_host=self.platform.host, redis_port=self.redis_port,
             keys=KEYS, port=0, config=ServerConfig(server_id=f"it-{uuid.uuid4().hex[:6]}",
-                                                   tracker_url=f"http://127.0.0.1:{tracker_port}", **self.config))
+                                                   tracker_url=f"http://127.0.0.1:{tracker_port}", **self.config),
+            wait_ready_s=300)
         assert self.server.follower.ready(), "the ad server never caught up with its topics"
         self.url = f"http://127.0.0.1:{self.server.port}"
         self.http = aiohttp.ClientSession()

@@ -53,8 +53,10 @@ class World:
         self.api = f"http://127.0.0.1:{api_port}"
         self.servers = [await start_ad_server(bootstrap=p.kafka_bootstrap, redis_host=p.host,
                                               redis_port=p.redis_port, keys=KEYS, port=0,
-                                              config=ServerConfig(server_id=f"cc-{i}-{uuid.uuid4().hex[:4]}"))
+                                              config=ServerConfig(server_id=f"cc-{i}-{uuid.uuid4().hex[:4]}"),
+                                              wait_ready_s=300)
                         for i in range(2)]
+        assert all(s.server.is_ready() for s in self.servers), "an ad server did not catch up with its topics"
         self.http = aiohttp.ClientSession()
         return self
 
