@@ -108,6 +108,8 @@ def test_every_topic_exists_with_its_config(platform):
 
     from infra.platform.topics import TOPICS
 
+    compacted = {"serving.ads", "serving.campaigns", "budget.state", "cdc.public.campaigns", "cdc.public.ads"}
+    assert {t.name for t in TOPICS if t.compacted} == compacted
     admin = kafka.admin(platform.kafka_bootstrap)
     existing = admin.list_topics(timeout=10).topics
     for spec in TOPICS:
@@ -116,7 +118,7 @@ def test_every_topic_exists_with_its_config(platform):
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t.name) for t in TOPICS]
     for resource, future in admin.describe_configs(resources, request_timeout=10).items():
         config = future.result(timeout=10)
-        expected = "compact" if resource.name in ("serving.ads", "serving.campaigns", "budget.state") else "delete"
+        expected = "compact" if resource.name in compacted else "delete"
         assert config["cleanup.policy"].value == expected, resource.name
 
 
