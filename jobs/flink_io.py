@@ -33,12 +33,13 @@ class KafkaJobSettings:
     parallelism: int = 1
     transaction_timeout_ms: int = 600_000
     restart_attempts: int = 3
+    bundle_time_ms: int = 1000  # how long a Python operator may buffer records before it processes them
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, job_name: str) -> None:
+def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_time_ms: int = 1000) -> None:
     env = os.environ
     default_bootstrap = env.get("ADSERVE_KAFKA_BOOTSTRAP") or \
         f"{env.get('ADSERVE_HOST', '127.0.0.1')}:{env.get('ADSERVE_KAFKA_PORT', '19092')}"
@@ -58,6 +59,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str) -> None
                         help="stop at the offsets that were latest when the job started (tests, backfills)")
     parser.add_argument("--checkpoint-interval-ms", type=int, default=5000, help="checkpoint interval")
     parser.add_argument("--parallelism", type=int, default=1, help="operator parallelism")
+    parser.add_argument("--bundle-time-ms", type=int, default=bundle_time_ms,
+                        help="longest a Python operator buffers records before processing them: lower is "
+                             f"fresher, higher is faster (default {bundle_time_ms})")
 
 
 def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSettings:
@@ -65,7 +69,8 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
     return KafkaJobSettings(job_name=job_name, bootstrap=args.bootstrap, group_id=args.group_id,
                             connector_jar=jar, startup_mode=args.startup_mode, start_offsets=args.start_offsets,
                             bounded=args.bounded,
-                            checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism)
+                            checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism,
+                            bundle_time_ms=args.bundle_time_ms)
 
 
 def _default_connector_jar() -> str:
@@ -85,6 +90,7 @@ def create_environment(settings: KafkaJobSettings):
     config.set_string("python.executable", sys.executable)
     config.set_string("python.client.executable", sys.executable)
     config.set_string("python.state.cache-size", "100000")
+    config.set_string("python.fn-execution.bundle.time", str(settings.bundle_time_ms))
     config.set_string("pipeline.name", settings.job_name)
     # A bug must fail the job visibly, not restart it forever.
     config.set_string("restart-strategy.type", "fixed-delay")

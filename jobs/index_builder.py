@@ -133,7 +133,7 @@ class SnapshotSchedule(threading.Thread):
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, JOB_NAME)
+    add_common_arguments(parser, JOB_NAME, bundle_time_ms=100)  # advertiser changes: freshness first
     parser.add_argument("--dead-letter-topic", default="dead.letters")
     parser.add_argument("--ads-topic", default="serving.ads", help="where ad records go (tests, benchmarks)")
     parser.add_argument("--campaigns-topic", default="serving.campaigns", help="where campaign records go")
