@@ -61,7 +61,7 @@ async def _load_ads(store, n_ads: int, seed: int, log) -> tuple[list[int], list[
 
 
 async def _change(store, rng: random.Random, campaign_ids: list[int], ad_ids: list[int],
-                  owner: dict[int, int]) -> tuple[str, int, int]:
+                  owner: tuple[dict[int, int], dict[int, int]]) -> tuple[str, int, int]:
     """One random change; returns (serving topic, id, new version)."""
     from adserve.campaigns_cli import synthetic_campaign
 
@@ -70,14 +70,14 @@ async def _change(store, rng: random.Random, campaign_ids: list[int], ad_ids: li
         cid = rng.choice(campaign_ids)
         fields = {"status": rng.choice(["PAUSED", "ACTIVE"])} if kind == "pause_resume" else \
             {"daily_budget_micros": rng.randint(10, 10_000) * 1_000_000}
-        row = await store.update_campaign(owner[cid], cid, fields)
+        row = await store.update_campaign(owner[0][cid], cid, fields)
         return "serving.campaigns", cid, row["version"]
     aid = rng.choice(ad_ids)
     if kind == "bid":
         fields = {"bid_micros": rng.randint(100_000, 5_000_000)}
     else:
         fields = {"targeting": synthetic_campaign(rng, 1)[1][0]["targeting"]}
-    row = await store.update_ad(owner[aid], aid, fields)
+    row = await store.update_ad(owner[1][aid], aid, fields)
     return "serving.ads", aid, row["version"]
 
 
@@ -136,13 +136,14 @@ async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate:
         log(f"both servers hold the {len(ad_ids):,} ads {done - began:.1f} s after the load began "
             f"({out['index_builder_ads_per_s']:,} ads/s end to end)")
 
-        owner = {}
-        async def owners(conn):
-            rows = await (await conn.execute(
-                "SELECT campaign_id AS id, advertiser_id FROM campaigns WHERE advertiser_id = ANY(%s) UNION ALL "
-                "SELECT ad_id, advertiser_id FROM ads WHERE advertiser_id = ANY(%s)",
-                (advertiser_ids, advertiser_ids))).fetchall()
-            return {r["id"]: r["advertiser_id"] for r in rows}
+        async def owners(conn):  # campaign and ad ids are separate sequences: one map each
+            campaigns = await (await conn.execute(
+                "SELECT campaign_id, advertiser_id FROM campaigns WHERE advertiser_id = ANY(%s)",
+                (advertiser_ids,))).fetchall()
+            ads = await (await conn.execute(
+                "SELECT ad_id, advertiser_id FROM ads WHERE advertiser_id = ANY(%s)", (advertiser_ids,))).fetchall()
+            return ({r["campaign_id"]: r["advertiser_id"] for r in campaigns},
+                    {r["ad_id"]: r["advertiser_id"] for r in ads})
         owner = await store._run(owners)  # noqa: SLF001
         rng = random.Random(9)
         wanted = []
