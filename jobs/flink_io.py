@@ -156,8 +156,10 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
         ) WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
 
 
-def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings) -> None:
-    """Register a Kafka topic as an exactly-once (transactional) sink of (key, value) bytes."""
+def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings, exactly_once: bool = True) -> None:
+    """Register a Kafka topic as a sink of (key, value) bytes: exactly-once (transactional, visible when
+    the checkpoint completes) or, for idempotent consumers that want freshness, at-least-once (visible at
+    once; a record may repeat after a restart)."""
     options = {
         "connector": "kafka",
         "topic": topic,
@@ -170,6 +172,9 @@ def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings) -
         "sink.delivery-guarantee": "exactly-once",
         "sink.transactional-id-prefix": f"{settings.group_id}-{name}",
     }
+    if not exactly_once:
+        options["sink.delivery-guarantee"] = "at-least-once"
+        del options["sink.transactional-id-prefix"]
     t_env.execute_sql(f"""
         CREATE TEMPORARY TABLE `{name}` (`k` BYTES, `v` BYTES)
         WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
