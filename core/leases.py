@@ -70,5 +70,11 @@ class LeaseBook:
                 lost.append(campaign_id)
         return lost
 
-    def campaigns(self) -> list[int]:
-        return list(self._leases)
+    def lease_ids(self, now_ms: int) -> dict[int, str]:
+        """The newest unexpired slice per campaign (spend reports name it)."""
+        out = {}
+        for campaign_id, leases in self._leases.items():
+            live = [l for l in leases if l.expires_ms > now_ms]
+            if live:
+                out[campaign_id] = live[-1].lease_id
+        return out

@@ -173,12 +173,7 @@ class ServingState:
             self._apply_budget(campaign_id, now_ms)
 
     def lease_ids(self, now_ms: int) -> dict[int, str]:
-        out = {}
-        for campaign_id in self.leases.campaigns():
-            live = [l for l in self.leases._leases.get(campaign_id, ()) if l.expires_ms > now_ms]
-            if live:
-                out[campaign_id] = live[-1].lease_id
-        return out
+        return self.leases.lease_ids(now_ms)
 
 
 class TopicFollower(threading.Thread):
