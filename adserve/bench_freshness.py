@@ -18,12 +18,17 @@ from it (load the snapshot, replay the topics from its offsets, ready).
 
 Figures (--json names): servers, ads_loaded, index_builder_ads_per_s, changes,
 lag_p50_s, lag_p99_s, lag_max_s, lag_per_server (p50/p99 per server),
-snapshot_ads, snapshot_write_s, snapshot_boot_s, snapshot_load_s."""
+snapshot_ads, snapshot_write_s, snapshot_boot_s, snapshot_load_s.
+Same-run baselines: baseline_cdc_lag_p50_s / baseline_cdc_lag_p99_s (commit ->
+the change on its cdc.* topic, Debezium alone, same changes), and
+baseline_record_by_record_load_s (the same snapshot applied one record at a
+time, the path without the columnar build)."""
 from __future__ import annotations
 
 import asyncio
 import random
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -79,6 +84,39 @@ async def _change(store, rng: random.Random, campaign_ids: list[int], ad_ids: li
         fields = {"targeting": synthetic_campaign(rng, 1)[1][0]["targeting"]}
     row = await store.update_ad(owner[1][aid], aid, fields)
     return "serving.ads", aid, row["version"]
+
+
+class CdcArrivals(threading.Thread):
+    """Baseline: when each change reaches its cdc.* topic (Debezium alone), against its commit time."""
+
+    def __init__(self, bootstrap: str):
+        super().__init__(name="cdc-arrivals", daemon=True)
+        from confluent_kafka import TopicPartition
+
+        from infra.platform.cdc import CDC_TOPICS
+        from streams import kafka
+
+        self.consumer = kafka.consumer(bootstrap, group_id=f"bench-cdc-{uuid.uuid4().hex[:6]}")
+        self.consumer.assign([TopicPartition(t, p, o) for t in CDC_TOPICS
+                              for p, o in kafka.end_offsets(bootstrap, t).items()])
+        self.lags_s: list[float] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        import json
+
+        try:
+            while not self.halt.is_set():
+                for msg in self.consumer.consume(num_messages=500, timeout=0.05):
+                    if msg.error() or msg.value() is None:
+                        continue
+                    commit_ms = json.loads(msg.value())["source"]["ts_ms"]
+                    self.lags_s.append(max(0.0, time.time() - commit_ms / 1000))
+        finally:
+            self.consumer.close()
+
+    def stop(self) -> None:
+        self.halt.set()
 
 
 def _ensure_index_builder(settings: PlatformSettings, log) -> str | None:
@@ -149,6 +187,8 @@ async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate:
         wanted = []
         for s in servers:
             s.server.state.recent_lags.clear()
+        cdc = CdcArrivals(settings.kafka_bootstrap)
+        cdc.start()
         log(f"committing {changes:,} random changes at {rate:g}/s ...")
         start = time.monotonic()
         for i in range(changes):
@@ -166,13 +206,21 @@ async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate:
                     break
                 await asyncio.sleep(0.2)
             per_server.append([g for g in got if g is not None])
+        cdc.stop()
+        cdc.join(10)
+        base = cdc.lags_s
         lags = [lag for server in per_server for lag in server]
         out.update(changes=changes, changes_applied_per_server=[len(p) for p in per_server],
                    lag_p50_s=round(float(np.percentile(lags, 50)), 3),
                    lag_p99_s=round(float(np.percentile(lags, 99)), 3), lag_max_s=round(max(lags), 3),
                    lag_per_server=[{"p50_s": round(float(np.percentile(p, 50)), 3),
                                     "p99_s": round(float(np.percentile(p, 99)), 3)} for p in per_server])
-        log(f"commit -> applied lag: p50 {out['lag_p50_s']} s, p99 {out['lag_p99_s']} s, max {out['lag_max_s']} s")
+        if base:
+            out.update(baseline_cdc_lag_p50_s=round(float(np.percentile(base, 50)), 3),
+                       baseline_cdc_lag_p99_s=round(float(np.percentile(base, 99)), 3), baseline_cdc_changes=len(base))
+        log(f"commit -> applied lag: p50 {out['lag_p50_s']} s, p99 {out['lag_p99_s']} s, max {out['lag_max_s']} s; "
+            f"baseline, commit -> on the cdc topic (Debezium alone): p50 {out.get('baseline_cdc_lag_p50_s')} s, "
+            f"p99 {out.get('baseline_cdc_lag_p99_s')} s")
     finally:
         if advertiser_ids:
             async def retire(conn):
@@ -232,10 +280,23 @@ async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, A
         boot = server.boot
         ads = len(server.server.state.index)
         await server.stop()
+        log("baseline: the same snapshot applied record by record (one index update per ad) ...")
+        from serving.adserver.state import ServingState
+        from serving.snapshots import read_snapshot
+
+        began = time.monotonic()
+        state = ServingState("baseline")
+        now_ms = int(time.time() * 1000)
+        for topic, record in read_snapshot(folder)[1]:
+            state.apply(topic, record, now_ms)
+        baseline_s = time.monotonic() - began
+        del state
     log(f"a server booted from it in {boot['ready_s']:.1f} s (snapshot load {boot['snapshot_load_s']:.1f} s), "
         f"{ads:,} ads")
+    log(f"baseline load, record by record: {baseline_s:.1f} s")
     return {"snapshot_ads": n, "snapshot_write_s": round(write_s, 1), "snapshot_boot_s": round(boot["ready_s"], 1),
-            "snapshot_load_s": round(boot["snapshot_load_s"], 1)}
+            "snapshot_load_s": round(boot["snapshot_load_s"], 1),
+            "baseline_record_by_record_load_s": round(baseline_s, 1)}
 
 
 def run(ads: int = 100_000, changes: int = 1_000, rate: float = 50.0, snapshot_ads: int = 1_000_000,
@@ -264,8 +325,11 @@ def render(f: dict[str, Any]) -> str:
         lines += [f"  {f['ads_loaded']:,} ads through PostgreSQL -> Debezium -> index builder -> {f['servers']} ad "
                   f"servers: {f['index_builder_ads_per_s']:,} ads/s end to end",
                   f"  {f['changes']:,} changes at {f['rate_per_s']:g}/s: commit -> applied lag p50 {f['lag_p50_s']} s, "
-                  f"p99 {f['lag_p99_s']} s, max {f['lag_max_s']} s; per server {f['lag_per_server']}"]
+                  f"p99 {f['lag_p99_s']} s, max {f['lag_max_s']} s; per server {f['lag_per_server']}",
+                  f"  baseline, commit -> cdc topic (Debezium alone): p50 {f.get('baseline_cdc_lag_p50_s')} s, "
+                  f"p99 {f.get('baseline_cdc_lag_p99_s')} s"]
     if "snapshot_boot_s" in f:
         lines.append(f"  snapshot of {f['snapshot_ads']:,} ads: written in {f['snapshot_write_s']} s; a server "
-                     f"booted from it in {f['snapshot_boot_s']} s (load {f['snapshot_load_s']} s)")
+                     f"booted from it in {f['snapshot_boot_s']} s (load {f['snapshot_load_s']} s); baseline, the "
+                     f"same records applied one by one: {f['baseline_record_by_record_load_s']} s")
     return "\n".join(lines)
