@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
@@ -79,6 +80,17 @@ class UserContext:
     def values(self, name: str) -> list[str]:
         raw = self.profile.get(name, "")
         return [v.strip() for v in raw.split(",") if v.strip()]
+
+    def hidden_advertisers(self) -> frozenset[int]:
+        return frozenset(int(v) for v in self.values("hidden_advertisers") if v.isdigit())
+
+    def embedding(self, dim: int) -> np.ndarray | None:
+        """The profile's embedding, or None if absent, malformed or of another dimension."""
+        try:
+            vector = np.array([float(v) for v in self.values("embedding")], dtype=np.float32)
+        except ValueError:
+            return None
+        return vector if len(vector) == dim else None
 
     def features(self) -> dict[str, float]:
         try:

@@ -197,17 +197,10 @@ class AdServer:
             return self._error(503, "deadline passed before the decision")
         profile = {name: user.values(name) for name in ("locations", "interests", "audiences", "age_band", "gender")}
         terms = targeting_terms(ad_request, location, profile)
-        hidden = frozenset(int(v) for v in user.values("hidden_advertisers") if v.isdigit()) \
-            if ad_request.personalization else frozenset()
-        features = user.features() if ad_request.personalization else {}
-        embedding = None
-        if ad_request.personalization and user.values("embedding"):
-            try:
-                embedding = np.array([float(v) for v in user.values("embedding")], dtype=np.float32)
-                if len(embedding) != self.state.index.embedding_dim:
-                    embedding = None
-            except ValueError:
-                embedding = None
+        consented = ad_request.personalization
+        hidden = user.hidden_advertisers() if consented else frozenset()
+        features = user.features() if consented else {}
+        embedding = user.embedding(self.state.index.embedding_dim) if consented else None
         country = location.split("/")[0].upper() if location else None
         context = RequestContext(ad_request.request_id, ad_request.placement, ad_request.positions, terms,
                                  FilterContext(now_ms, frequency, hidden), country=country,
