@@ -1,0 +1,292 @@
+"""One campaign's budget as the budget job keeps it: committed spend, the day's plan, p, slices. Pure.
+
+`PacerState` is the whole keyed state of one campaign (stored in Flink as a
+`PacerState` Avro record, schemas/pacer_state.avsc); the functions below are
+the job's only logic, each `(state, input) -> outputs` with the instant as a
+parameter:
+
+* `on_campaign`   a serving.campaigns record (budget, status, time zone, bid type)
+* `on_spend`      the deduplicated expected spend of one 10 s window (reduced in the JVM)
+* `on_server_spend` one server's spend on a metered campaign in a 1 s window (slices)
+* `on_billed`     billed totals from the click aggregator (replace estimates)
+* `step`          every 10 s of event time: the day's rollover, the controller, the budget state
+
+Committed spend = billed so far + expected cost reported for windows that
+billing may not cover yet (ending after the billed instant minus
+`BILLING_SETTLE_MS`) + what expired slices did not report (counted as spent
+until billing covers them). An estimate therefore lives for minutes, not all
+day; with no billing yet today every estimate counts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from core.pacing import (BID_MULTIPLIER_RANGE, CURVE_END_MINUTE, NEW_CAMPAIGN_P, P_FLOOR, STEP_MS, ControlInput,
+                         SliceRequest, SpendPlan, TargetCurve, budget_state_kind, delivery_limit, local_day,
+                         next_participation, slice_amounts)
+from core.leases import LEASE_LIFETIME_MS
+
+BILLING_SETTLE_MS = 5 * 60_000  # ads served this long before the billed instant may still be billed
+HEARTBEAT_MS = 30_000  # a state is re-sent at least this often, so servers can tell the job is alive
+P_HISTORY_BUCKETS = 96  # p by quarter-hour of the local day (for tomorrow's first p and dashboards)
+LIVE_STATUSES = ("ACTIVE",)
+
+
+@dataclass
+class Window:
+    end_ms: int
+    spend_micros: int
+    served: int
+    eligible: int
+    servers: int = 0
+
+
+@dataclass
+class Slice:
+    lease_id: str
+    server_id: str
+    amount_micros: int
+    reported_micros: int
+    expires_ms: int
+
+
+@dataclass
+class PacerState:
+    campaign_id: int
+    timezone: str = "UTC"
+    bid_type: str = "CPC"
+    status: str = "ACTIVE"
+    budget_micros: int = 0
+    shape: list[float] = field(default_factory=lambda: [1.0] * 24)
+    budget_day: str = ""
+    plan_budget_micros: int = 0
+    plan_anchor_minute: float = 0.0
+    plan_anchor_spend_micros: int = 0
+    participation_probability: float = NEW_CAMPAIGN_P
+    bid_multiplier: float = 1.0
+    reported_today_micros: int = 0
+    windows: list[Window] = field(default_factory=list)
+    billed_micros: int = 0
+    billed_until_ms: int = 0  # 0: no billing today yet
+    invalid_credit_micros: int = 0
+    expired_unreported: list[Window] = field(default_factory=list)  # slices that expired unspent
+    slices: list[Slice] = field(default_factory=list)
+    lease_counter: int = 0
+    peak_minute_micros: int = 0
+    click_price_micros: int = 0
+    impression_charge_micros: int = 0
+    p_today: list[float] = field(default_factory=list)
+    p_yesterday: list[float] = field(default_factory=list)
+    last_state: str = ""
+    last_p: float = -1.0
+    last_emit_ms: int = 0
+    last_step_ms: int = 0
+    delivery_limit: str | None = None
+    spend_per_server_s_micros: float = 0.0  # last minute's spend per second per reporting server
+
+    # ---------------------------------------------------------------- derived
+
+    def plan(self) -> SpendPlan:
+        return SpendPlan(_curve(tuple(self.shape)), self.plan_budget_micros, self.plan_anchor_minute,
+                         self.plan_anchor_spend_micros)
+
+    def committed_micros(self) -> int:
+        if self.billed_until_ms <= 0:
+            estimates = self.reported_today_micros
+        else:
+            cutoff = self.billed_until_ms - BILLING_SETTLE_MS
+            estimates = sum(w.spend_micros for w in self.windows if w.end_ms > cutoff)
+        unreported = sum(w.spend_micros for w in self.expired_unreported
+                         if self.billed_until_ms <= 0 or w.end_ms > self.billed_until_ms - BILLING_SETTLE_MS)
+        return self.billed_micros - self.invalid_credit_micros + estimates + unreported
+
+    def remaining_micros(self) -> int:
+        return max(0, self.budget_micros - self.committed_micros())
+
+    def outstanding_micros(self, now_ms: int) -> int:
+        return sum(max(0, s.amount_micros - s.reported_micros) for s in self.slices if s.expires_ms > now_ms)
+
+
+@lru_cache(maxsize=4096)
+def _curve(shape: tuple[float, ...]) -> TargetCurve:
+    return TargetCurve.from_shape(shape)
+
+
+Output = tuple[str, dict[str, Any]]  # ("state" | "lease" | "pacing", record)
+
+
+def _start_day(state: PacerState, day: str, minute: float) -> None:
+    """A new budget day: the plan from the day's first minute; p from yesterday at the same point."""
+    if state.budget_day:
+        state.p_yesterday = state.p_today or state.p_yesterday
+    first_day = not state.budget_day
+    state.budget_day, state.p_today = day, [-1.0] * P_HISTORY_BUCKETS
+    state.reported_today_micros, state.windows, state.expired_unreported = 0, [], []
+    state.billed_micros, state.billed_until_ms, state.invalid_credit_micros = 0, 0, 0
+    state.peak_minute_micros, state.slices = 0, []
+    state.plan_budget_micros = state.budget_micros
+    # A campaign seen for the first time mid-day spreads its budget over the remaining hours.
+    state.plan_anchor_minute, state.plan_anchor_spend_micros = (minute if first_day else 0.0), 0
+    bucket = int(minute * P_HISTORY_BUCKETS / 1440)
+    yesterday = state.p_yesterday[bucket] if len(state.p_yesterday) == P_HISTORY_BUCKETS else -1.0
+    state.participation_probability = yesterday if yesterday > 0 else NEW_CAMPAIGN_P
+    state.bid_multiplier = 1.0
+
+
+def on_campaign(state: PacerState, record: dict[str, Any], now_ms: int) -> list[Output]:
+    """A new version of the campaign: a budget raised mid-day rescales the rest of the curve; one lowered
+    below today's spend stops the campaign at once (the state goes out now, not at the next step)."""
+    state.timezone, state.bid_type, state.status = record["timezone"], record["bid_type"], record["status"]
+    new_budget = int(record["daily_budget_micros"])
+    day, minute = local_day(now_ms, state.timezone)
+    if not state.budget_day or state.budget_day != day:
+        state.budget_micros = new_budget
+        _start_day(state, day, minute)
+    elif new_budget != state.budget_micros:
+        state.budget_micros = new_budget
+        plan = state.plan().rebudget(new_budget, minute)
+        state.plan_budget_micros, state.plan_anchor_minute = plan.budget_micros, plan.anchor_minute
+        state.plan_anchor_spend_micros = plan.anchor_spend_micros
+    return _emit(state, now_ms, force=True)
+
+
+def on_spend(state: PacerState, window: Window, max_price_micros: int) -> None:
+    """The deduplicated spend of one 10 s window (all servers). Late windows count the same."""
+    state.reported_today_micros += window.spend_micros
+    state.windows.append(window)
+    state.click_price_micros = max(state.click_price_micros, max_price_micros)
+    if window.served:
+        state.impression_charge_micros = max(state.impression_charge_micros,
+                                             -(-window.spend_micros // window.served))
+
+
+def on_server_spend(state: PacerState, server_id: str, lease_id: str | None, spend_micros: int,
+                    spend_per_s_micros: float, wants_slice: bool, max_price_micros: int,
+                    now_ms: int) -> list[Output]:
+    """One server's spend on the campaign (1 s windows, only for reports naming a slice or asking for
+    one): draws the slice down, and grants a new slice when the campaign is metered and the server asks."""
+    state.click_price_micros = max(state.click_price_micros, max_price_micros)
+    for s in state.slices:
+        if s.lease_id == lease_id:
+            s.reported_micros += spend_micros
+    if not wants_slice or state.last_state != "METERED":
+        return []
+    if any(s.server_id == server_id and s.expires_ms > now_ms and s.reported_micros < s.amount_micros
+           for s in state.slices):
+        return []
+    rate = max(spend_per_s_micros, state.spend_per_server_s_micros)
+    return _grant(state, [SliceRequest(server_id, rate)], now_ms)
+
+
+def _grant(state: PacerState, requests: list[SliceRequest], now_ms: int) -> list[Output]:
+    out: list[Output] = []
+    grants = slice_amounts(state.remaining_micros(), state.outstanding_micros(now_ms), state.click_price_micros,
+                           state.impression_charge_micros, requests)
+    for server_id, amount in grants:
+        state.lease_counter += 1
+        lease_id = f"{state.campaign_id}-{state.budget_day}-{state.lease_counter}"
+        expires = now_ms + LEASE_LIFETIME_MS
+        state.slices.append(Slice(lease_id, server_id, amount, 0, expires))
+        out.append(("lease", {"lease_id": lease_id, "server_id": server_id, "campaign_id": state.campaign_id,
+                              "event_time": now_ms, "amount_micros": amount, "expires_at": expires}))
+    return out
+
+
+def on_billed(state: PacerState, record: dict[str, Any]) -> None:
+    """Billed totals for the day so far: they replace the estimates up to their instant."""
+    if record["budget_day"] != state.budget_day or int(record["event_time"]) < state.billed_until_ms:
+        return
+    state.billed_micros = int(record["billed_spend_micros"])
+    state.invalid_credit_micros = 0  # billed totals already exclude invalid traffic
+    state.billed_until_ms = int(record["event_time"])
+
+
+def step(state: PacerState, now_ms: int) -> list[Output]:
+    """One controller step at `now_ms` (a multiple of 10 s of event time)."""
+    day, minute = local_day(now_ms, state.timezone)
+    if day != state.budget_day:
+        _start_day(state, day, 0.0 if state.budget_day else minute)
+    _expire_slices(state, now_ms)
+    cutoff = min(now_ms - 60_000, state.billed_until_ms - BILLING_SETTLE_MS) if state.billed_until_ms else \
+        now_ms - 60_000
+    last_minute = [w for w in state.windows if w.end_ms > now_ms - 60_000]
+    state.windows = [w for w in state.windows if w.end_ms > cutoff]
+    if state.billed_until_ms:  # billing covers these now
+        settled = state.billed_until_ms - BILLING_SETTLE_MS
+        state.expired_unreported = [w for w in state.expired_unreported if w.end_ms > settled]
+    spend_minute = sum(w.spend_micros for w in last_minute)
+    served_minute = sum(w.served for w in last_minute)
+    eligible_minute = sum(w.eligible for w in last_minute)
+    state.peak_minute_micros = max(state.peak_minute_micros, spend_minute)
+    servers = max((w.servers for w in last_minute), default=0)
+    state.spend_per_server_s_micros = spend_minute / 60 / max(1, servers)
+    plan = state.plan()
+    target_now = plan.target_micros(minute)
+    target_minute = target_now - plan.target_micros(max(0.0, minute - 1))
+    committed = state.committed_micros()
+    if state.status in LIVE_STATUSES:
+        controlled = ControlInput(
+            participation_probability=state.bid_multiplier if state.bid_type == "CPA"
+            else state.participation_probability,
+            spend_last_minute_micros=spend_minute, target_last_minute_micros=target_minute,
+            gap_micros=target_now - committed, minutes_to_curve_end=CURVE_END_MINUTE - minute,
+            served_last_minute=served_minute)
+        if state.bid_type == "CPA":  # the system sets CPA bids: steer the bid, keep entering every auction
+            low, high = BID_MULTIPLIER_RANGE
+            state.bid_multiplier = min(high, max(low, next_participation(controlled)))
+            state.participation_probability = 1.0
+        else:
+            state.participation_probability = next_participation(controlled)
+        state.delivery_limit = delivery_limit(state.participation_probability, spend_minute, target_minute,
+                                              served_minute, eligible_minute)
+    state.p_today[int(minute * P_HISTORY_BUCKETS / 1440)] = state.participation_probability
+    state.last_step_ms = now_ms
+    out = _emit(state, now_ms)
+    out.append(("pacing", {"campaign_id": state.campaign_id, "event_time": now_ms, "budget_day": day,
+                           "minute": minute, "target_micros": target_now, "committed_micros": committed,
+                           "reported_micros": state.reported_today_micros, "billed_micros": state.billed_micros,
+                           "participation_probability": state.participation_probability,
+                           "state": state.last_state, "budget_micros": state.budget_micros}))
+    return out
+
+
+def _expire_slices(state: PacerState, now_ms: int) -> None:
+    """An expired slice's unreported remainder counts as spent until billing covers its expiry."""
+    live = []
+    for s in state.slices:
+        if s.expires_ms > now_ms:
+            live.append(s)
+        elif s.amount_micros > s.reported_micros:
+            state.expired_unreported.append(Window(s.expires_ms, s.amount_micros - s.reported_micros, 0, 0))
+    state.slices = live
+
+
+def _emit(state: PacerState, now_ms: int, force: bool = False) -> list[Output]:
+    """The budget state record when something a server acts on changed, or as a heartbeat."""
+    committed = state.committed_micros()
+    if state.status not in LIVE_STATUSES:
+        kind = "STOPPED"
+    else:
+        kind = budget_state_kind(state.budget_micros, committed, max(state.peak_minute_micros,
+                                                                     state.plan().peak_minute_micros()),
+                                 state.click_price_micros)
+        if kind == "OPEN" and state.click_price_micros == 0:
+            kind = "METERED"  # no price seen yet: fail closed until the first report tells us one
+    p = round(max(P_FLOOR, state.participation_probability), 4)
+    changed = kind != state.last_state or abs(p - state.last_p) > 0.01 * max(state.last_p, P_FLOOR)
+    if not (force or changed or now_ms - state.last_emit_ms >= HEARTBEAT_MS):
+        return []
+    state.last_state, state.last_p, state.last_emit_ms = kind, p, now_ms
+    plan = state.plan()
+    _, minute = local_day(now_ms, state.timezone)
+    return [("state", {
+        "campaign_id": state.campaign_id, "event_time": now_ms, "budget_day": state.budget_day, "state": kind,
+        "participation_probability": p, "bid_multiplier": round(state.bid_multiplier, 4),
+        "daily_budget_micros": state.budget_micros, "billed_spend_micros": state.billed_micros,
+        "committed_spend_micros": committed, "remaining_micros": max(0, state.budget_micros - committed),
+        "target_spend_micros": plan.target_micros(minute), "delivery_limit": state.delivery_limit})]
+
+
+def next_step_ms(now_ms: int) -> int:
+    return (now_ms // STEP_MS + 1) * STEP_MS

@@ -1,0 +1,234 @@
+"""Pacing rules (core.pacing, core.budget) and the design's pacing cases on a second-by-second model of
+the loop (tests/pacing_fleet.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core import budget
+from core.pacing import (CURVE_END_MINUTE, NEW_CAMPAIGN_P, P_FLOOR, ControlInput, SliceRequest, SpendPlan,
+                         TargetCurve, budget_state_kind, delivery_limit, local_day, next_participation,
+                         open_margin_micros, slice_amounts)
+from tests.pacing_fleet import DAY0_MS, HOUR_S, Campaign, diurnal, run_day
+
+DOLLAR = 1_000_000
+
+
+# ------------------------------------------------------------------ curves and plans
+
+
+def test_curve_follows_the_traffic_shape_and_ends_at_half_past_eleven():
+    shape = [1.0] * 12 + [3.0] * 12  # three times the traffic in the afternoon
+    curve = TargetCurve.from_shape(shape)
+    assert curve.share(0) == 0.0
+    assert curve.share(CURVE_END_MINUTE) == pytest.approx(1.0)
+    assert curve.share(23 * 60 + 45) == 1.0
+    morning = curve.share(12 * 60) - curve.share(0)
+    afternoon_hour = curve.share(13 * 60) - curve.share(12 * 60)
+    assert afternoon_hour == pytest.approx(3 * morning / 12, rel=1e-9)
+
+
+def test_a_shape_that_does_not_divide_the_day_is_rejected():
+    with pytest.raises(ValueError, match="buckets that divide the day"):
+        TargetCurve.from_shape([1.0] * 7)
+
+
+def test_a_budget_raised_at_two_pm_spreads_over_the_remaining_hours():
+    plan = SpendPlan(TargetCurve.flat(), 10_000 * DOLLAR)
+    at_two = 14 * 60
+    raised = plan.rebudget(15_000 * DOLLAR, at_two)
+    assert raised.target_micros(at_two) == plan.target_micros(at_two)  # no jump now
+    assert raised.target_micros(CURVE_END_MINUTE) == 15_000 * DOLLAR
+    # the next hour asks for its share of the extra money, not all of it
+    next_hour = raised.target_micros(at_two + 60) - raised.target_micros(at_two)
+    remaining_hours = (CURVE_END_MINUTE - at_two) / 60
+    expected = (15_000 * DOLLAR - plan.target_micros(at_two)) / remaining_hours
+    assert next_hour == pytest.approx(expected, rel=0.01)
+
+
+def test_local_day_is_the_advertisers():
+    day, minute = local_day(DAY0_MS + 3 * HOUR_S * 1000, "America/New_York")  # 03:00 UTC = 22:00 New York
+    assert (day, round(minute)) == ("2025-12-31", 22 * 60)
+
+
+# ------------------------------------------------------------------ controller
+
+
+def _step(p=0.5, spend=100, target=100, gap=0, served=1000, minutes_left=600):
+    return next_participation(ControlInput(p, spend, target, gap, minutes_left, served))
+
+
+def test_running_twenty_percent_over_target_pulls_p_down_about_that_much():
+    assert _step(spend=120, target=100) == pytest.approx(0.5 * 100 / 120, rel=0.02)
+
+
+def test_p_moves_at_most_a_quarter_per_step_and_never_below_the_floor():
+    assert _step(spend=1000, target=100) == pytest.approx(0.5 * 0.75)
+    assert _step(spend=1, target=100) == pytest.approx(0.5 * 1.25)
+    assert _step(p=P_FLOOR, spend=1000, target=1) == P_FLOOR
+    assert _step(p=0.9, spend=1, target=100) == 1.0
+
+
+def test_the_integral_term_closes_a_gap_over_hours_not_in_a_burst():
+    behind = _step(spend=100, target=100, gap=10 * 100)  # ten minutes of spend behind
+    # spread over two hours: about 1/12 faster, far less than the step limit would allow
+    assert behind == pytest.approx(0.5 * (1 + 1000 / 120 / 100), rel=0.01)
+
+
+def test_gains_scale_with_volume_so_one_click_does_not_swing_a_small_campaign():
+    big = _step(spend=200, target=100, served=10_000)
+    small = _step(spend=200, target=100, served=1)
+    assert big < small < 0.5
+
+
+def test_delivery_limit_names_bid_or_audience_only_at_p_one():
+    assert delivery_limit(0.8, 10, 100, 5, 100) is None
+    assert delivery_limit(1.0, 10, 100, 5, 100) == "BID"
+    assert delivery_limit(1.0, 10, 100, 90, 100) == "AUDIENCE"
+
+
+# ------------------------------------------------------------------ budget states and slices
+
+
+def test_open_while_more_than_five_minutes_of_peak_or_ten_clicks_remain():
+    assert open_margin_micros(peak_minute_micros=100, click_price_micros=2) == 500
+    assert open_margin_micros(peak_minute_micros=1, click_price_micros=2 * DOLLAR) == 20 * DOLLAR
+    assert budget_state_kind(1000, 400, 100, 1) == "OPEN"
+    assert budget_state_kind(1000, 600, 100, 1) == "METERED"
+    assert budget_state_kind(1000, 1000, 100, 1) == "STOPPED"
+    # a $20 budget with $2 clicks is metered from its first impression
+    assert budget_state_kind(20 * DOLLAR, 0, 1, 2 * DOLLAR) == "METERED"
+
+
+def test_slices_keep_half_of_what_remains_and_stop_below_one_click():
+    requests = [SliceRequest(f"s{i}", spend_per_s_micros=1 * DOLLAR) for i in range(5)]
+    grants = slice_amounts(40 * DOLLAR, 0, 2 * DOLLAR, 40_000, requests)
+    assert [a for _, a in grants] == [10 * DOLLAR, 10 * DOLLAR]  # 10 s of spend each; half of $40 is $20
+    assert slice_amounts(1_999_999, 0, 2 * DOLLAR, 40_000, requests) == []
+    tiny = slice_amounts(40 * DOLLAR, 0, 2 * DOLLAR, 40_000, [SliceRequest("s", 0.0)])
+    assert tiny == [("s", 40_000)]  # at least one impression's charge
+
+
+def test_a_budget_lowered_below_todays_spend_stops_the_campaign_at_once():
+    state = budget.PacerState(1)
+    record = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": 100 * DOLLAR}
+    budget.on_campaign(state, record, DAY0_MS)
+    budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 60 * DOLLAR, 100, 100, 1), 1 * DOLLAR)
+    out = budget.on_campaign(state, dict(record, daily_budget_micros=50 * DOLLAR), DAY0_MS + 11_000)
+    assert [(k, r["state"]) for k, r in out] == [("state", "STOPPED")]
+
+
+def test_billed_spend_replaces_estimates_older_than_the_settling_time():
+    state = budget.PacerState(1)
+    budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
+                               "daily_budget_micros": 100 * DOLLAR}, DAY0_MS)
+    for minute in range(20):
+        budget.on_spend(state, budget.Window(DAY0_MS + (minute + 1) * 60_000, 1 * DOLLAR, 10, 10, 1), DOLLAR)
+    assert state.committed_micros() == 20 * DOLLAR
+    budget.on_billed(state, {"budget_day": state.budget_day, "event_time": DAY0_MS + 20 * 60_000,
+                             "billed_spend_micros": 17 * DOLLAR})
+    # billed $17 up to minute 20, plus the estimates of the last 5 minutes that billing may not cover yet
+    assert state.committed_micros() == 17 * DOLLAR + 5 * DOLLAR
+
+
+def test_an_expired_slice_counts_as_spent_until_billing_covers_it():
+    state = budget.PacerState(1)
+    budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
+                               "daily_budget_micros": 20 * DOLLAR}, DAY0_MS)
+    assert state.last_state == "METERED"
+    granted = budget.on_server_spend(state, "s1", None, 0, 0.0, True, 2 * DOLLAR, DAY0_MS + 1000)
+    assert [k for k, _ in granted] == ["lease"]
+    amount = granted[0][1]["amount_micros"]
+    budget.step(state, DAY0_MS + 40_000)  # the slice expired unreported
+    assert state.committed_micros() == amount
+
+
+def test_the_first_p_of_a_day_is_yesterdays_at_the_same_point():
+    state = budget.PacerState(1)
+    record = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": 100 * DOLLAR}
+    budget.on_campaign(state, record, DAY0_MS)
+    assert state.participation_probability == NEW_CAMPAIGN_P
+    state.participation_probability = 0.3
+    budget.step(state, DAY0_MS + 10_000)
+    yesterday_first = state.p_today[0]
+    budget.step(state, DAY0_MS + 86_400_000)
+    assert state.budget_day == "2026-01-02"
+    assert state.p_yesterday[0] == yesterday_first
+    # the new day's first step starts from yesterday's p and moves it by at most one step
+    assert 0.75 * yesterday_first <= state.participation_probability <= 1.25 * yesterday_first
+
+
+# ------------------------------------------------------------------ the design's cases on the loop model
+
+
+def _hourly_error(result) -> float:
+    """Largest hourly spend-to-curve error over the hours that carry at least 2 % of the budget."""
+    spend = result.spend_by_second.reshape(24, 3600).sum(1)
+    target = np.diff(np.concatenate([[0], result.target_by_second.reshape(24, 3600)[:, -1]]))
+    big = target > 0.02 * target.sum()
+    return float(np.max(np.abs(spend[big] - target[big]) / target[big]))
+
+
+def test_ten_thousand_dollars_that_could_go_by_nine_lasts_the_day():
+    c = Campaign(1, 10_000 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.02, opportunities_per_s=40.0)
+    by_nine = sum(c.opportunities_per_s * diurnal(s) for s in range(9 * HOUR_S)) * c.price_micros * c.true_ctr
+    assert by_nine >= c.budget_micros  # the premise: unpaced, it would be gone by 9 a.m.
+    result = run_day(c)
+    assert result.stopped_at_s is None or result.stopped_at_s >= 23 * HOUR_S
+    assert result.billed_micros >= 0.98 * c.budget_micros
+    assert result.absorbed_micros <= 0.001 * c.budget_micros
+    assert result.served_by_second[18 * HOUR_S:22 * HOUR_S].sum() > 0  # the evening audience was reached
+
+
+def _spike(second: int) -> float:
+    return diurnal(second) * (3.0 if second >= 20 * HOUR_S else 1.0)
+
+
+def test_at_the_eight_pm_spike_p_falls_within_about_a_minute_and_the_budget_lasts():
+    c = Campaign(2, 10_000 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.02, opportunities_per_s=40.0)
+    result = run_day(c, traffic=_spike, shape=[float(diurnal(h * HOUR_S + 1800)) for h in range(24)])
+    p_at = {s: p for s, _, p in result.states}
+    before = [p for s, p in p_at.items() if 19 * HOUR_S + 3000 <= s < 20 * HOUR_S]
+    after = [p for s, p in p_at.items() if 20 * HOUR_S + 60 <= s <= 20 * HOUR_S + 90]
+    assert before and after
+    assert min(after) <= 0.55 * before[-1]  # traffic tripled: p at least roughly halved within ~a minute
+    assert result.stopped_at_s is None or result.stopped_at_s >= 23 * HOUR_S
+    assert result.billed_micros >= 0.98 * c.budget_micros
+    assert result.absorbed_micros <= 0.001 * c.budget_micros
+
+
+def test_a_twenty_dollar_budget_with_two_dollar_clicks_ends_within_one_click():
+    c = Campaign(3, 20 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.03, opportunities_per_s=5.0)
+    result = run_day(c, servers=8)
+    assert c.budget_micros - c.price_micros <= result.billed_micros <= c.budget_micros
+    assert result.absorbed_micros <= c.price_micros
+
+
+def test_a_budget_raised_at_two_pm_is_spent_over_the_remaining_hours():
+    c = Campaign(4, 10_000 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.02, opportunities_per_s=60.0,
+                 changes={14 * HOUR_S: 15_000 * DOLLAR})
+    result = run_day(c)
+    spend = result.spend_by_second.reshape(24, 3600).sum(1)
+    assert spend[14] < 2 * spend[13]  # the extra $5,000 is not spent in the next hour
+    assert spend[15:23].sum() > spend[14] * 5
+    assert result.billed_micros >= 0.98 * 15_000 * DOLLAR
+    assert result.absorbed_micros <= 0.001 * 15_000 * DOLLAR
+
+
+def test_a_budget_lowered_below_spend_stops_serving_within_thirty_seconds():
+    lowered_at = 16 * HOUR_S
+    c = Campaign(5, 10_000 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.02, opportunities_per_s=40.0,
+                 changes={lowered_at: 1_000 * DOLLAR})
+    result = run_day(c, start_s=12 * HOUR_S, end_s=17 * HOUR_S)
+    offset = lowered_at - 12 * HOUR_S
+    assert result.served_by_second[offset - 300:offset].sum() > 0
+    assert result.served_by_second[offset + 30:].sum() == 0
+
+
+def test_a_server_killed_holding_slices_causes_no_overspend_beyond_its_slices():
+    c = Campaign(6, 50 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.03, opportunities_per_s=20.0)
+    result = run_day(c, servers=4, kill_server_at_s=12 * HOUR_S)
+    assert result.killed_holding_micros > 0
+    assert result.billed_micros <= c.budget_micros
+    assert result.absorbed_micros <= c.price_micros
+    assert result.billed_micros >= c.budget_micros - c.price_micros
