@@ -18,7 +18,7 @@ until billing covers them). An estimate therefore lives for minutes, not all
 day; with no billing yet today every estimate counts."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -116,8 +116,11 @@ def _curve(shape: tuple[float, ...]) -> TargetCurve:
 Output = tuple[str, dict[str, Any]]  # ("state" | "lease" | "pacing", record)
 
 
-def _start_day(state: PacerState, day: str, minute: float) -> None:
-    """A new budget day: the plan from the day's first minute; p from yesterday at the same point."""
+def _start_day(state: PacerState, day: str, minute: float, shape: list[float] | None = None) -> None:
+    """A new budget day: the plan from the day's first minute (with the day's traffic shape, when the
+    curve pipeline has a newer one); p from yesterday at the same point."""
+    if shape:
+        state.shape = list(shape)
     if state.budget_day:
         state.p_yesterday = state.p_today or state.p_yesterday
     first_day = not state.budget_day
@@ -134,7 +137,8 @@ def _start_day(state: PacerState, day: str, minute: float) -> None:
     state.bid_multiplier = 1.0
 
 
-def on_campaign(state: PacerState, record: dict[str, Any], now_ms: int) -> list[Output]:
+def on_campaign(state: PacerState, record: dict[str, Any], now_ms: int,
+                shape: list[float] | None = None) -> list[Output]:
     """A new version of the campaign: a budget raised mid-day rescales the rest of the curve; one lowered
     below today's spend stops the campaign at once (the state goes out now, not at the next step)."""
     state.timezone, state.bid_type, state.status = record["timezone"], record["bid_type"], record["status"]
@@ -142,7 +146,7 @@ def on_campaign(state: PacerState, record: dict[str, Any], now_ms: int) -> list[
     day, minute = local_day(now_ms, state.timezone)
     if not state.budget_day or state.budget_day != day:
         state.budget_micros = new_budget
-        _start_day(state, day, minute)
+        _start_day(state, day, minute, shape)
     elif new_budget != state.budget_micros:
         state.budget_micros = new_budget
         plan = state.plan().rebudget(new_budget, minute)
@@ -202,11 +206,12 @@ def on_billed(state: PacerState, record: dict[str, Any]) -> None:
     state.billed_until_ms = int(record["event_time"])
 
 
-def step(state: PacerState, now_ms: int) -> list[Output]:
-    """One controller step at `now_ms` (a multiple of 10 s of event time)."""
+def step(state: PacerState, now_ms: int, shape: list[float] | None = None) -> list[Output]:
+    """One controller step at `now_ms` (a multiple of 10 s of event time). `shape`: the traffic shape a
+    new day starts with (default: keep the current one)."""
     day, minute = local_day(now_ms, state.timezone)
     if day != state.budget_day:
-        _start_day(state, day, 0.0 if state.budget_day else minute)
+        _start_day(state, day, 0.0 if state.budget_day else minute, shape)
     _expire_slices(state, now_ms)
     cutoff = min(now_ms - 60_000, state.billed_until_ms - BILLING_SETTLE_MS) if state.billed_until_ms else \
         now_ms - 60_000
@@ -290,3 +295,16 @@ def _emit(state: PacerState, now_ms: int, force: bool = False) -> list[Output]:
 
 def next_step_ms(now_ms: int) -> int:
     return (now_ms // STEP_MS + 1) * STEP_MS
+
+
+def to_record(state: PacerState) -> dict[str, Any]:
+    """The state as a schemas/pacer_state.avsc record (how the job keeps it in Flink state)."""
+    return asdict(state)
+
+
+def from_record(record: dict[str, Any]) -> PacerState:
+    fields = dict(record)
+    fields["windows"] = [Window(**w) for w in record["windows"]]
+    fields["expired_unreported"] = [Window(**w) for w in record["expired_unreported"]]
+    fields["slices"] = [Slice(**s) for s in record["slices"]]
+    return PacerState(**fields)

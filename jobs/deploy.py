@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_PACKAGES = ("core", "schemas", "jobs")
+SHIPPED_PACKAGES = ("core", "schemas", "jobs", "streams")
 HTTP_TIMEOUT_S = 5.0
 
 
@@ -41,6 +41,8 @@ JOBS: dict[str, JobSpec] = {
                             "smoke job: events per campaign and minute, ad.events -> ops.event_counts"),
     "index_builder": JobSpec("index_builder", "jobs.index_builder",
                              "campaign store changes (cdc.public.*) -> serving.ads, serving.campaigns"),
+    "budget_pacing": JobSpec("budget_pacing", "jobs.budget_pacing",
+                             "spend, campaigns, billed spend -> budget.state, budget.leases, Redis pacing:*"),
 }
 
 

@@ -59,6 +59,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
                         help="stop at the offsets that were latest when the job started (tests, backfills)")
     parser.add_argument("--checkpoint-interval-ms", type=int, default=5000, help="checkpoint interval")
     parser.add_argument("--parallelism", type=int, default=1, help="operator parallelism")
+    parser.add_argument("--restart-attempts", type=int, default=3,
+                        help="restarts from the latest checkpoint before the job fails for good (default 3)")
     parser.add_argument("--bundle-time-ms", type=int, default=bundle_time_ms,
                         help="longest a Python operator buffers records before processing them: lower is "
                              f"fresher, higher is faster (default {bundle_time_ms})")
@@ -70,6 +72,7 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
                             connector_jar=jar, startup_mode=args.startup_mode, start_offsets=args.start_offsets,
                             bounded=args.bounded,
                             checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism,
+                            restart_attempts=args.restart_attempts,
                             bundle_time_ms=args.bundle_time_ms)
 
 
@@ -80,8 +83,9 @@ def _default_connector_jar() -> str:
     return str(flink_connector_jar(PlatformSettings.from_env()))
 
 
-def create_environment(settings: KafkaJobSettings):
-    """A StreamExecutionEnvironment and its table environment, checkpointed exactly-once."""
+def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = ()):
+    """A StreamExecutionEnvironment and its table environment, checkpointed exactly-once; `extra_jars`
+    (the project's own JVM functions) are shipped with the job beside the Kafka connector."""
     from pyflink.common import Configuration
     from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
@@ -102,7 +106,7 @@ def create_environment(settings: KafkaJobSettings):
     jar = Path(settings.connector_jar)
     if not jar.exists():
         raise FileNotFoundError(f"Flink Kafka connector jar not found: {jar}")
-    env.add_jars(jar.resolve().as_uri())
+    env.add_jars(jar.resolve().as_uri(), *[Path(j).resolve().as_uri() for j in extra_jars])
     t_env = StreamTableEnvironment.create(env)
     # No source idle timeout: under backpressure (a slow Python operator) a partition that waits its turn
     # would be marked idle, the watermark would run ahead on the others, and its records would turn late.
@@ -115,13 +119,15 @@ def _quote(value: str) -> str:
 
 
 def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
-                       out_of_orderness_ms: int | None = None) -> None:
+                       out_of_orderness_ms: int | None = None, idle_timeout_ms: int | None = None) -> None:
     """Register a Kafka topic as a table of raw records with their coordinates.
 
     With out_of_orderness_ms, the Kafka record timestamp (which every producer
     of the project sets to the record's event time) is the rowtime, and the
     source emits watermarks per partition, so a partition that is read ahead
-    of the others does not make their records late."""
+    of the others does not make their records late. With idle_timeout_ms, this source (only) stops
+    holding the job's event time back after that long without records: for low-volume side inputs
+    (campaign records, billed totals) beside a high-volume stream that drives the clock."""
     options = {
         "connector": "kafka",
         "topic": topic,
@@ -143,6 +149,8 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
         options["scan.startup.specific-offsets"] = ";".join(f"partition:{p},offset:{o}" for p, o in pairs)
     if settings.bounded:
         options["scan.bounded.mode"] = "latest-offset"
+    if idle_timeout_ms is not None:
+        options["scan.watermark.idle-timeout"] = f"{idle_timeout_ms} ms"
     watermark = "" if out_of_orderness_ms is None else \
         f",\n          WATERMARK FOR `ts` AS `ts` - INTERVAL '{out_of_orderness_ms / 1000:.3f}' SECOND"
     t_env.execute_sql(f"""

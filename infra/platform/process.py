@@ -92,7 +92,7 @@ class ManagedProcess:
         else:
             _signal_group(pid, signal.SIGKILL)
             time.sleep(0.5)
-        _reap(pid)
+        reap(pid)
         self.pid_path.unlink(missing_ok=True)
         return True
 
@@ -112,14 +112,14 @@ def _start_ticks(pid: int) -> int | None:
         return None
     fields = stat.rsplit(")", 1)[1].split()
     if fields[0] == "Z":
-        _reap(pid)
+        reap(pid)
         return None
     return int(fields[19])
 
 
 def group_alive(pgid: int) -> bool:
     """True while any live (non-zombie) process belongs to the process group."""
-    _reap(pgid)
+    reap(pgid)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -140,7 +140,8 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _reap(pid: int) -> None:
+def reap(pid: int) -> None:
+    """Collect a child that has exited (no-op for another process's child)."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:

@@ -11,8 +11,10 @@ import stat
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 import base64
 import urllib.request
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from infra.platform.errors import PlatformError
 from infra.platform.jars import DEBEZIUM, KAFKA
-from infra.platform.process import ManagedProcess, port_in_use
+from infra.platform.process import ManagedProcess, port_in_use, reap, wait_until
 from infra.platform.settings import PlatformSettings
 
 HTTP_TIMEOUT_S = 3.0
@@ -469,6 +471,23 @@ class Flink(Service):
         # The scripts read FLINK_CONF_DIR and exec java in the foreground, so the pid is the JVM's.
         jm.start(["bash", str(bin_dir / "jobmanager.sh"), "start-foreground"], env=env)
         tm.start(["bash", str(bin_dir / "taskmanager.sh"), "start-foreground"], env=env)
+
+    def kill_taskmanager(self) -> None:
+        """Kill the TaskManager at once (SIGKILL, no shutdown), as a crash would. Its jobs fail over and
+        restart from their latest checkpoint once a TaskManager is back (`start_taskmanager`)."""
+        tm = self.processes()[1]
+        pid = tm.pid()
+        if pid is not None:
+            os.killpg(pid, signal.SIGKILL)
+            time.sleep(0.5)
+            reap(pid)  # when this process started it, collect the zombie
+            tm.pid_path.unlink(missing_ok=True)
+
+    def start_taskmanager(self) -> None:
+        tm = self.processes()[1]
+        if tm.pid() is None:
+            tm.start(["bash", str(pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"], env=self.env())
+        wait_until(self.healthy, timeout_s=self.settings.start_timeout_s, what="TaskManager did not register")
 
     def healthy(self) -> bool:
         overview = http_json(f"{self.settings.flink_rest_url}/overview")

@@ -232,3 +232,17 @@ def test_a_server_killed_holding_slices_causes_no_overspend_beyond_its_slices():
     assert result.billed_micros <= c.budget_micros
     assert result.absorbed_micros <= c.price_micros
     assert result.billed_micros >= c.budget_micros - c.price_micros
+
+
+def test_the_state_survives_its_avro_round_trip():
+    from schemas.codec import AvroCodec
+
+    state = budget.PacerState(9)
+    budget.on_campaign(state, {"timezone": "Europe/Berlin", "bid_type": "CPC", "status": "ACTIVE",
+                               "daily_budget_micros": 20 * DOLLAR}, DAY0_MS)
+    budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 3 * DOLLAR, 30, 40, 2), 2 * DOLLAR)
+    budget.on_server_spend(state, "s1", None, 0, 0.0, True, 2 * DOLLAR, DAY0_MS + 11_000)
+    budget.step(state, DAY0_MS + 20_000)
+    codec = AvroCodec()
+    again = budget.from_record(codec.decode(codec.encode("PacerState", budget.to_record(state))))
+    assert again == state

@@ -1,0 +1,351 @@
+"""Flink job `budget_pacing`: spend reports, campaign records and billed totals -> budget states, slices
+and the dashboards' pacing curves. Keyed by campaign, on event time.
+
+Per-item work stays in the JVM. budget.spend (one item per server, campaign
+and second) is decoded by the project's Java function (jobs/jvm), deduplicated
+by (server, sequence, campaign) and summed per campaign in 10 s event-time
+windows by Flink SQL; reports that draw on a slice or ask for one are also
+kept per server in 1 s windows. Python sees only those reduced rows, plus the
+low-volume serving.campaigns and billing.billed_spend records, and calls the
+pure rules of core.budget / core.pacing:
+
+  reduced windows, campaigns, billed -> keyed by campaign -> core.budget.on_*
+  event-time timer every 10 s        -> core.budget.step (controller, budget state, day rollover)
+
+Outputs: budget.state (compacted; p, OPEN/METERED/STOPPED, remaining), budget.leases
+(slices for metered campaigns), Redis `pacing:{campaign}` (streams.pacing_store),
+dead.letters for anything that does not decode, counted (`corrupt_records`).
+
+Event time: budget.spend's Kafka timestamps (the servers' report instants)
+with a 2 s bound on disorder; every server sends a heartbeat to every
+partition each second, so event time advances even where nothing is spent.
+The campaign and billing topics are read with a per-source idle timeout so a
+quiet topic never holds the job's clock back. A report that arrives after its
+window closed (a resend after a long broker outage) is not dropped: it takes
+the Python path and is added on arrival (counting a resend whose original did
+arrive twice, the safe direction: spend over-counted pauses early, never
+overspends).
+
+State: one PacerState Avro record (schemas/pacer_state.avsc) per campaign,
+checkpointed with the Kafka offsets, so a restart from a checkpoint neither
+loses nor double-counts spend.
+
+Deploy: adserve jobs deploy budget_pacing"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from core import budget
+from core.dead_letters import from_corrupt
+from core.errors import CorruptRecord
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment, parse,
+                           kafka_sink_table, kafka_source_table, settings_from_args)
+
+JOB_NAME = "budget_pacing"
+LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
+REDIS_FLUSH_POINTS = 256
+REDIS_FLUSH_S = 0.5
+END_OF_INPUT = 2**63 - 1 - 86_400_000  # watermarks this high mean a bounded input has ended
+
+ROW_FIELDS = ["kind", "campaign_id", "server_id", "lease_id", "spend", "served", "eligible", "price", "servers",
+              "wants", "topic", "part", "off", "k", "v"]
+
+
+def _row_type():
+    from pyflink.common import Types
+
+    return Types.ROW_NAMED(ROW_FIELDS, [
+        Types.STRING(), Types.LONG(), Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(),
+        Types.LONG(), Types.LONG(), Types.BOOLEAN(), Types.STRING(), Types.INT(), Types.LONG(),
+        Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+
+def load_shapes(path: str) -> tuple[list[float] | None, dict[int, list[float]]]:
+    """The curve pipeline's output: {"default": [...], "campaigns": {"id": [...]}} (pipelines/traffic_curves)."""
+    if not path or not Path(path).exists():
+        return None, {}
+    data = json.loads(Path(path).read_text())
+    return data.get("default"), {int(k): v for k, v in data.get("campaigns", {}).items()}
+
+
+def _reduce_spend_sql(t_env, header_hex: str, window_s: int) -> None:
+    """The JVM part: decode, split on-time from late or undecodable, dedupe and sum."""
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW spend_checked AS
+        SELECT `topic`, `partition`, `offset`, ts, k, v, decode_spend(v, X'{header_hex}') AS r,
+               (CURRENT_WATERMARK(ts) IS NULL OR ts > CURRENT_WATERMARK(ts)) AS on_time
+        FROM spend_in""")
+    t_env.execute_sql("""
+        CREATE TEMPORARY VIEW spend_fast AS
+        SELECT r.server_id AS server_id, r.`sequence` AS seq, r.campaign_id AS campaign_id,
+               r.expected_spend_micros AS spend, r.served_ads AS served, r.eligible_requests AS eligible,
+               r.lease_id AS lease_id, r.max_price_micros AS price, r.wants_slice AS wants, ts
+        FROM spend_checked WHERE on_time AND r IS NOT NULL AND r.campaign_id > 0""")
+    t_env.execute_sql("""
+        CREATE TEMPORARY VIEW spend_metered AS
+        SELECT * FROM spend_fast WHERE lease_id IS NOT NULL OR wants""")
+    # Level 1: one row per report (a resend of the same server and sequence collapses), level 2: per campaign.
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW per_report AS
+        SELECT window_time AS rt, campaign_id, server_id, seq, MAX(spend) AS spend, MAX(served) AS served,
+               MAX(eligible) AS eligible, MAX(price) AS price
+        FROM TABLE(TUMBLE(TABLE spend_fast, DESCRIPTOR(ts), INTERVAL '{window_s}' SECOND))
+        GROUP BY window_start, window_end, window_time, campaign_id, server_id, seq""")
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW reduced AS
+        SELECT 'window' AS kind, campaign_id, CAST(NULL AS STRING) AS server_id, CAST(NULL AS STRING) AS lease_id,
+               SUM(spend) AS spend, CAST(SUM(served) AS BIGINT) AS served,
+               CAST(SUM(eligible) AS BIGINT) AS eligible, MAX(price) AS price,
+               COUNT(DISTINCT server_id) AS servers, FALSE AS wants, CAST(NULL AS STRING) AS topic,
+               CAST(NULL AS INT) AS part, CAST(NULL AS BIGINT) AS off, CAST(NULL AS BYTES) AS k,
+               CAST(NULL AS BYTES) AS v, window_time AS rt
+        FROM TABLE(TUMBLE(TABLE per_report, DESCRIPTOR(rt), INTERVAL '{window_s}' SECOND))
+        GROUP BY window_start, window_end, window_time, campaign_id
+        UNION ALL
+        SELECT 'server' AS kind, campaign_id, server_id, MAX(lease_id) AS lease_id, MAX(spend) AS spend,
+               CAST(MAX(served) AS BIGINT) AS served, CAST(MAX(eligible) AS BIGINT) AS eligible,
+               MAX(price) AS price, CAST(1 AS BIGINT) AS servers, MAX(wants) AS wants,
+               CAST(NULL AS STRING), CAST(NULL AS INT), CAST(NULL AS BIGINT), CAST(NULL AS BYTES),
+               CAST(NULL AS BYTES), window_time AS rt
+        FROM TABLE(TUMBLE(TABLE spend_metered, DESCRIPTOR(ts), INTERVAL '1' SECOND))
+        GROUP BY window_start, window_end, window_time, campaign_id, server_id, seq
+        UNION ALL
+        SELECT 'spend_raw', CAST(NULL AS BIGINT), CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS BIGINT),
+               CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
+               CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
+        FROM spend_checked WHERE NOT on_time OR r IS NULL
+        UNION ALL
+        SELECT 'campaign', CAST(NULL AS BIGINT), CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS BIGINT),
+               CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
+               CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
+        FROM campaigns_in
+        UNION ALL
+        SELECT 'billed', CAST(NULL AS BIGINT), CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS BIGINT),
+               CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
+               CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
+        FROM billed_in""")
+
+
+def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.spend",
+          campaigns_topic: str = "serving.campaigns", billed_topic: str = "billing.billed_spend",
+          state_topic: str = "budget.state", leases_topic: str = "budget.leases",
+          dead_letter_topic: str = "dead.letters", redis_url: str = "", curves: str = "",
+          out_of_orderness_ms: int = 2000, idle_timeout_ms: int = 2000) -> None:
+    from pyflink.common import Row, Types
+    from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+    from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
+
+    from schemas.codec import AvroCodec, default_registry, schema_fingerprint
+
+    header_hex = ("c301" + schema_fingerprint(default_registry().schema("SpendReport")).hex())
+    dead_letters = OutputTag("dead-letters", bytes_row_type())
+    leases_out = OutputTag("leases", bytes_row_type())
+    record_types = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend"}
+
+    def dead(row, error: CorruptRecord, codec: AvroCodec):
+        return dead_letters, Row(JOB_NAME.encode(), codec.encode("DeadLetter", from_corrupt(
+            JOB_NAME, error, timestamp_ms=None, key=row.k, value=row.v)))
+
+    class Route(ProcessFunction):
+        """Low-volume raw records: decode, key by campaign; corrupt ones -> dead letters (counted)."""
+
+        def open(self, runtime_context: RuntimeContext):
+            self.codec = AvroCodec()
+            self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+
+        def process_element(self, row, ctx):
+            if row.kind not in record_types:
+                yield row
+                return
+            try:
+                record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
+                                           offset=row.off)
+            except CorruptRecord as error:
+                self.corrupt.inc()
+                yield dead(row, error, self.codec)
+                return
+            if row.kind == "spend_raw" and int(record["campaign_id"]) <= 0:
+                return  # a late heartbeat
+            yield Row(row.kind, int(record["campaign_id"]), *[None] * 8, row.topic, row.part, row.off, row.k, row.v)
+
+    class Pace(KeyedProcessFunction):
+        """Per campaign: PacerState in, core.budget called, states / slices / pacing points out."""
+
+        def open(self, runtime_context: RuntimeContext):
+            self.codec = AvroCodec()
+            self.state = runtime_context.get_state(ValueStateDescriptor("pacer_state",
+                                                                        Types.PRIMITIVE_ARRAY(Types.BYTE())))
+            # Reports that took the late path, by (server, sequence), kept an hour: a repeat counts once.
+            self.late_seen = runtime_context.get_map_state(MapStateDescriptor("late_reports", Types.STRING(),
+                                                                              Types.LONG()))
+            metrics = runtime_context.get_metrics_group()
+            self.steps, self.grants = metrics.counter("controller_steps"), metrics.counter("slices_granted")
+            self.late = metrics.counter("late_reports")
+            self.default_shape, self.shapes = load_shapes(curves)
+            self.store = None
+            if redis_url:
+                from streams.pacing_store import PacingStore
+
+                self.store = PacingStore(redis_url)
+            self.points: list[dict[str, Any]] = []
+            self.flushed_at = time.monotonic()
+
+        def close(self):
+            self._flush(force=True)
+            if self.store is not None:
+                self.store.close()
+
+        def _shape(self, campaign_id: int):
+            return self.shapes.get(campaign_id) or self.default_shape
+
+        def _load(self, campaign_id: int) -> budget.PacerState:
+            raw = self.state.value()
+            if raw is None:
+                state = budget.PacerState(campaign_id)
+                shape = self._shape(campaign_id)
+                if shape:
+                    state.shape = list(shape)
+                return state
+            return budget.from_record(self.codec.decode(bytes(raw), "PacerState"))
+
+        def _save(self, state: budget.PacerState) -> None:
+            self.state.update(self.codec.encode("PacerState", budget.to_record(state)))
+
+        def _emit(self, outputs):
+            for kind, record in outputs:
+                if kind == "state":
+                    yield Row(str(record["campaign_id"]).encode(), self.codec.encode("BudgetState", record))
+                elif kind == "lease":
+                    self.grants.inc()
+                    yield leases_out, Row(record["server_id"].encode(), self.codec.encode("BudgetLease", record))
+                elif kind == "pacing" and self.store is not None:
+                    self.points.append(record)
+            self._flush()
+
+        def _flush(self, force: bool = False) -> None:
+            if self.store is None or not self.points:
+                return
+            if force or len(self.points) >= REDIS_FLUSH_POINTS or time.monotonic() - self.flushed_at > REDIS_FLUSH_S:
+                try:
+                    self.store.write(self.points)
+                except Exception:  # noqa: BLE001 - dashboards only; the next flush carries newer points
+                    LOG.exception("writing pacing points to Redis failed")
+                self.points, self.flushed_at = [], time.monotonic()
+
+        def process_element(self, row, ctx):
+            campaign_id = ctx.get_current_key()
+            fresh = self.state.value() is None
+            state = self._load(campaign_id)
+            event_ms = ctx.timestamp()
+            watermark = ctx.timer_service().current_watermark()
+            now_ms = max(event_ms, watermark) if watermark is not None and watermark > 0 else event_ms
+            outputs = []
+            if row.kind == "window":
+                budget.on_spend(state, budget.Window(event_ms + 1, row.spend, row.served, row.eligible, row.servers),
+                                row.price or 0)
+            elif row.kind == "server":
+                outputs = budget.on_server_spend(state, row.server_id, row.lease_id, row.spend, row.spend,
+                                                 bool(row.wants), row.price or 0, event_ms + 1)
+            elif row.kind == "spend_raw":
+                report = self.codec.decode(row.v, "SpendReport")
+                key = f"{report['server_id']}|{report['sequence']}"
+                if self.late_seen.contains(key):
+                    return
+                self.late_seen.put(key, report["event_time"])
+                self.late.inc()
+                budget.on_spend(state, budget.Window(now_ms, report["expected_spend_micros"], report["served_ads"],
+                                                     report["eligible_requests"], 1), report["max_price_micros"])
+            elif row.kind == "campaign":
+                record = self.codec.decode(row.v, "ServingCampaign")
+                outputs = budget.on_campaign(state, record, now_ms, self._shape(campaign_id))
+            elif row.kind == "billed":
+                budget.on_billed(state, self.codec.decode(row.v, "BilledSpend"))
+            self._save(state)
+            if fresh:
+                ctx.timer_service().register_event_time_timer(budget.next_step_ms(now_ms))
+            yield from self._emit(outputs)
+
+        def on_timer(self, timestamp: int, ctx):
+            state = self._load(ctx.get_current_key())
+            outputs = budget.step(state, timestamp, self._shape(state.campaign_id))
+            self.steps.inc()
+            self._save(state)
+            if ctx.timer_service().current_watermark() < END_OF_INPUT:  # a bounded run ends; no more steps
+                ctx.timer_service().register_event_time_timer(budget.next_step_ms(timestamp))
+            if not self.late_seen.is_empty():
+                for key in [k for k, t in self.late_seen.items() if t < timestamp - 3_600_000]:
+                    self.late_seen.remove(key)
+            yield from self._emit(outputs)
+
+    kafka_source_table(t_env, "spend_in", spend_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
+    kafka_source_table(t_env, "campaigns_in", campaigns_topic, settings, out_of_orderness_ms=0,
+                       idle_timeout_ms=idle_timeout_ms)
+    kafka_source_table(t_env, "billed_in", billed_topic, settings, out_of_orderness_ms=out_of_orderness_ms,
+                       idle_timeout_ms=idle_timeout_ms)
+    # States and slices are idempotent for their readers (latest state wins; a lease id counts once), so
+    # at-least-once sinks: visible at once instead of at the next checkpoint.
+    kafka_sink_table(t_env, "state_out", state_topic, settings, exactly_once=False)
+    kafka_sink_table(t_env, "leases_out", leases_topic, settings, exactly_once=False)
+    kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
+    _reduce_spend_sql(t_env, header_hex, budget.STEP_MS // 1000)
+
+    rows = t_env.to_data_stream(t_env.from_path("reduced"))
+    routed = rows.process(Route(), output_type=_row_type()).name("decode campaign, billing and late records")
+    paced = (routed.key_by(lambda r: r.campaign_id, key_type=Types.LONG())
+             .process(Pace(), output_type=bytes_row_type()).name("pace campaigns"))
+    statements = t_env.create_statement_set()
+    statements.add_insert("state_out", t_env.from_data_stream(paced))
+    statements.add_insert("leases_out", t_env.from_data_stream(paced.get_side_output(leases_out)))
+    statements.add_insert("dead_letters_out", t_env.from_data_stream(routed.get_side_output(dead_letters)))
+    statements.attach_as_datastream()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, JOB_NAME, bundle_time_ms=100)  # the control loop: freshness first
+    env_ = os.environ
+    parser.add_argument("--spend-topic", default="budget.spend")
+    parser.add_argument("--campaigns-topic", default="serving.campaigns")
+    parser.add_argument("--billed-topic", default="billing.billed_spend")
+    parser.add_argument("--state-topic", default="budget.state")
+    parser.add_argument("--leases-topic", default="budget.leases")
+    parser.add_argument("--dead-letter-topic", default="dead.letters")
+    parser.add_argument("--redis-url", default=env_.get("ADSERVE_PACING_REDIS_URL", _default_redis_url()),
+                        help="where pacing:{campaign} goes (default: the local platform's Redis; '' for none)")
+    parser.add_argument("--curves", default=env_.get("ADSERVE_CURVES", ""),
+                        help="traffic shapes from pipelines.traffic_curves (JSON); default: flat until one exists")
+    parser.add_argument("--out-of-orderness-ms", type=int, default=2000,
+                        help="how far a spend report may trail the newest one and still make its window")
+    parser.add_argument("--idle-timeout-ms", type=int, default=2000,
+                        help="after this long without records, the campaign and billing topics stop holding "
+                             "event time back")
+    args = parse(parser, argv)
+    settings = settings_from_args(args, JOB_NAME)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("starting %s: %s", JOB_NAME, settings.describe())
+    from jobs.jvm import udf_jar
+
+    env, t_env = create_environment(settings, extra_jars=[udf_jar()])
+    t_env.create_java_temporary_system_function("decode_spend", "io.adserve.flink.DecodeSpendReport")
+    build(env, t_env, settings, spend_topic=args.spend_topic, campaigns_topic=args.campaigns_topic,
+          billed_topic=args.billed_topic, state_topic=args.state_topic, leases_topic=args.leases_topic,
+          dead_letter_topic=args.dead_letter_topic, redis_url=args.redis_url, curves=args.curves,
+          out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms)
+    env.execute(JOB_NAME)
+
+
+def _default_redis_url() -> str:
+    from infra.platform import PlatformSettings
+
+    return PlatformSettings.from_env().redis_url
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""The budget_pacing Flink job on the real platform: a scripted stretch of event time in, budget states,
+slices, dead letters and Redis pacing curves out."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from jobs import deploy
+from schemas.codec import AvroCodec
+from streams import kafka
+from streams.pacing_store import PacingStore
+
+T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
+DOLLAR = 1_000_000
+PARTITIONS = 2
+
+
+def _campaign(campaign_id: int, budget_micros: int, version: int = 1, at_ms: int = T0 - 1000) -> dict:
+    return {"campaign_id": campaign_id, "advertiser_id": 1, "version": version, "event_time": at_ms,
+            "status": "ACTIVE", "bid_type": "CPC", "daily_budget_micros": budget_micros, "currency": "USD",
+            "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
+            "cap_per_week": None, "cpa_target_micros": None}
+
+
+def _report(server: str, sequence: int, campaign_id: int, at_ms: int, spend: int, *, served: int = 1,
+            lease_id: str | None = None, wants_slice: bool = False, price: int = 2 * DOLLAR) -> dict:
+    return {"server_id": server, "sequence": sequence, "campaign_id": campaign_id, "event_time": at_ms,
+            "interval_start": at_ms - 1000, "expected_spend_micros": spend, "served_ads": served,
+            "eligible_requests": 5, "lease_id": lease_id, "max_price_micros": price, "wants_slice": wants_slice}
+
+
+class Feed:
+    def __init__(self, bootstrap: str, topics: dict[str, str]):
+        self.codec, self.topics = AvroCodec(), topics
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+
+    def spend(self, report: dict, *, times: int = 1) -> None:
+        for _ in range(times):
+            self.producer.produce(self.topics["spend"], key=str(report["campaign_id"]).encode(),
+                                  value=self.codec.encode("SpendReport", report), timestamp=report["event_time"])
+
+    def heartbeat(self, at_ms: int) -> None:
+        for partition in range(PARTITIONS):
+            self.producer.produce(self.topics["spend"], partition=partition, key=b"0", timestamp=at_ms,
+                                  value=self.codec.encode("SpendReport", _report("hb", 0, 0, at_ms, 0, served=0)))
+
+    def campaign(self, record: dict) -> None:
+        self.producer.produce(self.topics["campaigns"], key=str(record["campaign_id"]).encode(),
+                              value=self.codec.encode("ServingCampaign", record), timestamp=record["event_time"])
+
+    def raw(self, topic: str, value: bytes, at_ms: int) -> None:
+        self.producer.produce(self.topics[topic], key=b"junk", value=value, timestamp=at_ms)
+
+    def flush(self) -> None:
+        self.producer.flush(30)
+
+
+@pytest.fixture(scope="module")
+def pacing(platform, tmp_path_factory):
+    """Deploy the job on fresh topics, feed one scripted scenario, and return what came out."""
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from infra.platform.topics import TopicSpec, ensure_topics
+
+    suffix = uuid.uuid4().hex[:8]
+    topics = {name: f"test.pacing.{name}.{suffix}" for name in ("spend", "campaigns", "billed", "state", "leases",
+                                                               "dead")}
+    ensure_topics(platform.kafka_bootstrap, tuple(
+        TopicSpec(t, key="test", schema="", partitions=PARTITIONS if n == "spend" else 1) for n, t in topics.items()))
+    job_id = deploy.deploy("budget_pacing", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
+                           conf_dir=Flink(platform).conf_dir,
+                           job_args=["--bootstrap", platform.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(platform)),
+                                     "--group-id", f"adserve-pacing-test-{suffix}",
+                                     "--checkpoint-interval-ms", "1000", "--restart-attempts", "50",
+                                     "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
+                                     "--billed-topic", topics["billed"], "--state-topic", topics["state"],
+                                     "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],
+                                     "--redis-url", platform.redis_url])
+    deploy.wait_running(platform.flink_rest_url, job_id)
+    feed = Feed(platform.kafka_bootstrap, topics)
+    expected = {101: 0}
+    feed.campaign(_campaign(101, 10_000 * DOLLAR))  # paced, far from its limit
+    feed.campaign(_campaign(102, 20 * DOLLAR))  # $20 with $2 clicks: metered from the start
+    feed.campaign(_campaign(103, 1_000 * DOLLAR))  # lowered below its spend at +45 s
+    sequence = {"s1": 0, "s2": 0}
+    for second in range(1, 121):
+        now = T0 + second * 1000
+        for server in ("s1", "s2"):
+            sequence[server] += 1
+            if second <= 60:
+                spend = 1000 + second
+                feed.spend(_report(server, sequence[server], 101, now, spend), times=2 if server == "s1" else 1)
+                expected[101] += spend
+            if second <= 30:
+                feed.spend(_report(server, sequence[server], 103, now, 10 * DOLLAR))
+        if second == 20:
+            feed.spend(_report("s1", sequence["s1"], 102, now, 0, served=0, wants_slice=True))
+        if second == 5:
+            feed.raw("spend", b"\xc3\x01 definitely not a spend report", now)
+            feed.raw("campaigns", b"{not avro}", now)
+        if second == 45:
+            feed.campaign(_campaign(103, 500 * DOLLAR, version=2, at_ms=now))
+        feed.heartbeat(now)
+        if second == 100:  # a report from +30 s arriving long after its window closed, and its resend
+            late = _report("s9", 1, 101, T0 + 30_000, 777)
+            feed.flush()
+            time.sleep(1.0)
+            feed.spend(late, times=2)
+            expected[101] += 777
+    feed.flush()
+    outputs = {"job_id": job_id, "topics": topics, "expected": expected}
+    # The last spend window closes at +70 s of event time; heartbeats carry event time to +120 s.
+    _wait_for_state(platform, topics["state"], 101, T0 + 80_000)
+    outputs["states"] = [r for _, r in _records(platform, topics["state"])]
+    outputs["leases"] = [r for _, r in _records(platform, topics["leases"])]
+    outputs["dead"] = [r for _, r in _records(platform, topics["dead"])]
+    outputs["pacing"] = PacingStore(platform.redis_url).read(101)
+    yield outputs
+    deploy.stop(platform.flink_rest_url, job_id)
+
+
+def _records(platform, topic: str) -> list[tuple[bytes, dict]]:
+    codec = AvroCodec()
+    return [(m.key(), codec.decode(m.value())) for m in kafka.read_all(platform.kafka_bootstrap, topic)]
+
+
+def _wait_for_state(platform, topic: str, campaign_id: int, at_least_ms: int, timeout_s: float = 180) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = [r for _, r in _records(platform, topic) if r["campaign_id"] == campaign_id]
+        if states and max(s["event_time"] for s in states) >= at_least_ms:
+            time.sleep(3)  # and whatever follows it closely
+            return max((r for _, r in _records(platform, topic) if r["campaign_id"] == campaign_id),
+                       key=lambda s: s["event_time"])
+        assert time.monotonic() < deadline, f"no budget state for {campaign_id} at or after {at_least_ms}"
+        time.sleep(2)
+
+
+def _latest(states: list[dict], campaign_id: int) -> dict:
+    mine = [s for s in states if s["campaign_id"] == campaign_id]
+    assert mine, f"no budget state for campaign {campaign_id}"
+    return max(mine, key=lambda s: s["event_time"])
+
+
+def test_spend_counts_once_per_server_and_sequence_late_reports_included(pacing):
+    latest = _latest(pacing["states"], 101)
+    assert latest["event_time"] >= T0 + 80_000
+    assert latest["committed_spend_micros"] == pacing["expected"][101]
+    assert latest["state"] == "OPEN"
+    assert latest["remaining_micros"] == 10_000 * DOLLAR - pacing["expected"][101]
+
+
+def test_the_controller_moves_p_every_ten_seconds_of_event_time(pacing):
+    steps = sorted({s["event_time"] for s in pacing["states"] if s["campaign_id"] == 101})
+    assert all((t - T0) % 10_000 == 0 for t in steps[1:])
+    probabilities = [s["participation_probability"] for s in sorted(
+        (s for s in pacing["states"] if s["campaign_id"] == 101), key=lambda s: s["event_time"])]
+    assert len(set(probabilities)) > 3  # the controller acted, step by step
+    assert all(0.001 <= p <= 1 for p in probabilities)
+
+
+def test_a_metered_campaign_grants_a_slice_to_the_server_that_asks(pacing):
+    assert _latest(pacing["states"], 102)["state"] == "METERED"
+    slices = [lease for lease in pacing["leases"] if lease["campaign_id"] == 102]
+    assert [s["server_id"] for s in slices] == ["s1"]
+    assert 0 < slices[0]["amount_micros"] <= 10 * DOLLAR  # at most half of what remains outstanding
+    assert slices[0]["expires_at"] - slices[0]["event_time"] == 30_000
+
+
+def test_a_budget_lowered_below_todays_spend_stops_within_thirty_seconds(pacing):
+    lowered = [s for s in pacing["states"] if s["campaign_id"] == 103 and s["daily_budget_micros"] == 500 * DOLLAR]
+    stopped = [s["event_time"] for s in lowered if s["state"] == "STOPPED"]
+    assert stopped and min(stopped) <= T0 + 45_000 + 30_000
+    assert _latest(pacing["states"], 103)["state"] == "STOPPED"
+
+
+def test_corrupt_records_go_to_dead_letters_and_the_job_keeps_running(pacing):
+    assert len(pacing["dead"]) == 2
+    assert {d["job"] for d in pacing["dead"]} == {"budget_pacing"}
+    assert _latest(pacing["states"], 101)["event_time"] >= T0 + 80_000
+
+
+def test_the_pacing_curve_reaches_redis_for_dashboards(pacing):
+    day = pacing["pacing"]
+    assert day is not None and day.day == "2026-01-05"
+    assert day.points and all(p.minute >= 720 for p in day.points)
+    assert day.budget_micros == 10_000 * DOLLAR
+
+
+def test_a_taskmanager_killed_mid_stream_neither_loses_nor_double_counts_spend(platform, pacing):
+    """Runs last: kills the TaskManager while spend flows, restarts it, and checks the totals."""
+    from infra.platform.services import Flink, http_json
+
+    feed = Feed(platform.kafka_bootstrap, pacing["topics"])
+    expected = pacing["expected"][101]
+    flink = Flink(platform)
+    for second in range(121, 301):
+        now = T0 + second * 1000
+        if second <= 240:
+            feed.spend(_report("s3", second, 101, now, 2000 + second))
+            expected += 2000 + second
+        feed.heartbeat(now)
+        if second == 180:
+            feed.flush()
+            time.sleep(1.5)  # let it take a checkpoint or two mid-stream
+            flink.kill_taskmanager()
+    feed.flush()
+    flink.start_taskmanager()
+    # spend ends at +240 s; its last window closes at +250 s
+    latest = _wait_for_state(platform, pacing["topics"]["state"], 101, T0 + 250_000)
+    assert latest["committed_spend_micros"] == expected
+    history = http_json(f"{platform.flink_rest_url}/jobs/{pacing['job_id']}/exceptions")["exceptionHistory"]
+    assert history["entries"], "the job never failed over: the kill did not reach it"
