@@ -83,7 +83,7 @@ class PacerState:
     last_emit_ms: int = 0
     last_step_ms: int = 0
     delivery_limit: str | None = None
-    spend_per_server_s_micros: float = 0.0  # last minute's spend per second per reporting server
+    spend_per_server_s_micros: int = 0  # last minute's spend per second per reporting server
 
     # ---------------------------------------------------------------- derived
 
@@ -225,7 +225,7 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None) -> li
     eligible_minute = sum(w.eligible for w in last_minute)
     state.peak_minute_micros = max(state.peak_minute_micros, spend_minute)
     servers = max((w.servers for w in last_minute), default=0)
-    state.spend_per_server_s_micros = spend_minute / 60 / max(1, servers)
+    state.spend_per_server_s_micros = spend_minute // (60 * max(1, servers))
     plan = state.plan()
     target_now = plan.target_micros(minute)
     target_minute = target_now - plan.target_micros(max(0.0, minute - 1))
