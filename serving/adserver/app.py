@@ -246,8 +246,11 @@ class AdServer:
         await asyncio.sleep(0)  # let the response go out first
         winners = decision.winners
         for w in winners:
-            self.spend.add(w.campaign_id, w.expected_cost_micros, now_ms)
+            self.spend.add(w.campaign_id, w.expected_cost_micros, now_ms, w.charge_per_event_micros)
             self.state.charge(w.campaign_id, w.expected_cost_micros, now_ms)
+        self.spend.eligible_many(decision.eligible_campaigns, now_ms)
+        for campaign_id, top_bid in decision.slices_wanted.items():
+            self.spend.want_slice(campaign_id, top_bid, now_ms)
         try:
             self.produce_served(ad_request.request_id.encode(),
                                 self.codec.encode("ServedRecord", self.served_record(ad_request, decision, location,

@@ -26,6 +26,7 @@ from streams import kafka
 LOG = logging.getLogger("adserve.adserver")
 SPEND_INTERVAL_S = 1.0
 COMMIT_LAG_READY_S = 60.0
+SPEND_TOPIC = "budget.spend"
 
 
 class SpendReporter:
@@ -44,6 +45,7 @@ class SpendReporter:
         self.in_transit: set[tuple[int, int]] = set()
         self.sent = 0
         self.resent = 0
+        self.partitions: int | None = None
 
     def _delivered(self, key: tuple[int, int]):
         def callback(err, msg) -> None:
@@ -55,7 +57,29 @@ class SpendReporter:
                 LOG.warning("spend report %s not delivered (%s); it will be sent again", key, err)
         return callback
 
+    def _partitions(self) -> int:
+        if self.partitions is None:
+            try:
+                self.partitions = len(self.producer.list_topics(SPEND_TOPIC, timeout=5).topics[SPEND_TOPIC].partitions)
+            except Exception:  # noqa: BLE001 - try again next second; reports still go out
+                return 0
+        return self.partitions
+
+    def heartbeat(self, now_ms: int) -> None:
+        """A zero report to every partition, so the budget job's event time advances on all of them even
+        where this server spent nothing (campaign 0 is never a campaign)."""
+        value = self.codec.encode("SpendReport", {
+            "server_id": self.accumulator.server_id, "sequence": self.accumulator.sequence, "campaign_id": 0,
+            "event_time": now_ms, "interval_start": now_ms, "expected_spend_micros": 0, "served_ads": 0,
+            "eligible_requests": 0, "lease_id": None, "max_price_micros": 0, "wants_slice": False})
+        for partition in range(self._partitions()):
+            try:
+                self.producer.produce(SPEND_TOPIC, key=b"0", value=value, partition=partition, timestamp=now_ms)
+            except BufferError:
+                break
+
     def tick(self, now_ms: int) -> None:
+        self.heartbeat(now_ms)
         for report in self.accumulator.cut(now_ms, self.lease_ids(now_ms)):
             self.pending[(report["sequence"], report["campaign_id"])] = report
         for key, report in list(self.pending.items()):
@@ -66,7 +90,7 @@ class SpendReporter:
             report["_tries"] = report.get("_tries", 0) + 1
             record = {k: v for k, v in report.items() if not k.startswith("_")}
             try:
-                self.producer.produce("budget.spend", key=str(report["campaign_id"]).encode(),
+                self.producer.produce(SPEND_TOPIC, key=str(report["campaign_id"]).encode(),
                                       value=self.codec.encode("SpendReport", record), timestamp=now_ms,
                                       on_delivery=self._delivered(key))
                 self.in_transit.add(key)
@@ -159,6 +183,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
             try:
                 reporter.tick(now_ms)
                 state.expire_leases(now_ms)
+                state.check_budget_silence(now_ms)
                 server.just_served.sweep(now_ms)
                 served_producer.poll(0)
             except Exception:  # noqa: BLE001 - keep reporting; the failure is logged

@@ -37,6 +37,7 @@ from streams import kafka
 LOG = logging.getLogger("adserve.adserver.state")
 STATE_TOPICS = ("serving.ads", "serving.campaigns", "budget.state")
 LEASE_TOPIC = "budget.leases"
+BUDGET_SILENCE_MS = 60_000
 READY_LAG_S = 5.0
 
 
@@ -65,6 +66,8 @@ class ServingState:
     snapshot_version: int = 0  # highest ad or campaign version applied
     applied: int = 0
     commit_lag_s: float = 0.0  # commit -> applied lag of the latest ad or campaign record applied
+    budget_heard_ms: int = 0  # event time of the newest budget.state record (0: the job never spoke)
+    budget_silent: bool = False  # nothing from the budget job for BUDGET_SILENCE_MS: open counts as metered
 
     def __post_init__(self) -> None:
         self.leases = LeaseBook(self.server_id)
@@ -88,7 +91,10 @@ class ServingState:
                 self._apply_budget(campaign.campaign_id, now_ms)
         elif topic == "budget.state":
             self.budget[int(record["campaign_id"])] = (record["state"], float(record["participation_probability"]))
+            self.budget_heard_ms = max(self.budget_heard_ms, int(record["event_time"]))
             self._apply_budget(int(record["campaign_id"]), now_ms)
+            if self.budget_silent and now_ms - self.budget_heard_ms <= BUDGET_SILENCE_MS:
+                self.check_budget_silence(now_ms)
         elif topic == LEASE_TOPIC:
             if self.leases.grant(record):
                 self._apply_budget(int(record["campaign_id"]), now_ms)
@@ -158,11 +164,29 @@ class ServingState:
 
     def _apply_budget(self, campaign_id: int, now_ms: int) -> None:
         state, p = self.budget.get(campaign_id, ("OPEN", 1.0))
+        if state == "OPEN" and self.budget_silent:
+            state = "METERED"  # the open margin was sized for seconds of blindness, not minutes
         self.campaigns.set_budget(campaign_id, state, p, slice_held=self.leases.held(campaign_id, now_ms))
+
+    def check_budget_silence(self, now_ms: int) -> bool:
+        """Once a second: a server that has heard nothing from the budget job for 60 s (after hearing from
+        it at all) treats open campaigns as metered, so it spends on them only from slices; the next state
+        record lifts that. Returns whether the server is in that mode."""
+        silent = self.budget_heard_ms > 0 and now_ms - self.budget_heard_ms > BUDGET_SILENCE_MS
+        if silent != self.budget_silent:
+            self.budget_silent = silent
+            LOG.warning("budget job silent for %.0f s: open campaigns now spend only from slices",
+                        (now_ms - self.budget_heard_ms) / 1000) if silent else \
+                LOG.info("budget job heard again: open campaigns spend freely")
+            for campaign_id in self.campaigns.campaign_ids():
+                self._apply_budget(int(campaign_id), now_ms)
+        return silent
+
 
     def charge(self, campaign_id: int, expected_cost_micros: int, now_ms: int) -> None:
         """Spend a metered campaign's slice; when it runs out the campaign stops serving here."""
-        if self.budget.get(campaign_id, ("OPEN",))[0] != "METERED":
+        state = self.budget.get(campaign_id, ("OPEN",))[0]
+        if state != "METERED" and not (state == "OPEN" and self.budget_silent):
             return
         self.leases.charge(campaign_id, expected_cost_micros, now_ms)
         if not self.leases.held(campaign_id, now_ms):

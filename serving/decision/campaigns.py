@@ -98,6 +98,9 @@ class CampaignTable:
         self.participation.data[row] = participation_probability
         self.slice_held.data[row] = slice_held
 
+    def campaign_ids(self) -> np.ndarray:
+        return self.campaign_id.data[:self.size]
+
     def row_of(self, campaign_id: int) -> int | None:
         return self.ids.get(campaign_id)
 

@@ -76,6 +76,8 @@ class Decision:
     funnel: dict[str, int]
     timings_ms: dict[str, float]
     dropped: dict[str, int]
+    eligible_campaigns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    slices_wanted: dict[int, int] = field(default_factory=dict)
 
 
 class DecisionEngine:
@@ -113,7 +115,8 @@ class DecisionEngine:
                           placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
                           keep=cfg.keep, cvr_prior=cfg.cvr_prior)
         except Exception:  # noqa: BLE001 - no scores at all: an unscored ad has no fair price, slots stay empty
-            return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped)
+            return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped,
+                            filtered.eligible_campaigns, filtered.slices_wanted)
         lap("prerank")
         funnel["preranked"] = len(pre.rows)
         participation = filtered.participation[np.searchsorted(filtered.rows, pre.rows)] if len(pre.rows) \
@@ -153,4 +156,5 @@ class DecisionEngine:
         lap("auction")
         funnel["winners"] = len(winners)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
-                        result.sampled_losers, funnel, timings, filtered.dropped)
+                        result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
+                        filtered.slices_wanted)

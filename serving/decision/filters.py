@@ -17,6 +17,7 @@ import numpy as np
 from core.frequency import day_number, is_capped
 from core.schedule import week_slot
 from serving.decision.campaigns import ACTIVE, METERED, OPEN, CampaignTable
+from serving.decision.index import BID_TYPE_CODE
 from serving.decision.index import TargetingIndex
 
 
@@ -41,6 +42,8 @@ class Filtered:
     campaign_rows: np.ndarray  # their campaign rows
     participation: np.ndarray  # p each survivor entered with
     dropped: dict[str, int] = field(default_factory=dict)  # why candidates left, for metrics
+    eligible_campaigns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # before budget+coin
+    slices_wanted: dict[int, int] = field(default_factory=dict)  # metered, no slice here: campaign -> top bid
 
 
 def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTable, context: FilterContext,
@@ -64,7 +67,7 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
                 ok &= crow != c
         checks.append(("daypart", ok))
     state = hot["budget_state"]
-    checks.append(("budget", (state == OPEN) | ((state == METERED) & hot["slice_held"])))
+    budget_ok = (state == OPEN) | ((state == METERED) & hot["slice_held"])
     capped = (hot["cap_per_day"] > 0) | (hot["cap_per_week"] > 0)
     record = context.frequency_record
     if record is FREQUENCY_RECORD_UNAVAILABLE:
@@ -85,7 +88,18 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
         checks.append(("hidden_advertiser", ~np.isin(hot["advertiser_id"], hidden)))
     keep = np.ones(len(rows), dtype=bool)
     dropped: dict[str, int] = {}
-    for reason, mask in checks:
+    for reason, mask in checks + [("budget", budget_ok)]:
+        if reason == "budget":
+            # What the budget job hears about: campaigns this request could reach before budget and pacing,
+            # and the metered ones this server could not serve for want of a slice (with their top bid).
+            eligible = np.unique(hot["campaign_id"][keep])
+            short = keep & (state == METERED) & ~hot["slice_held"]
+            wanting = {}
+            short_rows = rows[short]
+            per_event = np.where(index.bid_type.data[short_rows] == BID_TYPE_CODE["CPM"],
+                                 index.bid_micros.data[short_rows] // 1000, index.bid_micros.data[short_rows])
+            for campaign_id, bid in zip(hot["campaign_id"][short].tolist(), per_event.tolist()):
+                wanting[campaign_id] = max(bid, wanting.get(campaign_id, 0))
         before = int(keep.sum())
         keep &= mask
         dropped[reason] = before - int(keep.sum())
@@ -94,4 +108,4 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     entered = rng.random(len(unique)) < participation[first]  # one coin per campaign per request
     mask = entered[inverse]
     dropped["pacing"] = int(len(mask) - mask.sum())
-    return Filtered(rows[mask], crow[mask], participation[mask], dropped)
+    return Filtered(rows[mask], crow[mask], participation[mask], dropped, eligible, wanting)

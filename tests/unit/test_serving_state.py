@@ -78,3 +78,44 @@ def test_a_bulk_snapshot_load_serves_exactly_what_applying_the_records_one_by_on
         got = [{(int(s.index.ad_id.data[row]), s.index.creative(row)[0]) for row in s.index.retrieve(terms)}
                for s in (one_by_one, bulk)]
         assert got[0] == got[1]
+
+
+def _budget_state(at_ms: int, state: str = "OPEN", p: float = 0.5) -> dict:
+    return {"campaign_id": 1, "event_time": at_ms, "budget_day": "2026-01-01", "state": state,
+            "participation_probability": p, "bid_multiplier": 1.0, "daily_budget_micros": 1, "billed_spend_micros": 0,
+            "committed_spend_micros": 0, "remaining_micros": 1, "target_spend_micros": 0, "delivery_limit": None}
+
+
+def _budget_code(state: ServingState) -> int:
+    return int(state.campaigns.budget_state.data[state.campaigns.row_of(1)])
+
+
+def test_sixty_seconds_without_the_budget_job_turns_open_campaigns_metered_until_it_speaks_again():
+    from serving.decision.campaigns import METERED, OPEN
+
+    state = ServingState("s1")
+    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
+    assert not state.check_budget_silence(10 * 60_000)  # never heard from it: nothing to miss
+    state.apply("budget.state", _budget_state(100_000), 100_000)
+    assert _budget_code(state) == OPEN
+    assert not state.check_budget_silence(160_000)
+    assert state.check_budget_silence(160_001)
+    assert _budget_code(state) == METERED
+    state.apply("budget.state", _budget_state(170_000), 170_500)
+    assert _budget_code(state) == OPEN and not state.budget_silent
+
+
+def test_spend_reports_carry_eligibility_prices_and_slice_requests():
+    from core.spend import SpendAccumulator
+
+    spend = SpendAccumulator("s1")
+    spend.add(7, 40_000, 1_000, price_micros=2_000_000)
+    spend.eligible_many([7, 8], 1_000)
+    spend.eligible_many([7], 1_200)
+    spend.want_slice(8, 1_500_000, 1_300)
+    reports = {r["campaign_id"]: r for r in spend.cut(2_000)}
+    assert reports[7]["eligible_requests"] == 2 and reports[7]["max_price_micros"] == 2_000_000
+    assert not reports[7]["wants_slice"]
+    assert reports[8]["wants_slice"] and reports[8]["max_price_micros"] == 1_500_000
+    assert reports[8]["expected_spend_micros"] == 0
+    assert spend.cut(3_000) == []
