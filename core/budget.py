@@ -18,7 +18,7 @@ until billing covers them). An estimate therefore lives for minutes, not all
 day; with no billing yet today every estimate counts."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -206,7 +206,8 @@ def on_billed(state: PacerState, record: dict[str, Any]) -> None:
     state.billed_until_ms = int(record["event_time"])
 
 
-def step(state: PacerState, now_ms: int, shape: list[float] | None = None) -> list[Output]:
+def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
+         heartbeat_ms: int = HEARTBEAT_MS) -> list[Output]:
     """One controller step at `now_ms` (a multiple of 10 s of event time). `shape`: the traffic shape a
     new day starts with (default: keep the current one)."""
     day, minute = local_day(now_ms, state.timezone)
@@ -247,7 +248,7 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None) -> li
                                               served_minute, eligible_minute)
     state.p_today[int(minute * P_HISTORY_BUCKETS / 1440)] = state.participation_probability
     state.last_step_ms = now_ms
-    out = _emit(state, now_ms)
+    out = _emit(state, now_ms, heartbeat_ms=heartbeat_ms)
     out.append(("pacing", {"campaign_id": state.campaign_id, "event_time": now_ms, "budget_day": day,
                            "minute": minute, "target_micros": target_now, "committed_micros": committed,
                            "reported_micros": state.reported_today_micros, "billed_micros": state.billed_micros,
@@ -267,7 +268,7 @@ def _expire_slices(state: PacerState, now_ms: int) -> None:
     state.slices = live
 
 
-def _emit(state: PacerState, now_ms: int, force: bool = False) -> list[Output]:
+def _emit(state: PacerState, now_ms: int, force: bool = False, heartbeat_ms: int = HEARTBEAT_MS) -> list[Output]:
     """The budget state record when something a server acts on changed, or as a heartbeat."""
     committed = state.committed_micros()
     if state.status not in LIVE_STATUSES:
@@ -280,7 +281,7 @@ def _emit(state: PacerState, now_ms: int, force: bool = False) -> list[Output]:
             kind = "METERED"  # no price seen yet: fail closed until the first report tells us one
     p = round(max(P_FLOOR, state.participation_probability), 4)
     changed = kind != state.last_state or abs(p - state.last_p) > 0.01 * max(state.last_p, P_FLOOR)
-    if not (force or changed or now_ms - state.last_emit_ms >= HEARTBEAT_MS):
+    if not (force or changed or now_ms - state.last_emit_ms >= heartbeat_ms):
         return []
     state.last_state, state.last_p, state.last_emit_ms = kind, p, now_ms
     plan = state.plan()
@@ -297,9 +298,16 @@ def next_step_ms(now_ms: int) -> int:
     return (now_ms // STEP_MS + 1) * STEP_MS
 
 
+_SCALARS = tuple(f.name for f in fields(PacerState) if f.name not in ("windows", "expired_unreported", "slices"))
+
+
 def to_record(state: PacerState) -> dict[str, Any]:
     """The state as a schemas/pacer_state.avsc record (how the job keeps it in Flink state)."""
-    return asdict(state)
+    record = {name: getattr(state, name) for name in _SCALARS}
+    record["windows"] = [vars(w) for w in state.windows]
+    record["expired_unreported"] = [vars(w) for w in state.expired_unreported]
+    record["slices"] = [vars(s) for s in state.slices]
+    return record
 
 
 def from_record(record: dict[str, Any]) -> PacerState:

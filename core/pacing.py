@@ -201,10 +201,11 @@ def open_margin_micros(peak_minute_micros: int, click_price_micros: int) -> int:
 def budget_state_kind(budget_micros: int, committed_micros: int, peak_minute_micros: int,
                       click_price_micros: int) -> str:
     """OPEN, METERED or STOPPED. Stopped at the budget (also at once when a budget is lowered below
-    today's spend); metered within the margin, where servers spend only from leased slices."""
+    today's spend) or once less than one click price remains (grants have stopped; billing's true-up can
+    reopen it); metered within the margin, where servers spend only from leased slices."""
     remaining = budget_micros - committed_micros
-    if remaining <= 0:
-        return "STOPPED"
+    if remaining <= 0 or remaining < click_price_micros:
+        return "STOPPED"  # at the budget, or less than one click price left: no slice could be granted
     return "OPEN" if remaining > open_margin_micros(peak_minute_micros, click_price_micros) else "METERED"
 
 

@@ -19,8 +19,9 @@ dead.letters for anything that does not decode, counted (`corrupt_records`).
 Event time: budget.spend's Kafka timestamps (the servers' report instants)
 with a 2 s bound on disorder; every server sends a heartbeat to every
 partition each second, so event time advances even where nothing is spent.
-The campaign and billing topics are read with a per-source idle timeout so a
-quiet topic never holds the job's clock back. A report that arrives after its
+The campaign and billing topics are side inputs: their watermarks run ahead
+of their records and quiet partitions go idle, so they never hold the job's
+clock back (billed totals come only every ~10 s). A report that arrives after its
 window closed (a resend after a long broker outage) is not dropped: it takes
 the Python path and is added on arrival (counting a resend whose original did
 arrive twice, the safe direction: spend over-counted pauses early, never
@@ -136,7 +137,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
           campaigns_topic: str = "serving.campaigns", billed_topic: str = "billing.billed_spend",
           state_topic: str = "budget.state", leases_topic: str = "budget.leases",
           dead_letter_topic: str = "dead.letters", redis_url: str = "", curves: str = "",
-          out_of_orderness_ms: int = 2000, idle_timeout_ms: int = 2000) -> None:
+          out_of_orderness_ms: int = 2000, idle_timeout_ms: int = 2000,
+          heartbeat_ms: int = budget.HEARTBEAT_MS) -> None:
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
     from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
@@ -194,6 +196,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
 
                 self.store = PacingStore(redis_url)
             self.points: list[dict[str, Any]] = []
+            self.cache: dict[int, budget.PacerState] = {}
             self.flushed_at = time.monotonic()
 
         def close(self):
@@ -205,6 +208,11 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             return self.shapes.get(campaign_id) or self.default_shape
 
         def _load(self, campaign_id: int) -> budget.PacerState:
+            # Decoded states are kept in memory between calls; Flink state stays the truth (written after
+            # every change, checkpointed), and a restart rebuilds this operator with an empty cache.
+            cached = self.cache.get(campaign_id)
+            if cached is not None:
+                return cached
             raw = self.state.value()
             if raw is None:
                 state = budget.PacerState(campaign_id)
@@ -216,6 +224,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
 
         def _save(self, state: budget.PacerState) -> None:
             self.state.update(self.codec.encode("PacerState", budget.to_record(state)))
+            self.cache[state.campaign_id] = state
 
         def _emit(self, outputs):
             for kind, record in outputs:
@@ -240,7 +249,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
 
         def process_element(self, row, ctx):
             campaign_id = ctx.get_current_key()
-            fresh = self.state.value() is None
+            fresh = campaign_id not in self.cache and self.state.value() is None
             state = self._load(campaign_id)
             event_ms = ctx.timestamp()
             watermark = ctx.timer_service().current_watermark()
@@ -273,7 +282,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
 
         def on_timer(self, timestamp: int, ctx):
             state = self._load(ctx.get_current_key())
-            outputs = budget.step(state, timestamp, self._shape(state.campaign_id))
+            outputs = budget.step(state, timestamp, self._shape(state.campaign_id), heartbeat_ms=heartbeat_ms)
             self.steps.inc()
             self._save(state)
             if ctx.timer_service().current_watermark() < END_OF_INPUT:  # a bounded run ends; no more steps
@@ -284,10 +293,10 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             yield from self._emit(outputs)
 
     kafka_source_table(t_env, "spend_in", spend_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
-    kafka_source_table(t_env, "campaigns_in", campaigns_topic, settings, out_of_orderness_ms=0,
-                       idle_timeout_ms=idle_timeout_ms)
-    kafka_source_table(t_env, "billed_in", billed_topic, settings, out_of_orderness_ms=out_of_orderness_ms,
-                       idle_timeout_ms=idle_timeout_ms)
+    kafka_source_table(t_env, "campaigns_in", campaigns_topic, settings, idle_timeout_ms=idle_timeout_ms,
+                       side_input=True)
+    kafka_source_table(t_env, "billed_in", billed_topic, settings, idle_timeout_ms=idle_timeout_ms,
+                       side_input=True)
     # States and slices are idempotent for their readers (latest state wins; a lease id counts once), so
     # at-least-once sinks: visible at once instead of at the next checkpoint.
     kafka_sink_table(t_env, "state_out", state_topic, settings, exactly_once=False)
@@ -326,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--idle-timeout-ms", type=int, default=2000,
                         help="after this long without records, the campaign and billing topics stop holding "
                              "event time back")
+    parser.add_argument("--heartbeat-ms", type=int, default=budget.HEARTBEAT_MS,
+                        help="a campaign's state is re-sent at least this often even when unchanged "
+                             f"(default {budget.HEARTBEAT_MS}; 10000 sends one every step)")
     args = parse(parser, argv)
     settings = settings_from_args(args, JOB_NAME)
     logging.basicConfig(level=logging.INFO)
@@ -337,7 +349,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     build(env, t_env, settings, spend_topic=args.spend_topic, campaigns_topic=args.campaigns_topic,
           billed_topic=args.billed_topic, state_topic=args.state_topic, leases_topic=args.leases_topic,
           dead_letter_topic=args.dead_letter_topic, redis_url=args.redis_url, curves=args.curves,
-          out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms)
+          out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms,
+          heartbeat_ms=args.heartbeat_ms)
     env.execute(JOB_NAME)
 
 

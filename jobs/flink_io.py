@@ -34,6 +34,8 @@ class KafkaJobSettings:
     transaction_timeout_ms: int = 600_000
     restart_attempts: int = 3
     bundle_time_ms: int = 1000  # how long a Python operator may buffer records before it processes them
+    watermark_interval_ms: int = 200  # how often sources emit watermarks
+    buffer_timeout_ms: int = 100  # longest a network buffer waits to fill before it is sent downstream
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
@@ -61,6 +63,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
     parser.add_argument("--parallelism", type=int, default=1, help="operator parallelism")
     parser.add_argument("--restart-attempts", type=int, default=3,
                         help="restarts from the latest checkpoint before the job fails for good (default 3)")
+    parser.add_argument("--watermark-interval-ms", type=int, default=200,
+                        help="how often sources emit watermarks: lower moves event-time results sooner")
+    parser.add_argument("--buffer-timeout-ms", type=int, default=100,
+                        help="longest records wait in a network buffer between operators (latency vs throughput)")
     parser.add_argument("--bundle-time-ms", type=int, default=bundle_time_ms,
                         help="longest a Python operator buffers records before processing them: lower is "
                              f"fresher, higher is faster (default {bundle_time_ms})")
@@ -73,7 +79,8 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
                             bounded=args.bounded,
                             checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism,
                             restart_attempts=args.restart_attempts,
-                            bundle_time_ms=args.bundle_time_ms)
+                            bundle_time_ms=args.bundle_time_ms, watermark_interval_ms=args.watermark_interval_ms,
+                            buffer_timeout_ms=args.buffer_timeout_ms)
 
 
 def _default_connector_jar() -> str:
@@ -96,6 +103,8 @@ def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = 
     config.set_string("python.state.cache-size", "100000")
     config.set_string("python.fn-execution.bundle.time", str(settings.bundle_time_ms))
     config.set_string("pipeline.name", settings.job_name)
+    config.set_string("pipeline.auto-watermark-interval", f"{settings.watermark_interval_ms} ms")
+    config.set_string("execution.buffer-timeout.interval", f"{settings.buffer_timeout_ms} ms")
     # A bug must fail the job visibly, not restart it forever.
     config.set_string("restart-strategy.type", "fixed-delay")
     config.set_string("restart-strategy.fixed-delay.attempts", str(settings.restart_attempts))
@@ -119,15 +128,19 @@ def _quote(value: str) -> str:
 
 
 def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
-                       out_of_orderness_ms: int | None = None, idle_timeout_ms: int | None = None) -> None:
+                       out_of_orderness_ms: int | None = None, idle_timeout_ms: int | None = None,
+                       side_input: bool = False) -> None:
     """Register a Kafka topic as a table of raw records with their coordinates.
 
     With out_of_orderness_ms, the Kafka record timestamp (which every producer
     of the project sets to the record's event time) is the rowtime, and the
     source emits watermarks per partition, so a partition that is read ahead
-    of the others does not make their records late. With idle_timeout_ms, this source (only) stops
-    holding the job's event time back after that long without records: for low-volume side inputs
-    (campaign records, billed totals) beside a high-volume stream that drives the clock."""
+    of the others does not make their records late.
+
+    A side input (campaign records, billed totals: state updates applied on arrival beside a high-volume
+    stream that drives the job's clock) must never hold that clock back: its watermark runs a day ahead of
+    its records, and with idle_timeout_ms a partition that has had no record for that long stops counting
+    (one that never had any would otherwise hold the job at its start)."""
     options = {
         "connector": "kafka",
         "topic": topic,
@@ -153,6 +166,8 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
         options["scan.watermark.idle-timeout"] = f"{idle_timeout_ms} ms"
     watermark = "" if out_of_orderness_ms is None else \
         f",\n          WATERMARK FOR `ts` AS `ts` - INTERVAL '{out_of_orderness_ms / 1000:.3f}' SECOND"
+    if side_input:
+        watermark = ",\n          WATERMARK FOR `ts` AS `ts` + INTERVAL '1' DAY"
     t_env.execute_sql(f"""
         CREATE TEMPORARY TABLE `{name}` (
           `topic` STRING METADATA VIRTUAL,

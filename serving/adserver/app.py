@@ -41,7 +41,7 @@ from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
 from schemas.codec import AvroCodec
 from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
 from serving.adserver.state import ServingState
-from serving.decision.engine import DecisionEngine, EngineConfig, RequestContext
+from serving.decision.engine import Decision, DecisionEngine, EngineConfig, RequestContext
 from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE, FilterContext
 from serving.frequency_store import UserStore
 
@@ -245,12 +245,7 @@ class AdServer:
     async def _after_response(self, ad_request, decision, location, features, now_ms: int) -> None:
         await asyncio.sleep(0)  # let the response go out first
         winners = decision.winners
-        for w in winners:
-            self.spend.add(w.campaign_id, w.expected_cost_micros, now_ms, w.charge_per_event_micros)
-            self.state.charge(w.campaign_id, w.expected_cost_micros, now_ms)
-        self.spend.eligible_many(decision.eligible_campaigns, now_ms)
-        for campaign_id, top_bid in decision.slices_wanted.items():
-            self.spend.want_slice(campaign_id, top_bid, now_ms)
+        account_served(self.spend, self.state, decision, now_ms)
         try:
             self.produce_served(ad_request.request_id.encode(),
                                 self.codec.encode("ServedRecord", self.served_record(ad_request, decision, location,
@@ -304,6 +299,18 @@ class AdServer:
         """Wait for the post-response work still running (shutdown, tests)."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+
+def account_served(spend: SpendAccumulator, state: ServingState, decision: Decision, now_ms: int) -> None:
+    """The money side of one answered request: each winner's expected cost into this second's spend report
+    (with its price per billing event), metered slices drawn down, and for the budget job the campaigns the
+    request could reach and the metered ones this server could not serve for want of a slice."""
+    for w in decision.winners:
+        spend.add(w.campaign_id, w.expected_cost_micros, now_ms, w.charge_per_event_micros)
+        state.charge(w.campaign_id, w.expected_cost_micros, now_ms)
+    spend.eligible_many(decision.eligible_campaigns, now_ms)
+    for campaign_id, top_bid in decision.slices_wanted.items():
+        spend.want_slice(campaign_id, top_bid, now_ms)
 
 
 def new_request_id() -> str:

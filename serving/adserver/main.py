@@ -37,8 +37,8 @@ class SpendReporter:
 
     def __init__(self, accumulator: SpendAccumulator, bootstrap: str,
                  lease_ids: Callable[[int], dict[int, str]] = lambda now_ms: {},
-                 producer_overrides: dict[str, Any] | None = None):
-        self.accumulator, self.lease_ids = accumulator, lease_ids
+                 producer_overrides: dict[str, Any] | None = None, topic: str = SPEND_TOPIC):
+        self.accumulator, self.lease_ids, self.topic = accumulator, lease_ids, topic
         self.codec = AvroCodec()
         self.producer = kafka.producer(bootstrap, **(producer_overrides or {}))
         self.pending: dict[tuple[int, int], dict[str, Any]] = {}  # (sequence, campaign) -> report
@@ -60,7 +60,7 @@ class SpendReporter:
     def _partitions(self) -> int:
         if self.partitions is None:
             try:
-                self.partitions = len(self.producer.list_topics(SPEND_TOPIC, timeout=5).topics[SPEND_TOPIC].partitions)
+                self.partitions = len(self.producer.list_topics(self.topic, timeout=5).topics[self.topic].partitions)
             except Exception:  # noqa: BLE001 - try again next second; reports still go out
                 return 0
         return self.partitions
@@ -74,7 +74,7 @@ class SpendReporter:
             "eligible_requests": 0, "lease_id": None, "max_price_micros": 0, "wants_slice": False})
         for partition in range(self._partitions()):
             try:
-                self.producer.produce(SPEND_TOPIC, key=b"0", value=value, partition=partition, timestamp=now_ms)
+                self.producer.produce(self.topic, key=b"0", value=value, partition=partition, timestamp=now_ms)
             except BufferError:
                 break
 
@@ -90,7 +90,7 @@ class SpendReporter:
             report["_tries"] = report.get("_tries", 0) + 1
             record = {k: v for k, v in report.items() if not k.startswith("_")}
             try:
-                self.producer.produce(SPEND_TOPIC, key=str(report["campaign_id"]).encode(),
+                self.producer.produce(self.topic, key=str(report["campaign_id"]).encode(),
                                       value=self.codec.encode("SpendReport", record), timestamp=now_ms,
                                       on_delivery=self._delivered(key))
                 self.in_transit.add(key)

@@ -88,24 +88,26 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
         checks.append(("hidden_advertiser", ~np.isin(hot["advertiser_id"], hidden)))
     keep = np.ones(len(rows), dtype=bool)
     dropped: dict[str, int] = {}
-    for reason, mask in checks + [("budget", budget_ok)]:
-        if reason == "budget":
-            # What the budget job hears about: campaigns this request could reach before budget and pacing,
-            # and the metered ones this server could not serve for want of a slice (with their top bid).
-            eligible = np.unique(hot["campaign_id"][keep])
-            short = keep & (state == METERED) & ~hot["slice_held"]
-            wanting = {}
-            short_rows = rows[short]
-            per_event = np.where(index.bid_type.data[short_rows] == BID_TYPE_CODE["CPM"],
-                                 index.bid_micros.data[short_rows] // 1000, index.bid_micros.data[short_rows])
-            for campaign_id, bid in zip(hot["campaign_id"][short].tolist(), per_event.tolist()):
-                wanting[campaign_id] = max(bid, wanting.get(campaign_id, 0))
+    for reason, mask in checks:
         before = int(keep.sum())
         keep &= mask
         dropped[reason] = before - int(keep.sum())
+    # What the budget job hears about: the campaigns this request could reach before budget and pacing ...
+    eligible = np.unique(hot["campaign_id"][keep])
     rows, crow, participation = rows[keep], crow[keep], hot["participation"][keep]
+    budget_ok, metered_short = budget_ok[keep], ((state == METERED) & ~hot["slice_held"])[keep]
     unique, first, inverse = np.unique(crow, return_index=True, return_inverse=True)
-    entered = rng.random(len(unique)) < participation[first]  # one coin per campaign per request
-    mask = entered[inverse]
-    dropped["pacing"] = int(len(mask) - mask.sum())
+    entered = (rng.random(len(unique)) < participation[first])[inverse]  # one coin per campaign per request
+    # ... and the metered ones that won their coin here but had no slice to serve from (with their top bid).
+    short = entered & metered_short
+    wanting: dict[int, int] = {}
+    if short.any():
+        short_rows = rows[short]
+        per_event = np.where(index.bid_type.data[short_rows] == BID_TYPE_CODE["CPM"],
+                             index.bid_micros.data[short_rows] // 1000, index.bid_micros.data[short_rows])
+        for campaign_id, bid in zip(index.campaign_id.data[short_rows].tolist(), per_event.tolist()):
+            wanting[campaign_id] = max(bid, wanting.get(campaign_id, 0))
+    dropped["budget"] = int((~budget_ok).sum())
+    mask = entered & budget_ok
+    dropped["pacing"] = int((budget_ok & ~entered).sum())
     return Filtered(rows[mask], crow[mask], participation[mask], dropped, eligible, wanting)

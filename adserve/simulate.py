@@ -1,0 +1,457 @@
+"""`adserve simulate`: a compressed day of traffic through the real budget job and the ad servers' money path.
+
+What runs for real: the platform (Kafka, Redis, Flink), the Flink job
+`budget_pacing` (deployed to the platform's cluster on topics of its own for
+this run), and per simulated ad server the serving code that decides and
+spends: ServingState (campaign table, budget states, lease book, the 60 s
+silence rule), the DecisionEngine (retrieval, filters with the pacing coin,
+pre-ranker, auction), the SpendAccumulator and the SpendReporter producing to
+Kafka once a simulated second. What is simulated: users and requests on a
+diurnal curve with a live event tripling traffic at 20:00, clicks drawn from
+known true click probabilities, and billing of those clicks up to each
+budget (core.billing, standing in for the click aggregator, which publishes
+billed totals every 10 s as it will). The HTTP layer, user store and served
+log are left out: they are not on the money path.
+
+Time: every record carries simulated event time (2026-03-10, UTC). The
+servers run at most `--lead-s` seconds of event time ahead of the newest
+budget state they have received, so the loop delay is bounded however fast
+the machine is; the controller itself steps every 10 s of event time inside
+the job.
+
+The day's script: campaigns from $20 a day with $2 clicks to $50,000 a day;
+a budget raised at 14:00, one lowered below its spend at 16:00, one paused
+from 12:00 to 15:00, an ad server killed holding slices at 21:30 and replaced.
+
+Output: per budget-size class, delivery where traffic allowed, absorbed
+overspend in money and percent, hourly spend-to-curve error; an HTML picture
+of spend against the target curve and p over the day for a few campaigns;
+`--json` prints the figures as one JSON object."""
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import math
+import queue
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.billing import DayBill
+from core.campaigns import static_score
+from core.targeting import request_terms
+
+LOG = logging.getLogger("adserve.simulate")
+DAY_MS = 86_400_000
+SIM_DAY = "2026-03-10"
+DAY0_MS = int(datetime(2026, 3, 10, tzinfo=timezone.utc).timestamp() * 1000)
+DOLLAR = 1_000_000
+PLACEMENTS = {"feed": (0.5, 4.0), "article": (0.3, 3.0), "video": (0.2, 5.0)}  # share, pCTR multiplier
+COUNTRIES = {"US": 0.5, "GB": 0.2, "DE": 0.2, "CA": 0.1}
+SLOTS = (1, 2)
+SPIKE = (20 * 3600, 22 * 3600, 3.0)  # the live event: from, to (seconds of the day), traffic factor
+SIZE_CLASSES = ("small", "medium", "large")
+
+
+def diurnal(second: float) -> float:
+    """Relative request rate over the day (no live event): a night trough, a late-morning and an evening peak."""
+    hour = second / 3600
+    return 0.15 + 0.5 * math.exp(-((hour - 11) / 3.5) ** 2) + 1.0 * math.exp(-((hour - 20.5) / 2.5) ** 2)
+
+
+def traffic(second: float) -> float:
+    start, end, factor = SPIKE
+    return diurnal(second) * (factor if start <= second < end else 1.0)
+
+
+def size_class(budget_micros: int) -> str:
+    return "small" if budget_micros < 200 * DOLLAR else "medium" if budget_micros < 10_000 * DOLLAR else "large"
+
+
+# ------------------------------------------------------------------ the script
+
+
+@dataclass
+class SimCampaign:
+    campaign_id: int
+    name: str
+    budget_micros: int
+    bid_type: str
+    bid_micros: int
+    placements: tuple[str, ...]
+    countries: tuple[str, ...]
+    ads: int = 2
+    version: int = 1
+    status: str = "ACTIVE"
+
+    def record(self, at_ms: int) -> dict[str, Any]:
+        return {"campaign_id": self.campaign_id, "advertiser_id": self.campaign_id, "version": self.version,
+                "event_time": at_ms, "status": self.status, "bid_type": self.bid_type,
+                "daily_budget_micros": self.budget_micros, "currency": "USD", "timezone": "UTC",
+                "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
+                "cap_per_week": None, "cpa_target_micros": None}
+
+    def ad_records(self, at_ms: int) -> list[dict[str, Any]]:
+        clauses = [{"attribute": "placement", "values": sorted(self.placements), "excluded": False},
+                   {"attribute": "location", "values": sorted(self.countries), "excluded": False}]
+        return [{"ad_id": self.campaign_id * 100 + i, "campaign_id": self.campaign_id,
+                 "advertiser_id": self.campaign_id, "version": 1, "event_time": at_ms, "removed": False,
+                 "bid_type": self.bid_type, "bid_micros": self.bid_micros, "quality_prior": 0.0,
+                 "creative_ref": f"creative-{self.campaign_id}-{i}", "landing_url": f"https://sim.example/{self.campaign_id}",
+                 "static_score": static_score(self.bid_type, self.bid_micros, 0.0), "targeting": clauses}
+                for i in range(self.ads)]
+
+
+@dataclass
+class Event:
+    second: int
+    kind: str  # raise | lower | pause | resume | kill
+    campaign_id: int = 0
+    factor: float = 1.0
+
+
+def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
+    rng = random.Random(seed)
+    every = tuple(PLACEMENTS)
+    campaigns = [SimCampaign(base_id, "large-50k", 50_000 * DOLLAR, "CPC", 12 * DOLLAR, every, ("US", "CA", "GB")),
+                 SimCampaign(base_id + 1, "large-10k-a", 10_000 * DOLLAR, "CPC", 8 * DOLLAR, every, ("US", "DE")),
+                 SimCampaign(base_id + 2, "large-10k-b", 10_000 * DOLLAR, "CPM", 90 * DOLLAR, ("video", "feed"),
+                             ("US", "GB", "DE", "CA"))]
+    for i in range(10):
+        placements = tuple(sorted(rng.sample(every, rng.randint(1, 3))))
+        countries = tuple(sorted(rng.sample(tuple(COUNTRIES), rng.randint(1, 4))))
+        budget = rng.choice([500, 1_000, 2_000, 3_000, 5_000]) * DOLLAR
+        if i % 3 == 2:
+            campaigns.append(SimCampaign(base_id + 10 + i, f"medium-{i}", budget, "CPM",
+                                         rng.randint(15, 40) * DOLLAR, placements, countries))
+        else:
+            campaigns.append(SimCampaign(base_id + 10 + i, f"medium-{i}", budget, "CPC",
+                                         rng.randint(3, 7) * DOLLAR, placements, countries))
+    for i in range(16):
+        placements = tuple(sorted(rng.sample(every, rng.randint(1, 2))))
+        countries = tuple(sorted(rng.sample(tuple(COUNTRIES), rng.randint(1, 3))))
+        budget = rng.choice([20, 20, 30, 50, 100]) * DOLLAR
+        campaigns.append(SimCampaign(base_id + 30 + i, f"small-{i}", budget, "CPC", 2 * DOLLAR, placements,
+                                     countries))
+    events = [Event(12 * 3600, "pause", base_id + 11), Event(15 * 3600, "resume", base_id + 11),
+              Event(14 * 3600, "raise", base_id + 10, 1.5), Event(16 * 3600, "lower", base_id + 12, 0.5),
+              Event(21 * 3600 + 1800, "kill")]
+    return campaigns, sorted(events, key=lambda e: e.second)
+
+
+def curves(campaigns: list[SimCampaign]) -> dict[str, Any]:
+    """The traffic shapes the budget job starts the day with: last week's hourly request volume (the same
+    diurnal shape; the live event is news to it)."""
+    shape = [round(diurnal(h * 3600 + 1800), 6) for h in range(24)]
+    return {"default": shape, "campaigns": {str(c.campaign_id): shape for c in campaigns}}
+
+
+# ------------------------------------------------------------------ one ad server's money path
+
+
+class SimServer:
+    def __init__(self, server_id: str, campaigns: list[SimCampaign], bootstrap: str, spend_topic: str,
+                 seed: int, now_ms: int):
+        from core.spend import SpendAccumulator
+        from serving.adserver.main import SpendReporter
+        from serving.adserver.state import ServingState
+        from serving.decision.engine import DecisionEngine, EngineConfig
+
+        self.server_id = server_id
+        self.state = ServingState(server_id)
+        for c in campaigns:
+            self.state.apply("serving.campaigns", c.record(now_ms), now_ms)
+            for ad in c.ad_records(now_ms):
+                self.state.apply("serving.ads", ad, now_ms)
+        self.engine = DecisionEngine(self.state.index, self.state.campaigns, config=EngineConfig(
+            exploration_share=0.0, placement_ctr_multiplier={p: m for p, (_, m) in PLACEMENTS.items()}))
+        self.spend = SpendAccumulator(server_id)
+        self.reporter = SpendReporter(self.spend, bootstrap, self.state.lease_ids, topic=spend_topic,
+                                      producer_overrides={"linger.ms": 2})
+        self.rng, self.np_rng = random.Random(seed), np.random.default_rng(seed)
+
+    def serve(self, request_id: str, placement: str, country: str, now_ms: int):
+        from serving.adserver.app import account_served
+        from serving.decision.engine import RequestContext
+        from serving.decision.filters import FilterContext
+
+        context = RequestContext(request_id, placement, SLOTS, request_terms(location=[country], placement=placement),
+                                 FilterContext(now_ms), country=country)
+        decision = self.engine.decide(context, clock=time.perf_counter, deadline=time.perf_counter() + 10.0,
+                                      rng=self.rng, np_rng=self.np_rng)
+        account_served(self.spend, self.state, decision, now_ms)
+        return decision
+
+    def second(self, now_ms: int) -> None:
+        self.reporter.tick(now_ms)
+        self.state.expire_leases(now_ms)
+        self.state.check_budget_silence(now_ms)
+
+
+# ------------------------------------------------------------------ what comes back from the job
+
+
+class BudgetFeed(threading.Thread):
+    """Reads the run's budget.state and budget.leases topics and queues what it reads."""
+
+    def __init__(self, bootstrap: str, topics: list[str]):
+        super().__init__(name="budget-feed", daemon=True)
+        from schemas.codec import AvroCodec
+        from streams import kafka
+
+        self.codec = AvroCodec()
+        self.consumer = kafka.consumer(bootstrap, group_id=f"adserve-simulate-{uuid.uuid4().hex[:8]}",
+                                       **{"auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+        self.consumer.subscribe(topics)
+        self.state_topic = topics[0]
+        self.inbox: queue.Queue = queue.Queue()
+        self.progress_ms = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            for message in self.consumer.consume(500, timeout=0.005):
+                if message.error() is not None:
+                    continue
+                record = self.codec.decode(message.value())
+                kind = "budget.state" if message.topic() == self.state_topic else "budget.leases"
+                self.inbox.put((kind, record))
+                if kind == "budget.state":
+                    self.progress_ms = max(self.progress_ms, int(record["event_time"]))
+        self.consumer.close()
+
+
+# ------------------------------------------------------------------ the day
+
+
+@dataclass
+class CampaignDay:
+    campaign: SimCampaign
+    bill: DayBill
+    served_by_minute: np.ndarray = field(default_factory=lambda: np.zeros(1440, dtype=np.int64))
+    expected_by_minute: np.ndarray = field(default_factory=lambda: np.zeros(1440, dtype=np.int64))
+    billed_by_minute: np.ndarray = field(default_factory=lambda: np.zeros(1440, dtype=np.int64))
+    p_by_minute: np.ndarray = field(default_factory=lambda: np.full(1440, np.nan))
+    state_by_minute: list[str] = field(default_factory=lambda: [""] * 1440)
+    events: int = 0
+    clicks: int = 0
+    last_served_s: int = -1
+    stopped_after_lower_s: int | None = None
+    reported_to_billing: tuple[int, int] = (0, 0)
+
+
+def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, out_dir: Path,
+            progress=None) -> dict[str, Any]:
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from infra.platform.topics import TopicSpec, ensure_topics
+    from jobs import deploy
+    from schemas.codec import AvroCodec
+    from streams import kafka
+
+    run = uuid.uuid4().hex[:8]
+    topics = {name: f"sim.{run}.{name}" for name in ("spend", "campaigns", "billed", "state", "leases", "dead")}
+    ensure_topics(platform.kafka_bootstrap, tuple(
+        TopicSpec(t, key="campaign id", schema="", partitions=4 if n == "spend" else 1,
+                  compacted=n in ("campaigns", "state")) for n, t in topics.items()))
+    base_id = 9_000_000 + int(run[:5], 16) % 900_000 * 100
+    campaigns, events = script(base_id, seed)
+    by_id = {c.campaign_id: c for c in campaigns}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    curves_path = out_dir / "curves.json"
+    curves_path.write_text(json.dumps(curves(campaigns)))
+    codec = AvroCodec()
+    producer = kafka.producer(platform.kafka_bootstrap, **{"linger.ms": 2})
+
+    def publish_campaign(c: SimCampaign, at_ms: int) -> None:
+        producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(),
+                         value=codec.encode("ServingCampaign", c.record(at_ms)), timestamp=at_ms)
+
+    for c in campaigns:
+        publish_campaign(c, DAY0_MS - 60_000)
+    producer.flush(30)
+    job_id = deploy.deploy("budget_pacing", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
+                           conf_dir=Flink(platform).conf_dir,
+                           job_args=["--bootstrap", platform.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(platform)),
+                                     "--group-id", f"adserve-simulate-{run}", "--startup-mode", "earliest-offset",
+                                     "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
+                                     "--billed-topic", topics["billed"], "--state-topic", topics["state"],
+                                     "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],
+                                     "--redis-url", platform.redis_url, "--curves", str(curves_path),
+                                     "--heartbeat-ms", "10000", "--bundle-time-ms", "20",
+                                     "--watermark-interval-ms", "20", "--buffer-timeout-ms", "2",
+                                     "--checkpoint-interval-ms", "10000"])
+    feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"]])
+    feed.start()
+    try:
+        deploy.wait_running(platform.flink_rest_url, job_id)
+        result = _simulate(platform, campaigns, by_id, events, topics, requests=requests, seed=seed,
+                           servers=servers, lead_s=lead_s, feed=feed, producer=producer, codec=codec,
+                           progress=progress)
+    finally:
+        feed.halt.set()
+        try:
+            deploy.stop(platform.flink_rest_url, job_id)
+        except Exception:  # noqa: BLE001 - a stuck stop must not hide the day's result
+            LOG.exception("stopping the budget job failed; cancelling it")
+            deploy.cancel(platform.flink_rest_url, job_id)
+    result.update(run=run, topics=topics, job_id=job_id)
+    return result
+
+
+def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, servers, lead_s, feed, producer,
+              codec, progress) -> dict[str, Any]:
+    from streams.pacing_store import PacingStore
+
+    rng = np.random.default_rng(seed)
+    fleet = [SimServer(f"sim-s{i}", campaigns, platform.kafka_bootstrap, topics["spend"], seed + i, DAY0_MS)
+             for i in range(servers)]
+    days = {c.campaign_id: CampaignDay(c, DayBill(c.budget_micros)) for c in campaigns}
+    true_ctr_factor = {ad["ad_id"]: float(np.exp(rng.normal(0, 0.15) - 0.15 ** 2 / 2))
+                       for c in campaigns for ad in c.ad_records(DAY0_MS)}
+    rate_scale = requests / sum(traffic(s) for s in range(0, 86_400, 10)) / 10
+    clicks: list[tuple[int, int, int, int]] = []  # heap of (at ms, campaign, price, seq)
+    placements, p_weights = list(PLACEMENTS), [w for w, _ in PLACEMENTS.values()]
+    countries, c_weights = list(COUNTRIES), list(COUNTRIES.values())
+    pending_events = list(events)
+    waited_s, served_requests, filled_slots, seq = 0.0, 0, 0, 0
+    lowered: dict[int, int] = {}
+    began = time.monotonic()
+    for second in range(86_400):
+        now_ms = DAY0_MS + second * 1000
+        # the servers run at most lead_s of event time ahead of the budget states they have heard
+        wait_began = time.monotonic()
+        while feed.progress_ms < now_ms - lead_s * 1000 and second > lead_s:
+            time.sleep(0.002)
+            if time.monotonic() - wait_began > 120:
+                raise RuntimeError(f"the budget job stopped answering at {_clock(feed.progress_ms)}")
+        waited_s += time.monotonic() - wait_began
+        _drain(feed, fleet, now_ms)
+        while pending_events and pending_events[0].second <= second:
+            event = pending_events.pop(0)
+            _apply_event(event, by_id, days, fleet, producer, codec, topics, platform, campaigns, now_ms, seed,
+                         lowered)
+        n = rng.poisson(traffic(second) * rate_scale)
+        for _ in range(n):
+            server = fleet[int(rng.integers(len(fleet)))]
+            placement = placements[int(rng.choice(len(placements), p=p_weights))]
+            country = countries[int(rng.choice(len(countries), p=c_weights))]
+            decision = server.serve(f"r{second}-{seq}", placement, country, now_ms)
+            seq += 1
+            served_requests += 1
+            for w in decision.winners:
+                filled_slots += 1
+                day = days[w.campaign_id]
+                minute = second // 60
+                day.served_by_minute[minute] += 1
+                day.expected_by_minute[minute] += w.expected_cost_micros
+                day.last_served_s = second
+                if w.billing == "cpm":
+                    _bill(day, w.charge_per_event_micros, minute)
+                else:
+                    pctr = w.expected_cost_micros / max(1, w.price_micros)
+                    if rng.random() < min(1.0, pctr * true_ctr_factor[w.ad_id]):
+                        delay_ms = int(2000 + rng.exponential(10_000))
+                        heapq.heappush(clicks, (now_ms + delay_ms, w.campaign_id, w.charge_per_event_micros, seq))
+        while clicks and clicks[0][0] <= now_ms:
+            _, campaign_id, price, _ = heapq.heappop(clicks)
+            days[campaign_id].clicks += 1
+            _bill(days[campaign_id], price, second // 60)
+        for server in fleet:
+            server.second(now_ms)
+        if second % 10 == 9:
+            _publish_billed(days, producer, codec, topics["billed"], now_ms)
+        if second % 60 == 59:
+            view = fleet[0].state
+            for campaign_id, day in days.items():
+                state, p = view.budget.get(campaign_id, ("", math.nan))
+                day.p_by_minute[second // 60], day.state_by_minute[second // 60] = p, state
+            producer.poll(0)
+        for campaign_id, lowered_at in lowered.items():
+            day = days[campaign_id]
+            if day.stopped_after_lower_s is None and day.last_served_s < second - 30:
+                day.stopped_after_lower_s = max(0, day.last_served_s - lowered_at + 1)
+        if progress is not None and second % 600 == 0:
+            progress(second, served_requests, time.monotonic() - began)
+    for server in fleet:
+        server.reporter.close()
+    producer.flush(30)
+    store = PacingStore(platform.redis_url)
+    pacing = {c.campaign_id: store.read(c.campaign_id) for c in campaigns}
+    store.close()
+    return {"days": days, "pacing": pacing, "requests": served_requests, "filled_slots": filled_slots,
+            "wall_s": time.monotonic() - began, "waited_s": waited_s, "lead_s": lead_s, "servers": len(fleet)}
+
+
+def _clock(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S") if ms else "the start"
+
+
+def _bill(day: CampaignDay, price_micros: int, minute: int) -> None:
+    billed, _ = day.bill.charge(price_micros)
+    day.events += 1
+    day.billed_by_minute[minute] += billed
+
+
+def _drain(feed: BudgetFeed, fleet: list[SimServer], now_ms: int) -> None:
+    while True:
+        try:
+            kind, record = feed.inbox.get_nowait()
+        except queue.Empty:
+            return
+        for server in fleet:
+            server.state.apply(kind, record, now_ms)
+
+
+def _publish_billed(days, producer, codec, topic: str, now_ms: int) -> None:
+    for campaign_id, day in days.items():
+        totals = (day.bill.billed_micros, day.events)
+        if totals == day.reported_to_billing:
+            continue
+        day.reported_to_billing = totals
+        producer.produce(topic, key=str(campaign_id).encode(), timestamp=now_ms, value=codec.encode("BilledSpend", {
+            "campaign_id": campaign_id, "event_time": now_ms, "budget_day": SIM_DAY,
+            "billed_spend_micros": day.bill.billed_micros, "billed_impressions": 0, "billed_clicks": day.clicks,
+            "absorbed_overspend_micros": day.bill.absorbed_micros, "invalid_credit_micros": 0}))
+
+
+def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, platform, campaigns, now_ms, seed,
+                 lowered) -> None:
+    if event.kind == "kill":
+        # The server dies with its unreported second and its slices; a replacement boots with the catalog
+        # and the budget states it reads from the compacted topic (here: the survivors' view).
+        dead = fleet.pop()
+        replacement = SimServer(f"{dead.server_id}-replacement", campaigns, platform.kafka_bootstrap,
+                                topics["spend"], seed + 99, now_ms)
+        for campaign_id, (state, p) in fleet[0].state.budget.items():
+            replacement.state.budget[campaign_id] = (state, p)
+            replacement.state._apply_budget(campaign_id, now_ms)
+        replacement.state.budget_heard_ms = fleet[0].state.budget_heard_ms
+        fleet.append(replacement)
+        LOG.info("%s killed holding %d slices; %s joins", dead.server_id, len(dead.state.lease_ids(now_ms)),
+                 replacement.server_id)
+        return
+    c = by_id[event.campaign_id]
+    if event.kind == "raise":
+        c.budget_micros = int(c.budget_micros * event.factor)
+    elif event.kind == "lower":
+        spent = int(days[c.campaign_id].expected_by_minute.sum())
+        c.budget_micros = int(spent * event.factor)
+        lowered[c.campaign_id] = event.second
+    elif event.kind in ("pause", "resume"):
+        c.status = "PAUSED" if event.kind == "pause" else "ACTIVE"
+    c.version += 1
+    days[c.campaign_id].bill.budget_micros = c.budget_micros
+    producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(), timestamp=now_ms,
+                     value=codec.encode("ServingCampaign", c.record(now_ms)))
+    for server in fleet:  # what the index builder would deliver within about a second
+        server.state.apply("serving.campaigns", c.record(now_ms), now_ms)

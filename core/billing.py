@@ -1,0 +1,27 @@
+"""Billing up to a budget. Pure.
+
+Every billable event (an impression for impression billing, a click for
+click billing) is charged at the price signed into its token, but never past
+the campaign's budget for the day: the part above it is absorbed overspend,
+recorded and reported, never billed. Shared by the click aggregator, the
+nightly recount and the simulator."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class DayBill:
+    budget_micros: int
+    billed_micros: int = 0
+    absorbed_micros: int = 0
+    billed_events: int = 0
+
+    def charge(self, price_micros: int) -> tuple[int, int]:
+        """Bill one event; returns (billed, absorbed) micros. Billed never takes the day past the budget."""
+        billed = max(0, min(price_micros, self.budget_micros - self.billed_micros))
+        absorbed = price_micros - billed
+        self.billed_micros += billed
+        self.absorbed_micros += absorbed
+        self.billed_events += 1 if billed else 0
+        return billed, absorbed
