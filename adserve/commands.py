@@ -18,6 +18,9 @@ def register(sub) -> None:
 
     campaigns_cli.register(sub)
     campaigns_cli.register_snapshots(sub)
+    from adserve import pacing_cli
+
+    pacing_cli.register(sub)
 
 
 # auction ------------------------------------------------------------------------
@@ -91,6 +94,30 @@ def _register_bench(sub) -> None:
                                                                         "(default 1,000,000; 0 skips it)")
     f.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     f.set_defaults(handler=cmd_bench_freshness)
+
+    from adserve import bench_pacing
+
+    g = bsub.add_parser("pacing", help="spend items/s through the budget job, controller steps/s (needs `adserve up`)",
+                        description=bench_pacing.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--items", type=int, default=4_000_000, help="spend reports through the job (default 4,000,000)")
+    g.add_argument("--servers", type=int, default=200, help="reporting servers (default 200)")
+    g.add_argument("--campaigns", type=int, default=2_000, help="campaigns reported on (default 2,000)")
+    g.add_argument("--controller-campaigns", type=int, default=100_000,
+                   help="campaigns in the controller part (default 100,000)")
+    g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    g.set_defaults(handler=cmd_bench_pacing)
+
+
+def cmd_bench_pacing(args: argparse.Namespace) -> int:
+    import json
+
+    from adserve import bench_pacing
+
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
+    figures = bench_pacing.run(items=args.items, servers=args.servers, campaigns=args.campaigns,
+                               controller_campaigns=args.controller_campaigns, log=log)
+    print(json.dumps(figures) if args.json else bench_pacing.render(figures))
+    return 0
 
 
 def cmd_bench_freshness(args: argparse.Namespace) -> int:

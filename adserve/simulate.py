@@ -248,7 +248,7 @@ class CampaignDay:
     reported_to_billing: tuple[int, int] = (0, 0)
 
 
-def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, out_dir: Path,
+def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, out_dir: Path, parallelism: int = 2,
             progress=None) -> dict[str, Any]:
     from infra.platform.jars import flink_connector_jar
     from infra.platform.services import Flink
@@ -289,7 +289,7 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
                                      "--redis-url", platform.redis_url, "--curves", str(curves_path),
                                      "--heartbeat-ms", "10000", "--bundle-time-ms", "20",
                                      "--watermark-interval-ms", "20", "--buffer-timeout-ms", "2",
-                                     "--checkpoint-interval-ms", "10000"])
+                                     "--checkpoint-interval-ms", "10000", "--parallelism", str(parallelism)])
     feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"]])
     feed.start()
     try:

@@ -16,6 +16,8 @@ class DayBill:
     billed_micros: int = 0
     absorbed_micros: int = 0
     billed_events: int = 0
+    billed_above_micros: int = 0  # billed beyond the budget in force at that event: the invariant, always 0
+
 
     def charge(self, price_micros: int) -> tuple[int, int]:
         """Bill one event; returns (billed, absorbed) micros. Billed never takes the day past the budget."""
@@ -24,4 +26,5 @@ class DayBill:
         self.billed_micros += billed
         self.absorbed_micros += absorbed
         self.billed_events += 1 if billed else 0
+        self.billed_above_micros += max(0, self.billed_micros - max(self.budget_micros, self.billed_micros - billed))
         return billed, absorbed

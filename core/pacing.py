@@ -231,3 +231,25 @@ def slice_amounts(remaining_micros: int, outstanding_micros: int, click_price_mi
         grants.append((request.server_id, amount))
         room -= amount
     return grants
+
+
+# ------------------------------------------------------------------ shapes from traffic counts
+
+MIN_SHAPE_REQUESTS = 240  # fewer requests over the days than this: too thin to shape a curve (use the default)
+
+
+def shape_from_counts(hour_counts: dict[int, int] | Sequence[int], min_requests: int = MIN_SHAPE_REQUESTS
+                      ) -> list[float] | None:
+    """A 24-hour traffic shape (shares summing to 1) from request counts per hour of the local day, or None when
+    there were too few requests to shape a curve. Every hour keeps at least 1 % of the mean, so a campaign whose
+    history has an empty hour can still spend a little there (and be measured)."""
+    counts = [int(hour_counts.get(h, 0)) for h in range(24)] if isinstance(hour_counts, dict) else \
+        [int(c) for c in hour_counts]
+    if len(counts) != 24:
+        raise ValueError(f"a shape needs 24 hourly counts, got {len(counts)}")
+    total = sum(counts)
+    if total < min_requests:
+        return None
+    floor = 0.01 * total / 24
+    weights = [max(c, floor) for c in counts]
+    return [round(w / sum(weights), 6) for w in weights]

@@ -1,0 +1,199 @@
+"""`adserve bench pacing`: spend items per second through the budget job, and controller steps per second.
+
+Part 1, the job: --items spend reports (default 4 M) from --servers servers
+(default 200) on --campaigns campaigns (default 2,000), one report per server
+and campaign it served and second, with the heartbeats of every second, are
+produced to a fresh topic; `budget_pacing` then runs bounded over them on the
+platform's Flink cluster with checkpointing on (every 2 s, exactly-once
+state). Figure: items per second through the job's source while it runs
+(the source's record count sampled over REST from its first record to its
+last; job start-up excluded), and the job's whole run time.
+
+Part 2, the controller (pure, one core): the budget job's per-campaign work
+for --controller-campaigns (default 100,000) campaigns: one 10 s window of
+spend and one controller step each, with and without the state's Avro round
+trip (what the job adds per step).
+
+Same-run baseline: the per-item path in Python (decode each report with the
+project's codec and deduplicate it with core.spend.SpendDedupe in one plain
+Python loop, no Flink at all): an upper bound for any Python per-item
+operator, which the design's figures put at 4-11 k/s inside PyFlink.
+
+Figures (--json names): spend_items_per_s, job_run_s, items, campaigns,
+servers, checkpoint_interval_ms, controller_steps_per_s,
+controller_steps_per_s_with_state, controller_campaigns,
+baseline_python_items_per_s."""
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from typing import Any
+
+from infra.platform import PlatformSettings
+
+T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
+
+
+def _reports(items: int, servers: int, campaigns: int, seed: int):
+    """(key, value, timestamp, partition|None) spend reports, second by second, with per-partition heartbeats."""
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    rng = random.Random(seed)
+    per_second = servers * min(campaigns, 50)  # each server reports ~50 campaigns a second
+    sequence = [0] * servers
+    produced = second = 0
+    while produced < items:
+        now = T0 + second * 1000
+        for server in range(servers):
+            sequence[server] += 1
+            for campaign in rng.sample(range(1, campaigns + 1), min(campaigns, 50)):
+                if produced >= items:
+                    break
+                produced += 1
+                yield (str(campaign).encode(), codec.encode("SpendReport", {
+                    "server_id": f"bench-{server}", "sequence": sequence[server], "campaign_id": campaign,
+                    "event_time": now, "interval_start": now - 1000, "expected_spend_micros": rng.randint(1, 5000),
+                    "served_ads": 1, "eligible_requests": 3, "lease_id": None, "max_price_micros": 2_000_000,
+                    "wants_slice": False}), now, None)
+        second += 1
+        for partition in range(4):
+            yield b"0", codec.encode("SpendReport", {
+                "server_id": "bench-hb", "sequence": second, "campaign_id": 0, "event_time": now,
+                "interval_start": now, "expected_spend_micros": 0, "served_ads": 0, "eligible_requests": 0,
+                "lease_id": None, "max_price_micros": 0, "wants_slice": False}), now, partition
+    del per_second
+
+
+def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns: int, log) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink, http_json
+    from infra.platform.topics import TopicSpec, ensure_topics
+    from jobs import deploy
+
+    suffix = uuid.uuid4().hex[:8]
+    topics = {n: f"bench.pacing.{n}.{suffix}" for n in ("spend", "campaigns", "billed", "state", "leases", "dead")}
+    ensure_topics(settings.kafka_bootstrap, tuple(TopicSpec(t, key="campaign id", schema="",
+                                                            partitions=4 if n == "spend" else 1)
+                                                  for n, t in topics.items()))
+    log(f"producing {items:,} spend reports ({servers} servers, {campaigns:,} campaigns) to {topics['spend']} ...")
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000})
+    for key, value, ts, partition in _reports(items, servers, campaigns, seed=5):
+        while True:
+            try:
+                if partition is None:
+                    producer.produce(topics["spend"], key=key, value=value, timestamp=ts)
+                else:
+                    producer.produce(topics["spend"], key=key, value=value, timestamp=ts, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(120)
+    rest, conf = settings.flink_rest_url, Flink(settings).conf_dir
+    log("running budget_pacing bounded over them, checkpointing every 2 s ...")
+    job_id = deploy.deploy("budget_pacing", jobmanager=f"{settings.host}:{settings.flink_rest_port}", conf_dir=conf,
+                           job_args=["--bootstrap", settings.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(settings)),
+                                     "--group-id", f"bench-pacing-{suffix}", "--startup-mode", "earliest-offset",
+                                     "--bounded", "--checkpoint-interval-ms", "2000", "--redis-url", "",
+                                     "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
+                                     "--billed-topic", topics["billed"], "--state-topic", topics["state"],
+                                     "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"]])
+    deploy.wait_running(rest, job_id, timeout_s=300)
+    began = time.monotonic()
+    source = next(v["id"] for v in http_json(f"{rest}/jobs/{job_id}")["vertices"]  # type: ignore[index]
+                  if v["name"].startswith("Source: spend_in"))
+    samples: list[tuple[float, float]] = []
+    while True:
+        state, _ = deploy.job_state(rest, job_id)
+        metrics = http_json(f"{rest}/jobs/{job_id}/vertices/{source}/subtasks/metrics?get=numRecordsOut&agg=sum")
+        if metrics:
+            samples.append((time.monotonic(), float(metrics[0].get("sum", 0))))  # type: ignore[index]
+        if state in ("FINISHED", "FAILED", "CANCELED"):
+            break
+        time.sleep(0.5)
+    job_run_s = time.monotonic() - began
+    if state != "FINISHED":
+        raise RuntimeError(f"the benchmark job ended {state}")
+    moving = [s for s in samples if s[1] > 0]
+    first = moving[0] if moving else (began, 0.0)
+    last = max(moving, key=lambda s: s[1]) if moving else (time.monotonic(), 0.0)
+    last_change = next(s for s in moving if s[1] == last[1]) if moving else last
+    span = max(1e-3, last_change[0] - first[0])
+    rate = (last_change[1] - first[1]) / span if span > 1 else items / job_run_s
+    return {"spend_items_per_s": round(rate), "job_run_s": round(job_run_s, 1), "items": items,
+            "campaigns": campaigns, "servers": servers, "checkpoint_interval_ms": 2000}
+
+
+def bench_controller(campaigns: int) -> dict[str, Any]:
+    from core import budget
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    record = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": 5_000 * 1_000_000}
+    states = []
+    for i in range(campaigns):
+        state = budget.PacerState(i + 1)
+        budget.on_campaign(state, record, T0)
+        states.append(state)
+    began = time.perf_counter()
+    for state in states:
+        budget.on_spend(state, budget.Window(T0 + 10_000, 20_000, 10, 30, 5), 2_000_000)
+        budget.step(state, T0 + 10_000)
+    plain = campaigns / (time.perf_counter() - began)
+    began = time.perf_counter()
+    for state in states:
+        again = budget.from_record(codec.decode(codec.encode("PacerState", budget.to_record(state)), "PacerState"))
+        budget.on_spend(again, budget.Window(T0 + 20_000, 20_000, 10, 30, 5), 2_000_000)
+        budget.step(again, T0 + 20_000)
+        codec.encode("PacerState", budget.to_record(again))
+    with_state = campaigns / (time.perf_counter() - began)
+    return {"controller_steps_per_s": round(plain), "controller_steps_per_s_with_state": round(with_state),
+            "controller_campaigns": campaigns}
+
+
+def bench_python_baseline(items: int) -> dict[str, Any]:
+    from core.spend import SpendDedupe
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    values = [v for _, v, _, p in _reports(items, 200, 2_000, seed=6) if p is None]
+    dedupe = SpendDedupe()
+    totals: dict[int, int] = {}
+    began = time.perf_counter()
+    for value in values:
+        report = codec.decode(value, "SpendReport")
+        if dedupe.first_time(report):
+            totals[report["campaign_id"]] = totals.get(report["campaign_id"], 0) + report["expected_spend_micros"]
+    return {"baseline_python_items_per_s": round(len(values) / (time.perf_counter() - began))}
+
+
+def run(*, items: int, servers: int, campaigns: int, controller_campaigns: int, log=print) -> dict[str, Any]:
+    from adserve.bench import machine
+    from infra.platform import control
+
+    settings = PlatformSettings.from_env()
+    control.up(settings, log=log)
+    figures: dict[str, Any] = {"machine": machine()}
+    figures.update(bench_job(settings, items=items, servers=servers, campaigns=campaigns, log=log))
+    log(f"controller: {controller_campaigns:,} campaigns, one step each ...")
+    figures.update(bench_controller(controller_campaigns))
+    log("baseline: the per-item path in plain Python ...")
+    figures.update(bench_python_baseline(min(items, 300_000)))
+    return figures
+
+
+def render(f: dict[str, Any]) -> str:
+    m = f["machine"]
+    return "\n".join([
+        f"machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB",
+        f"budget job (Flink, checkpoint every {f['checkpoint_interval_ms']} ms): {f['spend_items_per_s']:,} spend "
+        f"items/s ({f['items']:,} items, {f['servers']} servers, {f['campaigns']:,} campaigns; run {f['job_run_s']} s)",
+        f"baseline, per-item decode + dedupe in plain Python: {f['baseline_python_items_per_s']:,} items/s "
+        f"(x{f['spend_items_per_s'] / max(1, f['baseline_python_items_per_s']):.1f})",
+        f"controller: {f['controller_steps_per_s']:,} steps/s, {f['controller_steps_per_s_with_state']:,} with the "
+        f"state's Avro round trip ({f['controller_campaigns']:,} campaigns, one core)"])

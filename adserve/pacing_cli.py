@@ -1,0 +1,117 @@
+"""`adserve simulate` (the main command: a simulated day through the real budget job) and `adserve pacing show`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from infra.platform import PlatformSettings
+
+TARGETS = {  # the issue's targets for the simulated day
+    "overspend_pct_paced": ("<=", 0.1), "max_overspend_clicks_small": ("<=", 1.0),
+    "billed_above_budget_micros": ("<=", 0), "delivery_pct": (">=", 98.0), "curve_error_pct_hourly": ("<=", 5.0)}
+
+
+def register(sub) -> None:
+    from adserve import simulate
+
+    p = sub.add_parser("simulate", help="the main job: a simulated day through the real budget job, with a report",
+                       description=simulate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=200_000, help="ad requests over the day (default 200,000)")
+    p.add_argument("--servers", type=int, default=3, help="simulated ad servers (default 3)")
+    p.add_argument("--lead-s", type=int, default=30,
+                   help="how far (event-time seconds) servers may run ahead of the newest budget state (default 30)")
+    p.add_argument("--parallelism", type=int, default=2, help="parallelism of the budget job (default 2)")
+    p.add_argument("--seed", type=int, default=1, help="random seed of traffic, clicks and campaigns")
+    p.add_argument("--out", type=Path, default=Path("simulate-out"),
+                   help="folder for simulate.html (the picture) and simulate.json (default ./simulate-out)")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--down", action="store_true", help="stop the platform at the end (default: leave it up)")
+    p.set_defaults(handler=cmd_simulate)
+
+    pacing = sub.add_parser("pacing", help="what the budget job decided for a campaign today",
+                            description="Read Redis pacing:{campaign} (written by the budget_pacing job).")
+    psub = pacing.add_subparsers(dest="pacing_command", required=True, metavar="ACTION")
+    p = psub.add_parser("show", help="a campaign's day: target, committed spend, p and state, hour by hour")
+    p.add_argument("campaign_id", type=int)
+    p.add_argument("--redis-url", help="default: the local platform's Redis")
+    p.add_argument("--json", action="store_true", help="print the day as JSON")
+    p.set_defaults(handler=cmd_pacing_show)
+
+
+def _verdicts(figures: dict) -> list[tuple[str, bool, object, str]]:
+    out = []
+    for name, (op, limit) in TARGETS.items():
+        value = figures.get(name)
+        ok = value is not None and (value <= limit if op == "<=" else value >= limit)
+        out.append((name, ok, value, f"{op} {limit}"))
+    return out
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from adserve import simulate, simulate_report
+    from infra.platform import control
+
+    settings = PlatformSettings.from_env()
+    log = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    try:
+        control.up(settings, log=log)
+
+        def progress(second: int, requests: int, wall_s: float) -> None:
+            print(f"\r  simulated {second // 3600:02d}:{second % 3600 // 60:02d}  requests {requests:,}  "
+                  f"({wall_s:.0f} s)", end="", file=sys.stderr, flush=True)
+
+        log(f"simulating {simulate.SIM_DAY} with {args.requests:,} requests through the budget job ...")
+        result = simulate.run_day(settings, requests=args.requests, seed=args.seed, servers=args.servers,
+                                  lead_s=args.lead_s, out_dir=args.out, parallelism=args.parallelism,
+                                  progress=progress)
+        print(file=sys.stderr)
+        figures = simulate_report.figures(result)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "simulate.html").write_text(simulate_report.picture(result, figures))
+        (args.out / "simulate.json").write_text(json.dumps(figures, indent=2, default=str))
+        verdicts = _verdicts(figures)
+        if args.json:
+            print(json.dumps({k: v for k, v in figures.items() if k != "per_campaign"}, default=str))
+        else:
+            print(simulate_report.text(figures))
+            print()
+            for name, ok, value, target in verdicts:
+                print(f"  {'met   ' if ok else 'MISSED'} {name} = {value} (target {target})")
+            print(f"\npicture: {args.out / 'simulate.html'}; figures: {args.out / 'simulate.json'}")
+            print(f"result: {'OK' if all(ok for _, ok, _, _ in verdicts) else 'targets missed (see above)'}")
+    finally:
+        if args.down:
+            control.down(settings, log=log)
+    return 1 if figures["billed_above_budget_micros"] else 0
+
+
+def cmd_pacing_show(args: argparse.Namespace) -> int:
+    from streams.pacing_store import PacingStore
+
+    store = PacingStore(args.redis_url or PlatformSettings.from_env().redis_url)
+    day = store.read(args.campaign_id)
+    store.close()
+    if day is None:
+        print(f"no pacing for campaign {args.campaign_id} (is budget_pacing running, and has it seen the campaign?)",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({**{k: v for k, v in vars(day).items() if k != "points"},
+                          "points": [vars(p) for p in day.points]}))
+        return 0
+    usd = 1_000_000
+    print(f"campaign {day.campaign_id}, budget day {day.day}: budget ${day.budget_micros / usd:,.2f}, "
+          f"state {day.state}, p {day.participation_probability:.3f}")
+    print(f"  target so far ${day.target_micros / usd:,.2f}, committed ${day.committed_micros / usd:,.2f}, "
+          f"billed ${day.billed_micros / usd:,.2f}")
+    print(f"\n  {'hour':>5} {'target $':>12} {'committed $':>12} {'p':>7}  state")
+    by_hour = {}
+    for point in day.points:
+        by_hour[point.minute // 60] = point  # the last point of each hour
+    for hour, point in sorted(by_hour.items()):
+        bar = "#" * int(round(point.participation_probability * 20))
+        print(f"  {hour:>4}h {point.target_micros / usd:>12,.2f} {point.committed_micros / usd:>12,.2f} "
+              f"{point.participation_probability:>7.3f}  {point.state:<8} {bar}")
+    return 0

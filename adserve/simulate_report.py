@@ -1,0 +1,168 @@
+"""The simulated day's figures, its text report and its HTML picture. Pure: takes what `run_day` returned.
+
+Definitions (also in docs/pacing.md):
+* size classes by final daily budget: small < $200, medium < $10,000, large >= $10,000; "paced" = medium + large.
+* traffic allowed: the campaign was stopped at its budget, or ended the day below p = 1 (the design measures
+  under-delivery only there); paused and lowered campaigns are left out of delivery.
+* delivery_pct: billed / budget summed over those campaigns; also each campaign's share.
+* absorbed overspend: billable value above the budget, not billed (core.billing), in money and as a share
+  of billed spend; for small campaigns in clicks ($2 each).
+* curve_error_pct_hourly: for paced campaigns that ran all day, |expected spend served in the hour - the
+  job's target for the hour| / target, over hours carrying >= 2 % of the budget, weighted by target.
+* billed_above_budget_micros: billed beyond the budget in force, checked at every billed event (must be 0)."""
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+import numpy as np
+
+from adserve.simulate import DOLLAR, SIZE_CLASSES, size_class
+
+
+def _hour_targets(day_pacing, budget_micros: int) -> np.ndarray | None:
+    """The job's cumulative target at each hour boundary, from its per-minute points."""
+    if day_pacing is None or not day_pacing.points:
+        return None
+    minutes = np.array([p.minute for p in day_pacing.points])
+    targets = np.array([p.target_micros for p in day_pacing.points], dtype=np.float64)
+    bounds = np.arange(0, 1441, 60)
+    return np.interp(bounds, minutes, targets, left=0.0, right=float(budget_micros))
+
+
+def figures(result: dict[str, Any]) -> dict[str, Any]:
+    days, pacing = result["days"], result["pacing"]
+    per_campaign = []
+    for campaign_id, day in days.items():
+        c = day.campaign
+        final_p = next((p for p in day.p_by_minute[::-1] if not math.isnan(p)), math.nan)
+        final_state = next((s for s in day.state_by_minute[::-1] if s), "")
+        special = "paused" if c.name == "medium-1" else "lowered" if c.name == "medium-2" else \
+            "raised" if c.name == "medium-0" else ""
+        allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or final_p < 0.999)
+        hour_error = None
+        targets = _hour_targets(pacing.get(campaign_id), c.budget_micros)
+        if targets is not None and size_class(c.budget_micros) != "small" and special not in ("paused", "lowered"):
+            target_h = np.diff(targets)
+            spend_h = day.expected_by_minute.reshape(24, 60).sum(axis=1)
+            big = target_h >= 0.02 * c.budget_micros
+            if big.any():
+                hour_error = (float(np.abs(spend_h[big] - target_h[big]).sum()), float(target_h[big].sum()))
+        per_campaign.append({
+            "campaign_id": campaign_id, "name": c.name, "class": size_class(c.budget_micros),
+            "budget_micros": c.budget_micros, "billed_micros": day.bill.billed_micros,
+            "absorbed_micros": day.bill.absorbed_micros, "expected_micros": int(day.expected_by_minute.sum()),
+            "served": int(day.served_by_minute.sum()), "clicks": day.clicks, "final_p": final_p,
+            "final_state": final_state, "traffic_allowed": allowed, "special": special,
+            "delivery_pct": 100 * day.bill.billed_micros / c.budget_micros if c.budget_micros else 0.0,
+            "hour_error": hour_error, "stopped_after_lower_s": day.stopped_after_lower_s,
+            "billed_above_budget_micros": day.bill.billed_above_micros})
+    classes = {}
+    for name in SIZE_CLASSES:
+        rows = [r for r in per_campaign if r["class"] == name]
+        allowed = [r for r in rows if r["traffic_allowed"]]
+        billed = sum(r["billed_micros"] for r in rows)
+        absorbed = sum(r["absorbed_micros"] for r in rows)
+        errors = [r["hour_error"] for r in rows if r["hour_error"]]
+        classes[name] = {
+            "campaigns": len(rows), "traffic_allowed": len(allowed),
+            "delivery_pct": _pct(sum(r["billed_micros"] for r in allowed), sum(r["budget_micros"] for r in allowed)),
+            "min_delivery_pct": min((r["delivery_pct"] for r in allowed), default=None),
+            "billed_usd": billed / DOLLAR, "absorbed_usd": absorbed / DOLLAR, "absorbed_pct": _pct(absorbed, billed),
+            "curve_error_pct_hourly": _pct(sum(e for e, _ in errors), sum(t for _, t in errors)) if errors else None}
+    paced = [r for r in per_campaign if r["class"] != "small"]
+    small = [r for r in per_campaign if r["class"] == "small"]
+    allowed = [r for r in per_campaign if r["traffic_allowed"]]
+    errors = [r["hour_error"] for r in paced if r["hour_error"]]
+    lowered = [r for r in per_campaign if r["special"] == "lowered"]
+    return {
+        "campaigns": len(per_campaign),
+        "requests": result["requests"], "filled_slots": result["filled_slots"],
+        "overspend_pct_paced": _pct(sum(r["absorbed_micros"] for r in paced), sum(r["billed_micros"] for r in paced)),
+        "max_overspend_clicks_small": max((r["absorbed_micros"] / (2 * DOLLAR) for r in small), default=0.0),
+        "billed_above_budget_micros": sum(r["billed_above_budget_micros"] for r in per_campaign),
+        "delivery_pct": _pct(sum(r["billed_micros"] for r in allowed), sum(r["budget_micros"] for r in allowed)),
+        "campaigns_delivering_95_to_102_pct": _pct(sum(1 for r in allowed if 95 <= r["delivery_pct"] <= 102),
+                                                   len(allowed)),
+        "curve_error_pct_hourly": _pct(sum(e for e, _ in errors), sum(t for _, t in errors)) if errors else None,
+        "lowered_stopped_serving_after_s": lowered[0]["stopped_after_lower_s"] if lowered else None,
+        "by_class": classes, "per_campaign": per_campaign,
+        "wall_s": round(result["wall_s"], 1), "waited_for_job_s": round(result["waited_s"], 1),
+        "lead_s": result["lead_s"], "servers": result["servers"]}
+
+
+def _pct(part: float, whole: float) -> float | None:
+    return round(100.0 * part / whole, 3) if whole else None
+
+
+def text(f: dict[str, Any]) -> str:
+    lines = [f"simulated day: {f['campaigns']} campaigns, {f['requests']:,} requests, {f['filled_slots']:,} ads "
+             f"served, {f['servers']} ad servers, budget job in Flink ({f['wall_s']:.0f} s)", "",
+             f"{'class':<8}{'campaigns':>10}{'delivery':>11}{'min':>8}{'billed $':>13}{'absorbed $':>12}"
+             f"{'absorbed %':>12}{'curve err %':>13}"]
+    for name, c in f["by_class"].items():
+        lines.append(f"{name:<8}{c['campaigns']:>10}{_fmt(c['delivery_pct'], '%'):>11}"
+                     f"{_fmt(c['min_delivery_pct'], '%'):>8}{c['billed_usd']:>13,.2f}{c['absorbed_usd']:>12,.2f}"
+                     f"{_fmt(c['absorbed_pct'], ''):>12}{_fmt(c['curve_error_pct_hourly'], ''):>13}")
+    lines += ["",
+              f"delivery where traffic allowed: {_fmt(f['delivery_pct'], '%')} of budget "
+              f"({_fmt(f['campaigns_delivering_95_to_102_pct'], '%')} of those campaigns within 95-102 %)",
+              f"absorbed overspend, paced campaigns: {_fmt(f['overspend_pct_paced'], '%')} of spend; small campaigns: "
+              f"at most {f['max_overspend_clicks_small']:.1f} clicks",
+              f"billed above a budget: {f['billed_above_budget_micros']} micros",
+              f"hourly spend-to-curve error (paced, weighted): {_fmt(f['curve_error_pct_hourly'], '%')}",
+              f"budget lowered below spend at 16:00: served for {f['lowered_stopped_serving_after_s']} s more"]
+    return "\n".join(lines)
+
+
+def _fmt(value, unit: str) -> str:
+    return "-" if value is None else f"{value:.2f}{unit}"
+
+
+# ------------------------------------------------------------------ the picture
+
+
+def _polyline(xs, ys, width, height, y_max, color, dash="") -> str:
+    points = " ".join(f"{x * width / 1440:.1f},{height - (y / y_max) * height if y_max else height:.1f}"
+                      for x, y in zip(xs, ys) if not (isinstance(y, float) and math.isnan(y)))
+    return f'<polyline fill="none" stroke="{color}" stroke-width="1.5" {dash} points="{points}"/>'
+
+
+def picture(result: dict[str, Any], f: dict[str, Any]) -> str:
+    """An HTML page: per campaign, cumulative spend against the job's target curve, and p over the day."""
+    days, pacing = result["days"], result["pacing"]
+    wanted = ("large-50k", "large-10k-b", "medium-0", "medium-2", "small-0")
+    panels = []
+    for day in days.values():
+        c = day.campaign
+        if c.name not in wanted:
+            continue
+        minutes = np.arange(1440)
+        expected = np.cumsum(day.expected_by_minute) / DOLLAR
+        billed = np.cumsum(day.billed_by_minute) / DOLLAR
+        points = pacing.get(c.campaign_id).points if pacing.get(c.campaign_id) else []
+        target = np.interp(minutes, [p.minute for p in points], [p.target_micros / DOLLAR for p in points]) \
+            if points else np.full(1440, math.nan)
+        y_max = max(float(np.nanmax(target)) if points else 0, float(expected.max()), float(billed.max()), 1.0) * 1.05
+        w, h = 720, 180
+        spend_svg = (f'<svg width="{w}" height="{h}" style="background:#fafafa">'
+                     + _polyline(minutes, target, w, h, y_max, "#888", 'stroke-dasharray="4 3"')
+                     + _polyline(minutes, expected, w, h, y_max, "#1f77b4")
+                     + _polyline(minutes, billed, w, h, y_max, "#2ca02c")
+                     + "".join(f'<line x1="{x * w / 24}" y1="0" x2="{x * w / 24}" y2="{h}" stroke="#ddd"/>'
+                               for x in range(0, 25, 3)) + "</svg>")
+        p_svg = (f'<svg width="{w}" height="80" style="background:#fafafa">'
+                 + _polyline(minutes, day.p_by_minute, w, 80, 1.0, "#d62728") + "</svg>")
+        row = next(r for r in f["per_campaign"] if r["campaign_id"] == c.campaign_id)
+        panels.append(
+            f"<h3>{html.escape(c.name)}: budget ${c.budget_micros / DOLLAR:,.0f} ({row['special'] or c.bid_type}), "
+            f"billed ${row['billed_micros'] / DOLLAR:,.2f}, absorbed ${row['absorbed_micros'] / DOLLAR:,.2f}</h3>"
+            f"<p>cumulative spend: <span style='color:#888'>target curve (dashed)</span>, "
+            f"<span style='color:#1f77b4'>expected cost served</span>, <span style='color:#2ca02c'>billed</span>; "
+            f"y up to ${y_max:,.0f}; grid every 3 h</p>{spend_svg}"
+            f"<p>participation probability p (0-1) as the servers saw it</p>{p_svg}")
+    body = "\n".join(panels)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>adserve simulate</title></head>"
+            f"<body style='font-family:sans-serif'><h1>A simulated day through the budget job</h1>"
+            f"<pre>{html.escape(text(f))}</pre>{body}</body></html>")

@@ -1,0 +1,92 @@
+"""Beam pipeline `traffic_curves`: the traffic shapes the budget job builds its target curves from.
+
+From the archived served log (ad.served Avro container files of the last days),
+per hour of the day: every request (the default shape), the requests of each
+placement (a placement's average shape), and for each campaign the requests in
+which it took part in the auction (a winner or a sampled loser: the served log's
+record of eligible traffic). Hours are in UTC unless --timezone names the
+advertisers' zone. Shapes come from core.pacing.shape_from_counts (campaigns
+with too little history fall back to the default). Output: one JSON file,
+{"as_of", "days", "default", "placements": {...}, "campaigns": {id: [24 shares]}},
+which `budget_pacing --curves FILE` reads at the start of each budget day.
+
+    python -m pipelines.traffic_curves --input 'archive/ad.served/*.avro' --output curves.json
+Every option Beam knows passes through unchanged (Dataflow: --runner=DataflowRunner ...)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+from zoneinfo import ZoneInfo
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from core.pacing import shape_from_counts
+from pipelines.avro_files import normalise
+
+
+def hour_keys(record: dict[str, Any], tz: str = "UTC") -> Iterable[tuple[str, int]]:
+    """(key, local hour) for one served record: "*", "placement:<p>" and each campaign that took part."""
+    hour = datetime.fromtimestamp(record["event_time"] / 1000, tz=timezone.utc).astimezone(ZoneInfo(tz)).hour
+    yield "*", hour
+    yield f"placement:{record['placement']}", hour
+    campaigns = {w["campaign_id"] for w in record.get("winners") or []} | \
+        {l["campaign_id"] for l in record.get("sampled_losers") or []}
+    for campaign_id in sorted(campaigns):
+        yield str(campaign_id), hour
+
+
+def assemble(counts: Iterable[tuple[tuple[str, int], int]]) -> dict[str, Any]:
+    """Per key hourly counts -> the curves document (shapes only where history suffices)."""
+    by_key: dict[str, dict[int, int]] = {}
+    for (key, hour), n in counts:
+        by_key.setdefault(key, {})[hour] = by_key.get(key, {}).get(hour, 0) + n
+    default = shape_from_counts(by_key.get("*", {}), min_requests=1) or [round(1 / 24, 6)] * 24
+    placements = {k.split(":", 1)[1]: s for k, v in by_key.items() if k.startswith("placement:")
+                  if (s := shape_from_counts(v)) is not None}
+    campaigns = {k: s for k, v in by_key.items() if k != "*" and not k.startswith("placement:")
+                 if (s := shape_from_counts(v)) is not None}
+    return {"default": default, "placements": placements, "campaigns": campaigns}
+
+
+class TrafficShapes(beam.PTransform):
+    """ad.served records -> one curves document."""
+
+    def __init__(self, tz: str = "UTC"):
+        super().__init__()
+        self.tz = tz
+
+    def expand(self, served):
+        tz = self.tz
+        return (served
+                | "HourKeys" >> beam.FlatMap(lambda r: [(key, 1) for key in hour_keys(r, tz)])
+                | "Count" >> beam.CombinePerKey(sum)
+                | "All" >> beam.combiners.ToList()
+                | "Assemble" >> beam.Map(assemble))
+
+
+def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> None:
+    parser = argparse.ArgumentParser(prog="pipelines.traffic_curves", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", required=True, help="file pattern of archived ad.served Avro container files")
+    parser.add_argument("--output", required=True, help="the curves JSON file to write")
+    parser.add_argument("--timezone", default="UTC", help="the zone whose hours the shapes are in (default UTC)")
+    parser.add_argument("--as-of", default=datetime.now(timezone.utc).date().isoformat(),
+                        help="the budget day these shapes are for (recorded in the output)")
+    known, pipeline_args = parser.parse_known_args(argv)
+    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
+    with beam.Pipeline(options=options) as pipeline:
+        (pipeline
+         | "ReadArchive" >> beam.io.ReadFromAvro(known.input)
+         | "Normalise" >> beam.Map(normalise)
+         | "TrafficShapes" >> TrafficShapes(known.timezone)
+         | "Stamp" >> beam.Map(lambda doc: json.dumps({"as_of": known.as_of, **doc}))
+         | "Write" >> beam.io.WriteToText(known.output, shard_name_template="", num_shards=1))
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.INFO)
+    run()
