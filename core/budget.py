@@ -125,9 +125,10 @@ def _start_day(state: PacerState, day: str, minute: float, shape: list[float] | 
         state.p_yesterday = state.p_today or state.p_yesterday
     first_day = not state.budget_day
     state.budget_day, state.p_today = day, [-1.0] * P_HISTORY_BUCKETS
-    state.reported_today_micros, state.windows, state.expired_unreported = 0, [], []
-    state.billed_micros, state.billed_until_ms, state.invalid_credit_micros = 0, 0, 0
-    state.peak_minute_micros, state.slices = 0, []
+    if not first_day:  # spend reported before the campaign's first record still counts for that day
+        state.reported_today_micros, state.windows, state.expired_unreported = 0, [], []
+        state.billed_micros, state.billed_until_ms, state.invalid_credit_micros = 0, 0, 0
+        state.peak_minute_micros, state.slices = 0, []
     state.plan_budget_micros = state.budget_micros
     # A campaign seen for the first time mid-day spreads its budget over the remaining hours.
     state.plan_anchor_minute, state.plan_anchor_spend_micros = (minute if first_day else 0.0), 0
@@ -210,9 +211,11 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
          heartbeat_ms: int = HEARTBEAT_MS) -> list[Output]:
     """One controller step at `now_ms` (a multiple of 10 s of event time). `shape`: the traffic shape a
     new day starts with (default: keep the current one)."""
+    if not state.budget_day:
+        return []  # no campaign record yet: keep counting its spend, decide nothing about it
     day, minute = local_day(now_ms, state.timezone)
     if day != state.budget_day:
-        _start_day(state, day, 0.0 if state.budget_day else minute, shape)
+        _start_day(state, day, 0.0, shape)
     _expire_slices(state, now_ms)
     cutoff = min(now_ms - 60_000, state.billed_until_ms - BILLING_SETTLE_MS) if state.billed_until_ms else \
         now_ms - 60_000

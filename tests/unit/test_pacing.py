@@ -246,3 +246,12 @@ def test_the_state_survives_its_avro_round_trip():
     codec = AvroCodec()
     again = budget.from_record(codec.decode(codec.encode("PacerState", budget.to_record(state))))
     assert again == state
+
+
+def test_spend_reported_before_the_campaign_record_counts_and_nothing_is_decided_without_it():
+    state = budget.PacerState(11)
+    budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 5 * DOLLAR, 10, 10, 1), DOLLAR)
+    assert budget.step(state, DAY0_MS + 10_000) == []  # no STOPPED for a campaign the job has not seen
+    out = budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
+                                     "daily_budget_micros": 100 * DOLLAR}, DAY0_MS + 12_000)
+    assert out[0][1]["committed_spend_micros"] == 5 * DOLLAR
