@@ -22,13 +22,16 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from core.pacing import (BID_MULTIPLIER_RANGE, CURVE_END_MINUTE, NEW_CAMPAIGN_P, P_FLOOR, STEP_MS, ControlInput,
                          SliceRequest, SpendPlan, TargetCurve, budget_state_kind, delivery_limit, local_day,
                          next_participation, slice_amounts)
 from core.leases import LEASE_LIFETIME_MS
 
 BILLING_SETTLE_MS = 5 * 60_000  # ads served this long before the billed instant may still be billed
-HEARTBEAT_MS = 30_000  # a state is re-sent at least this often, so servers can tell the job is alive
+HEARTBEAT_MS = 30_000
+COMPACT_MS = 5 * 60_000  # older spend windows are merged into buckets this long  # a state is re-sent at least this often, so servers can tell the job is alive
 P_HISTORY_BUCKETS = 96  # p by quarter-hour of the local day (for tomorrow's first p and dashboards)
 LIVE_STATUSES = ("ACTIVE",)
 
@@ -220,7 +223,7 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     cutoff = min(now_ms - 60_000, state.billed_until_ms - BILLING_SETTLE_MS) if state.billed_until_ms else \
         now_ms - 60_000
     last_minute = [w for w in state.windows if w.end_ms > now_ms - 60_000]
-    state.windows = [w for w in state.windows if w.end_ms > cutoff]
+    state.windows = _compact([w for w in state.windows if w.end_ms > cutoff], now_ms - 60_000)
     if state.billed_until_ms:  # billing covers these now
         settled = state.billed_until_ms - BILLING_SETTLE_MS
         state.expired_unreported = [w for w in state.expired_unreported if w.end_ms > settled]
@@ -257,6 +260,24 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
                            "reported_micros": state.reported_today_micros, "billed_micros": state.billed_micros,
                            "participation_probability": state.participation_probability,
                            "state": state.last_state, "budget_micros": state.budget_micros}))
+    return out
+
+
+def _compact(windows: list[Window], older_than_ms: int) -> list[Window]:
+    """Windows older than the last minute are kept only for the billing cutoff: merge them into 5-minute
+    buckets stamped with the bucket's end (a bucket straddling the cutoff then counts whole: the safe
+    direction). Bounds the state when billing is sparse (a campaign with a click every few hours)."""
+    out: list[Window] = []
+    for w in windows:
+        end = -(-w.end_ms // COMPACT_MS) * COMPACT_MS
+        if end <= older_than_ms:  # the whole bucket is older than the last minute the controller reads
+            if out and out[-1].end_ms == end:
+                last = out[-1]
+                out[-1] = Window(end, last.spend_micros + w.spend_micros, last.served + w.served,
+                                 last.eligible + w.eligible, max(last.servers, w.servers))
+                continue
+            w = Window(end, w.spend_micros, w.served, w.eligible, w.servers)
+        out.append(w)
     return out
 
 
@@ -301,21 +322,29 @@ def next_step_ms(now_ms: int) -> int:
     return (now_ms // STEP_MS + 1) * STEP_MS
 
 
-_SCALARS = tuple(f.name for f in fields(PacerState) if f.name not in ("windows", "expired_unreported", "slices"))
+_PACKED_FLOATS = ("shape", "p_today", "p_yesterday")
+_PACKED_WINDOWS = ("windows", "expired_unreported")
+_SCALARS = tuple(f.name for f in fields(PacerState) if f.name not in _PACKED_FLOATS + _PACKED_WINDOWS + ("slices",))
 
 
 def to_record(state: PacerState) -> dict[str, Any]:
-    """The state as a schemas/pacer_state.avsc record (how the job keeps it in Flink state)."""
+    """The state as a schemas/pacer_state.avsc record (how the job keeps it in Flink state). The long arrays are
+    packed into bytes: the job writes this record after every change, and per-value encoding was its main cost."""
     record = {name: getattr(state, name) for name in _SCALARS}
-    record["windows"] = [vars(w) for w in state.windows]
-    record["expired_unreported"] = [vars(w) for w in state.expired_unreported]
+    for name in _PACKED_FLOATS:
+        record[name] = np.asarray(getattr(state, name), dtype="<f8").tobytes()
+    for name in _PACKED_WINDOWS:
+        rows = [(w.end_ms, w.spend_micros, w.served, w.eligible, w.servers) for w in getattr(state, name)]
+        record[name] = np.asarray(rows, dtype="<i8").reshape(-1, 5).tobytes()
     record["slices"] = [vars(s) for s in state.slices]
     return record
 
 
 def from_record(record: dict[str, Any]) -> PacerState:
-    fields = dict(record)
-    fields["windows"] = [Window(**w) for w in record["windows"]]
-    fields["expired_unreported"] = [Window(**w) for w in record["expired_unreported"]]
-    fields["slices"] = [Slice(**s) for s in record["slices"]]
-    return PacerState(**fields)
+    values = {name: record[name] for name in _SCALARS}
+    for name in _PACKED_FLOATS:
+        values[name] = np.frombuffer(record[name], dtype="<f8").tolist()
+    for name in _PACKED_WINDOWS:
+        values[name] = [Window(*map(int, row)) for row in np.frombuffer(record[name], dtype="<i8").reshape(-1, 5)]
+    values["slices"] = [Slice(**s) for s in record["slices"]]
+    return PacerState(**values)

@@ -266,6 +266,9 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 key = f"{report['server_id']}|{report['sequence']}"
                 if self.late_seen.contains(key):
                     return
+                # (late reports are rare: tidy the hour-old ones here, never on the per-step path)
+                for old_key in [k for k, t in self.late_seen.items() if t < report["event_time"] - 3_600_000]:
+                    self.late_seen.remove(old_key)
                 self.late_seen.put(key, report["event_time"])
                 self.late.inc()
                 budget.on_spend(state, budget.Window(now_ms, report["expected_spend_micros"], report["served_ads"],
@@ -287,9 +290,6 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             self._save(state)
             if ctx.timer_service().current_watermark() < END_OF_INPUT:  # a bounded run ends; no more steps
                 ctx.timer_service().register_event_time_timer(budget.next_step_ms(timestamp))
-            if not self.late_seen.is_empty():
-                for key in [k for k, t in self.late_seen.items() if t < timestamp - 3_600_000]:
-                    self.late_seen.remove(key)
             yield from self._emit(outputs)
 
     kafka_source_table(t_env, "spend_in", spend_topic, settings, out_of_orderness_ms=out_of_orderness_ms)

@@ -255,3 +255,17 @@ def test_spend_reported_before_the_campaign_record_counts_and_nothing_is_decided
     out = budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
                                      "daily_budget_micros": 100 * DOLLAR}, DAY0_MS + 12_000)
     assert out[0][1]["committed_spend_micros"] == 5 * DOLLAR
+
+
+def test_sparse_billing_keeps_the_state_small_and_committed_spend_safe():
+    state = budget.PacerState(12)
+    budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
+                               "daily_budget_micros": 1_000 * DOLLAR}, DAY0_MS)
+    budget.on_billed(state, {"budget_day": state.budget_day, "event_time": DAY0_MS + 60_000,
+                             "billed_spend_micros": 2 * DOLLAR})  # one click early, then no billing for hours
+    for k in range(1, 1081):  # three hours of 10 s windows
+        now = DAY0_MS + k * 10_000
+        budget.on_spend(state, budget.Window(now, 1_000, 1, 1, 1), 2 * DOLLAR)
+        budget.step(state, now)
+    assert len(state.windows) <= 3 * 12 + 37  # 5-minute buckets, plus up to 6 minutes of 10 s windows
+    assert state.committed_micros() >= 2 * DOLLAR + 1_000 * (1080 - 30)  # never less than the truth
