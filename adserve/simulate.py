@@ -59,6 +59,7 @@ COUNTRIES = {"US": 0.5, "GB": 0.2, "DE": 0.2, "CA": 0.1}
 SLOTS = (1, 2)
 SPIKE = (20 * 3600, 22 * 3600, 3.0)  # the live event: from, to (seconds of the day), traffic factor
 SIZE_CLASSES = ("small", "medium", "large")
+RESERVE_MICROS = 20_000  # every placement's reserve: $0.02 of total value per impression (a lone bidder pays it)
 
 
 def diurnal(second: float) -> float:
@@ -91,6 +92,10 @@ class SimCampaign:
     ads: int = 2
     version: int = 1
     status: str = "ACTIVE"
+    planned_budget_micros: int = 0  # the budget the day started with (size class)
+
+    def __post_init__(self) -> None:
+        self.planned_budget_micros = self.planned_budget_micros or self.budget_micros
 
     def record(self, at_ms: int) -> dict[str, Any]:
         return {"campaign_id": self.campaign_id, "advertiser_id": self.campaign_id, "version": self.version,
@@ -121,9 +126,9 @@ class Event:
 def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
     rng = random.Random(seed)
     every = tuple(PLACEMENTS)
-    campaigns = [SimCampaign(base_id, "large-50k", 50_000 * DOLLAR, "CPC", 12 * DOLLAR, every, ("US", "CA", "GB")),
-                 SimCampaign(base_id + 1, "large-10k-a", 10_000 * DOLLAR, "CPC", 8 * DOLLAR, every, ("US", "DE")),
-                 SimCampaign(base_id + 2, "large-10k-b", 10_000 * DOLLAR, "CPM", 90 * DOLLAR, ("video", "feed"),
+    campaigns = [SimCampaign(base_id, "large-50k", 50_000 * DOLLAR, "CPC", 30 * DOLLAR, every, ("US", "CA", "GB")),
+                 SimCampaign(base_id + 1, "large-10k-a", 10_000 * DOLLAR, "CPC", 20 * DOLLAR, every, ("US", "DE")),
+                 SimCampaign(base_id + 2, "large-10k-b", 10_000 * DOLLAR, "CPM", 1_200 * DOLLAR, ("video", "feed"),
                              ("US", "GB", "DE", "CA"))]
     for i in range(10):
         placements = tuple(sorted(rng.sample(every, rng.randint(1, 3))))
@@ -131,10 +136,10 @@ def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
         budget = rng.choice([500, 1_000, 2_000, 3_000, 5_000]) * DOLLAR
         if i % 3 == 2:
             campaigns.append(SimCampaign(base_id + 10 + i, f"medium-{i}", budget, "CPM",
-                                         rng.randint(15, 40) * DOLLAR, placements, countries))
+                                         rng.randint(300, 600) * DOLLAR, placements, countries))
         else:
             campaigns.append(SimCampaign(base_id + 10 + i, f"medium-{i}", budget, "CPC",
-                                         rng.randint(3, 7) * DOLLAR, placements, countries))
+                                         rng.randint(8, 15) * DOLLAR, placements, countries))
     for i in range(16):
         placements = tuple(sorted(rng.sample(every, rng.randint(1, 2))))
         countries = tuple(sorted(rng.sample(tuple(COUNTRIES), rng.randint(1, 3))))
@@ -172,7 +177,8 @@ class SimServer:
             for ad in c.ad_records(now_ms):
                 self.state.apply("serving.ads", ad, now_ms)
         self.engine = DecisionEngine(self.state.index, self.state.campaigns, config=EngineConfig(
-            exploration_share=0.0, placement_ctr_multiplier={p: m for p, (_, m) in PLACEMENTS.items()}))
+            exploration_share=0.0, placement_ctr_multiplier={p: m for p, (_, m) in PLACEMENTS.items()},
+            default_reserve_micros=RESERVE_MICROS))
         self.spend = SpendAccumulator(server_id)
         self.reporter = SpendReporter(self.spend, bootstrap, self.state.lease_ids, topic=spend_topic,
                                       producer_overrides={"linger.ms": 2})
@@ -245,7 +251,6 @@ class CampaignDay:
     clicks: int = 0
     last_served_s: int = -1
     stopped_after_lower_s: int | None = None
-    reported_to_billing: tuple[int, int] = (0, 0)
 
 
 def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, out_dir: Path, parallelism: int = 2,
@@ -413,11 +418,11 @@ def _drain(feed: BudgetFeed, fleet: list[SimServer], now_ms: int) -> None:
 
 
 def _publish_billed(days, producer, codec, topic: str, now_ms: int) -> None:
+    """Every 10 s, billed totals of every campaign that served today (the aggregator sees its impressions,
+    so it reports even when nothing new was billed: that is what settles expired slices)."""
     for campaign_id, day in days.items():
-        totals = (day.bill.billed_micros, day.events)
-        if totals == day.reported_to_billing:
+        if day.last_served_s < 0:
             continue
-        day.reported_to_billing = totals
         producer.produce(topic, key=str(campaign_id).encode(), timestamp=now_ms, value=codec.encode("BilledSpend", {
             "campaign_id": campaign_id, "event_time": now_ms, "budget_day": SIM_DAY,
             "billed_spend_micros": day.bill.billed_micros, "billed_impressions": 0, "billed_clicks": day.clicks,

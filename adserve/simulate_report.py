@@ -1,14 +1,16 @@
 """The simulated day's figures, its text report and its HTML picture. Pure: takes what `run_day` returned.
 
 Definitions (also in docs/pacing.md):
-* size classes by final daily budget: small < $200, medium < $10,000, large >= $10,000; "paced" = medium + large.
+* size classes by the budget the day started with: small < $200, medium < $10,000, large >= $10,000;
+  "paced" = medium + large.
 * traffic allowed: the campaign was stopped at its budget, or ended the day below p = 1 (the design measures
   under-delivery only there); paused and lowered campaigns are left out of delivery.
 * delivery_pct: billed / budget summed over those campaigns; also each campaign's share.
 * absorbed overspend: billable value above the budget, not billed (core.billing), in money and as a share
   of billed spend; for small campaigns in clicks ($2 each).
-* curve_error_pct_hourly: for paced campaigns that ran all day, |expected spend served in the hour - the
-  job's target for the hour| / target, over hours carrying >= 2 % of the budget, weighted by target.
+* curve_error_pct_hourly: for paced campaigns where traffic allowed (not paused or lowered), |expected spend
+  served in the hour - the job's target for the hour| / target, over hours carrying >= 2 % of the budget,
+  weighted by target.
 * billed_above_budget_micros: billed beyond the budget in force, checked at every billed event (must be 0)."""
 from __future__ import annotations
 
@@ -43,14 +45,14 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or final_p < 0.999)
         hour_error = None
         targets = _hour_targets(pacing.get(campaign_id), c.budget_micros)
-        if targets is not None and size_class(c.budget_micros) != "small" and special not in ("paused", "lowered"):
+        if targets is not None and size_class(c.planned_budget_micros) != "small" and allowed:
             target_h = np.diff(targets)
             spend_h = day.expected_by_minute.reshape(24, 60).sum(axis=1)
             big = target_h >= 0.02 * c.budget_micros
             if big.any():
                 hour_error = (float(np.abs(spend_h[big] - target_h[big]).sum()), float(target_h[big].sum()))
         per_campaign.append({
-            "campaign_id": campaign_id, "name": c.name, "class": size_class(c.budget_micros),
+            "campaign_id": campaign_id, "name": c.name, "class": size_class(c.planned_budget_micros),
             "budget_micros": c.budget_micros, "billed_micros": day.bill.billed_micros,
             "absorbed_micros": day.bill.absorbed_micros, "expected_micros": int(day.expected_by_minute.sum()),
             "served": int(day.served_by_minute.sum()), "clicks": day.clicks, "final_p": final_p,
