@@ -5,9 +5,9 @@ Part 1, the job: --items spend reports (default 4 M) from --servers servers
 and campaign it served and second, with the heartbeats of every second, are
 produced to a fresh topic; `budget_pacing` then runs bounded over them on the
 platform's Flink cluster with checkpointing on (every 2 s, exactly-once
-state). Figure: items per second through the job's source while it runs
-(the source's record count sampled over REST from its first record to its
-last; job start-up excluded), and the job's whole run time.
+state). Figure: items per second through the job while it runs (the offsets
+it commits at each checkpoint, from the first checkpoint that moved them to
+the last: start-up excluded), and the job's whole run time.
 
 Part 2, the controller (pure, one core): the budget job's per-campaign work
 for --controller-campaigns (default 100,000) campaigns: one 10 s window of
@@ -70,7 +70,7 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
     from confluent_kafka import Producer
 
     from infra.platform.jars import flink_connector_jar
-    from infra.platform.services import Flink, http_json
+    from infra.platform.services import Flink
     from infra.platform.topics import TopicSpec, ensure_topics
     from jobs import deploy
 
@@ -105,26 +105,32 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"]])
     deploy.wait_running(rest, job_id, timeout_s=300)
     began = time.monotonic()
-    source = next(v["id"] for v in http_json(f"{rest}/jobs/{job_id}")["vertices"]  # type: ignore[index]
-                  if v["name"].startswith("Source: spend_in"))
-    samples: list[tuple[float, float]] = []
+    # Progress = the offsets the job commits for its consumer group at each completed checkpoint (every 2 s):
+    # exact counts of items the job has fully processed, unlike the REST metrics (refreshed every ~10 s).
+    from confluent_kafka import Consumer, TopicPartition
+
+    group = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"bench-pacing-{suffix}",
+                      "enable.auto.commit": False})
+    parts = [TopicPartition(topics["spend"], p) for p in range(4)]
+    samples: list[tuple[float, int]] = []
     while True:
         state, _ = deploy.job_state(rest, job_id)
-        metrics = http_json(f"{rest}/jobs/{job_id}/vertices/{source}/subtasks/metrics?get=numRecordsOut&agg=sum")
-        if metrics:
-            samples.append((time.monotonic(), float(metrics[0].get("sum", 0))))  # type: ignore[index]
+        committed = group.committed(parts, timeout=10)
+        samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in committed)))
         if state in ("FINISHED", "FAILED", "CANCELED"):
             break
-        time.sleep(0.5)
+        time.sleep(0.25)
+    group.close()
     job_run_s = time.monotonic() - began
     if state != "FINISHED":
         raise RuntimeError(f"the benchmark job ended {state}")
     moving = [s for s in samples if s[1] > 0]
-    first = moving[0] if moving else (began, 0.0)
-    last = max(moving, key=lambda s: s[1]) if moving else (time.monotonic(), 0.0)
-    last_change = next(s for s in moving if s[1] == last[1]) if moving else last
-    span = max(1e-3, last_change[0] - first[0])
-    rate = (last_change[1] - first[1]) / span if span > 1 else items / job_run_s
+    first = moving[0] if moving else (began, 0)
+    top = max((s[1] for s in moving), default=0)
+    reached = next((s for s in moving if s[1] == top), first)
+    span = reached[0] - first[0]
+    # between the first and the last checkpoint that moved the offsets: steady state, start-up excluded
+    rate = (reached[1] - first[1]) / span if span > 1 else items / job_run_s
     return {"spend_items_per_s": round(rate), "job_run_s": round(job_run_s, 1), "items": items,
             "campaigns": campaigns, "servers": servers, "checkpoint_interval_ms": 2000}
 

@@ -126,7 +126,7 @@ class Event:
 def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
     rng = random.Random(seed)
     every = tuple(PLACEMENTS)
-    campaigns = [SimCampaign(base_id, "large-50k", 50_000 * DOLLAR, "CPC", 30 * DOLLAR, every, ("US", "CA", "GB")),
+    campaigns = [SimCampaign(base_id, "large-50k", 50_000 * DOLLAR, "CPC", 45 * DOLLAR, every, ("US", "CA", "GB")),
                  SimCampaign(base_id + 1, "large-10k-a", 10_000 * DOLLAR, "CPC", 20 * DOLLAR, every, ("US", "DE")),
                  SimCampaign(base_id + 2, "large-10k-b", 10_000 * DOLLAR, "CPM", 1_200 * DOLLAR, ("video", "feed"),
                              ("US", "GB", "DE", "CA"))]

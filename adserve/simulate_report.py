@@ -3,8 +3,11 @@
 Definitions (also in docs/pacing.md):
 * size classes by the budget the day started with: small < $200, medium < $10,000, large >= $10,000;
   "paced" = medium + large.
-* traffic allowed: the campaign was stopped at its budget, or ended the day below p = 1 (the design measures
-  under-delivery only there); paused and lowered campaigns are left out of delivery.
+* traffic allowed: the campaign was stopped at its budget, or was held below p = 1 for at least half of the
+  day (it had more traffic than its budget needed). The design measures under-delivery only for campaigns
+  that end the day below p = 1; here every campaign still behind its curve after 23:30 is pushed to p = 1
+  in the last half hour, so the day's p, not its last value, tells traffic-limited campaigns apart.
+  Paused and lowered campaigns are left out of delivery.
 * delivery_pct: billed / budget summed over those campaigns; also each campaign's share.
 * absorbed overspend: billable value above the budget, not billed (core.billing), in money and as a share
   of billed spend; for small campaigns in clicks ($2 each).
@@ -42,7 +45,9 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         final_state = next((s for s in day.state_by_minute[::-1] if s), "")
         special = "paused" if c.name == "medium-1" else "lowered" if c.name == "medium-2" else \
             "raised" if c.name == "medium-0" else ""
-        allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or final_p < 0.999)
+        seen = day.p_by_minute[~np.isnan(day.p_by_minute)]
+        throttled = float(np.mean(seen < 0.999)) if len(seen) else 0.0  # share of the day it was held below p = 1
+        allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or throttled >= 0.5)
         hour_error = None
         targets = _hour_targets(pacing.get(campaign_id), c.budget_micros)
         if targets is not None and size_class(c.planned_budget_micros) != "small" and allowed:
@@ -56,7 +61,8 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             "budget_micros": c.budget_micros, "billed_micros": day.bill.billed_micros,
             "absorbed_micros": day.bill.absorbed_micros, "expected_micros": int(day.expected_by_minute.sum()),
             "served": int(day.served_by_minute.sum()), "clicks": day.clicks, "final_p": final_p,
-            "final_state": final_state, "traffic_allowed": allowed, "special": special,
+            "final_state": final_state, "throttled_share": round(throttled, 3), "traffic_allowed": allowed,
+            "special": special,
             "delivery_pct": 100 * day.bill.billed_micros / c.budget_micros if c.budget_micros else 0.0,
             "hour_error": hour_error, "stopped_after_lower_s": day.stopped_after_lower_s,
             "billed_above_budget_micros": day.bill.billed_above_micros})
