@@ -91,7 +91,8 @@ class ServingState:
                 self._apply_budget(campaign.campaign_id, now_ms)
         elif topic == "budget.state":
             self.budget[int(record["campaign_id"])] = (record["state"], float(record["participation_probability"]))
-            self.budget_heard_ms = max(self.budget_heard_ms, int(record["event_time"]))
+            if int(record["event_time"]) >= now_ms - BUDGET_SILENCE_MS:  # a live word, not history replayed
+                self.budget_heard_ms = max(self.budget_heard_ms, int(record["event_time"]))
             self._apply_budget(int(record["campaign_id"]), now_ms)
             if self.budget_silent and now_ms - self.budget_heard_ms <= BUDGET_SILENCE_MS:
                 self.check_budget_silence(now_ms)
@@ -169,9 +170,12 @@ class ServingState:
         self.campaigns.set_budget(campaign_id, state, p, slice_held=self.leases.held(campaign_id, now_ms))
 
     def check_budget_silence(self, now_ms: int) -> bool:
-        """Once a second: a server that has heard nothing from the budget job for 60 s (after hearing from
-        it at all) treats open campaigns as metered, so it spends on them only from slices; the next state
-        record lifts that. Returns whether the server is in that mode."""
+        """Once a second: a server that has heard nothing from the budget job for 60 s treats open campaigns
+        as metered, so it spends on them only from slices; the next state record lifts that. The rule is armed
+        by the first live state (event time within 60 s of this server's clock when it arrives): states
+        replayed from the compacted topic at boot do not arm it, so a platform without a budget job serves,
+        and a server that boots during a budget-job outage serves the last known states until the job speaks
+        (a known gap). Returns whether the server is in that mode."""
         silent = self.budget_heard_ms > 0 and now_ms - self.budget_heard_ms > BUDGET_SILENCE_MS
         if silent != self.budget_silent:
             self.budget_silent = silent

@@ -119,3 +119,10 @@ def test_spend_reports_carry_eligibility_prices_and_slice_requests():
     assert reports[8]["wants_slice"] and reports[8]["max_price_micros"] == 1_500_000
     assert reports[8]["expected_spend_micros"] == 0
     assert spend.cut(3_000) == []
+
+
+def test_budget_states_replayed_from_history_do_not_arm_the_silence_rule():
+    state = ServingState("s1")
+    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
+    state.apply("budget.state", _budget_state(100_000), 900_000)  # read at boot, long after it was decided
+    assert not state.check_budget_silence(1_000_000)
