@@ -41,7 +41,6 @@ def _reports(items: int, servers: int, campaigns: int, seed: int):
 
     codec = AvroCodec()
     rng = random.Random(seed)
-    per_second = servers * min(campaigns, 50)  # each server reports ~50 campaigns a second
     sequence = [0] * servers
     produced = second = 0
     while produced < items:
@@ -63,7 +62,6 @@ def _reports(items: int, servers: int, campaigns: int, seed: int):
                 "server_id": "bench-hb", "sequence": second, "campaign_id": 0, "event_time": now,
                 "interval_start": now, "expected_spend_micros": 0, "served_ads": 0, "eligible_requests": 0,
                 "lease_id": None, "max_price_micros": 0, "wants_slice": False}), now, partition
-    del per_second
 
 
 def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns: int, log) -> dict[str, Any]:
