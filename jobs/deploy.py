@@ -43,6 +43,8 @@ JOBS: dict[str, JobSpec] = {
                              "campaign store changes (cdc.public.*) -> serving.ads, serving.campaigns"),
     "budget_pacing": JobSpec("budget_pacing", "jobs.budget_pacing",
                              "spend, campaigns, billed spend -> budget.state, budget.leases, Redis pacing:*"),
+    "click_aggregator": JobSpec("click_aggregator", "jobs.click_aggregator",
+                                "ad.events, campaigns -> deduplicated, tagged, billed: billing.billed_spend"),
 }
 
 

@@ -1,7 +1,5 @@
 package io.adserve.flink;
 
-import java.nio.charset.StandardCharsets;
-
 import org.apache.flink.table.annotation.DataTypeHint;
 import org.apache.flink.table.functions.ScalarFunction;
 import org.apache.flink.types.Row;
@@ -32,7 +30,7 @@ public class DecodeSpendReport extends ScalarFunction {
             }
         }
         try {
-            Reader in = new Reader(value, HEADER);
+            AvroBinaryReader in = new AvroBinaryReader(value, HEADER);
             String serverId = in.string();
             long sequence = in.varLong();
             long campaignId = in.varLong();
@@ -41,15 +39,7 @@ public class DecodeSpendReport extends ScalarFunction {
             long spend = in.varLong();
             int served = (int) in.varLong();
             int eligible = (int) in.varLong();
-            long branch = in.varLong();
-            String leaseId;
-            if (branch == 0) {
-                leaseId = null;
-            } else if (branch == 1) {
-                leaseId = in.string();
-            } else {
-                return null;
-            }
+            String leaseId = in.nullableString();
             long maxPrice = in.varLong();
             int flag = in.octet();
             if (flag > 1 || !in.atEnd()) {
@@ -59,52 +49,6 @@ public class DecodeSpendReport extends ScalarFunction {
                     leaseId, maxPrice, flag == 1);
         } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
             return null;
-        }
-    }
-
-    /** Avro binary primitives: zig-zag varints and length-prefixed UTF-8. */
-    private static final class Reader {
-        private final byte[] buf;
-        private int pos;
-
-        Reader(byte[] buf, int pos) {
-            this.buf = buf;
-            this.pos = pos;
-        }
-
-        long varLong() {
-            long raw = 0;
-            int shift = 0;
-            while (true) {
-                if (shift > 63) {
-                    throw new IllegalArgumentException("varint too long");
-                }
-                int b = buf[pos++] & 0xff;
-                raw |= (long) (b & 0x7f) << shift;
-                if ((b & 0x80) == 0) {
-                    break;
-                }
-                shift += 7;
-            }
-            return (raw >>> 1) ^ -(raw & 1);
-        }
-
-        int octet() {
-            return buf[pos++] & 0xff;
-        }
-
-        String string() {
-            long length = varLong();
-            if (length < 0 || length > buf.length - pos) {
-                throw new IllegalArgumentException("bad string length");
-            }
-            String s = new String(buf, pos, (int) length, StandardCharsets.UTF_8);
-            pos += (int) length;
-            return s;
-        }
-
-        boolean atEnd() {
-            return pos == buf.length;
         }
     }
 }

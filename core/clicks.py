@@ -1,0 +1,256 @@
+"""From beacons to a bill: deduplication, invalid-traffic rules and billing windows. Pure.
+
+Shared by the Flink job `click_aggregator` (which runs the per-event rules in
+Flink SQL generated from the constants here, and calls `CampaignBill` on the
+reduced 10 s windows) and the Beam pipeline `nightly_recount` (which runs every
+rule here on the archived events), so the two can only disagree where the
+streaming path lost or double-counted something.
+
+Rules (docs/billing.md):
+
+* Deduplication: one event per (impression id, event type), the first one
+  (earliest event time, then smallest event id). Duplicates are remembered for
+  `DEDUPE_HORIZON_MS` = the token's lifetime plus the allowed lateness: a beacon
+  later than that no longer verifies at the tracker.
+* Invalid traffic (tagged, never billed, its value credited back to the
+  budget):
+  - `bot_agent`: the user agent names a known automated client
+    (`BOT_AGENT_MARKERS`, matched case-insensitively as substrings);
+  - `too_soon`: a click less than `MIN_CLICK_DELAY_MS` after the ad was served
+    (the token's served time): no person sees, decides and clicks that fast;
+  - `user_burst` / `ip_burst`: a click that makes more than
+    `MAX_CLICKS_PER_MINUTE` clicks from one user, or one IP address, in one
+    event-time minute (counting that user's deduplicated clicks up to and
+    including its millisecond, so ties are counted together and the rule does
+    not depend on arrival order).
+  The first rule that matches names the reason.
+* Billable: the event named by the token's billing type (an impression for
+  impression billing, a click for click billing), valid, at the price signed
+  into the token.
+* Billing: per campaign and budget day (the campaign's time zone, by the
+  event's time), in 10 s event-time windows, billed up to the budget in force
+  (core.billing.DayBill); the rest is absorbed overspend. Totals are cumulative
+  for the day, so a repeated record changes nothing for its readers.
+
+Times are int epoch milliseconds; money is int micros."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from core.billing import DayBill
+from core.pacing import local_day
+from core.tokens import TOKEN_LIFETIME_MS
+
+ALLOWED_LATENESS_MS = 10 * 60_000  # an event this late (behind the job's clock) is still billed, on arrival
+DEDUPE_HORIZON_MS = TOKEN_LIFETIME_MS + ALLOWED_LATENESS_MS
+MIN_CLICK_DELAY_MS = 1_000
+MAX_CLICKS_PER_MINUTE = 5
+MINUTE_MS = 60_000
+WINDOW_MS = 10_000  # billed totals go out once per 10 s of event time
+BOT_AGENT_MARKERS = ("bot", "crawler", "spider", "slurp", "headless", "phantomjs", "python-requests",
+                     "python-urllib", "curl/", "wget/", "scrapy", "httpclient")
+REASONS = ("bot_agent", "too_soon", "user_burst", "ip_burst")
+
+
+def dedupe_key(event: Mapping[str, Any]) -> tuple[str, str]:
+    return str(event["impression_id"]), str(event["event_type"])
+
+
+def first_of(duplicates: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The event that counts among copies of one (impression id, event type): earliest, then smallest id."""
+    return min(duplicates, key=lambda e: (int(e["event_time"]), str(e["event_id"])))
+
+
+def is_bot_agent(user_agent: str | None) -> bool:
+    agent = (user_agent or "").lower()
+    return any(marker in agent for marker in BOT_AGENT_MARKERS)
+
+
+def minute_of(event_time_ms: int) -> int:
+    return event_time_ms // MINUTE_MS * MINUTE_MS
+
+
+def invalid_reason(event: Mapping[str, Any], user_clicks_in_minute: int = 0, ip_clicks_in_minute: int = 0
+                   ) -> str | None:
+    """Why this deduplicated event is invalid traffic, or None. The counts are that user's / IP's deduplicated
+    clicks in the event's minute up to and including its millisecond (the event itself included)."""
+    if is_bot_agent(event.get("user_agent")):
+        return "bot_agent"
+    if event["event_type"] != "CLICK":
+        return None
+    if int(event["event_time"]) - int(event["served_time"]) < MIN_CLICK_DELAY_MS:
+        return "too_soon"
+    if event.get("user_id") and user_clicks_in_minute > MAX_CLICKS_PER_MINUTE:
+        return "user_burst"
+    if event.get("ip_address") and ip_clicks_in_minute > MAX_CLICKS_PER_MINUTE:
+        return "ip_burst"
+    return None
+
+
+def burst_counts(clicks: Iterable[Mapping[str, Any]], field_name: str) -> dict[str, int]:
+    """For deduplicated clicks: event id -> clicks with the same `field_name` (user_id or ip_address) in the same
+    minute at or before the click's millisecond. Clicks without the field count 0."""
+    by_key: dict[tuple[str, int], list[int]] = {}
+    rows = []
+    for c in clicks:
+        value = c.get(field_name)
+        if not value:
+            rows.append((c["event_id"], None, 0))
+            continue
+        t = int(c["event_time"])
+        key = (str(value), minute_of(t))
+        by_key.setdefault(key, []).append(t)
+        rows.append((c["event_id"], key, t))
+    for times in by_key.values():
+        times.sort()
+    from bisect import bisect_right
+
+    return {event_id: (bisect_right(by_key[key], t) if key else 0) for event_id, key, t in rows}
+
+
+def is_billable(event: Mapping[str, Any]) -> bool:
+    return event["event_type"] == event["billing_type"]
+
+
+def window_end(event_time_ms: int) -> int:
+    """End (exclusive) of the 10 s billing window holding this instant."""
+    return (event_time_ms // WINDOW_MS + 1) * WINDOW_MS
+
+
+@dataclass
+class WindowTotals:
+    """One campaign's deduplicated events of one 10 s window (what the job's SQL sums)."""
+
+    end_ms: int
+    billable_micros: int = 0  # valid billable events at their signed prices
+    impressions: int = 0  # valid billable impressions
+    clicks: int = 0  # valid billable clicks
+    invalid_micros: int = 0  # billable events tagged invalid: credited, not billed
+    invalid_events: int = 0
+
+    def add(self, event: Mapping[str, Any], reason: str | None) -> None:
+        if not is_billable(event):
+            if reason:
+                self.invalid_events += 1
+            return
+        price = int(event["price_micros"])
+        if reason:
+            self.invalid_micros += price
+            self.invalid_events += 1
+        else:
+            self.billable_micros += price
+            self.impressions += event["event_type"] == "IMPRESSION"
+            self.clicks += event["event_type"] == "CLICK"
+
+
+@dataclass
+class CampaignBill:
+    """One campaign's bill for its current budget day, fed windows in event-time order."""
+
+    campaign_id: int
+    timezone: str = "UTC"
+    budget_micros: int | None = None  # None until the campaign's record is seen
+    budget_day: str = ""
+    bill: DayBill = field(default_factory=lambda: DayBill(0))
+    impressions: int = 0
+    clicks: int = 0
+    invalid_micros: int = 0
+    pending: list[WindowTotals] = field(default_factory=list)  # windows before the first campaign record
+    last_window_ms: int = 0
+
+    def on_campaign(self, record: Mapping[str, Any]) -> None:
+        """A campaign version: its time zone and the budget in force from now on (a raise bills more, a cut
+        bills nothing more once the day's billed total reaches it)."""
+        self.timezone = str(record["timezone"])
+        self.budget_micros = int(record["daily_budget_micros"])
+        self.bill.budget_micros = self.budget_micros
+        pending, self.pending = self.pending, []
+        for window in pending:
+            self.add(window)
+
+    def add(self, window: WindowTotals) -> None:
+        if self.budget_micros is None:
+            self.pending.append(window)
+            return
+        day, _ = local_day(window.end_ms - 1, self.timezone)
+        if day != self.budget_day:
+            if self.budget_day and day < self.budget_day:
+                day = self.budget_day  # a late window of yesterday: billed today rather than lost
+            else:
+                self.budget_day, self.bill = day, DayBill(self.budget_micros)
+                self.impressions = self.clicks = self.invalid_micros = 0
+        self.bill.charge(window.billable_micros)
+        self.impressions += window.impressions
+        self.clicks += window.clicks
+        self.invalid_micros += window.invalid_micros
+        self.last_window_ms = max(self.last_window_ms, window.end_ms)
+
+    def record(self, event_time_ms: int) -> dict[str, Any] | None:
+        """The BilledSpend record (schemas/billed_spend.avsc) for the day so far; None before any bill."""
+        if not self.budget_day:
+            return None
+        return {"campaign_id": self.campaign_id, "event_time": event_time_ms, "budget_day": self.budget_day,
+                "billed_spend_micros": self.bill.billed_micros, "billed_impressions": self.impressions,
+                "billed_clicks": self.clicks, "absorbed_overspend_micros": self.bill.absorbed_micros,
+                "invalid_credit_micros": self.invalid_micros}
+
+
+def bot_agent_sql(column: str) -> str:
+    """The bot-agent rule as a Flink SQL predicate over `column` (generated here so the rule exists once)."""
+    for marker in BOT_AGENT_MARKERS:
+        if "'" in marker or "%" in marker or "_" in marker:
+            raise ValueError(f"a bot marker must be plain text for SQL LIKE: {marker!r}")
+    return "(" + " OR ".join(f"LOWER(COALESCE({column}, '')) LIKE '%{m}%'" for m in BOT_AGENT_MARKERS) + ")"
+
+
+def invalid_reason_sql(event: str = "") -> str:
+    """`invalid_reason` as a Flink SQL CASE over the decoded event's columns (`event` prefix, e.g. "r.") and the
+    burst counts `user_n` / `ip_n`: generated here from the same constants, so the rule exists once."""
+    e = event
+    return (f"CASE WHEN {bot_agent_sql(e + 'user_agent')} THEN 'bot_agent' "
+            f"WHEN {e}event_type <> 'CLICK' THEN CAST(NULL AS STRING) "
+            f"WHEN {e}event_time - {e}served_time < {MIN_CLICK_DELAY_MS} THEN 'too_soon' "
+            f"WHEN COALESCE({e}user_id, '') <> '' AND user_n > {MAX_CLICKS_PER_MINUTE} THEN 'user_burst' "
+            f"WHEN COALESCE({e}ip_address, '') <> '' AND ip_n > {MAX_CLICKS_PER_MINUTE} THEN 'ip_burst' "
+            "ELSE CAST(NULL AS STRING) END")
+
+
+def recount(events: Iterable[Mapping[str, Any]], campaigns: Iterable[Mapping[str, Any]]
+            ) -> dict[tuple[int, str], dict[str, Any]]:
+    """The whole day's bill from raw events, every rule applied in batch: (campaign, budget day) -> BilledSpend
+    totals. `campaigns`: campaign records with their `event_time`; a window is billed under the latest
+    version at or before its end (the first version for windows before it). The batch twin of the job."""
+    firsts: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for e in events:
+        key = dedupe_key(e)
+        firsts[key] = first_of([firsts[key], e]) if key in firsts else e
+    unique = list(firsts.values())
+    clicks = [e for e in unique if e["event_type"] == "CLICK"]
+    by_user, by_ip = burst_counts(clicks, "user_id"), burst_counts(clicks, "ip_address")
+    windows: dict[tuple[int, int], WindowTotals] = {}
+    for e in unique:
+        reason = invalid_reason(e, by_user.get(e["event_id"], 0), by_ip.get(e["event_id"], 0))
+        end = window_end(int(e["event_time"]))
+        windows.setdefault((int(e["campaign_id"]), end), WindowTotals(end)).add(e, reason)
+    versions: dict[int, list[Mapping[str, Any]]] = {}
+    for c in campaigns:
+        versions.setdefault(int(c["campaign_id"]), []).append(c)
+    for v in versions.values():
+        v.sort(key=lambda c: int(c["event_time"]))
+    bills: dict[int, CampaignBill] = {}
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for (campaign_id, end), totals in sorted(windows.items()):
+        bill = bills.get(campaign_id)
+        history = versions.get(campaign_id, [])
+        if bill is None:
+            bill = bills[campaign_id] = CampaignBill(campaign_id)
+        in_force = [c for c in history if int(c["event_time"]) <= end] or history[:1]
+        if in_force and (bill.budget_micros != int(in_force[-1]["daily_budget_micros"])
+                         or bill.timezone != in_force[-1]["timezone"]):
+            bill.on_campaign(in_force[-1])
+        bill.add(totals)
+        record = bill.record(end)
+        if record is not None:
+            out[(campaign_id, record["budget_day"])] = record
+    return out

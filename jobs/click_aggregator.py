@@ -1,0 +1,316 @@
+"""Flink job `click_aggregator`: ad.events -> deduplicated, tagged, billed up to the budget ->
+billing.billed_spend (per campaign, every 10 s of event time). On event time.
+
+Per-event work stays in the JVM (Flink SQL over the project's Java decoder,
+jobs/jvm/DecodeAdEvent):
+
+  decode            each ad.events record (a record that does not decode takes the Python path)
+  deduplicate       first row per (impression id, event type), remembered for the token's lifetime
+                    plus the allowed lateness (`table.exec.state.ttl`)
+  burst counts      per user and per IP, each click's count of clicks in its event-time minute
+                    (RANGE OVER windows: ties counted together, so replays give the same counts)
+  tag               core.clicks.invalid_reason, generated as SQL from the same constants
+  10 s windows      per campaign: billable value, billable impressions / clicks, invalid value
+
+Python sees only the reduced windows, the campaign records (a side input) and
+the rare late or undecodable events, and calls core.clicks.CampaignBill: bill
+up to the budget in force (core.billing), absorb the rest, credit invalid
+traffic. Every window it emits the campaign's cumulative totals for its budget
+day; being cumulative they are idempotent, so the sink is at-least-once
+(visible at once) while the state that makes them is exactly-once
+(checkpointed with the Kafka offsets): a restart re-emits the same totals,
+never a second bill.
+
+Late events (behind the job's clock, e.g. a tracker that reconnected) are
+deduplicated with the rest, then billed on arrival in the Python path (bot and
+too-soon rules apply; burst counts are not kept for them). Corrupt records ->
+dead.letters, counted (`corrupt_records`), and the job keeps running.
+
+Deploy: adserve jobs deploy click_aggregator"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import asdict
+from typing import Sequence
+
+from core import clicks
+from core.dead_letters import from_corrupt
+from core.errors import CorruptRecord
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
+                           kafka_sink_table, kafka_source_table, parse, settings_from_args)
+
+JOB_NAME = "click_aggregator"
+LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
+
+ROW_FIELDS = ["kind", "campaign_id", "billable", "impressions", "clicks", "invalid", "invalid_events",
+              "topic", "part", "off", "k", "v", "event"]
+
+
+LATE_FIELDS = ("event_id", "impression_id", "event_type", "event_time", "served_time", "campaign_id",
+               "price_micros", "billing_type", "user_id", "ip_address", "user_agent")
+
+
+def _row_type():
+    from pyflink.common import Types
+
+    return Types.ROW_NAMED(ROW_FIELDS, [
+        Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(), Types.LONG(), Types.LONG(), Types.LONG(),
+        Types.STRING(), Types.INT(), Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE()),
+        Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.STRING()])
+
+
+def _materialize(t_env, name: str, view: str) -> None:
+    """`view` as a table the optimizer cannot see through (a hop through the JVM DataStream API, rowtime and
+    watermarks kept): every query reading `name` shares one instance of what `view` computes. Without it the
+    planner pushes each branch's projections and filters into its own copy of the decoder and the
+    deduplication, each with its own state."""
+    from pyflink.table import Schema
+
+    stream = t_env.to_data_stream(t_env.from_path(view))
+    t_env.create_temporary_view(name, t_env.from_data_stream(
+        stream, Schema.new_builder().column_by_metadata("rt", "TIMESTAMP_LTZ(3)", "rowtime")
+        .watermark("rt", "SOURCE_WATERMARK()").build()))
+
+
+def _window_sql(view: str) -> str:
+    """Per campaign and 10 s window of `view`: billable value and counts, invalid value. Impressions and clicks
+    are windowed apart (each campaign's window then arrives as two partial rows): the clicks pass two OVER
+    aggregations first and trail the impressions, and one window over both would find them late."""
+    return f"""
+        SELECT 'window' AS kind, campaign_id,
+               SUM(CASE WHEN billable AND reason IS NULL THEN price_micros ELSE 0 END) AS billable,
+               SUM(CASE WHEN billable AND reason IS NULL AND event_type = 'IMPRESSION' THEN 1 ELSE 0 END)
+                 AS impressions,
+               SUM(CASE WHEN billable AND reason IS NULL AND event_type = 'CLICK' THEN 1 ELSE 0 END) AS clicks,
+               SUM(CASE WHEN billable AND reason IS NOT NULL THEN price_micros ELSE 0 END) AS invalid,
+               SUM(CASE WHEN reason IS NOT NULL THEN 1 ELSE 0 END) AS invalid_events,
+               CAST(NULL AS STRING) AS `topic`, CAST(NULL AS INT) AS part, CAST(NULL AS BIGINT) AS off,
+               CAST(NULL AS BYTES) AS k, CAST(NULL AS BYTES) AS v, CAST(NULL AS STRING) AS event,
+               window_time AS rt
+        FROM TABLE(TUMBLE(TABLE {view}_on_time, DESCRIPTOR(ts), INTERVAL '{clicks.WINDOW_MS // 1000}' SECOND))
+        GROUP BY window_start, window_end, window_time, campaign_id"""
+
+
+def _aggregate_sql(t_env, header_hex: str) -> None:
+    """The JVM part: decode, deduplicate, count bursts, tag, window."""
+    # One-phase windows: the lateness check just before a window is then made against the same watermark the
+    # window holds (a local/global split let a partial arrive at the global half after its window fired).
+    t_env.get_config().set("table.optimizer.agg-phase-strategy", "ONE_PHASE")
+    fields = ("event_id, impression_id, event_type, event_time, served_time, campaign_id, price_micros, "
+              "billing_type, user_id, ip_address, user_agent")
+    # Decoded once per record (a table function: a scalar one would run again for every field read).
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW events_decoded AS
+        SELECT `topic`, `partition`, `offset`, ts, k, v, d.*
+        FROM events_in LEFT JOIN LATERAL TABLE(decode_event(v, X'{header_hex}')) AS d ON TRUE""")
+    _materialize(t_env, "events_checked", "events_decoded")
+    # First row per (impression, event type) in arrival order: copies share the campaign key, so they share
+    # a Kafka partition and arrive in the tracker's order on every replay. Insert-only, keeps `ts`.
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW events_first AS
+        SELECT {fields}, ts,
+               (CURRENT_WATERMARK(ts) IS NULL OR ts > CURRENT_WATERMARK(ts)) AS on_time FROM (
+          SELECT *, ROW_NUMBER() OVER (PARTITION BY impression_id, event_type ORDER BY pt ASC) AS n
+          FROM (SELECT {fields}, rt AS ts, PROCTIME() AS pt FROM events_checked WHERE ok))
+        WHERE n = 1""")
+    _materialize(t_env, "events_unique", "events_first")
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW events_on_time AS
+        SELECT {fields}, FLOOR(rt TO MINUTE) AS click_minute, rt AS ts FROM events_unique WHERE on_time""")
+    t_env.execute_sql("""
+        CREATE TEMPORARY VIEW clicks_by_user AS
+        SELECT *, COUNT(*) OVER (PARTITION BY user_id, click_minute ORDER BY ts
+                                 RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS user_n
+        FROM events_on_time WHERE event_type = 'CLICK'""")
+    t_env.execute_sql("""
+        CREATE TEMPORARY VIEW clicks_counted AS
+        SELECT *, COUNT(*) OVER (PARTITION BY ip_address, click_minute ORDER BY ts
+                                 RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ip_n
+        FROM clicks_by_user""")
+    # Tagged, with a lateness check right before each window: a row behind the watermark here would be dropped
+    # by the window without a trace, so it takes the late path instead (its reason already decided).
+    for view, source in (("tagged_impressions", "(SELECT *, CAST(0 AS BIGINT) AS user_n, CAST(0 AS BIGINT) AS "
+                                                "ip_n FROM events_on_time WHERE event_type <> 'CLICK')"),
+                         ("tagged_clicks", "clicks_counted")):
+        t_env.execute_sql(f"""
+            CREATE TEMPORARY VIEW {view} AS
+            SELECT {fields}, event_type = billing_type AS billable, {clicks.invalid_reason_sql()} AS reason, ts,
+                   (CURRENT_WATERMARK(ts) IS NULL OR ts > CURRENT_WATERMARK(ts)) AS on_time
+            FROM {source}""")
+        t_env.execute_sql(f"CREATE TEMPORARY VIEW {view}_on_time AS SELECT * FROM {view} WHERE on_time")
+    raw = ", ".join(["CAST(NULL AS BIGINT)"] * 5 + ["`topic`", "`partition`", "`offset`", "k", "v",
+                                                    "CAST(NULL AS STRING)"])
+
+    def late(reason: str) -> str:
+        """A late event reaches Python as its decoded fields (JSON), with the reason when SQL decided one."""
+        as_json = ", ".join(f"'{f.strip()}' VALUE {f.strip()}" for f in fields.split(",") + [reason] if f)
+        return ", ".join(["CAST(NULL AS BIGINT)"] * 5 + ["CAST(NULL AS STRING)", "CAST(NULL AS INT)",
+                                                         "CAST(NULL AS BIGINT)", "CAST(NULL AS BYTES)",
+                                                         "CAST(NULL AS BYTES)", f"JSON_OBJECT({as_json})"])
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW reduced AS
+        {_window_sql("tagged_impressions")}
+        UNION ALL
+        {_window_sql("tagged_clicks")}
+        UNION ALL
+        SELECT 'late', campaign_id, {late("")}, rt FROM events_unique WHERE NOT on_time
+        UNION ALL
+        SELECT 'late', campaign_id, {late("reason")}, ts FROM tagged_impressions WHERE NOT on_time
+        UNION ALL
+        SELECT 'late', campaign_id, {late("reason")}, ts FROM tagged_clicks WHERE NOT on_time
+        UNION ALL
+        SELECT 'raw', CAST(NULL AS BIGINT), {raw}, rt FROM events_checked WHERE NOT ok
+        UNION ALL
+        SELECT 'campaign', CAST(NULL AS BIGINT), {raw}, ts FROM campaigns_in""")
+
+
+def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.events",
+          campaigns_topic: str = "serving.campaigns", billed_topic: str = "billing.billed_spend",
+          dead_letter_topic: str = "dead.letters", out_of_orderness_ms: int = 2000,
+          idle_timeout_ms: int = 2000) -> None:
+    from pyflink.common import Row, Types
+    from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+    from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
+
+    from schemas.codec import AvroCodec, default_registry, schema_fingerprint
+
+    header_hex = "c301" + schema_fingerprint(default_registry().schema("AdEvent")).hex()
+    dead_letters = OutputTag("dead-letters", bytes_row_type())
+    record_types = {"late": "AdEvent", "raw": "AdEvent", "campaign": "ServingCampaign"}
+
+    class Route(ProcessFunction):
+        """The rare raw records: decode and key by campaign; corrupt ones -> dead letters (counted)."""
+
+        def open(self, runtime_context: RuntimeContext):
+            self.codec = AvroCodec()
+            self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+
+        def process_element(self, row, ctx):
+            if row.kind in ("window", "late"):
+                yield row
+                return
+            try:
+                record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
+                                           offset=row.off)
+            except CorruptRecord as error:
+                self.corrupt.inc()
+                yield dead_letters, Row(JOB_NAME.encode(), self.codec.encode("DeadLetter", from_corrupt(
+                    JOB_NAME, error, timestamp_ms=None, key=row.k, value=row.v)))
+                return
+            if row.kind == "raw":  # another contract version: billed on the late path
+                event = {name: record.get(name) for name in LATE_FIELDS}
+                yield Row("late", int(record["campaign_id"]), *[None] * 10, json.dumps(event))
+                return
+            yield Row(row.kind, int(record["campaign_id"]), *[None] * 5, row.topic, row.part, row.off, row.k, row.v,
+                      None)
+
+    class Bill(KeyedProcessFunction):
+        """Per campaign: the day's CampaignBill, fed windows in event-time order; totals out."""
+
+        def open(self, runtime_context: RuntimeContext):
+            self.codec = AvroCodec()
+            self.bill_state = runtime_context.get_state(ValueStateDescriptor("bill", Types.STRING()))
+            # Late or other-version events seen here, by (impression, type): the SQL dedupe covers the rest.
+            self.seen = runtime_context.get_map_state(MapStateDescriptor("late_seen", Types.STRING(), Types.LONG()))
+            metrics = runtime_context.get_metrics_group()
+            self.windows, self.late = metrics.counter("billing_windows"), metrics.counter("late_events")
+
+        def _load(self, campaign_id: int) -> clicks.CampaignBill:
+            raw = self.bill_state.value()
+            if raw is None:
+                return clicks.CampaignBill(campaign_id)
+            data = json.loads(raw)
+            from core.billing import DayBill
+
+            data["bill"] = DayBill(**data["bill"])
+            data["pending"] = [clicks.WindowTotals(**w) for w in data["pending"]]
+            return clicks.CampaignBill(**data)
+
+        def _save(self, bill: clicks.CampaignBill) -> None:
+            self.bill_state.update(json.dumps(asdict(bill)))
+
+        def process_element(self, row, ctx):
+            bill = self._load(ctx.get_current_key())
+            event_ms = ctx.timestamp()
+            emit_at = event_ms + 1
+            if row.kind == "window":
+                self.windows.inc()
+                bill.add(clicks.WindowTotals(event_ms + 1, row.billable, row.impressions, row.clicks, row.invalid,
+                                             row.invalid_events))
+            elif row.kind == "campaign":
+                bill.on_campaign(self.codec.decode(row.v, "ServingCampaign"))
+                emit_at = max(event_ms, bill.last_window_ms)
+            elif row.kind == "late":
+                event = json.loads(row.event)
+                key = "|".join(clicks.dedupe_key(event))
+                if self.seen.contains(key):
+                    return
+                for old in [k for k, t in self.seen.items() if t < event["event_time"] - clicks.DEDUPE_HORIZON_MS]:
+                    self.seen.remove(old)
+                self.seen.put(key, int(event["event_time"]))
+                self.late.inc()
+                # SQL names the reason when the event was late only at its window (burst counts included);
+                # an event late already at deduplication gets the rules that need no counts.
+                reason = event.pop("reason") if "reason" in event else clicks.invalid_reason(event)
+                totals = clicks.WindowTotals(clicks.window_end(int(event["event_time"])))
+                totals.add(event, reason)
+                bill.add(totals)
+                emit_at = max(totals.end_ms, bill.last_window_ms)
+            self._save(bill)
+            record = bill.record(emit_at)
+            if record is not None:
+                yield Row(str(bill.campaign_id).encode(), self.codec.encode("BilledSpend", record))
+
+    # A quiet partition (few campaigns hash to it) must not hold the clock back: idle after idle_timeout_ms.
+    kafka_source_table(t_env, "events_in", events_topic, settings, out_of_orderness_ms=out_of_orderness_ms,
+                       idle_timeout_ms=idle_timeout_ms)
+    kafka_source_table(t_env, "campaigns_in", campaigns_topic, settings, idle_timeout_ms=idle_timeout_ms,
+                       side_input=True)
+    # Billed totals are cumulative for the day: a repeat after a restart changes nothing, so at-least-once.
+    kafka_sink_table(t_env, "billed_out", billed_topic, settings, exactly_once=False)
+    kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
+    _aggregate_sql(t_env, header_hex)
+
+    rows = t_env.to_data_stream(t_env.from_path("reduced"))
+    routed = rows.process(Route(), output_type=_row_type()).name("decode campaign, late and other records")
+    billed = (routed.key_by(lambda r: r.campaign_id, key_type=Types.LONG())
+              .process(Bill(), output_type=bytes_row_type()).name("bill campaigns"))
+    statements = t_env.create_statement_set()
+    statements.add_insert("billed_out", t_env.from_data_stream(billed))
+    statements.add_insert("dead_letters_out", t_env.from_data_stream(routed.get_side_output(dead_letters)))
+    statements.attach_as_datastream()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, JOB_NAME, bundle_time_ms=100)  # billed spend feeds the budget loop
+    parser.add_argument("--events-topic", default="ad.events")
+    parser.add_argument("--campaigns-topic", default="serving.campaigns")
+    parser.add_argument("--billed-topic", default="billing.billed_spend")
+    parser.add_argument("--dead-letter-topic", default="dead.letters")
+    parser.add_argument("--out-of-orderness-ms", type=int, default=2000,
+                        help="how far an event may trail the newest one and still make its window")
+    parser.add_argument("--idle-timeout-ms", type=int, default=2000,
+                        help="after this long without records, a partition of the event or campaign topics "
+                             "stops holding event time back")
+    args = parse(parser, argv)
+    settings = settings_from_args(args, JOB_NAME)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("starting %s: %s", JOB_NAME, settings.describe())
+    from jobs.jvm import udf_jar
+
+    env, t_env = create_environment(settings, extra_jars=[udf_jar()])
+    # Deduplication and burst-count state lives as long as a beacon can still verify, plus the lateness.
+    t_env.get_config().set("table.exec.state.ttl", f"{clicks.DEDUPE_HORIZON_MS} ms")
+    t_env.create_java_temporary_system_function("decode_event", "io.adserve.flink.DecodeAdEvent")
+    build(env, t_env, settings, events_topic=args.events_topic, campaigns_topic=args.campaigns_topic,
+          billed_topic=args.billed_topic, dead_letter_topic=args.dead_letter_topic,
+          out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms)
+    env.execute(JOB_NAME)
+
+
+if __name__ == "__main__":
+    main()

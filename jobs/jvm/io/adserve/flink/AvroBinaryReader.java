@@ -1,0 +1,74 @@
+package io.adserve.flink;
+
+import java.nio.charset.StandardCharsets;
+
+/**
+ * Avro binary primitives for the project's decoders: zig-zag varints, length-prefixed UTF-8 and nullable
+ * unions. Every malformed input throws IllegalArgumentException or IndexOutOfBoundsException; the
+ * decoders turn either into NULL and leave the record to the Python path, which names the reason.
+ */
+final class AvroBinaryReader {
+    private final byte[] buf;
+    private int pos;
+
+    AvroBinaryReader(byte[] buf, int pos) {
+        this.buf = buf;
+        this.pos = pos;
+    }
+
+    long varLong() {
+        long raw = 0;
+        int shift = 0;
+        while (true) {
+            if (shift > 63) {
+                throw new IllegalArgumentException("varint too long");
+            }
+            int b = buf[pos++] & 0xff;
+            raw |= (long) (b & 0x7f) << shift;
+            if ((b & 0x80) == 0) {
+                break;
+            }
+            shift += 7;
+        }
+        return (raw >>> 1) ^ -(raw & 1);
+    }
+
+    int octet() {
+        return buf[pos++] & 0xff;
+    }
+
+    String string() {
+        long length = varLong();
+        if (length < 0 || length > buf.length - pos) {
+            throw new IllegalArgumentException("bad string length");
+        }
+        String s = new String(buf, pos, (int) length, StandardCharsets.UTF_8);
+        pos += (int) length;
+        return s;
+    }
+
+    /** A ["null", "string"] union. */
+    String nullableString() {
+        long branch = varLong();
+        if (branch == 0) {
+            return null;
+        }
+        if (branch == 1) {
+            return string();
+        }
+        throw new IllegalArgumentException("bad union branch");
+    }
+
+    /** An enum index, checked against the number of symbols. */
+    int enumIndex(int symbols) {
+        long index = varLong();
+        if (index < 0 || index >= symbols) {
+            throw new IllegalArgumentException("bad enum index");
+        }
+        return (int) index;
+    }
+
+    boolean atEnd() {
+        return pos == buf.length;
+    }
+}

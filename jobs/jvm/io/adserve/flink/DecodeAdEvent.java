@@ -1,0 +1,67 @@
+package io.adserve.flink;
+
+import org.apache.flink.table.annotation.DataTypeHint;
+import org.apache.flink.table.annotation.FunctionHint;
+import org.apache.flink.table.functions.TableFunction;
+import org.apache.flink.types.Row;
+
+/**
+ * Decodes one ad.events record (schemas/ad_event.avsc, Avro single-object encoding) inside the JVM, so the
+ * click aggregator's per-event path (deduplication, invalid-traffic counts, billing windows) never crosses
+ * into Python.
+ *
+ * <p>As DecodeSpendReport: the caller passes the 10-byte header of the current schema; another header, or
+ * anything that does not decode exactly, returns NULL and the record takes the Python path (older or newer
+ * contract versions are resolved there; corrupt ones go to the dead-letter topic with the reason).
+ *
+ * <p>A table function (used with LEFT JOIN LATERAL ... ON TRUE) so a record is decoded once, however many
+ * of its fields the query reads; it emits exactly one row per record, with ok = FALSE and the other fields
+ * NULL when the record is not decodable here.
+ */
+@FunctionHint(output = @DataTypeHint("ROW<ok BOOLEAN, event_id STRING, impression_id STRING, event_type STRING, "
+        + "event_time BIGINT, served_time BIGINT, campaign_id BIGINT, ad_id BIGINT, price_micros BIGINT, "
+        + "billing_type STRING, user_id STRING, ip_address STRING, user_agent STRING, token_key_id STRING>"))
+public class DecodeAdEvent extends TableFunction<Row> {
+    private static final int HEADER = 10;
+    private static final String[] EVENT_TYPES = {"IMPRESSION", "CLICK"};
+
+    public void eval(byte[] value, byte[] header) {
+        Row row = decode(value, header);
+        collect(row != null ? row : Row.of(false, null, null, null, null, null, null, null, null, null, null, null,
+                null, null));
+    }
+
+    private static Row decode(byte[] value, byte[] header) {
+        if (value == null || header == null || header.length != HEADER || value.length <= HEADER) {
+            return null;
+        }
+        for (int i = 0; i < HEADER; i++) {
+            if (value[i] != header[i]) {
+                return null;
+            }
+        }
+        try {
+            AvroBinaryReader in = new AvroBinaryReader(value, HEADER);
+            String eventId = in.string();
+            String impressionId = in.string();
+            String eventType = EVENT_TYPES[in.enumIndex(EVENT_TYPES.length)];
+            long eventTime = in.varLong();
+            long servedTime = in.varLong();
+            long campaignId = in.varLong();
+            long adId = in.varLong();
+            long price = in.varLong();
+            String billingType = EVENT_TYPES[in.enumIndex(EVENT_TYPES.length)];
+            String userId = in.nullableString();
+            String ip = in.nullableString();
+            String agent = in.nullableString();
+            String keyId = in.string();
+            if (!in.atEnd()) {
+                return null;
+            }
+            return Row.of(true, eventId, impressionId, eventType, eventTime, servedTime, campaignId, adId, price,
+                    billingType, userId, ip, agent, keyId);
+        } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
+            return null;
+        }
+    }
+}

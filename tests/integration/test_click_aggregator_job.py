@@ -1,0 +1,229 @@
+"""The click_aggregator Flink job on the real platform: scripted beacons in (duplicates, invalid traffic, a
+late event, a corrupt record, a campaign over its budget), billed totals out, checked against hand-computed
+figures and against the batch recount (core.clicks.recount) of the same events; then a TaskManager kill."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from core import clicks
+from jobs import deploy
+from schemas.codec import AvroCodec
+from streams import kafka
+
+T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
+DOLLAR = 1_000_000
+PARTITIONS = 2
+
+
+def _campaign(campaign_id: int, budget_micros: int, bid_type: str = "CPC") -> dict:
+    return {"campaign_id": campaign_id, "advertiser_id": 1, "version": 1, "event_time": T0 - 60_000,
+            "status": "ACTIVE", "bid_type": bid_type, "daily_budget_micros": budget_micros, "currency": "USD",
+            "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
+            "cap_per_week": None, "cpa_target_micros": None}
+
+
+class Beacons:
+    """Writes ad.events records as the tracker does (keyed by campaign, timestamp = event time)."""
+
+    def __init__(self, bootstrap: str, topics: dict[str, str]):
+        self.codec, self.topics, self.sent = AvroCodec(), topics, []
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+
+    def event(self, campaign_id: int, impression: str, event_type: str, at_ms: int, *, price: int,
+              billing: str, served_ms: int | None = None, ip: str | None = "10.0.0.1", user: str | None = None,
+              agent: str = "Mozilla/5.0") -> dict:
+        record = {"event_id": uuid.uuid4().hex, "impression_id": impression, "event_type": event_type,
+                  "event_time": at_ms, "served_time": served_ms if served_ms is not None else at_ms - 5_000,
+                  "campaign_id": campaign_id, "ad_id": campaign_id * 10, "price_micros": price,
+                  "billing_type": billing, "user_id": user, "ip_address": ip, "user_agent": agent,
+                  "token_key_id": "k1"}
+        self.resend(record)
+        return record
+
+    def resend(self, record: dict) -> None:
+        self.sent.append(record)
+        self.producer.produce(self.topics["events"], key=str(record["campaign_id"]).encode(),
+                              value=self.codec.encode("AdEvent", record), timestamp=record["event_time"])
+
+    def campaign(self, record: dict) -> None:
+        self.producer.produce(self.topics["campaigns"], key=str(record["campaign_id"]).encode(),
+                              value=self.codec.encode("ServingCampaign", record), timestamp=record["event_time"])
+
+    def clock(self, at_ms: int) -> None:
+        """An impression of a bystander campaign on every partition: carries event time forward everywhere."""
+        for partition in range(PARTITIONS):
+            record = {"event_id": uuid.uuid4().hex, "impression_id": f"tick-{at_ms}-{partition}",
+                      "event_type": "IMPRESSION", "event_time": at_ms, "served_time": at_ms - 1000,
+                      "campaign_id": 999, "ad_id": 9990, "price_micros": 1, "billing_type": "CLICK",
+                      "user_id": None, "ip_address": None, "user_agent": None, "token_key_id": "k1"}
+            self.sent.append(record)
+            self.producer.produce(self.topics["events"], partition=partition, key=b"999", timestamp=at_ms,
+                                  value=self.codec.encode("AdEvent", record))
+
+    def flush(self) -> None:
+        self.producer.flush(30)
+
+
+def _billed(platform, topic: str) -> dict[int, dict]:
+    codec = AvroCodec()
+    latest: dict[int, dict] = {}
+    for m in kafka.read_all(platform.kafka_bootstrap, topic):
+        record = codec.decode(m.value())
+        current = latest.get(record["campaign_id"])
+        if current is None or record["event_time"] >= current["event_time"]:
+            latest[record["campaign_id"]] = record
+    return latest
+
+
+def _wait_billed(platform, topic: str, campaign_id: int, at_least_ms: int, timeout_s: float = 180) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = _billed(platform, topic).get(campaign_id)
+        if record is not None and record["event_time"] >= at_least_ms:
+            time.sleep(3)
+            return _billed(platform, topic)
+        assert time.monotonic() < deadline, f"no billed totals for {campaign_id} at or after {at_least_ms}"
+        time.sleep(2)
+
+
+CAMPAIGNS = [_campaign(201, 10 * DOLLAR, "CPM"), _campaign(202, 5 * DOLLAR), _campaign(203, 1_000 * DOLLAR),
+             _campaign(999, 1_000 * DOLLAR)]
+
+
+@pytest.fixture(scope="module")
+def billing(platform):
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from infra.platform.topics import TopicSpec, ensure_topics
+
+    suffix = uuid.uuid4().hex[:8]
+    topics = {name: f"test.clicks.{name}.{suffix}" for name in ("events", "campaigns", "billed", "dead")}
+    ensure_topics(platform.kafka_bootstrap, tuple(
+        TopicSpec(t, key="test", schema="", partitions=PARTITIONS if n == "events" else 1)
+        for n, t in topics.items()))
+    job_id = deploy.deploy("click_aggregator", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
+                           conf_dir=Flink(platform).conf_dir,
+                           job_args=["--bootstrap", platform.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(platform)),
+                                     "--group-id", f"adserve-clicks-test-{suffix}",
+                                     "--checkpoint-interval-ms", "1000", "--restart-attempts", "50",
+                                     "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
+                                     "--billed-topic", topics["billed"], "--dead-letter-topic", topics["dead"]])
+    deploy.wait_running(platform.flink_rest_url, job_id)
+    feed = Beacons(platform.kafka_bootstrap, topics)
+    for c in CAMPAIGNS:
+        feed.campaign(c)
+    feed.flush()
+    half = DOLLAR // 2
+    for second in range(1, 91):
+        now = T0 + second * 1000
+        if second == 3:  # one impression (impression billing, $0.50) whose beacon fires three times
+            first = feed.event(201, "imp-dup", "IMPRESSION", now, price=half, billing="IMPRESSION")
+            feed.resend(dict(first, event_id=uuid.uuid4().hex, event_time=now + 400))
+            feed.resend(dict(first, event_id=uuid.uuid4().hex, event_time=now + 900))
+        if 5 <= second < 15:  # ten more impressions of 201
+            feed.event(201, f"imp-201-{second}", "IMPRESSION", now, price=half, billing="IMPRESSION")
+        if second in (10, 20, 30):  # 202: three $2 clicks on a $5 budget -> $5 billed, $1 absorbed
+            feed.event(202, f"imp-202-{second}", "IMPRESSION", now - 500, price=2 * DOLLAR, billing="CLICK")
+            feed.event(202, f"imp-202-{second}", "CLICK", now, price=2 * DOLLAR, billing="CLICK",
+                       ip=f"10.1.0.{second}")
+        if second == 12:  # 203: a valid click, a bot's click and a click 200 ms after serving
+            feed.event(203, "imp-203-ok", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.1")
+            feed.event(203, "imp-203-bot", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.2",
+                       agent="Mozilla/5.0 (compatible; Googlebot/2.1)")
+            feed.event(203, "imp-203-fast", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.3",
+                       served_ms=now - 200)
+        if second == 15:  # seven clicks from one IP within a minute: the sixth and seventh are invalid
+            for i in range(7):
+                feed.event(203, f"imp-203-burst-{i}", "CLICK", now + i * 100, price=DOLLAR, billing="CLICK",
+                           ip="10.9.9.9")
+        if second == 40:
+            feed.producer.produce(topics["events"], key=b"203", value=b"\xc3\x01 not an ad event", timestamp=now)
+        feed.clock(now)
+        if second == 70:  # a click from +20 s reaching the job long after its window closed, then again
+            feed.flush()
+            time.sleep(1.5)
+            late = feed.event(203, "imp-203-late", "CLICK", T0 + 20_000, price=3 * DOLLAR, billing="CLICK",
+                              ip="10.2.0.9")
+            feed.resend(dict(late, event_id=uuid.uuid4().hex))
+    feed.flush()
+    totals = _wait_billed(platform, topics["billed"], 999, T0 + 80_000)
+    dead = [AvroCodec().decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, topics["dead"])]
+    yield {"job_id": job_id, "topics": topics, "totals": totals, "dead": dead, "feed": feed}
+    deploy.stop(platform.flink_rest_url, job_id)
+
+
+def test_a_beacon_fired_three_times_is_billed_once(billing):
+    t = billing["totals"][201]
+    assert t["billed_impressions"] == 11
+    assert t["billed_spend_micros"] == 11 * DOLLAR // 2
+    assert t["budget_day"] == "2026-01-05"
+
+
+def test_spend_above_the_budget_is_absorbed_not_billed(billing):
+    t = billing["totals"][202]
+    assert t["billed_clicks"] == 3
+    assert t["billed_spend_micros"] == 5 * DOLLAR
+    assert t["absorbed_overspend_micros"] == 1 * DOLLAR
+
+
+def test_invalid_traffic_is_not_billed_and_is_credited(billing):
+    t = billing["totals"][203]
+    # valid: the ok click, five of the burst, the late click ($3); invalid: bot, too soon, two of the burst
+    assert t["billed_clicks"] == 1 + 5 + 1
+    assert t["billed_spend_micros"] == (1 + 5 + 3) * DOLLAR
+    assert t["invalid_credit_micros"] == 4 * DOLLAR
+
+
+def test_a_click_reaching_the_job_after_its_window_closed_is_billed_once(billing):
+    t = billing["totals"][203]
+    assert t["billed_spend_micros"] - 6 * DOLLAR == 3 * DOLLAR  # the late $3 click, once despite its resend
+
+
+def test_the_streaming_totals_equal_the_batch_recount(billing):
+    recounted = clicks.recount(billing["feed"].sent, CAMPAIGNS)
+    for campaign_id in (201, 202, 203):
+        mine = billing["totals"][campaign_id]
+        theirs = recounted[(campaign_id, "2026-01-05")]
+        for name in ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
+                     "invalid_credit_micros"):
+            assert mine[name] == theirs[name], (campaign_id, name)
+
+
+def test_a_corrupt_event_goes_to_dead_letters_and_the_job_keeps_running(billing):
+    assert len(billing["dead"]) == 1
+    assert billing["dead"][0]["job"] == "click_aggregator"
+    assert billing["totals"][999]["event_time"] >= T0 + 80_000  # events after it were billed
+
+
+def test_a_taskmanager_killed_mid_stream_bills_every_event_once(platform, billing):
+    """Runs last: kills the TaskManager while beacons flow, restarts it; the totals equal the recount."""
+    from infra.platform.services import Flink, http_json
+
+    feed, topics = billing["feed"], billing["topics"]
+    flink = Flink(platform)
+    for second in range(91, 241):
+        now = T0 + second * 1000
+        if second <= 200:
+            feed.event(201, f"imp-201-b-{second}", "IMPRESSION", now, price=10_000, billing="IMPRESSION")
+            if second % 3 == 0:
+                feed.event(203, f"imp-203-b-{second}", "CLICK", now, price=DOLLAR, billing="CLICK",
+                           ip=f"10.3.{second}.1")
+        feed.clock(now)
+        if second == 150:
+            feed.flush()
+            time.sleep(1.5)  # a checkpoint or two mid-stream
+            flink.kill_taskmanager()
+    feed.flush()
+    flink.start_taskmanager()
+    totals = _wait_billed(platform, topics["billed"], 999, T0 + 230_000, timeout_s=300)
+    recounted = clicks.recount(feed.sent, CAMPAIGNS)
+    for campaign_id in (201, 203):
+        for name in ("billed_spend_micros", "billed_impressions", "billed_clicks", "invalid_credit_micros"):
+            assert totals[campaign_id][name] == recounted[(campaign_id, "2026-01-05")][name], (campaign_id, name)
+    history = http_json(f"{platform.flink_rest_url}/jobs/{billing['job_id']}/exceptions")["exceptionHistory"]
+    assert history["entries"], "the job never failed over: the kill did not reach it"

@@ -1,0 +1,112 @@
+"""The click aggregator's pure rules: deduplication, invalid traffic, billing windows and the batch recount."""
+from __future__ import annotations
+
+from core import clicks
+
+T0 = 1_767_614_400_000  # 2026-01-05 12:00 UTC
+DOLLAR = 1_000_000
+
+
+def _event(event_id: str, impression: str, event_type: str, at_ms: int, *, campaign: int = 1,
+           price: int = DOLLAR, billing: str = "CLICK", served_ms: int | None = None, ip: str | None = "10.0.0.1",
+           user: str | None = None, agent: str | None = "Mozilla/5.0") -> dict:
+    return {"event_id": event_id, "impression_id": impression, "event_type": event_type, "event_time": at_ms,
+            "served_time": served_ms if served_ms is not None else at_ms - 5_000, "campaign_id": campaign,
+            "price_micros": price, "billing_type": billing, "user_id": user, "ip_address": ip, "user_agent": agent}
+
+
+def _campaign(campaign_id: int, budget: int, at_ms: int = T0 - 60_000, tz: str = "UTC") -> dict:
+    return {"campaign_id": campaign_id, "daily_budget_micros": budget, "timezone": tz, "event_time": at_ms}
+
+
+def test_the_first_copy_of_a_beacon_counts_and_later_copies_do_not():
+    a = _event("b", "imp-1", "CLICK", T0 + 900)
+    b = _event("a", "imp-1", "CLICK", T0 + 100)
+    c = _event("c", "imp-1", "CLICK", T0 + 100)
+    assert clicks.first_of([a, b, c]) is b  # earliest, then the smallest event id
+    totals = clicks.recount([a, b, c], [_campaign(1, 100 * DOLLAR)])
+    assert totals[(1, "2026-01-05")]["billed_clicks"] == 1
+
+
+def test_each_invalid_traffic_rule_names_its_reason():
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, agent="Googlebot/2.1")) == "bot_agent"
+    assert clicks.invalid_reason(_event("1", "i", "IMPRESSION", T0, agent="curl/8.0")) == "bot_agent"
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, served_ms=T0 - 999)) == "too_soon"
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, served_ms=T0 - 1000)) is None
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, user="u1"), user_clicks_in_minute=6) == "user_burst"
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, user="u1"), user_clicks_in_minute=5) is None
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0), ip_clicks_in_minute=6) == "ip_burst"
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, ip=None), ip_clicks_in_minute=6) is None
+    assert clicks.invalid_reason(_event("1", "i", "IMPRESSION", T0, served_ms=T0)) is None  # fast renders are fine
+
+
+def test_burst_counts_tie_clicks_of_the_same_millisecond_and_reset_each_minute():
+    burst = [_event(f"e{i}", f"imp-{i}", "CLICK", T0 + (0 if i < 2 else i * 1000)) for i in range(7)]
+    burst.append(_event("next-minute", "imp-x", "CLICK", T0 + 60_000))
+    counts = clicks.burst_counts(burst, "ip_address")
+    assert counts["e0"] == counts["e1"] == 2  # a tie counts together, whatever the arrival order
+    assert counts["e6"] == 7
+    assert counts["next-minute"] == 1
+    assert clicks.burst_counts([_event("n", "i", "CLICK", T0, ip=None)], "ip_address") == {"n": 0}
+
+
+def test_the_bot_rule_in_sql_names_every_marker():
+    sql = clicks.bot_agent_sql("ua")
+    assert all(f"'%{m}%'" in sql for m in clicks.BOT_AGENT_MARKERS)
+    case = clicks.invalid_reason_sql()
+    for reason in clicks.REASONS:
+        assert f"'{reason}'" in case
+    assert str(clicks.MIN_CLICK_DELAY_MS) in case and f"> {clicks.MAX_CLICKS_PER_MINUTE}" in case
+
+
+def test_billing_stops_at_the_budget_and_absorbs_the_rest():
+    bill = clicks.CampaignBill(1)
+    bill.on_campaign(_campaign(1, 5 * DOLLAR))
+    for second in (10, 20, 30):
+        window = clicks.WindowTotals(T0 + second * 1000 + 10_000)
+        window.add(_event(str(second), f"imp-{second}", "CLICK", T0 + second * 1000, price=2 * DOLLAR), None)
+        bill.add(window)
+    record = bill.record(T0 + 40_000)
+    assert record["billed_spend_micros"] == 5 * DOLLAR
+    assert record["absorbed_overspend_micros"] == DOLLAR
+    assert record["billed_clicks"] == 3
+    assert bill.bill.billed_above_micros == 0
+
+
+def test_invalid_events_are_credited_not_billed_and_non_billable_events_cost_nothing():
+    window = clicks.WindowTotals(T0 + 10_000)
+    window.add(_event("1", "i1", "CLICK", T0, price=3 * DOLLAR), "bot_agent")
+    window.add(_event("2", "i2", "IMPRESSION", T0, price=3 * DOLLAR), None)  # CPC: the impression is free
+    window.add(_event("3", "i3", "IMPRESSION", T0, price=DOLLAR, billing="IMPRESSION"), None)
+    assert (window.billable_micros, window.impressions, window.clicks, window.invalid_micros) == \
+        (DOLLAR, 1, 0, 3 * DOLLAR)
+
+
+def test_windows_before_the_campaign_record_wait_for_its_budget():
+    bill = clicks.CampaignBill(1)
+    window = clicks.WindowTotals(T0 + 10_000, billable_micros=4 * DOLLAR, clicks=2)
+    bill.add(window)
+    assert bill.record(T0 + 10_000) is None
+    bill.on_campaign(_campaign(1, 3 * DOLLAR))
+    assert bill.record(T0 + 10_000)["billed_spend_micros"] == 3 * DOLLAR
+
+
+def test_a_new_local_day_starts_a_new_bill_in_the_campaigns_time_zone():
+    bill = clicks.CampaignBill(1)
+    bill.on_campaign(_campaign(1, 10 * DOLLAR, tz="America/New_York"))
+    before = T0 + 16 * 3_600_000  # 2026-01-06 04:00 UTC = 23:00 in New York on the 5th
+    bill.add(clicks.WindowTotals(before, billable_micros=4 * DOLLAR))
+    assert bill.record(before)["budget_day"] == "2026-01-05"
+    after = before + 3_600_000  # midnight in New York
+    bill.add(clicks.WindowTotals(after + 10_000, billable_micros=DOLLAR))
+    record = bill.record(after + 10_000)
+    assert (record["budget_day"], record["billed_spend_micros"]) == ("2026-01-06", DOLLAR)
+
+
+def test_the_recount_bills_under_the_budget_in_force_at_each_window():
+    events = [_event(str(i), f"imp-{i}", "CLICK", T0 + i * 20_000, ip=f"10.0.0.{i}") for i in range(6)]
+    versions = [_campaign(1, 2 * DOLLAR), _campaign(1, 4 * DOLLAR, at_ms=T0 + 50_000)]
+    totals = clicks.recount(events, versions)[(1, "2026-01-05")]
+    # $1 clicks at +0, +20 s (budget $2: both billed), +40 s (absorbed), then $4 from +50 s: +60, +80 billed
+    assert totals["billed_spend_micros"] == 4 * DOLLAR
+    assert totals["absorbed_overspend_micros"] == 2 * DOLLAR
