@@ -216,11 +216,44 @@ def invalid_reason_sql(event: str = "") -> str:
             "ELSE CAST(NULL AS STRING) END")
 
 
+def bill_windows(campaign_id: int, windows: Iterable[WindowTotals], versions: Iterable[Mapping[str, Any]]
+                 ) -> dict[str, dict[str, Any]]:
+    """One campaign's day totals (budget day -> BilledSpend) from its windows, billed in event-time order, each
+    under the campaign version in force at the window's end (the first version for windows before it)."""
+    history = sorted(versions, key=lambda c: int(c["event_time"]))
+    bill = CampaignBill(campaign_id)
+    out: dict[str, dict[str, Any]] = {}
+    for totals in sorted(windows, key=lambda w: w.end_ms):
+        in_force = [c for c in history if int(c["event_time"]) <= totals.end_ms] or history[:1]
+        if in_force and (bill.budget_micros != int(in_force[-1]["daily_budget_micros"])
+                         or bill.timezone != in_force[-1]["timezone"]):
+            bill.on_campaign(in_force[-1])
+        bill.add(totals)
+        record = bill.record(totals.end_ms)
+        if record is not None:
+            out[record["budget_day"]] = record
+    return out
+
+
+def tag(event: Mapping[str, Any], user_clicks_in_minute: int = 0, ip_clicks_in_minute: int = 0
+        ) -> tuple[tuple[int, int], Mapping[str, Any], str | None]:
+    """((campaign, window end), event, invalid reason) for one deduplicated event."""
+    reason = invalid_reason(event, user_clicks_in_minute, ip_clicks_in_minute)
+    return (int(event["campaign_id"]), window_end(int(event["event_time"]))), event, reason
+
+
+def totals_of(end_ms: int, tagged: Iterable[tuple[Mapping[str, Any], str | None]]) -> WindowTotals:
+    totals = WindowTotals(end_ms)
+    for event, reason in tagged:
+        totals.add(event, reason)
+    return totals
+
+
 def recount(events: Iterable[Mapping[str, Any]], campaigns: Iterable[Mapping[str, Any]]
             ) -> dict[tuple[int, str], dict[str, Any]]:
-    """The whole day's bill from raw events, every rule applied in batch: (campaign, budget day) -> BilledSpend
-    totals. `campaigns`: campaign records with their `event_time`; a window is billed under the latest
-    version at or before its end (the first version for windows before it). The batch twin of the job."""
+    """The whole bill from raw events in one process, every rule applied in batch: (campaign, budget day) ->
+    BilledSpend totals. `campaigns`: campaign versions with their `event_time`. The Beam pipeline
+    `nightly_recount` runs the same steps (first_of, burst_counts, tag, totals_of, bill_windows) spread out."""
     firsts: dict[tuple[str, str], Mapping[str, Any]] = {}
     for e in events:
         key = dedupe_key(e)
@@ -228,29 +261,18 @@ def recount(events: Iterable[Mapping[str, Any]], campaigns: Iterable[Mapping[str
     unique = list(firsts.values())
     clicks = [e for e in unique if e["event_type"] == "CLICK"]
     by_user, by_ip = burst_counts(clicks, "user_id"), burst_counts(clicks, "ip_address")
-    windows: dict[tuple[int, int], WindowTotals] = {}
+    grouped: dict[tuple[int, int], list[tuple[Mapping[str, Any], str | None]]] = {}
     for e in unique:
-        reason = invalid_reason(e, by_user.get(e["event_id"], 0), by_ip.get(e["event_id"], 0))
-        end = window_end(int(e["event_time"]))
-        windows.setdefault((int(e["campaign_id"]), end), WindowTotals(end)).add(e, reason)
+        key, event, reason = tag(e, by_user.get(e["event_id"], 0), by_ip.get(e["event_id"], 0))
+        grouped.setdefault(key, []).append((event, reason))
+    windows: dict[int, list[WindowTotals]] = {}
+    for (campaign_id, end), tagged in grouped.items():
+        windows.setdefault(campaign_id, []).append(totals_of(end, tagged))
     versions: dict[int, list[Mapping[str, Any]]] = {}
     for c in campaigns:
         versions.setdefault(int(c["campaign_id"]), []).append(c)
-    for v in versions.values():
-        v.sort(key=lambda c: int(c["event_time"]))
-    bills: dict[int, CampaignBill] = {}
     out: dict[tuple[int, str], dict[str, Any]] = {}
-    for (campaign_id, end), totals in sorted(windows.items()):
-        bill = bills.get(campaign_id)
-        history = versions.get(campaign_id, [])
-        if bill is None:
-            bill = bills[campaign_id] = CampaignBill(campaign_id)
-        in_force = [c for c in history if int(c["event_time"]) <= end] or history[:1]
-        if in_force and (bill.budget_micros != int(in_force[-1]["daily_budget_micros"])
-                         or bill.timezone != in_force[-1]["timezone"]):
-            bill.on_campaign(in_force[-1])
-        bill.add(totals)
-        record = bill.record(end)
-        if record is not None:
-            out[(campaign_id, record["budget_day"])] = record
+    for campaign_id, campaign_windows in windows.items():
+        for day, record in bill_windows(campaign_id, campaign_windows, versions.get(campaign_id, [])).items():
+            out[(campaign_id, day)] = record
     return out

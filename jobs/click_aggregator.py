@@ -39,7 +39,7 @@ from core import clicks
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
 from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
-                           kafka_sink_table, kafka_source_table, parse, settings_from_args)
+                           kafka_sink_table, kafka_source_table, parse, settings_from_args, timed_bytes_row_type)
 
 JOB_NAME = "click_aggregator"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -173,6 +173,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
     from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
+    from pyflink.table.expressions import call, col
 
     from schemas.codec import AvroCodec, default_registry, schema_fingerprint
 
@@ -261,7 +262,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
             self._save(bill)
             record = bill.record(emit_at)
             if record is not None:
-                yield Row(str(bill.campaign_id).encode(), self.codec.encode("BilledSpend", record))
+                yield Row(str(bill.campaign_id).encode(), self.codec.encode("BilledSpend", record),
+                          int(record["event_time"]))
 
     # A quiet partition (few campaigns hash to it) must not hold the clock back: idle after idle_timeout_ms.
     kafka_source_table(t_env, "events_in", events_topic, settings, out_of_orderness_ms=out_of_orderness_ms,
@@ -269,16 +271,17 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     kafka_source_table(t_env, "campaigns_in", campaigns_topic, settings, idle_timeout_ms=idle_timeout_ms,
                        side_input=True)
     # Billed totals are cumulative for the day: a repeat after a restart changes nothing, so at-least-once.
-    kafka_sink_table(t_env, "billed_out", billed_topic, settings, exactly_once=False)
+    kafka_sink_table(t_env, "billed_out", billed_topic, settings, exactly_once=False, with_timestamp=True)
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
     _aggregate_sql(t_env, header_hex)
 
     rows = t_env.to_data_stream(t_env.from_path("reduced"))
     routed = rows.process(Route(), output_type=_row_type()).name("decode campaign, late and other records")
     billed = (routed.key_by(lambda r: r.campaign_id, key_type=Types.LONG())
-              .process(Bill(), output_type=bytes_row_type()).name("bill campaigns"))
+              .process(Bill(), output_type=timed_bytes_row_type()).name("bill campaigns"))
     statements = t_env.create_statement_set()
-    statements.add_insert("billed_out", t_env.from_data_stream(billed))
+    statements.add_insert("billed_out", t_env.from_data_stream(billed).select(
+        col("k"), col("v"), call("TO_TIMESTAMP_LTZ", col("ts"), 3)))
     statements.add_insert("dead_letters_out", t_env.from_data_stream(routed.get_side_output(dead_letters)))
     statements.attach_as_datastream()
 

@@ -45,6 +45,8 @@ JOBS: dict[str, JobSpec] = {
                              "spend, campaigns, billed spend -> budget.state, budget.leases, Redis pacing:*"),
     "click_aggregator": JobSpec("click_aggregator", "jobs.click_aggregator",
                                 "ad.events, campaigns -> deduplicated, tagged, billed: billing.billed_spend"),
+    "archiver": JobSpec("archiver", "jobs.archiver",
+                        "ad.served, ad.events, billing, campaigns -> hourly Avro container files (the archive)"),
 }
 
 

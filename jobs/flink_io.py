@@ -179,10 +179,12 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
         ) WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
 
 
-def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings, exactly_once: bool = True) -> None:
+def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings, exactly_once: bool = True,
+                     with_timestamp: bool = False) -> None:
     """Register a Kafka topic as a sink of (key, value) bytes: exactly-once (transactional, visible when
     the checkpoint completes) or, for idempotent consumers that want freshness, at-least-once (visible at
-    once; a record may repeat after a restart)."""
+    once; a record may repeat after a restart). with_timestamp: a third column `ts` (TIMESTAMP_LTZ(3)) sets
+    each record's Kafka timestamp, which must be its event time (readers and the archive go by it)."""
     options = {
         "connector": "kafka",
         "topic": topic,
@@ -198,8 +200,9 @@ def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings, e
     if not exactly_once:
         options["sink.delivery-guarantee"] = "at-least-once"
         del options["sink.transactional-id-prefix"]
+    ts = ", `ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp'" if with_timestamp else ""
     t_env.execute_sql(f"""
-        CREATE TEMPORARY TABLE `{name}` (`k` BYTES, `v` BYTES)
+        CREATE TEMPORARY TABLE `{name}` (`k` BYTES, `v` BYTES{ts})
         WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
 
 
@@ -207,6 +210,14 @@ def bytes_row_type():
     from pyflink.common import Types
 
     return Types.ROW_NAMED(BYTES_ROW_FIELDS, [Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+
+def timed_bytes_row_type():
+    """(k, v, ts): ts is the record's event time in epoch ms, for a sink made with with_timestamp=True."""
+    from pyflink.common import Types
+
+    return Types.ROW_NAMED(BYTES_ROW_FIELDS + ["ts"], [Types.PRIMITIVE_ARRAY(Types.BYTE()),
+                                                        Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.LONG()])
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

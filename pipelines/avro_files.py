@@ -28,3 +28,30 @@ def normalise(record: dict[str, Any]) -> dict[str, Any]:
 def schema_json(file_name: str) -> dict[str, Any]:
     """A contract from schemas/ as a dict, for WriteToAvro."""
     return json.loads((SCHEMA_DIR / file_name).read_text())
+
+
+ENVELOPE_FIELDS = {"topic", "partition", "offset", "event_time", "k", "v"}
+
+
+def is_envelope(record: dict[str, Any]) -> bool:
+    """A record of the archiver's files (jobs/archiver): the Kafka record's coordinates, key and value bytes."""
+    return ENVELOPE_FIELDS <= record.keys() and isinstance(record.get("v"), (bytes, bytearray))
+
+
+def unwrap(record: dict[str, Any], codec=None) -> dict[str, Any]:
+    """The domain record inside an archived envelope (decoded with its writer's contract), normalised; a plain
+    record (a file written by a pipeline) is only normalised. Raises core.errors.CorruptRecord when the value
+    does not decode."""
+    if not is_envelope(record):
+        return normalise(record)
+    if codec is None:
+        from schemas.codec import AvroCodec
+
+        codec = AvroCodec()
+    return normalise(codec.decode(bytes(record["v"]), topic=record["topic"], partition=record["partition"],
+                                  offset=record["offset"]))
+
+
+def archive_pattern(archive: str, topic: str, day: str, hour: str = "*") -> str:
+    """The committed files of one topic's UTC day (hidden in-progress files do not match)."""
+    return f"{archive.rstrip('/')}/{topic}/dt={day}/hr={hour}/part-*"

@@ -33,7 +33,8 @@ class JarGroup:
 KAFKA = JarGroup("kafka", "kafka", "kafka_2.13-")
 DEBEZIUM = JarGroup("debezium", "connect-plugins/debezium-postgres", "debezium-connector-postgres-")
 FLINK_CONNECTORS = JarGroup("flink", "flink", "flink-sql-connector-kafka-")
-ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS)
+FLINK_FORMATS = JarGroup("flink-formats", "flink-formats", "flink-sql-avro-")
+ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS, FLINK_FORMATS)
 
 
 def fetch(settings: PlatformSettings, groups: tuple[JarGroup, ...] = ALL_GROUPS,
@@ -70,5 +71,15 @@ def flink_connector_jar(settings: PlatformSettings) -> Path:
     jars = sorted(folder.glob(f"{FLINK_CONNECTORS.probe}*.jar")) if folder.is_dir() else []
     if not jars:
         raise PlatformError(f"the Flink Kafka connector jar is missing under {folder}: run `adserve up` "
+                            "(or `adserve platform fetch`) first")
+    return jars[-1]
+
+
+def flink_avro_jar(settings: PlatformSettings) -> Path:
+    """The Flink Avro SQL format jar (the archiver's file format); raises if it has not been fetched."""
+    folder = FLINK_FORMATS.folder(settings)
+    jars = sorted(folder.glob(f"{FLINK_FORMATS.probe}*.jar")) if folder.is_dir() else []
+    if not jars:
+        raise PlatformError(f"the Flink Avro format jar is missing under {folder}: run `adserve up` "
                             "(or `adserve platform fetch`) first")
     return jars[-1]

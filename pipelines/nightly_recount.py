@@ -1,0 +1,191 @@
+"""Beam pipeline `nightly_recount`: a budget day's bill recomputed from the raw archive, compared with what the
+streaming click aggregator billed.
+
+Reads the archiver's files (jobs/archiver) for the day and the days either side
+(a campaign's budget day follows its time zone): ad.events, every
+serving.campaigns version, and billing.billed_spend. Applies the same rules as
+the job, from the same module (core.clicks): first copy per (impression, event
+type), burst counts per user and per IP minute, invalid-traffic tags, 10 s
+windows, billing up to the budget in force. Then compares each campaign's day
+totals with the streaming job's last billed record for that day.
+
+Output: `<output>/differences.jsonl` (one line per campaign and field that
+differs: campaign_id, budget_day, field, streaming, recount) and
+`<output>/summary.json` ({"day", "campaigns", "differences", "events", "corrupt_records",
+"recount": {campaign: totals}}). On a clean day there are no differences.
+
+    python -m pipelines.nightly_recount --archive .platform/archive --day 2026-01-05 --output out/recount
+Every option Beam knows passes through (Dataflow: --runner=DataflowRunner --project=... --region=...)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import apache_beam as beam
+from apache_beam.io.avroio import ReadAllFromAvro
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from core import clicks
+from core.errors import CorruptRecord
+from pipelines.avro_files import archive_pattern, unwrap
+
+COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
+            "invalid_credit_micros")
+CORRUPT = "corrupt"
+
+
+class Unwrap(beam.DoFn):
+    """Archived envelopes -> domain records; a value that does not decode goes to the `corrupt` output."""
+
+    def setup(self):
+        from schemas.codec import AvroCodec
+
+        self.codec = AvroCodec()
+
+    def process(self, record: dict[str, Any]):
+        try:
+            yield unwrap(record, self.codec)
+        except CorruptRecord as error:
+            yield beam.pvalue.TaggedOutput(CORRUPT, str(error))
+
+
+def _burst(field_name: str):
+    def counts(key_and_clicks):
+        _, group = key_and_clicks
+        return list(clicks.burst_counts(list(group), field_name).items())
+    return counts
+
+
+class RecountBill(beam.PTransform):
+    """AdEvent records + campaign versions (a side input) -> ((campaign, budget day), BilledSpend totals)."""
+
+    def __init__(self, campaigns):
+        super().__init__()
+        self.campaigns = campaigns
+
+    def expand(self, events):
+        unique = (events
+                  | "KeyByBeacon" >> beam.Map(lambda e: (clicks.dedupe_key(e), e))
+                  | "GroupCopies" >> beam.GroupByKey()
+                  | "FirstCopy" >> beam.MapTuple(lambda _, copies: clicks.first_of(list(copies))))
+        click_events = unique | "Clicks" >> beam.Filter(lambda e: e["event_type"] == "CLICK")
+        counts = {}
+        for field_name, label in (("user_id", "User"), ("ip_address", "Ip")):
+            counts[field_name] = (
+                click_events
+                | f"Key{label}Minute" >> beam.Map(
+                    lambda e, f=field_name: ((e.get(f) or "", clicks.minute_of(int(e["event_time"]))), e))
+                | f"Group{label}Minute" >> beam.GroupByKey()
+                | f"Count{label}" >> beam.FlatMap(_burst(field_name)))
+        tagged = (
+            {"event": unique | "KeyById" >> beam.Map(lambda e: (e["event_id"], e)),
+             "user": counts["user_id"], "ip": counts["ip_address"]}
+            | "JoinCounts" >> beam.CoGroupByKey()
+            | "Tag" >> beam.FlatMap(lambda kv: [clicks.tag(e, max(kv[1]["user"], default=0),
+                                                           max(kv[1]["ip"], default=0))
+                                                for e in kv[1]["event"]]))
+        windows = (tagged
+                   | "KeyByWindow" >> beam.Map(lambda t: (t[0], (t[1], t[2])))
+                   | "GroupWindow" >> beam.GroupByKey()
+                   | "Totals" >> beam.MapTuple(lambda key, group: (key[0], clicks.totals_of(key[1], group)))
+                   | "GroupCampaign" >> beam.GroupByKey())
+        return windows | "Bill" >> beam.FlatMap(
+            lambda kv, versions: [((kv[0], day), record) for day, record in clicks.bill_windows(
+                kv[0], kv[1], versions.get(kv[0], [])).items()],
+            versions=beam.pvalue.AsDict(self.campaigns))
+
+
+def differences(day: str, streaming: dict[tuple[int, str], dict], recount: dict[tuple[int, str], dict]
+                ) -> list[dict[str, Any]]:
+    """Every field of every campaign's day where the two disagree (a campaign missing on one side: all fields)."""
+    out = []
+    for key in sorted(k for k in set(streaming) | set(recount) if k[1] == day):
+        mine, theirs = streaming.get(key, {}), recount.get(key, {})
+        for name in COMPARED:
+            if mine.get(name, 0) != theirs.get(name, 0):
+                out.append({"campaign_id": key[0], "budget_day": day, "field": name,
+                            "streaming": mine.get(name), "recount": theirs.get(name)})
+    return out
+
+
+def _files(patterns: list[str]) -> list[str]:
+    found = []
+    for result in FileSystems.match(patterns):
+        found.extend(m.path for m in result.metadata_list)
+    return sorted(found)
+
+
+def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="pipelines.nightly_recount", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--archive", required=True, help="the archiver's root (a folder or file system URI)")
+    parser.add_argument("--day", required=True, help="budget day to recount, YYYY-MM-DD")
+    parser.add_argument("--output", required=True, help="folder for differences.jsonl and summary.json")
+    parser.add_argument("--events-topic", default="ad.events", help="archive folder of the events")
+    parser.add_argument("--campaigns-topic", default="serving.campaigns", help="archive folder of the campaigns")
+    parser.add_argument("--billed-topic", default="billing.billed_spend", help="archive folder of billed totals")
+    known, pipeline_args = parser.parse_known_args(argv)
+    day = date.fromisoformat(known.day)
+    days = [(day + timedelta(days=d)).isoformat() for d in (-1, 0, 1)]
+    event_files = _files([archive_pattern(known.archive, known.events_topic, d) for d in days])
+    campaign_files = _files([archive_pattern(known.archive, known.campaigns_topic, "*")])
+    billed_files = _files([archive_pattern(known.archive, known.billed_topic, d) for d in days])
+    logging.info("recount of %s: %d event files, %d campaign files, %d billing files", known.day,
+                 len(event_files), len(campaign_files), len(billed_files))
+    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
+    out = known.output.rstrip("/")
+    if "://" not in out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    the_day = known.day
+    with beam.Pipeline(options=options) as pipeline:
+        def read(label: str, files: list[str]):
+            decoded = (pipeline | f"{label}Files" >> beam.Create(files)
+                       | f"Read{label}" >> ReadAllFromAvro()
+                       | f"Unwrap{label}" >> beam.ParDo(Unwrap()).with_outputs(CORRUPT, main="records"))
+            return decoded.records, decoded[CORRUPT]
+
+        def count(label: str, pcoll):
+            return beam.pvalue.AsSingleton(pcoll | f"Count{label}" >> beam.combiners.Count.Globally())
+
+        events, bad_events = read("Events", event_files)
+        campaigns, bad_campaigns = read("Campaigns", campaign_files)
+        billed, bad_billed = read("Billed", billed_files)
+        versions = (campaigns | "KeyVersions" >> beam.Map(lambda c: (int(c["campaign_id"]), c))
+                    | "GroupVersions" >> beam.GroupByKey()
+                    | "ListVersions" >> beam.MapTuple(lambda k, v: (k, list(v))))
+        recounted = events | "Recount" >> RecountBill(versions)
+        streaming = (billed | "KeyBilled" >> beam.Map(lambda r: ((int(r["campaign_id"]), r["budget_day"]), r))
+                     | "LatestBilled" >> beam.CombinePerKey(lambda rs: max(rs, key=lambda r: r["event_time"])))
+        joined = ({"streaming": streaming, "recount": recounted} | "Join" >> beam.CoGroupByKey()
+                  | "TheDay" >> beam.Filter(lambda kv: kv[0][1] == the_day))
+        diffs = joined | "Compare" >> beam.FlatMap(lambda kv: differences(
+            the_day, {kv[0]: r for r in kv[1]["streaming"]}, {kv[0]: r for r in kv[1]["recount"]}))
+        diffs | "WriteDifferences" >> beam.Map(json.dumps) | beam.io.WriteToText(
+            f"{out}/differences", file_name_suffix=".jsonl", shard_name_template="")
+        corrupt = (bad_events, bad_campaigns, bad_billed) | "AllCorrupt" >> beam.Flatten()
+        recount_totals = (joined | "RecountOfDay" >> beam.FlatMap(
+            lambda kv: [(str(kv[0][0]), r) for r in kv[1]["recount"]]) | "RecountDict" >> beam.combiners.ToDict())
+        (pipeline | "One" >> beam.Create([None])
+         | "Summary" >> beam.Map(lambda _, campaigns_n, diffs_n, events_n, corrupt_n, totals: json.dumps({
+             "day": the_day, "campaigns": campaigns_n, "differences": diffs_n, "events": events_n,
+             "corrupt_records": corrupt_n, "recount": dict(sorted(totals.items()))}, indent=2),
+             campaigns_n=count("Campaigns", joined), diffs_n=count("Differences", diffs),
+             events_n=count("Events", events), corrupt_n=count("Corrupt", corrupt),
+             totals=beam.pvalue.AsSingleton(recount_totals))
+         | "WriteSummary" >> beam.io.WriteToText(f"{out}/summary", file_name_suffix=".json",
+                                                 shard_name_template=""))
+    with FileSystems.open(f"{out}/summary.json") as f:
+        summary = json.loads(f.read())
+    logging.info("recount of %s: %d campaigns, %d differences, %d corrupt records", the_day, summary["campaigns"],
+                 summary["differences"], summary["corrupt_records"])
+    return summary
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.INFO)
+    run()
