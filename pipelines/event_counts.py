@@ -19,7 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import event_counts as rules
-from pipelines.avro_files import normalise, schema_json
+from pipelines.avro_files import CORRUPT, schema_json, unwrap_dofn
 
 
 class CountsCombineFn(beam.CombineFn):
@@ -69,9 +69,11 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> No
     known, pipeline_args = parser.parse_known_args(argv)
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
     with beam.Pipeline(options=options) as pipeline:
-        (pipeline
-         | "ReadArchive" >> beam.io.ReadFromAvro(known.input)
-         | "Normalise" >> beam.Map(normalise)
+        # Archiver envelopes are decoded (plain records pass through); undecodable values are counted.
+        records = (pipeline
+                   | "ReadArchive" >> beam.io.ReadFromAvro(known.input)
+                   | "Unwrap" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records")).records
+        (records
          | "CountEventsPerMinute" >> CountEventsPerMinute(known.window_ms)
          | "Write" >> beam.io.WriteToAvro(known.output, schema=schema_json("event_count.avsc"),
                                           file_name_suffix=".avro"))

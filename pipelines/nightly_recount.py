@@ -31,27 +31,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import clicks
-from core.errors import CorruptRecord
-from pipelines.avro_files import archive_pattern, unwrap
+from pipelines.avro_files import CORRUPT, archive_pattern, unwrap_dofn
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
             "invalid_credit_micros")
-CORRUPT = "corrupt"
-
-
-class Unwrap(beam.DoFn):
-    """Archived envelopes -> domain records; a value that does not decode goes to the `corrupt` output."""
-
-    def setup(self):
-        from schemas.codec import AvroCodec
-
-        self.codec = AvroCodec()
-
-    def process(self, record: dict[str, Any]):
-        try:
-            yield unwrap(record, self.codec)
-        except CorruptRecord as error:
-            yield beam.pvalue.TaggedOutput(CORRUPT, str(error))
 
 
 def _burst(field_name: str):
@@ -146,7 +129,7 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
         def read(label: str, files: list[str]):
             decoded = (pipeline | f"{label}Files" >> beam.Create(files)
                        | f"Read{label}" >> ReadAllFromAvro()
-                       | f"Unwrap{label}" >> beam.ParDo(Unwrap()).with_outputs(CORRUPT, main="records"))
+                       | f"Unwrap{label}" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records"))
             return decoded.records, decoded[CORRUPT]
 
         def count(label: str, pcoll):

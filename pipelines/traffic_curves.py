@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.pacing import shape_from_counts
-from pipelines.avro_files import normalise
+from pipelines.avro_files import CORRUPT, unwrap_dofn
 
 
 def hour_keys(record: dict[str, Any], tz: str = "UTC") -> Iterable[tuple[str, int]]:
@@ -79,9 +79,11 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> No
     known, pipeline_args = parser.parse_known_args(argv)
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
     with beam.Pipeline(options=options) as pipeline:
-        (pipeline
-         | "ReadArchive" >> beam.io.ReadFromAvro(known.input)
-         | "Normalise" >> beam.Map(normalise)
+        # Archiver envelopes are decoded (plain records pass through); undecodable values are counted.
+        records = (pipeline
+                   | "ReadArchive" >> beam.io.ReadFromAvro(known.input)
+                   | "Unwrap" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records")).records
+        (records
          | "TrafficShapes" >> TrafficShapes(known.timezone)
          | "Stamp" >> beam.Map(lambda doc: json.dumps({"as_of": known.as_of, **doc}))
          | "Write" >> beam.io.WriteToText(known.output, shard_name_template="", num_shards=1))

@@ -42,3 +42,22 @@ def test_differences_name_each_field_that_disagrees_and_nothing_on_a_clean_day()
     found = differences("2026-01-05", streaming, recount)
     assert {(d["campaign_id"], d["field"]) for d in found if d["campaign_id"] == 1} == {(1, "billed_clicks")}
     assert {d["field"] for d in found if d["campaign_id"] == 2} == {"billed_spend_micros", "billed_impressions"}
+
+
+def test_archived_envelopes_unwrap_to_their_records_and_a_corrupt_value_is_named():
+    import pytest
+
+    from core.errors import CorruptRecord
+    from pipelines.avro_files import unwrap
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    event = _event("e1", "imp-1", "CLICK", T0)
+    event.update(ad_id=5, token_key_id="k1")
+    envelope = {"topic": "ad.events", "partition": 0, "offset": 7, "event_time": T0, "k": b"1",
+                "v": codec.encode("AdEvent", event)}
+    assert unwrap(envelope, codec)["impression_id"] == "imp-1"
+    assert unwrap({"campaign_id": 1, "event_time": T0})["campaign_id"] == 1  # a plain record passes through
+    with pytest.raises(CorruptRecord) as error:
+        unwrap(dict(envelope, v=b"\xc3\x01 garbage"), codec)
+    assert "ad.events" in str(error.value) and "7" in str(error.value)
