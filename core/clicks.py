@@ -24,6 +24,10 @@ Rules (docs/billing.md):
     including its millisecond, so ties are counted together and the rule does
     not depend on arrival order).
   The first rule that matches names the reason.
+* Join: a billable, valid click is joined to its impression when the impression's
+  beacon (deduplicated) arrived from `TOKEN_LIFETIME_MS` before the click to
+  `ALLOWED_LATENESS_MS` after it (`joins`); billed totals count joined clicks,
+  so clicks on impressions never reported rendered stand out.
 * Billable: the event named by the token's billing type (an impression for
   impression billing, a click for click billing), valid, at the price signed
   into the token.
@@ -109,6 +113,11 @@ def burst_counts(clicks: Iterable[Mapping[str, Any]], field_name: str) -> dict[s
     return {event_id: (bisect_right(by_key[key], t) if key else 0) for event_id, key, t in rows}
 
 
+def joins(click_time_ms: int, impression_time_ms: int) -> bool:
+    """Whether an impression beacon at `impression_time_ms` joins a click at `click_time_ms`."""
+    return click_time_ms - TOKEN_LIFETIME_MS <= impression_time_ms <= click_time_ms + ALLOWED_LATENESS_MS
+
+
 def is_billable(event: Mapping[str, Any]) -> bool:
     return event["event_type"] == event["billing_type"]
 
@@ -128,8 +137,9 @@ class WindowTotals:
     clicks: int = 0  # valid billable clicks
     invalid_micros: int = 0  # billable events tagged invalid: credited, not billed
     invalid_events: int = 0
+    joined_clicks: int = 0  # valid billable clicks joined to their impression
 
-    def add(self, event: Mapping[str, Any], reason: str | None) -> None:
+    def add(self, event: Mapping[str, Any], reason: str | None, joined: bool = False) -> None:
         if not is_billable(event):
             if reason:
                 self.invalid_events += 1
@@ -142,6 +152,7 @@ class WindowTotals:
             self.billable_micros += price
             self.impressions += event["event_type"] == "IMPRESSION"
             self.clicks += event["event_type"] == "CLICK"
+            self.joined_clicks += joined and event["event_type"] == "CLICK"
 
 
 @dataclass
@@ -156,6 +167,7 @@ class CampaignBill:
     impressions: int = 0
     clicks: int = 0
     invalid_micros: int = 0
+    joined_clicks: int = 0
     pending: list[WindowTotals] = field(default_factory=list)  # windows before the first campaign record
     last_window_ms: int = 0
 
@@ -179,11 +191,12 @@ class CampaignBill:
                 day = self.budget_day  # a late window of yesterday: billed today rather than lost
             else:
                 self.budget_day, self.bill = day, DayBill(self.budget_micros)
-                self.impressions = self.clicks = self.invalid_micros = 0
+                self.impressions = self.clicks = self.invalid_micros = self.joined_clicks = 0
         self.bill.charge(window.billable_micros)
         self.impressions += window.impressions
         self.clicks += window.clicks
         self.invalid_micros += window.invalid_micros
+        self.joined_clicks += window.joined_clicks
         self.last_window_ms = max(self.last_window_ms, window.end_ms)
 
     def record(self, event_time_ms: int) -> dict[str, Any] | None:
@@ -193,7 +206,16 @@ class CampaignBill:
         return {"campaign_id": self.campaign_id, "event_time": event_time_ms, "budget_day": self.budget_day,
                 "billed_spend_micros": self.bill.billed_micros, "billed_impressions": self.impressions,
                 "billed_clicks": self.clicks, "absorbed_overspend_micros": self.bill.absorbed_micros,
-                "invalid_credit_micros": self.invalid_micros}
+                "invalid_credit_micros": self.invalid_micros, "joined_clicks": self.joined_clicks}
+
+
+def progress_key(record: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Orders one campaign-day's BilledSpend records from oldest to newest: by instant, and between records of
+    the same instant (a late event billed into a window already reported) by their totals, which only grow."""
+    return (int(record["event_time"]),
+            int(record["billed_spend_micros"]) + int(record["absorbed_overspend_micros"])
+            + int(record["invalid_credit_micros"]),
+            int(record["billed_impressions"]) + int(record["billed_clicks"]) + int(record.get("joined_clicks", 0)))
 
 
 def bot_agent_sql(column: str) -> str:
@@ -235,17 +257,25 @@ def bill_windows(campaign_id: int, windows: Iterable[WindowTotals], versions: It
     return out
 
 
-def tag(event: Mapping[str, Any], user_clicks_in_minute: int = 0, ip_clicks_in_minute: int = 0
-        ) -> tuple[tuple[int, int], Mapping[str, Any], str | None]:
-    """((campaign, window end), event, invalid reason) for one deduplicated event."""
+def tag(event: Mapping[str, Any], user_clicks_in_minute: int = 0, ip_clicks_in_minute: int = 0,
+        impression_time_ms: int | None = None) -> tuple[tuple[int, int], Mapping[str, Any], str | None, bool]:
+    """((campaign, window end), event, invalid reason, joined) for one deduplicated event; `impression_time_ms`:
+    when its impression's beacon arrived, if it did (clicks only)."""
     reason = invalid_reason(event, user_clicks_in_minute, ip_clicks_in_minute)
-    return (int(event["campaign_id"]), window_end(int(event["event_time"]))), event, reason
+    joined = event["event_type"] == "CLICK" and impression_time_ms is not None and \
+        joins(int(event["event_time"]), impression_time_ms)
+    return (int(event["campaign_id"]), window_end(int(event["event_time"]))), event, reason, joined
 
 
-def totals_of(end_ms: int, tagged: Iterable[tuple[Mapping[str, Any], str | None]]) -> WindowTotals:
+def impression_times(unique: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """impression id -> when its (deduplicated) impression beacon arrived."""
+    return {str(e["impression_id"]): int(e["event_time"]) for e in unique if e["event_type"] == "IMPRESSION"}
+
+
+def totals_of(end_ms: int, tagged: Iterable[tuple[Mapping[str, Any], str | None, bool]]) -> WindowTotals:
     totals = WindowTotals(end_ms)
-    for event, reason in tagged:
-        totals.add(event, reason)
+    for event, reason, joined in tagged:
+        totals.add(event, reason, joined)
     return totals
 
 
@@ -253,7 +283,8 @@ def recount(events: Iterable[Mapping[str, Any]], campaigns: Iterable[Mapping[str
             ) -> dict[tuple[int, str], dict[str, Any]]:
     """The whole bill from raw events in one process, every rule applied in batch: (campaign, budget day) ->
     BilledSpend totals. `campaigns`: campaign versions with their `event_time`. The Beam pipeline
-    `nightly_recount` runs the same steps (first_of, burst_counts, tag, totals_of, bill_windows) spread out."""
+    `nightly_recount` runs the same steps (first_of, burst_counts, impression_times, tag, totals_of,
+    bill_windows) spread out."""
     firsts: dict[tuple[str, str], Mapping[str, Any]] = {}
     for e in events:
         key = dedupe_key(e)
@@ -261,10 +292,12 @@ def recount(events: Iterable[Mapping[str, Any]], campaigns: Iterable[Mapping[str
     unique = list(firsts.values())
     clicks = [e for e in unique if e["event_type"] == "CLICK"]
     by_user, by_ip = burst_counts(clicks, "user_id"), burst_counts(clicks, "ip_address")
-    grouped: dict[tuple[int, int], list[tuple[Mapping[str, Any], str | None]]] = {}
+    seen = impression_times(unique)
+    grouped: dict[tuple[int, int], list[tuple[Mapping[str, Any], str | None, bool]]] = {}
     for e in unique:
-        key, event, reason = tag(e, by_user.get(e["event_id"], 0), by_ip.get(e["event_id"], 0))
-        grouped.setdefault(key, []).append((event, reason))
+        key, event, reason, joined = tag(e, by_user.get(e["event_id"], 0), by_ip.get(e["event_id"], 0),
+                                         seen.get(str(e["impression_id"])))
+        grouped.setdefault(key, []).append((event, reason, joined))
     windows: dict[int, list[WindowTotals]] = {}
     for (campaign_id, end), tagged in grouped.items():
         windows.setdefault(campaign_id, []).append(totals_of(end, tagged))

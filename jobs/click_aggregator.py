@@ -140,6 +140,16 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
                    (CURRENT_WATERMARK(ts) IS NULL OR ts > CURRENT_WATERMARK(ts)) AS on_time
             FROM {source}""")
         t_env.execute_sql(f"CREATE TEMPORARY VIEW {view}_on_time AS SELECT * FROM {view} WHERE on_time")
+    # A valid billable click joined to its impression's beacon (an interval join: the impression from the token's
+    # lifetime before the click to the allowed lateness after it). Emitted as soon as both are seen.
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW clicks_joined AS
+        SELECT c.campaign_id AS campaign_id, c.ts AS ts
+        FROM tagged_clicks c,
+             (SELECT impression_id, ts AS its FROM events_on_time WHERE event_type = 'IMPRESSION') i
+        WHERE c.impression_id = i.impression_id AND c.billable AND c.reason IS NULL
+          AND i.its BETWEEN c.ts - INTERVAL '{clicks.TOKEN_LIFETIME_MS // 60_000}' MINUTE
+                        AND c.ts + INTERVAL '{clicks.ALLOWED_LATENESS_MS // 60_000}' MINUTE""")
     raw = ", ".join(["CAST(NULL AS BIGINT)"] * 5 + ["`topic`", "`partition`", "`offset`", "k", "v",
                                                     "CAST(NULL AS STRING)"])
 
@@ -160,6 +170,11 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
         SELECT 'late', campaign_id, {late("reason")}, ts FROM tagged_impressions WHERE NOT on_time
         UNION ALL
         SELECT 'late', campaign_id, {late("reason")}, ts FROM tagged_clicks WHERE NOT on_time
+        UNION ALL
+        SELECT 'joined', campaign_id, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(1 AS BIGINT),
+               {", ".join(["CAST(NULL AS BIGINT)"] * 2)}, CAST(NULL AS STRING), CAST(NULL AS INT),
+               CAST(NULL AS BIGINT), CAST(NULL AS BYTES), CAST(NULL AS BYTES), CAST(NULL AS STRING), ts
+        FROM clicks_joined
         UNION ALL
         SELECT 'raw', CAST(NULL AS BIGINT), {raw}, rt FROM events_checked WHERE NOT ok
         UNION ALL
@@ -189,7 +204,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
             self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
 
         def process_element(self, row, ctx):
-            if row.kind in ("window", "late"):
+            if row.kind in ("window", "late", "joined"):
                 yield row
                 return
             try:
@@ -240,6 +255,9 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                 self.windows.inc()
                 bill.add(clicks.WindowTotals(event_ms + 1, row.billable, row.impressions, row.clicks, row.invalid,
                                              row.invalid_events))
+            elif row.kind == "joined":  # a click of this campaign found its impression
+                bill.joined_clicks += row.clicks
+                emit_at = max(clicks.window_end(event_ms), bill.last_window_ms)
             elif row.kind == "campaign":
                 bill.on_campaign(self.codec.decode(row.v, "ServingCampaign"))
                 emit_at = max(event_ms, bill.last_window_ms)

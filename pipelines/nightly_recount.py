@@ -34,7 +34,7 @@ from core import clicks
 from pipelines.avro_files import CORRUPT, archive_pattern, unwrap_dofn
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
-            "invalid_credit_micros")
+            "invalid_credit_micros", "joined_clicks")
 
 
 def _burst(field_name: str):
@@ -42,6 +42,16 @@ def _burst(field_name: str):
         _, group = key_and_clicks
         return list(clicks.burst_counts(list(group), field_name).items())
     return counts
+
+
+def _impression_time_of_clicks(key_and_events):
+    """(click event id, its impression's beacon time) for the clicks of one impression id that has one."""
+    _, group = key_and_events
+    group = list(group)
+    seen = clicks.impression_times(group)
+    for e in group:
+        if e["event_type"] == "CLICK" and str(e["impression_id"]) in seen:
+            yield e["event_id"], seen[str(e["impression_id"])]
 
 
 class RecountBill(beam.PTransform):
@@ -65,15 +75,21 @@ class RecountBill(beam.PTransform):
                     lambda e, f=field_name: ((e.get(f) or "", clicks.minute_of(int(e["event_time"]))), e))
                 | f"Group{label}Minute" >> beam.GroupByKey()
                 | f"Count{label}" >> beam.FlatMap(_burst(field_name)))
+        impression_of_click = (
+            unique
+            | "KeyByImpression" >> beam.Map(lambda e: (str(e["impression_id"]), e))
+            | "GroupImpression" >> beam.GroupByKey()
+            | "ImpressionTime" >> beam.FlatMap(_impression_time_of_clicks))
         tagged = (
             {"event": unique | "KeyById" >> beam.Map(lambda e: (e["event_id"], e)),
-             "user": counts["user_id"], "ip": counts["ip_address"]}
+             "user": counts["user_id"], "ip": counts["ip_address"], "impression": impression_of_click}
             | "JoinCounts" >> beam.CoGroupByKey()
             | "Tag" >> beam.FlatMap(lambda kv: [clicks.tag(e, max(kv[1]["user"], default=0),
-                                                           max(kv[1]["ip"], default=0))
+                                                           max(kv[1]["ip"], default=0),
+                                                           max(kv[1]["impression"], default=None))
                                                 for e in kv[1]["event"]]))
         windows = (tagged
-                   | "KeyByWindow" >> beam.Map(lambda t: (t[0], (t[1], t[2])))
+                   | "KeyByWindow" >> beam.Map(lambda t: (t[0], (t[1], t[2], t[3])))
                    | "GroupWindow" >> beam.GroupByKey()
                    | "Totals" >> beam.MapTuple(lambda key, group: (key[0], clicks.totals_of(key[1], group)))
                    | "GroupCampaign" >> beam.GroupByKey())
@@ -143,7 +159,7 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
                     | "ListVersions" >> beam.MapTuple(lambda k, v: (k, list(v))))
         recounted = events | "Recount" >> RecountBill(versions)
         streaming = (billed | "KeyBilled" >> beam.Map(lambda r: ((int(r["campaign_id"]), r["budget_day"]), r))
-                     | "LatestBilled" >> beam.CombinePerKey(lambda rs: max(rs, key=lambda r: r["event_time"])))
+                     | "LatestBilled" >> beam.CombinePerKey(lambda rs: max(rs, key=clicks.progress_key)))
         joined = ({"streaming": streaming, "recount": recounted} | "Join" >> beam.CoGroupByKey()
                   | "TheDay" >> beam.Filter(lambda kv: kv[0][1] == the_day))
         diffs = joined | "Compare" >> beam.FlatMap(lambda kv: differences(

@@ -276,7 +276,8 @@ class Kafka(Service):
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            "log.retention.hours": "168",
+            "log.retention.ms": "-1",  # by size (see infra/platform/topics.py): replays carry old timestamps
+            "log.retention.bytes": str(2 * 1024 ** 3),
             "log.cleaner.backoff.ms": "5000",
             "transaction.max.timeout.ms": "900000",
             # Simulated days replay event time far from the wall clock: accept any record timestamp.

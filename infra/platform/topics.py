@@ -27,7 +27,10 @@ class TopicSpec:
             # Compact often enough that a replay from a snapshot's offset stays short.
             config.update({"min.cleanable.dirty.ratio": "0.1", "segment.ms": "600000"})
         else:
-            config["retention.ms"] = str(7 * 24 * 3600 * 1000)
+            # Retained by size, not by age: simulated days, tests and benchmarks replay event times months
+            # in the past, and Kafka deletes records by their timestamps (a time limit would wipe such a
+            # topic within minutes of its creation). A production deployment sets its own retention.
+            config.update({"retention.ms": "-1", "retention.bytes": str(2 * 1024 ** 3)})
         config.update(self.config)
         return config
 

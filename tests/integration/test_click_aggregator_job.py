@@ -178,6 +178,7 @@ def test_a_beacon_fired_three_times_is_billed_once(billing):
 def test_spend_above_the_budget_is_absorbed_not_billed(billing):
     t = billing["totals"][202]
     assert t["billed_clicks"] == 3
+    assert t["joined_clicks"] == 3  # each click found its impression's beacon, sent half a second before it
     assert t["billed_spend_micros"] == 5 * DOLLAR
     assert t["absorbed_overspend_micros"] == 1 * DOLLAR
 
@@ -188,6 +189,7 @@ def test_invalid_traffic_is_not_billed_and_is_credited(billing):
     assert t["billed_clicks"] == 1 + 5 + 1
     assert t["billed_spend_micros"] == (1 + 5 + 3) * DOLLAR
     assert t["invalid_credit_micros"] == 4 * DOLLAR
+    assert t["joined_clicks"] == 0  # none of these clicks' impressions was ever reported rendered
 
 
 def test_a_click_reaching_the_job_after_its_window_closed_is_billed_once(billing):
@@ -201,7 +203,7 @@ def test_the_streaming_totals_equal_the_batch_recount(billing):
         mine = billing["totals"][campaign_id]
         theirs = recounted[(campaign_id, "2026-01-05")]
         for name in ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
-                     "invalid_credit_micros"):
+                     "invalid_credit_micros", "joined_clicks"):
             assert mine[name] == theirs[name], (campaign_id, name)
 
 

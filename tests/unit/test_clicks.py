@@ -110,3 +110,24 @@ def test_the_recount_bills_under_the_budget_in_force_at_each_window():
     # $1 clicks at +0, +20 s (budget $2: both billed), +40 s (absorbed), then $4 from +50 s: +60, +80 billed
     assert totals["billed_spend_micros"] == 4 * DOLLAR
     assert totals["absorbed_overspend_micros"] == 2 * DOLLAR
+
+
+def test_of_two_billed_records_of_one_instant_the_larger_totals_are_the_newer():
+    base = {"event_time": T0, "billed_spend_micros": 5, "absorbed_overspend_micros": 0, "invalid_credit_micros": 0,
+            "billed_impressions": 1, "billed_clicks": 0}
+    later = dict(base, billed_spend_micros=10, billed_impressions=2)
+    assert max([later, base], key=clicks.progress_key) is later
+    assert max([base, dict(base, event_time=T0 + 10_000)], key=clicks.progress_key)["event_time"] == T0 + 10_000
+
+
+def test_a_click_joins_its_impression_seen_within_the_token_lifetime_or_the_allowed_lateness():
+    assert clicks.joins(T0, T0 - clicks.TOKEN_LIFETIME_MS)
+    assert not clicks.joins(T0, T0 - clicks.TOKEN_LIFETIME_MS - 1)
+    assert clicks.joins(T0, T0 + clicks.ALLOWED_LATENESS_MS)  # the impression beacon arrived after the click
+    assert not clicks.joins(T0, T0 + clicks.ALLOWED_LATENESS_MS + 1)
+    events = [_event("i1", "imp-1", "IMPRESSION", T0), _event("c1", "imp-1", "CLICK", T0 + 30_000),
+              _event("c2", "imp-2", "CLICK", T0 + 30_000, ip="10.0.0.2"),  # its impression never reported
+              _event("i3", "imp-3", "IMPRESSION", T0 + 40_000), _event("c3", "imp-3", "CLICK", T0 + 35_000,
+                                                                      ip="10.0.0.3")]
+    totals = clicks.recount(events, [_campaign(1, 100 * DOLLAR)])[(1, "2026-01-05")]
+    assert (totals["billed_clicks"], totals["joined_clicks"]) == (3, 2)

@@ -1,0 +1,359 @@
+"""`adserve bench billing`: events per second through the click aggregator, beacon-to-billed latency, and the
+nightly recount over the same day's archive.
+
+Part 1, throughput: --events ad.events records (default 1 M: impressions of
+--campaigns campaigns, about 2 % clicks, 3 % repeated beacons, a few bots)
+are produced to a fresh 4-partition topic; `click_aggregator` then runs
+bounded over them on the platform's Flink cluster with checkpointing on
+(every 2 s). Figure: events per second while it runs (the offsets it commits
+at each checkpoint, from the first checkpoint that moved them to the last:
+start-up excluded), and the job's whole run time.
+
+Part 2, the recount: `archiver` runs bounded over the same events, the
+campaigns and the billed totals part 1 produced, and `pipelines.nightly_recount`
+(Beam, DirectRunner) recomputes the day from those files. Figures: its run
+time and the number of differences from the streaming totals (0 on a clean
+day).
+
+Part 3, latency: `click_aggregator` runs unbounded on fresh topics while
+events are produced in real time (--latency-rate per second for
+--latency-s seconds, event time = now). Every billed record covers its
+campaign's events of one 10 s window; an event's beacon-to-billed latency is
+the wall time its window's record is read back minus the event's time.
+Figures: p50 and p99 over every billable event.
+
+Same-run baseline: the per-event path in plain Python (decode with the
+project's codec, deduplicate in a dict, tag with core.clicks, sum per campaign
+window) over part 1's events, one core, no Flink.
+
+Figures (--json names): events_per_s, job_run_s, events, campaigns, checkpoint_interval_ms, recount_s,
+recount_differences, recount_events, beacon_to_billed_p50_s, beacon_to_billed_p99_s, latency_events,
+baseline_python_events_per_s."""
+from __future__ import annotations
+
+import random
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+from infra.platform import PlatformSettings
+
+T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
+DAY = "2026-03-10"
+DOLLAR = 1_000_000
+PARTITIONS = 4
+BOT = "Mozilla/5.0 (compatible; bingbot/2.0)"
+
+
+def _campaign(campaign_id: int, at_ms: int) -> dict[str, Any]:
+    return {"campaign_id": campaign_id, "advertiser_id": 1, "version": 1, "event_time": at_ms, "status": "ACTIVE",
+            "bid_type": "CPC" if campaign_id % 2 else "CPM", "daily_budget_micros": 500 * DOLLAR,
+            "currency": "USD", "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [],
+            "cap_per_day": None, "cap_per_week": None, "cpa_target_micros": None}
+
+
+def _events(count: int, campaigns: int, seed: int, start_ms: int, per_second: int, clock=None):
+    """(campaign id, AdEvent) in event-time order: impressions, their clicks (~2 %), repeated beacons (~3 %),
+    bots (~0.5 %). `clock`: a function giving the event time (real time for the latency part)."""
+    rng = random.Random(seed)
+    n = 0
+    while n < count:
+        at = clock() if clock else start_ms + n * 1000 // per_second
+        campaign = rng.randint(1, campaigns)
+        billing = "CLICK" if campaign % 2 else "IMPRESSION"
+        impression = f"{seed}-{n}"
+        event = {"event_id": uuid.uuid4().hex, "impression_id": impression, "event_type": "IMPRESSION",
+                 "event_time": at, "served_time": at - rng.randint(200, 3000), "campaign_id": campaign,
+                 "ad_id": campaign * 10, "price_micros": 2 * DOLLAR if billing == "CLICK" else 5_000,
+                 "billing_type": billing, "user_id": f"u{rng.randint(1, 200_000)}",
+                 "ip_address": f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+                 "user_agent": BOT if rng.random() < 0.005 else "Mozilla/5.0", "token_key_id": "k1"}
+        yield campaign, event
+        n += 1
+        if rng.random() < 0.03 and n < count:
+            yield campaign, dict(event, event_id=uuid.uuid4().hex)
+            n += 1
+        if rng.random() < 0.02 and n < count:
+            yield campaign, dict(event, event_id=uuid.uuid4().hex, event_type="CLICK",
+                                 served_time=event["served_time"] - 2000)
+            n += 1
+
+
+def _producer(settings: PlatformSettings):
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                     "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000})
+
+
+def _produce(producer, topic: str, key: bytes, value: bytes, ts: int, partition: int | None = None) -> None:
+    while True:
+        try:
+            if partition is None:
+                producer.produce(topic, key=key, value=value, timestamp=ts)
+            else:
+                producer.produce(topic, key=key, value=value, timestamp=ts, partition=partition)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _topics(settings: PlatformSettings, kind: str) -> dict[str, str]:
+    from infra.platform.topics import TopicSpec, ensure_topics
+
+    suffix = uuid.uuid4().hex[:8]
+    topics = {n: f"bench.billing.{kind}.{n}.{suffix}" for n in ("events", "campaigns", "billed", "dead")}
+    ensure_topics(settings.kafka_bootstrap, tuple(TopicSpec(t, key="campaign id", schema="",
+                                                            partitions=PARTITIONS if n == "events" else 1)
+                                                  for n, t in topics.items()))
+    return topics
+
+
+def _job_args(settings: PlatformSettings, topics: dict[str, str], group: str, *extra: str) -> list[str]:
+    from infra.platform.jars import flink_connector_jar
+
+    return ["--bootstrap", settings.kafka_bootstrap, "--connector-jar", str(flink_connector_jar(settings)),
+            "--group-id", group, "--startup-mode", "earliest-offset", "--checkpoint-interval-ms", "2000",
+            "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
+            "--billed-topic", topics["billed"], "--dead-letter-topic", topics["dead"], *extra]
+
+
+def _wait_started(rest: str, job_id: str) -> None:
+    """Until a bounded job runs or has already finished (a small run can end before it is seen running)."""
+    from jobs import deploy
+
+    try:
+        deploy.wait_running(rest, job_id, timeout_s=300)
+    except deploy.DeployError:
+        if deploy.job_state(rest, job_id)[0] != "FINISHED":
+            raise
+
+
+def _campaign_records(settings, producer, topic: str, campaigns: int, at_ms: int) -> None:
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    for c in range(1, campaigns + 1):
+        _produce(producer, topic, str(c).encode(), codec.encode("ServingCampaign", _campaign(c, at_ms)), at_ms)
+
+
+def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int, log) -> tuple[dict, dict]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from infra.platform.services import Flink
+    from jobs import deploy
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    topics = _topics(settings, "run")
+    producer = _producer(settings)
+    _campaign_records(settings, producer, topics["campaigns"], campaigns, T0 - 60_000)
+    log(f"producing {events:,} events on {campaigns:,} campaigns to {topics['events']} ...")
+    last = T0
+    for campaign, event in _events(events, campaigns, seed=11, start_ms=T0, per_second=20_000):
+        _produce(producer, topics["events"], str(campaign).encode(), codec.encode("AdEvent", event),
+                 event["event_time"])
+        last = event["event_time"]
+    for partition in range(PARTITIONS):  # a last tick everywhere closes the final windows
+        tick = {"event_id": uuid.uuid4().hex, "impression_id": f"end-{partition}", "event_type": "IMPRESSION",
+                "event_time": last + 20_000, "served_time": last, "campaign_id": 1, "ad_id": 10,
+                "price_micros": 1, "billing_type": "CLICK", "user_id": None, "ip_address": None,
+                "user_agent": None, "token_key_id": "k1"}
+        _produce(producer, topics["events"], b"1", codec.encode("AdEvent", tick), last + 20_000, partition)
+    producer.flush(120)
+    rest, conf = settings.flink_rest_url, Flink(settings).conf_dir
+    group = f"bench-billing-{uuid.uuid4().hex[:6]}"
+    log("running click_aggregator bounded over them, checkpointing every 2 s ...")
+    job_id = deploy.deploy("click_aggregator", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
+                           conf_dir=conf, job_args=_job_args(settings, topics, group, "--bounded",
+                                                             # a backfill: no partition is quiet, only slow
+                                                             "--idle-timeout-ms", "60000"))
+    _wait_started(rest, job_id)
+    began = time.monotonic()
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    parts = [TopicPartition(topics["events"], p) for p in range(PARTITIONS)]
+    samples: list[tuple[float, int]] = []
+    while True:
+        state, _ = deploy.job_state(rest, job_id)
+        committed = consumer.committed(parts, timeout=10)
+        samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in committed)))
+        if state in ("FINISHED", "FAILED", "CANCELED"):
+            break
+        time.sleep(0.25)
+    consumer.close()
+    job_run_s = time.monotonic() - began
+    if state != "FINISHED":
+        raise RuntimeError(f"the benchmark job ended {state}")
+    moving = [s for s in samples if s[1] > 0]
+    first = moving[0] if moving else (began, 0)
+    top = max((s[1] for s in moving), default=0)
+    reached = next((s for s in moving if s[1] == top), first)
+    span = reached[0] - first[0]
+    rate = (reached[1] - first[1]) / span if span > 1 else events / job_run_s
+    return ({"events_per_s": round(rate), "job_run_s": round(job_run_s, 1), "events": events,
+             "campaigns": campaigns, "checkpoint_interval_ms": 2000}, topics)
+
+
+def bench_recount(settings: PlatformSettings, topics: dict[str, str], log) -> dict[str, Any]:
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from jobs import deploy
+    from pipelines import nightly_recount
+
+    archive = tempfile.mkdtemp(prefix="adserve-bench-archive-")
+    log(f"archiving the run's topics bounded into {archive} ...")
+    job_id = deploy.deploy("archiver", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
+                           conf_dir=Flink(settings).conf_dir,
+                           job_args=["--bootstrap", settings.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(settings)),
+                                     "--group-id", f"bench-archive-{uuid.uuid4().hex[:6]}",
+                                     "--startup-mode", "earliest-offset", "--bounded",
+                                     "--checkpoint-interval-ms", "2000", "--archive-dir", archive,
+                                     "--topics", ",".join(topics[n] for n in ("events", "campaigns", "billed"))])
+    _wait_started(settings.flink_rest_url, job_id)
+    while (state := deploy.job_state(settings.flink_rest_url, job_id)[0]) not in ("FINISHED", "FAILED", "CANCELED"):
+        time.sleep(1)
+    if state != "FINISHED":
+        raise RuntimeError(f"the archiver ended {state}")
+    log("running the nightly recount (Beam, DirectRunner) over the archive ...")
+    began = time.monotonic()
+    summary = nightly_recount.run(["--archive", archive, "--day", DAY, "--output", f"{archive}/recount",
+                                   "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
+                                   "--billed-topic", topics["billed"]], save_main_session=False)
+    return {"recount_s": round(time.monotonic() - began, 1), "recount_differences": summary["differences"],
+            "recount_events": summary["events"], "recount_campaigns": summary["campaigns"]}
+
+
+def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campaigns: int, log) -> dict[str, Any]:
+    import numpy as np
+    from confluent_kafka import Consumer
+
+    from core import clicks
+    from infra.platform.services import Flink
+    from jobs import deploy
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    topics = _topics(settings, "latency")
+    producer = _producer(settings)
+    _campaign_records(settings, producer, topics["campaigns"], campaigns, int(time.time() * 1000) - 60_000)
+    producer.flush(60)
+    job_id = deploy.deploy("click_aggregator", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
+                           conf_dir=Flink(settings).conf_dir,
+                           job_args=_job_args(settings, topics, f"bench-latency-{uuid.uuid4().hex[:6]}"))
+    deploy.wait_running(settings.flink_rest_url, job_id, timeout_s=300)
+    billed_at: dict[tuple[int, int], float] = {}  # (campaign, window end) -> wall time first read
+    stop = threading.Event()
+
+    def read_billed():
+        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": uuid.uuid4().hex,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([topics["billed"]])
+        while not stop.is_set():
+            for m in consumer.consume(500, timeout=0.2):
+                if m.error() is None:
+                    record = codec.decode(m.value())
+                    billed_at.setdefault((record["campaign_id"], record["event_time"]), time.time())
+        consumer.close()
+
+    reader = threading.Thread(target=read_billed, daemon=True)
+    reader.start()
+    time.sleep(5)  # the job's sources find the topics
+    log(f"producing {rate:,} events/s in real time for {seconds} s, reading billed totals back ...")
+    sent: list[tuple[int, int]] = []  # (campaign, event time ms) of billable, valid events
+    began, produced = time.time(), 0
+    for campaign, event in _events(rate * seconds, campaigns, seed=13, start_ms=0, per_second=rate,
+                                   clock=lambda: int(time.time() * 1000)):
+        produced += 1
+        _produce(producer, topics["events"], str(campaign).encode(), codec.encode("AdEvent", event),
+                 event["event_time"])
+        if clicks.is_billable(event) and clicks.invalid_reason(event) is None:
+            sent.append((campaign, event["event_time"]))
+        ahead = began + produced / rate - time.time()  # hold the rate: real time, not a backlog
+        if ahead > 0.005:
+            producer.poll(0)
+            time.sleep(ahead)
+    # keep event time moving after the last event so its window closes
+    end = time.time() + 25
+    while time.time() < end:
+        now = int(time.time() * 1000)
+        for partition in range(PARTITIONS):
+            tick = {"event_id": uuid.uuid4().hex, "impression_id": f"tick-{now}-{partition}",
+                    "event_type": "IMPRESSION", "event_time": now, "served_time": now - 1000, "campaign_id": 1,
+                    "ad_id": 10, "price_micros": 1, "billing_type": "CLICK", "user_id": None,
+                    "ip_address": None, "user_agent": None, "token_key_id": "k1"}
+            _produce(producer, topics["events"], b"1", codec.encode("AdEvent", tick), now, partition)
+        producer.poll(0)
+        time.sleep(0.2)
+    producer.flush(30)
+    stop.set()
+    reader.join(10)
+    deploy.stop(settings.flink_rest_url, job_id)
+    latencies = [billed_at[(c, clicks.window_end(t))] - t / 1000 for c, t in sent
+                 if (c, clicks.window_end(t)) in billed_at]
+    if not latencies:
+        raise RuntimeError("no billed totals came back: the latency part measured nothing")
+    return {"beacon_to_billed_p50_s": round(float(np.percentile(latencies, 50)), 2),
+            "beacon_to_billed_p99_s": round(float(np.percentile(latencies, 99)), 2),
+            "latency_events": len(latencies), "latency_events_unbilled": len(sent) - len(latencies)}
+
+
+def bench_python_baseline(events: int, campaigns: int) -> dict[str, Any]:
+    from core import clicks
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    values = [codec.encode("AdEvent", e) for _, e in _events(events, campaigns, seed=17, start_ms=T0,
+                                                              per_second=20_000)]
+    seen: set[tuple[str, str]] = set()
+    windows: dict[tuple[int, int], clicks.WindowTotals] = {}
+    began = time.perf_counter()
+    for value in values:
+        event = codec.decode(value, "AdEvent")
+        key = clicks.dedupe_key(event)
+        if key in seen:
+            continue
+        seen.add(key)
+        end = clicks.window_end(event["event_time"])
+        windows.setdefault((event["campaign_id"], end), clicks.WindowTotals(end)).add(
+            event, clicks.invalid_reason(event))
+    return {"baseline_python_events_per_s": round(len(values) / (time.perf_counter() - began))}
+
+
+def run(*, events: int, campaigns: int, latency_rate: int, latency_s: int, recount: bool = True,
+        log=print) -> dict[str, Any]:
+    from adserve.bench import machine
+    from infra.platform import control
+
+    settings = PlatformSettings.from_env()
+    control.up(settings, log=log)
+    figures: dict[str, Any] = {"machine": machine()}
+    throughput, topics = bench_throughput(settings, events=events, campaigns=campaigns, log=log)
+    figures.update(throughput)
+    if recount:
+        figures.update(bench_recount(settings, topics, log))
+    figures.update(bench_latency(settings, rate=latency_rate, seconds=latency_s, campaigns=campaigns, log=log))
+    log("baseline: the per-event path in plain Python ...")
+    figures.update(bench_python_baseline(min(events, 300_000), campaigns))
+    return figures
+
+
+def render(f: dict[str, Any]) -> str:
+    m = f["machine"]
+    lines = [
+        f"machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB",
+        f"click aggregator (Flink, checkpoint every {f['checkpoint_interval_ms']} ms): {f['events_per_s']:,} "
+        f"events/s ({f['events']:,} events, {f['campaigns']:,} campaigns; run {f['job_run_s']} s)",
+        f"baseline, per-event decode + dedupe + tag + window in plain Python: "
+        f"{f['baseline_python_events_per_s']:,} events/s "
+        f"(x{f['events_per_s'] / max(1, f['baseline_python_events_per_s']):.1f})"]
+    if "recount_s" in f:
+        lines.append(f"nightly recount (Beam DirectRunner) over the archive: {f['recount_s']} s for "
+                     f"{f['recount_events']:,} archived events, {f['recount_differences']} differences from the "
+                     f"streaming totals ({f['recount_campaigns']:,} campaigns)")
+    lines.append(f"beacon to billed spend: p50 {f['beacon_to_billed_p50_s']} s, p99 {f['beacon_to_billed_p99_s']} s "
+                 f"({f['latency_events']:,} billable events; {f['latency_events_unbilled']} not seen billed)")
+    return "\n".join(lines)
