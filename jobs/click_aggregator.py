@@ -255,9 +255,10 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                 self.windows.inc()
                 bill.add(clicks.WindowTotals(event_ms + 1, row.billable, row.impressions, row.clicks, row.invalid,
                                              row.invalid_events))
-            elif row.kind == "joined":  # a click of this campaign found its impression
-                bill.joined_clicks += row.clicks
-                emit_at = max(clicks.window_end(event_ms), bill.last_window_ms)
+            elif row.kind == "joined":  # a click of this campaign found its impression: counted in its window's day
+                joined = clicks.WindowTotals(clicks.window_end(event_ms), joined_clicks=row.clicks)
+                bill.add(joined)
+                emit_at = max(joined.end_ms, bill.last_window_ms)
             elif row.kind == "campaign":
                 bill.on_campaign(self.codec.decode(row.v, "ServingCampaign"))
                 emit_at = max(event_ms, bill.last_window_ms)

@@ -131,3 +131,11 @@ def test_a_click_joins_its_impression_seen_within_the_token_lifetime_or_the_allo
                                                                       ip="10.0.0.3")]
     totals = clicks.recount(events, [_campaign(1, 100 * DOLLAR)])[(1, "2026-01-05")]
     assert (totals["billed_clicks"], totals["joined_clicks"]) == (3, 2)
+
+
+def test_a_joined_click_reported_before_its_window_counts_in_the_day():
+    bill = clicks.CampaignBill(1)
+    bill.on_campaign(_campaign(1, 100 * DOLLAR))
+    bill.add(clicks.WindowTotals(T0 + 10_000, joined_clicks=1))  # the join reports first...
+    bill.add(clicks.WindowTotals(T0 + 10_000, billable_micros=DOLLAR, clicks=1))  # ...then the window closes
+    assert bill.record(T0 + 10_000)["joined_clicks"] == 1
