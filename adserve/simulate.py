@@ -58,7 +58,6 @@ PLACEMENTS = {"feed": (0.5, 4.0), "article": (0.3, 3.0), "video": (0.2, 5.0)}  #
 COUNTRIES = {"US": 0.5, "GB": 0.2, "DE": 0.2, "CA": 0.1}
 SLOTS = (1, 2)
 SPIKE = (20 * 3600, 22 * 3600, 3.0)  # the live event: from, to (seconds of the day), traffic factor
-SIZE_CLASSES = ("small", "medium", "large")
 RESERVE_MICROS = 20_000  # every placement's reserve: $0.02 of total value per impression (a lone bidder pays it)
 
 
@@ -71,10 +70,6 @@ def diurnal(second: float) -> float:
 def traffic(second: float) -> float:
     start, end, factor = SPIKE
     return diurnal(second) * (factor if start <= second < end else 1.0)
-
-
-def size_class(budget_micros: int) -> str:
-    return "small" if budget_micros < 200 * DOLLAR else "medium" if budget_micros < 10_000 * DOLLAR else "large"
 
 
 # ------------------------------------------------------------------ the script

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from adserve.simulate import DOLLAR, SIZE_CLASSES, size_class
+from adserve.simulate import DOLLAR
+from core.billing import SIZE_CLASSES, size_class
 
 
 def _hour_targets(day_pacing, budget_micros: int) -> np.ndarray | None:

@@ -9,6 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SIZE_CLASSES = ("small", "medium", "large")  # how absorbed overspend is reported: by the day's budget
+SMALL_BELOW_MICROS = 200_000_000  # $200 a day
+LARGE_FROM_MICROS = 10_000_000_000  # $10,000 a day
+
+
+def size_class(budget_micros: int) -> str:
+    """The budget-size class a campaign's day is reported under: small < $200, medium < $10,000, large."""
+    return "small" if budget_micros < SMALL_BELOW_MICROS else "medium" if budget_micros < LARGE_FROM_MICROS \
+        else "large"
+
 
 @dataclass
 class DayBill:

@@ -238,6 +238,12 @@ def invalid_reason_sql(event: str = "") -> str:
             "ELSE CAST(NULL AS STRING) END")
 
 
+def version_at(history: list[Mapping[str, Any]], at_ms: int) -> Mapping[str, Any] | None:
+    """The campaign version in force at `at_ms` from versions sorted by event time (the first one before it)."""
+    in_force = [c for c in history if int(c["event_time"]) <= at_ms] or history[:1]
+    return in_force[-1] if in_force else None
+
+
 def bill_windows(campaign_id: int, windows: Iterable[WindowTotals], versions: Iterable[Mapping[str, Any]]
                  ) -> dict[str, dict[str, Any]]:
     """One campaign's day totals (budget day -> BilledSpend) from its windows, billed in event-time order, each
@@ -246,10 +252,10 @@ def bill_windows(campaign_id: int, windows: Iterable[WindowTotals], versions: It
     bill = CampaignBill(campaign_id)
     out: dict[str, dict[str, Any]] = {}
     for totals in sorted(windows, key=lambda w: w.end_ms):
-        in_force = [c for c in history if int(c["event_time"]) <= totals.end_ms] or history[:1]
-        if in_force and (bill.budget_micros != int(in_force[-1]["daily_budget_micros"])
-                         or bill.timezone != in_force[-1]["timezone"]):
-            bill.on_campaign(in_force[-1])
+        version = version_at(history, totals.end_ms)
+        if version is not None and (bill.budget_micros != int(version["daily_budget_micros"])
+                                    or bill.timezone != version["timezone"]):
+            bill.on_campaign(version)
         bill.add(totals)
         record = bill.record(totals.end_ms)
         if record is not None:

@@ -12,7 +12,9 @@ totals with the streaming job's last billed record for that day.
 Output: `<output>/differences.jsonl` (one line per campaign and field that
 differs: campaign_id, budget_day, field, streaming, recount) and
 `<output>/summary.json` ({"day", "campaigns", "differences", "events", "corrupt_records",
-"recount": {campaign: totals}}). On a clean day there are no differences.
+"absorbed_by_budget_size": {"small"|"medium"|"large": {campaigns, billed_micros, absorbed_micros}},
+"recount": {campaign: totals}}): the daily report of absorbed overspend by budget size (small < $200,
+medium < $10,000 a day, large). On a clean day there are no differences.
 
     python -m pipelines.nightly_recount --archive .platform/archive --day 2026-01-05 --output out/recount
 Every option Beam knows passes through (Dataflow: --runner=DataflowRunner --project=... --region=...)."""
@@ -31,6 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import clicks
+from core.billing import SIZE_CLASSES, size_class
 from pipelines.avro_files import CORRUPT, archive_pattern, unwrap_dofn
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
@@ -93,10 +96,29 @@ class RecountBill(beam.PTransform):
                    | "GroupWindow" >> beam.GroupByKey()
                    | "Totals" >> beam.MapTuple(lambda key, group: (key[0], clicks.totals_of(key[1], group)))
                    | "GroupCampaign" >> beam.GroupByKey())
-        return windows | "Bill" >> beam.FlatMap(
-            lambda kv, versions: [((kv[0], day), record) for day, record in clicks.bill_windows(
-                kv[0], kv[1], versions.get(kv[0], [])).items()],
-            versions=beam.pvalue.AsDict(self.campaigns))
+        return windows | "Bill" >> beam.FlatMap(_bill, versions=beam.pvalue.AsDict(self.campaigns))
+
+
+def _bill(campaign_and_windows, versions: dict[int, list[dict[str, Any]]]):
+    """((campaign, day), totals) for one campaign, each day's totals with the budget-size class of the budget in
+    force when its last window closed (`budget_class`, for the absorbed-overspend report)."""
+    campaign_id, windows = campaign_and_windows
+    history = sorted(versions.get(campaign_id, []), key=lambda c: int(c["event_time"]))
+    for day, record in clicks.bill_windows(campaign_id, windows, history).items():
+        version = clicks.version_at(history, int(record["event_time"]))
+        budget = int(version["daily_budget_micros"]) if version else 0
+        yield (campaign_id, day), dict(record, budget_class=size_class(budget))
+
+
+def absorbed_by_budget_size(totals: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """The day's absorbed overspend (and billed spend) per budget-size class, from the recount's totals."""
+    report = {name: {"campaigns": 0, "billed_micros": 0, "absorbed_micros": 0} for name in SIZE_CLASSES}
+    for record in totals.values():
+        row = report[record["budget_class"]]
+        row["campaigns"] += 1
+        row["billed_micros"] += int(record["billed_spend_micros"])
+        row["absorbed_micros"] += int(record["absorbed_overspend_micros"])
+    return report
 
 
 def differences(day: str, streaming: dict[tuple[int, str], dict], recount: dict[tuple[int, str], dict]
@@ -172,7 +194,8 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
         (pipeline | "One" >> beam.Create([None])
          | "Summary" >> beam.Map(lambda _, campaigns_n, diffs_n, events_n, corrupt_n, totals: json.dumps({
              "day": the_day, "campaigns": campaigns_n, "differences": diffs_n, "events": events_n,
-             "corrupt_records": corrupt_n, "recount": dict(sorted(totals.items()))}, indent=2),
+             "corrupt_records": corrupt_n, "absorbed_by_budget_size": absorbed_by_budget_size(totals),
+             "recount": dict(sorted(totals.items()))}, indent=2),
              campaigns_n=count("Campaigns", joined), diffs_n=count("Differences", diffs),
              events_n=count("Events", events), corrupt_n=count("Corrupt", corrupt),
              totals=beam.pvalue.AsSingleton(recount_totals))

@@ -276,3 +276,4 @@ def test_the_archive_holds_every_record_once_and_the_nightly_recount_finds_no_di
     assert summary["campaigns"] >= 4
     assert summary["differences"] == 0, (tmp_path / "recount" / "differences.jsonl").read_text()
     assert summary["recount"]["202"]["billed_spend_micros"] == 5 * DOLLAR
+    assert summary["absorbed_by_budget_size"]["small"]["absorbed_micros"] == 1 * DOLLAR  # 202's extra click

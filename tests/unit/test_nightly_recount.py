@@ -28,8 +28,21 @@ def test_the_beam_recount_gives_the_same_bill_as_the_rule_in_one_process():
     assert expected[0][1]["invalid_credit_micros"] > 0 and expected[0][1]["absorbed_overspend_micros"] > 0
     with TestPipeline() as p:
         versions = p | "Versions" >> beam.Create([(c["campaign_id"], [c]) for c in campaigns])
-        got = p | beam.Create(events) | RecountBill(versions)
+        got = (p | beam.Create(events) | RecountBill(versions)
+               | beam.MapTuple(lambda key, r: (key, {k: v for k, v in r.items() if k != "budget_class"})))
         assert_that(got, equal_to(expected))
+
+
+def test_absorbed_overspend_is_reported_by_budget_size():
+    from pipelines.nightly_recount import absorbed_by_budget_size
+
+    totals = {"1": {"budget_class": "small", "billed_spend_micros": 20 * DOLLAR,
+                    "absorbed_overspend_micros": 2 * DOLLAR},
+              "2": {"budget_class": "small", "billed_spend_micros": 5 * DOLLAR, "absorbed_overspend_micros": 0},
+              "3": {"budget_class": "large", "billed_spend_micros": 10_000 * DOLLAR, "absorbed_overspend_micros": 7}}
+    report = absorbed_by_budget_size(totals)
+    assert report["small"] == {"campaigns": 2, "billed_micros": 25 * DOLLAR, "absorbed_micros": 2 * DOLLAR}
+    assert report["medium"]["campaigns"] == 0 and report["large"]["absorbed_micros"] == 7
 
 
 def test_differences_name_each_field_that_disagrees_and_nothing_on_a_clean_day():
