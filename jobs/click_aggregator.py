@@ -10,10 +10,14 @@ jobs/jvm/DecodeAdEvent):
   burst counts      per user and per IP, each click's count of clicks in its event-time minute
                     (RANGE OVER windows: ties counted together, so replays give the same counts)
   tag               core.clicks.invalid_reason, generated as SQL from the same constants
+  join              each valid billable click with its impression's beacon (interval join,
+                    core.clicks.joins bounds), emitted as soon as both are seen
   10 s windows      per campaign: billable value, billable impressions / clicks, invalid value
+                    (one-phase; a row already behind the watermark there takes the late path)
 
-Python sees only the reduced windows, the campaign records (a side input) and
-the rare late or undecodable events, and calls core.clicks.CampaignBill: bill
+Python sees only the reduced windows, the joined clicks, the campaign records
+(a side input) and the rare late or undecodable events, and calls
+core.clicks.CampaignBill: bill
 up to the budget in force (core.billing), absorb the rest, credit invalid
 traffic. Every window it emits the campaign's cumulative totals for its budget
 day; being cumulative they are idempotent, so the sink is at-least-once
@@ -22,8 +26,10 @@ day; being cumulative they are idempotent, so the sink is at-least-once
 never a second bill.
 
 Late events (behind the job's clock, e.g. a tracker that reconnected) are
-deduplicated with the rest, then billed on arrival in the Python path (bot and
-too-soon rules apply; burst counts are not kept for them). Corrupt records ->
+deduplicated with the rest, then billed on arrival in the Python path, in their
+event time's window and day (late already at deduplication: bot and too-soon
+rules apply, burst counts and the join do not; late only at a window: the
+reason SQL gave them). Corrupt records ->
 dead.letters, counted (`corrupt_records`), and the job keeps running.
 
 Deploy: adserve jobs deploy click_aggregator"""
