@@ -39,6 +39,7 @@ Rules (docs/billing.md):
 Times are int epoch milliseconds; money is int micros."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -198,6 +199,22 @@ class CampaignBill:
         self.invalid_micros += window.invalid_micros
         self.joined_clicks += window.joined_clicks
         self.last_window_ms = max(self.last_window_ms, window.end_ms)
+
+    def to_json(self) -> str:
+        """The whole state as JSON (how the job keeps it in Flink state)."""
+        b = self.bill
+        return json.dumps([self.campaign_id, self.timezone, self.budget_micros, self.budget_day,
+                           [b.budget_micros, b.billed_micros, b.absorbed_micros, b.billed_events, b.billed_above_micros],
+                           self.impressions, self.clicks, self.invalid_micros, self.joined_clicks,
+                           [[w.end_ms, w.billable_micros, w.impressions, w.clicks, w.invalid_micros, w.invalid_events,
+                             w.joined_clicks] for w in self.pending], self.last_window_ms])
+
+    @classmethod
+    def from_json(cls, text: str) -> "CampaignBill":
+        (campaign_id, tz, budget, day, b, impressions, clicks_, invalid, joined, pending,
+         last) = json.loads(text)
+        return cls(campaign_id, tz, budget, day, DayBill(*b), impressions, clicks_, invalid, joined,
+                   [WindowTotals(*w) for w in pending], last)
 
     def record(self, event_time_ms: int) -> dict[str, Any] | None:
         """The BilledSpend record (schemas/billed_spend.avsc) for the day so far; None before any bill."""

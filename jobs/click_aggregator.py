@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from dataclasses import asdict
 from typing import Sequence
 
 from core import clicks
@@ -238,20 +237,20 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
             self.seen = runtime_context.get_map_state(MapStateDescriptor("late_seen", Types.STRING(), Types.LONG()))
             metrics = runtime_context.get_metrics_group()
             self.windows, self.late = metrics.counter("billing_windows"), metrics.counter("late_events")
+            self.cache: dict[int, clicks.CampaignBill] = {}
 
         def _load(self, campaign_id: int) -> clicks.CampaignBill:
-            raw = self.bill_state.value()
-            if raw is None:
-                return clicks.CampaignBill(campaign_id)
-            data = json.loads(raw)
-            from core.billing import DayBill
-
-            data["bill"] = DayBill(**data["bill"])
-            data["pending"] = [clicks.WindowTotals(**w) for w in data["pending"]]
-            return clicks.CampaignBill(**data)
+            # Decoded bills stay in memory between calls; Flink state stays the truth (written after every
+            # change, checkpointed) and a restart rebuilds this operator with an empty cache.
+            bill = self.cache.get(campaign_id)
+            if bill is None:
+                raw = self.bill_state.value()
+                bill = clicks.CampaignBill(campaign_id) if raw is None else clicks.CampaignBill.from_json(raw)
+                self.cache[campaign_id] = bill
+            return bill
 
         def _save(self, bill: clicks.CampaignBill) -> None:
-            self.bill_state.update(json.dumps(asdict(bill)))
+            self.bill_state.update(bill.to_json())
 
         def process_element(self, row, ctx):
             bill = self._load(ctx.get_current_key())
@@ -263,8 +262,12 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                                              row.invalid_events))
             elif row.kind == "joined":  # a click of this campaign found its impression: counted in its window's day
                 joined = clicks.WindowTotals(clicks.window_end(event_ms), joined_clicks=row.clicks)
+                reported = bill.last_window_ms >= joined.end_ms
                 bill.add(joined)
                 emit_at = max(joined.end_ms, bill.last_window_ms)
+                if not reported:  # the click's window record, still to come, will carry it
+                    self._save(bill)
+                    return
             elif row.kind == "campaign":
                 bill.on_campaign(self.codec.decode(row.v, "ServingCampaign"))
                 emit_at = max(event_ms, bill.last_window_ms)

@@ -139,3 +139,13 @@ def test_a_joined_click_reported_before_its_window_counts_in_the_day():
     bill.add(clicks.WindowTotals(T0 + 10_000, joined_clicks=1))  # the join reports first...
     bill.add(clicks.WindowTotals(T0 + 10_000, billable_micros=DOLLAR, clicks=1))  # ...then the window closes
     assert bill.record(T0 + 10_000)["joined_clicks"] == 1
+
+
+def test_a_bill_survives_its_json_round_trip():
+    bill = clicks.CampaignBill(7)
+    bill.add(clicks.WindowTotals(T0 + 10_000, billable_micros=DOLLAR, clicks=1))  # pending: no budget yet
+    again = clicks.CampaignBill.from_json(bill.to_json())
+    assert again == bill
+    again.on_campaign(_campaign(7, 5 * DOLLAR))
+    again.add(clicks.WindowTotals(T0 + 20_000, billable_micros=DOLLAR, impressions=1, joined_clicks=1))
+    assert clicks.CampaignBill.from_json(again.to_json()) == again
