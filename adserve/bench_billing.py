@@ -140,8 +140,6 @@ def _campaign_records(settings, producer, topic: str, campaigns: int, at_ms: int
 
 
 def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int, log) -> tuple[dict, dict]:
-    from confluent_kafka import Consumer, TopicPartition
-
     from infra.platform.services import Flink
     from jobs import deploy
     from schemas.codec import AvroCodec
@@ -171,28 +169,9 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
                                                              # a backfill: no partition is quiet, only slow
                                                              "--idle-timeout-ms", "60000"))
     _wait_started(rest, job_id)
-    began = time.monotonic()
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
-    parts = [TopicPartition(topics["events"], p) for p in range(PARTITIONS)]
-    samples: list[tuple[float, int]] = []
-    while True:
-        state, _ = deploy.job_state(rest, job_id)
-        committed = consumer.committed(parts, timeout=10)
-        samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in committed)))
-        if state in ("FINISHED", "FAILED", "CANCELED"):
-            break
-        time.sleep(0.25)
-    consumer.close()
-    job_run_s = time.monotonic() - began
-    if state != "FINISHED":
-        raise RuntimeError(f"the benchmark job ended {state}")
-    moving = [s for s in samples if s[1] > 0]
-    first = moving[0] if moving else (began, 0)
-    top = max((s[1] for s in moving), default=0)
-    reached = next((s for s in moving if s[1] == top), first)
-    span = reached[0] - first[0]
-    rate = (reached[1] - first[1]) / span if span > 1 else events / job_run_s
+    from adserve.bench import committed_rate
+
+    rate, job_run_s = committed_rate(settings, job_id, group, topics["events"], PARTITIONS, events)
     return ({"events_per_s": round(rate), "job_run_s": round(job_run_s, 1), "events": events,
              "campaigns": campaigns, "checkpoint_interval_ms": 2000}, topics)
 

@@ -102,33 +102,9 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"]])
     deploy.wait_running(rest, job_id, timeout_s=300)
-    began = time.monotonic()
-    # Progress = the offsets the job commits for its consumer group at each completed checkpoint (every 2 s):
-    # exact counts of items the job has fully processed, unlike the REST metrics (refreshed every ~10 s).
-    from confluent_kafka import Consumer, TopicPartition
+    from adserve.bench import committed_rate
 
-    group = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"bench-pacing-{suffix}",
-                      "enable.auto.commit": False})
-    parts = [TopicPartition(topics["spend"], p) for p in range(4)]
-    samples: list[tuple[float, int]] = []
-    while True:
-        state, _ = deploy.job_state(rest, job_id)
-        committed = group.committed(parts, timeout=10)
-        samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in committed)))
-        if state in ("FINISHED", "FAILED", "CANCELED"):
-            break
-        time.sleep(0.25)
-    group.close()
-    job_run_s = time.monotonic() - began
-    if state != "FINISHED":
-        raise RuntimeError(f"the benchmark job ended {state}")
-    moving = [s for s in samples if s[1] > 0]
-    first = moving[0] if moving else (began, 0)
-    top = max((s[1] for s in moving), default=0)
-    reached = next((s for s in moving if s[1] == top), first)
-    span = reached[0] - first[0]
-    # between the first and the last checkpoint that moved the offsets: steady state, start-up excluded
-    rate = (reached[1] - first[1]) / span if span > 1 else items / job_run_s
+    rate, job_run_s = committed_rate(settings, job_id, f"bench-pacing-{suffix}", topics["spend"], 4, items)
     return {"spend_items_per_s": round(rate), "job_run_s": round(job_run_s, 1), "items": items,
             "campaigns": campaigns, "servers": servers, "checkpoint_interval_ms": 2000}
 
