@@ -131,7 +131,7 @@ def _wait_started(rest: str, job_id: str) -> None:
             raise
 
 
-def _campaign_records(settings, producer, topic: str, campaigns: int, at_ms: int) -> None:
+def _campaign_records(producer, topic: str, campaigns: int, at_ms: int) -> None:
     from schemas.codec import AvroCodec
 
     codec = AvroCodec()
@@ -147,7 +147,7 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
     codec = AvroCodec()
     topics = _topics(settings, "run")
     producer = _producer(settings)
-    _campaign_records(settings, producer, topics["campaigns"], campaigns, T0 - 60_000)
+    _campaign_records(producer, topics["campaigns"], campaigns, T0 - 60_000)
     log(f"producing {events:,} events on {campaigns:,} campaigns to {topics['events']} ...")
     last = T0
     for campaign, event in _events(events, campaigns, seed=11, start_ms=T0, per_second=20_000):
@@ -218,7 +218,7 @@ def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campai
     codec = AvroCodec()
     topics = _topics(settings, "latency")
     producer = _producer(settings)
-    _campaign_records(settings, producer, topics["campaigns"], campaigns, int(time.time() * 1000) - 60_000)
+    _campaign_records(producer, topics["campaigns"], campaigns, int(time.time() * 1000) - 60_000)
     producer.flush(60)
     job_id = deploy.deploy("click_aggregator", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
                            conf_dir=Flink(settings).conf_dir,

@@ -45,8 +45,8 @@ from typing import Any, Sequence
 from core import budget
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment, parse,
-                           kafka_sink_table, kafka_source_table, settings_from_args)
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
+                           dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args)
 
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -150,10 +150,6 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     leases_out = OutputTag("leases", bytes_row_type())
     record_types = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend"}
 
-    def dead(row, error: CorruptRecord, codec: AvroCodec):
-        return dead_letters, Row(JOB_NAME.encode(), codec.encode("DeadLetter", from_corrupt(
-            JOB_NAME, error, timestamp_ms=None, key=row.k, value=row.v)))
-
     class Route(ProcessFunction):
         """Low-volume raw records: decode, key by campaign; corrupt ones -> dead letters (counted)."""
 
@@ -170,7 +166,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                                            offset=row.off)
             except CorruptRecord as error:
                 self.corrupt.inc()
-                yield dead(row, error, self.codec)
+                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None, key=row.k,
+                                                                 value=row.v), self.codec)
                 return
             if row.kind == "spend_raw" and int(record["campaign_id"]) <= 0:
                 return  # a late heartbeat

@@ -43,7 +43,7 @@ from typing import Sequence
 from core import clicks
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment, dead_letter_row,
                            kafka_sink_table, kafka_source_table, parse, settings_from_args, timed_bytes_row_type)
 
 JOB_NAME = "click_aggregator"
@@ -217,8 +217,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                                            offset=row.off)
             except CorruptRecord as error:
                 self.corrupt.inc()
-                yield dead_letters, Row(JOB_NAME.encode(), self.codec.encode("DeadLetter", from_corrupt(
-                    JOB_NAME, error, timestamp_ms=None, key=row.k, value=row.v)))
+                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None, key=row.k,
+                                                                 value=row.v), self.codec)
                 return
             if row.kind == "raw":  # another contract version: billed on the late path
                 event = {name: record.get(name) for name in LATE_FIELDS}

@@ -24,8 +24,8 @@ from typing import Sequence
 from core import event_counts as rules
 from core.dead_letters import dead_letter, from_corrupt
 from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment, parse,
-                           kafka_sink_table, kafka_source_table, settings_from_args)
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
+                           dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args)
 
 JOB_NAME = "event_counts"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -36,14 +36,6 @@ def _event_type():
 
     return Types.TUPLE([Types.LONG(), Types.LONG(), Types.STRING(), Types.STRING(), Types.LONG(),
                         Types.STRING(), Types.INT(), Types.LONG()])
-
-
-def _dead_letter_row(record: dict):
-    from pyflink.common import Row
-
-    from schemas.codec import AvroCodec
-
-    return Row(record["job"].encode(), AvroCodec().encode("DeadLetter", record))
 
 
 def build(env, t_env, settings: KafkaJobSettings, *, input_topic: str, output_topic: str, dead_letter_topic: str,
@@ -72,7 +64,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, input_topic: str, output_to
                                           offset=row.offset)
             except CorruptRecord as error:
                 self.corrupt.inc()
-                yield dead_letters, _dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=ts_ms,
+                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=ts_ms,
                                                                   key=row.k, value=row.v))
                 return
             yield (event["campaign_id"], event["event_time"], event["event_type"], event["billing_type"],
@@ -91,7 +83,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, input_topic: str, output_to
             campaign_id, event_time_ms, event_type, billing_type, price_micros, topic, partition, offset = value
             if rules.is_late(event_time_ms, ctx.timer_service().current_watermark(), window_ms):
                 self.late.inc()
-                yield dead_letters, _dead_letter_row(dead_letter(
+                yield dead_letters, dead_letter_row(dead_letter(
                     JOB_NAME, topic=topic, partition=partition, offset=offset, timestamp_ms=event_time_ms,
                     key=None, value=None, error_type="LateEvent",
                     reason=f"event time {event_time_ms} is behind the watermark "

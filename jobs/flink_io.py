@@ -212,6 +212,18 @@ def bytes_row_type():
     return Types.ROW_NAMED(BYTES_ROW_FIELDS, [Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
 
+def dead_letter_row(record: dict, codec=None):
+    """A dead.letters row (key = the job's name, value = the DeadLetter record, core.dead_letters) for a job's
+    dead-letter side output."""
+    from pyflink.common import Row
+
+    if codec is None:
+        from schemas.codec import AvroCodec
+
+        codec = AvroCodec()
+    return Row(record["job"].encode(), codec.encode("DeadLetter", record))
+
+
 def timed_bytes_row_type():
     """(k, v, ts): ts is the record's event time in epoch ms, for a sink made with with_timestamp=True."""
     from pyflink.common import Types

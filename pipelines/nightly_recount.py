@@ -25,7 +25,7 @@ import json
 import logging
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import apache_beam as beam
 from apache_beam.io.avroio import ReadAllFromAvro

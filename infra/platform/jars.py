@@ -65,21 +65,20 @@ def fetch(settings: PlatformSettings, groups: tuple[JarGroup, ...] = ALL_GROUPS,
         tmp.rename(target)
 
 
-def flink_connector_jar(settings: PlatformSettings) -> Path:
-    """The Flink Kafka SQL connector jar; raises if it has not been fetched."""
-    folder = FLINK_CONNECTORS.folder(settings)
-    jars = sorted(folder.glob(f"{FLINK_CONNECTORS.probe}*.jar")) if folder.is_dir() else []
+def _fetched_jar(settings: PlatformSettings, group: JarGroup, what: str) -> Path:
+    folder = group.folder(settings)
+    jars = sorted(folder.glob(f"{group.probe}*.jar")) if folder.is_dir() else []
     if not jars:
-        raise PlatformError(f"the Flink Kafka connector jar is missing under {folder}: run `adserve up` "
+        raise PlatformError(f"the {what} jar is missing under {folder}: run `adserve up` "
                             "(or `adserve platform fetch`) first")
     return jars[-1]
+
+
+def flink_connector_jar(settings: PlatformSettings) -> Path:
+    """The Flink Kafka SQL connector jar; raises if it has not been fetched."""
+    return _fetched_jar(settings, FLINK_CONNECTORS, "Flink Kafka connector")
 
 
 def flink_avro_jar(settings: PlatformSettings) -> Path:
     """The Flink Avro SQL format jar (the archiver's file format); raises if it has not been fetched."""
-    folder = FLINK_FORMATS.folder(settings)
-    jars = sorted(folder.glob(f"{FLINK_FORMATS.probe}*.jar")) if folder.is_dir() else []
-    if not jars:
-        raise PlatformError(f"the Flink Avro format jar is missing under {folder}: run `adserve up` "
-                            "(or `adserve platform fetch`) first")
-    return jars[-1]
+    return _fetched_jar(settings, FLINK_FORMATS, "Flink Avro format")
