@@ -31,7 +31,7 @@ from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_enviro
 
 JOB_NAME = "archiver"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-DEFAULT_TOPICS = ("ad.served", "ad.events", "billing.billed_spend", "serving.campaigns")
+DEFAULT_TOPICS = ("ad.served", "ad.events", "billing.billed_spend", "serving.campaigns", "training.examples")
 
 
 def folder_name(topic: str) -> str:

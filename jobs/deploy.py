@@ -46,7 +46,10 @@ JOBS: dict[str, JobSpec] = {
     "click_aggregator": JobSpec("click_aggregator", "jobs.click_aggregator",
                                 "ad.events, campaigns -> deduplicated, tagged, billed: billing.billed_spend"),
     "archiver": JobSpec("archiver", "jobs.archiver",
-                        "ad.served, ad.events, billing, campaigns -> hourly Avro container files (the archive)"),
+                        "ad.served, ad.events, billing, campaigns, training examples -> hourly Avro container "
+                        "files (the archive)"),
+    "training_join": JobSpec("training_join", "jobs.training_join",
+                             "ad.served, ad.events -> labelled, down-sampled training.examples"),
 }
 
 

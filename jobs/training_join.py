@@ -1,0 +1,215 @@
+"""Flink job `training_join`: ad.served + ad.events -> labelled, down-sampled training.examples. Keyed by
+impression id, on event time.
+
+  ad.served  each record's filled slots (core.training.impressions_of)  \
+                                                                         > keyed by impression id -> Label
+  ad.events  impression and click beacons (impression id, type, times)  /
+
+Label (per impression): every record of an impression sets an event-time timer at its served time + 1 h
+(core.training.final_at_ms; the served record and every beacon carry the served time). Beacons fold into
+an Outcome (core.training.observe); when the watermark passes the timer the label is final and
+core.training.example decides: a positive (clicked within the hour), a kept negative (rendered, not
+clicked, hash-sampled at the keep rate with weight 1 / rate), or nothing (never rendered, or a dropped
+negative). The example carries the served record's user features exactly as logged, its ad-snapshot
+version and the fallback / exploration marks, so training can treat those requests apart.
+
+The same rules run in the Beam backfill (pipelines/training_set) over the archive, and on the same data
+the two give the same examples: every example is emitted when its label is final, never before, so the
+order in which beacons arrive cannot change it. What can: a record later than the watermark bound. A
+served record that arrives after its impression's timer still gets its example (the label was already
+final); a beacon that arrives after its impression's example was emitted is counted (`late_beacons`)
+and ignored. State of an impression is cleared CLEANUP_MS after its label is final; beacons of an
+impression whose served record never came are counted (`unjoined_impressions`) then.
+
+Outputs: training.examples (TrainingExample, keyed by impression id, exactly-once, Kafka timestamp =
+the example's event time, so the archiver files it by event time), dead.letters for records that do
+not decode (counted, `corrupt_records`).
+
+Deploy: adserve jobs deploy training_join [--keep-rate 0.1]"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from core import training
+from core.dead_letters import from_corrupt
+from core.errors import CorruptRecord
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
+                           dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args,
+                           timed_bytes_row_type)
+
+JOB_NAME = "training_join"
+LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
+CLEANUP_MS = 600_000  # how long an impression's state outlives its final label (late served records)
+ROW_FIELDS = ["impression_id", "kind", "served_ms", "event_ms", "event_type", "context"]
+
+
+def _row_type():
+    from pyflink.common import Types
+
+    return Types.ROW_NAMED(ROW_FIELDS, [Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG(), Types.STRING(),
+                                        Types.STRING()])
+
+
+def build(env, t_env, settings: KafkaJobSettings, *, served_topic: str = "ad.served", events_topic: str = "ad.events",
+          examples_topic: str = "training.examples", dead_letter_topic: str = "dead.letters",
+          keep_rate: float = training.DEFAULT_KEEP_RATE, out_of_orderness_ms: int = 5000) -> None:
+    from pyflink.common import Row, Types
+    from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+    from pyflink.datastream.state import ValueStateDescriptor
+    from pyflink.table.expressions import call, col
+
+    from schemas.codec import AvroCodec
+
+    dead_letters = OutputTag("dead-letters", bytes_row_type())
+
+    class Split(ProcessFunction):
+        """Decode; a served record becomes one row per filled slot, a beacon one row; corrupt -> dead letters."""
+
+        def open(self, runtime_context: RuntimeContext):
+            self.codec = AvroCodec()
+            self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+
+        def process_element(self, row, ctx):
+            try:
+                record = self.codec.decode(row.v, "ServedRecord" if row.kind == "served" else "AdEvent",
+                                           topic=row.topic, partition=row.partition, offset=row.offset)
+            except CorruptRecord as error:
+                self.corrupt.inc()
+                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None, key=row.k,
+                                                                 value=row.v), self.codec)
+                return
+            if row.kind == "served":
+                for impression in training.impressions_of(record):
+                    yield Row(impression["impression_id"], "served", impression["served_time"],
+                              impression["served_time"], None, json.dumps(impression))
+            else:
+                yield Row(record["impression_id"], "event", int(record["served_time"]), int(record["event_time"]),
+                          record["event_type"], None)
+
+    class Label(KeyedProcessFunction):
+        """Per impression: its served context and outcome until the label is final, then its example."""
+
+        def open(self, runtime_context: RuntimeContext):
+            self.codec = AvroCodec()
+            self.context = runtime_context.get_state(ValueStateDescriptor("served_context", Types.STRING()))
+            self.progress = runtime_context.get_state(ValueStateDescriptor("label_progress", Types.STRING()))
+            metrics = runtime_context.get_metrics_group()
+            self.emitted, self.late = metrics.counter("examples"), metrics.counter("late_beacons")
+            self.unjoined = metrics.counter("unjoined_impressions")
+
+        def _load(self, served_ms: int) -> LabelProgress:
+            raw = self.progress.value()
+            return LabelProgress(served_ms) if raw is None else LabelProgress.parse(raw)
+
+        def _finish(self, context: str, progress: LabelProgress):
+            progress.done = True
+            self.progress.update(progress.text())
+            made = training.example(json.loads(context), progress.outcome, keep_rate)
+            if made is not None:
+                self.emitted.inc()
+                yield Row(made["impression_id"].encode(), self.codec.encode("TrainingExample", made),
+                          made["event_time"])
+
+        def process_element(self, row, ctx):
+            progress = self._load(row.served_ms)
+            final_ms = training.final_at_ms(progress.served_ms)
+            watermark = ctx.timer_service().current_watermark()
+            already_final = watermark is not None and watermark >= final_ms
+            fresh = self.progress.value() is None
+            if row.kind == "served":
+                if self.context.value() is not None:
+                    return  # the served record again (at-least-once log): one example per impression
+                self.context.update(row.context)
+                if already_final and not progress.done:  # a late served record: the label was final already
+                    yield from self._finish(row.context, progress)
+                    return
+            elif progress.done:
+                self.late.inc()
+                return
+            else:
+                progress.outcome = training.observe(progress.outcome, row.event_type, row.event_ms, row.served_ms)
+            self.progress.update(progress.text())
+            if fresh:
+                ctx.timer_service().register_event_time_timer(final_ms)
+                ctx.timer_service().register_event_time_timer(final_ms + CLEANUP_MS)
+
+        def on_timer(self, timestamp: int, ctx):
+            raw = self.progress.value()
+            if raw is None:
+                return
+            progress = LabelProgress.parse(raw)
+            context = self.context.value()
+            if timestamp >= training.final_at_ms(progress.served_ms) + CLEANUP_MS:
+                if context is None:
+                    self.unjoined.inc()
+                self.context.clear()
+                self.progress.clear()
+            elif context is not None and not progress.done:
+                yield from self._finish(context, progress)
+
+    kafka_source_table(t_env, "served_in", served_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
+    kafka_source_table(t_env, "events_in", events_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
+    kafka_sink_table(t_env, "examples_out", examples_topic, settings, with_timestamp=True)
+    kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
+    raw = t_env.sql_query("""
+        SELECT 'served' AS kind, `topic`, `partition`, `offset`, ts, k, v FROM served_in
+        UNION ALL
+        SELECT 'event' AS kind, `topic`, `partition`, `offset`, ts, k, v FROM events_in""")
+    rows = t_env.to_data_stream(raw)
+    split = rows.process(Split(), output_type=_row_type()).name("decode served records and beacons")
+    examples = (split.key_by(lambda r: r.impression_id, key_type=Types.STRING())
+                .process(Label(), output_type=timed_bytes_row_type()).name("label impressions"))
+    statements = t_env.create_statement_set()
+    statements.add_insert("examples_out", t_env.from_data_stream(examples).select(
+        col("k"), col("v"), call("TO_TIMESTAMP_LTZ", col("ts"), 3)))
+    statements.add_insert("dead_letters_out", t_env.from_data_stream(split.get_side_output(dead_letters)))
+    statements.attach_as_datastream()
+
+
+@dataclass
+class LabelProgress:
+    """What the job holds of one impression between its first record and its cleanup (state as text)."""
+
+    served_ms: int
+    outcome: training.Outcome = field(default_factory=training.Outcome)
+    done: bool = False
+
+    def text(self) -> str:
+        click = -1 if self.outcome.first_click_ms is None else self.outcome.first_click_ms
+        return f"{self.served_ms}|{int(self.outcome.rendered)}|{click}|{int(self.done)}"
+
+    @classmethod
+    def parse(cls, text: str) -> "LabelProgress":
+        served, rendered, click, done = text.split("|")
+        return cls(int(served), training.Outcome(rendered == "1", None if click == "-1" else int(click)), done == "1")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, JOB_NAME)
+    parser.add_argument("--served-topic", default="ad.served")
+    parser.add_argument("--events-topic", default="ad.events")
+    parser.add_argument("--examples-topic", default="training.examples")
+    parser.add_argument("--dead-letter-topic", default="dead.letters")
+    parser.add_argument("--keep-rate", type=float, default=training.DEFAULT_KEEP_RATE,
+                        help=f"share of negatives kept (default {training.DEFAULT_KEEP_RATE}); every click is kept")
+    parser.add_argument("--out-of-orderness-ms", type=int, default=5000,
+                        help="how far a record may trail the newest one and still count before its label is final")
+    args = parse(parser, argv)
+    settings = settings_from_args(args, JOB_NAME)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("starting %s: keep rate %s, %s", JOB_NAME, args.keep_rate, settings.describe())
+    env, t_env = create_environment(settings)
+    build(env, t_env, settings, served_topic=args.served_topic, events_topic=args.events_topic,
+          examples_topic=args.examples_topic, dead_letter_topic=args.dead_letter_topic, keep_rate=args.keep_rate,
+          out_of_orderness_ms=args.out_of_orderness_ms)
+    env.execute(JOB_NAME)
+
+
+if __name__ == "__main__":
+    main()

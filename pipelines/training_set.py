@@ -1,0 +1,156 @@
+"""Beam pipeline `training_set`: the training join as a backfill over the archive (or any files of served
+records and beacons), for a range of days. The same label rule and down-sampling as the streaming job
+`training_join`, from the same module (core.training), so on the same data both give the same examples.
+
+Reads archived ad.served for the days asked and ad.events for those days and the day after (a label is
+final an hour after serving, so a click after midnight still counts), groups everything by impression
+id, and keeps one example per impression served in the range (core.training.example_of_impression).
+
+Output: `<output>/examples-SSSSS-of-NNNNN.avro` (TrainingExample, the contract of training.examples) and
+`<output>/summary.json` ({"from_day", "to_day", "keep_rate", "served_records", "events", "examples",
+"positives", "negatives_kept", "corrupt_records"}).
+
+    python -m pipelines.training_set --archive .platform/archive --from-day 2026-03-10 --to-day 2026-03-11 \\
+        --output out/training-set
+    python -m pipelines.training_set --served 'day/served.avro' --events 'day/events.avro' --output out/ts
+Every option Beam knows passes through (Dataflow: --runner=DataflowRunner --project=... --region=...)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any, Sequence
+
+import apache_beam as beam
+from apache_beam.io.avroio import ReadAllFromAvro
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from core import training
+from pipelines.avro_files import CORRUPT, archive_pattern, schema_json, unwrap_dofn
+
+
+class JoinExamples(beam.PTransform):
+    """(ServedRecord records, AdEvent records) -> TrainingExample records, by core.training's rules."""
+
+    def __init__(self, keep_rate: float = training.DEFAULT_KEEP_RATE):
+        super().__init__()
+        self.keep_rate = keep_rate
+
+    def expand(self, inputs):
+        served, events = inputs
+        contexts = served | "Impressions" >> beam.FlatMap(
+            lambda r: [(i["impression_id"], i) for i in training.impressions_of(r)])
+        beacons = events | "KeyBeacons" >> beam.Map(lambda e: (str(e["impression_id"]), e))
+        keep_rate = self.keep_rate
+        return ({"served": contexts, "events": beacons}
+                | "GroupByImpression" >> beam.CoGroupByKey()
+                | "Label" >> beam.FlatMap(lambda kv: [made for made in [training.example_of_impression(
+                    sorted(kv[1]["served"], key=lambda c: c["served_time"]), kv[1]["events"], keep_rate)]
+                    if made is not None]))
+
+
+def _files(patterns: list[str]) -> list[str]:
+    found = []
+    for result in FileSystems.match(patterns):
+        found.extend(m.path for m in result.metadata_list)
+    return sorted(found)
+
+
+def _days(first: str, last: str) -> list[str]:
+    start, end = date.fromisoformat(first), date.fromisoformat(last)
+    if end < start:
+        raise ValueError(f"--to-day {last} is before --from-day {first}")
+    return [(start + timedelta(days=d)).isoformat() for d in range((end - start).days + 1)]
+
+
+def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="pipelines.training_set", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--archive", help="the archiver's root (a folder or file system URI)")
+    parser.add_argument("--from-day", help="first UTC day of served records, YYYY-MM-DD (with --archive)")
+    parser.add_argument("--to-day", help="last UTC day, inclusive (default: --from-day)")
+    parser.add_argument("--served", action="append", default=[],
+                        help="instead of --archive: Avro files (glob) of served records; repeatable")
+    parser.add_argument("--events", action="append", default=[],
+                        help="instead of --archive: Avro files (glob) of beacons; repeatable")
+    parser.add_argument("--keep-rate", type=float, default=training.DEFAULT_KEEP_RATE,
+                        help=f"share of negatives kept (default {training.DEFAULT_KEEP_RATE}); every click is kept")
+    parser.add_argument("--output", required=True, help="folder for the examples and summary.json")
+    parser.add_argument("--served-topic", default="ad.served", help="archive folder of the served log")
+    parser.add_argument("--events-topic", default="ad.events", help="archive folder of the beacons")
+    known, pipeline_args = parser.parse_known_args(argv)
+    if known.archive:
+        if not known.from_day:
+            parser.error("--archive needs --from-day")
+        days = _days(known.from_day, known.to_day or known.from_day)
+        after = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
+        served_files = _files([archive_pattern(known.archive, known.served_topic, d) for d in days])
+        event_files = _files([archive_pattern(known.archive, known.events_topic, d) for d in days + [after]])
+    else:
+        if not known.served or not known.events:
+            parser.error("give --archive with --from-day, or --served and --events files")
+        days = [known.from_day or "", known.to_day or known.from_day or ""]
+        served_files, event_files = _files(known.served), _files(known.events)
+    logging.info("training set: %d served files, %d event files, keep rate %s", len(served_files),
+                 len(event_files), known.keep_rate)
+    out = known.output.rstrip("/")
+    if "://" not in out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    first_day, last_day, keep_rate = days[0], days[-1], known.keep_rate
+    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
+    with beam.Pipeline(options=options) as pipeline:
+        def read(label: str, files: list[str]):
+            decoded = (pipeline | f"{label}Files" >> beam.Create(files)
+                       | f"Read{label}" >> ReadAllFromAvro()
+                       | f"Unwrap{label}" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records"))
+            return decoded.records, decoded[CORRUPT]
+
+        def count(label: str, pcoll):
+            return beam.pvalue.AsSingleton(pcoll | f"Count{label}" >> beam.combiners.Count.Globally())
+
+        served, bad_served = read("Served", served_files)
+        if known.archive:  # files hold whole UTC hours: keep the served records of the days asked
+            in_range = set(days)
+            served = served | "InRange" >> beam.Filter(
+                lambda r: _utc_day(int(r["event_time"])) in in_range)
+        events, bad_events = read("Events", event_files)
+        examples = (served, events) | "Join" >> JoinExamples(keep_rate)
+        examples | "WriteExamples" >> beam.io.WriteToAvro(
+            f"{out}/examples", schema=_example_schema(), file_name_suffix=".avro", codec="deflate")
+        positives = examples | "Positives" >> beam.Filter(lambda e: e["label"] == 1)
+        corrupt = (bad_served, bad_events) | "AllCorrupt" >> beam.Flatten()
+        (pipeline | "One" >> beam.Create([None])
+         | "Summary" >> beam.Map(lambda _, served_n, events_n, examples_n, positives_n, corrupt_n: json.dumps({
+             "from_day": first_day, "to_day": last_day, "keep_rate": keep_rate, "served_records": served_n,
+             "events": events_n, "examples": examples_n, "positives": positives_n,
+             "negatives_kept": examples_n - positives_n, "corrupt_records": corrupt_n}, indent=2),
+             served_n=count("Served", served), events_n=count("Events", events),
+             examples_n=count("Examples", examples), positives_n=count("Positives", positives),
+             corrupt_n=count("Corrupt", corrupt))
+         | "WriteSummary" >> beam.io.WriteToText(f"{out}/summary", file_name_suffix=".json",
+                                                 shard_name_template=""))
+    with FileSystems.open(f"{out}/summary.json") as f:
+        summary = json.loads(f.read())
+    logging.info("training set: %d examples (%d positives) from %d served records, %d corrupt records",
+                 summary["examples"], summary["positives"], summary["served_records"], summary["corrupt_records"])
+    return summary
+
+
+def _utc_day(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).date().isoformat()
+
+
+def _example_schema() -> dict[str, Any]:
+    from schemas.codec import plain_timestamps
+
+    return plain_timestamps(schema_json("training_example.avsc"))
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.INFO)
+    run()

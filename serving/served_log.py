@@ -1,0 +1,47 @@
+"""The `ad.served` record of one decision (schemas/ad_served.avsc): what the ad server logs after it
+answered, and what every simulation that stands in for an ad server logs the same way. Pure.
+
+It owns the mapping from a Decision (serving.decision.engine) to the record; it never decides anything."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+BILLING_OF = {"cpm": "IMPRESSION", "cpc": "CLICK", "cpa": "CLICK"}
+
+
+def impression_id(request_id: str, slot: int) -> str:
+    """The id signed into a slot's token: the request id and the slot number."""
+    return f"{request_id}:{slot}"
+
+
+def served_record(decision, *, request_id: str, server_id: str, now_ms: int, placement: str,
+                  location: str | None, user_id: str | None, device: str | None, language: str | None,
+                  page: str | None, user_features: Mapping[str, float], snapshot_version: int) -> dict[str, Any]:
+    """The ServedRecord of one answered request."""
+    parts = (location or "").split("/")
+    winners = []
+    for w in decision.winners:
+        e = w.explanation
+        winners.append({
+            "impression_id": impression_id(request_id, w.slot), "slot_position": w.position,
+            "ad_id": w.ad_id, "campaign_id": w.campaign_id, "billing_type": BILLING_OF[w.billing],
+            "bid_micros": int(e["bid_micros"]), "pctr": float(e["pctr"]),
+            "pcvr": None if e.get("pcvr") is None else float(e["pcvr"]),
+            "quality_micros": int(e["quality_micros"]), "total_value_micros": int(w.total_value_micros),
+            "runner_up_total_value_micros": int(e.get("runner_up_total_value_micros") or 0),
+            "price_micros": int(w.price_micros), "expected_cost_micros": int(w.expected_cost_micros),
+            "participation_probability": float(e["participation_probability"]),
+            "exploration_probability": float(e["exploration_probability"])})
+    return {
+        "request_id": request_id, "event_time": now_ms, "server_id": server_id, "user_id": user_id,
+        "placement": placement, "country": parts[0] or None if parts else None,
+        "region": "/".join(parts[:2]) if len(parts) > 1 else None,
+        "city": "/".join(parts[:3]) if len(parts) > 2 else None,
+        "device": device, "language": language, "page": page,
+        "user_features": {k: float(v) for k, v in user_features.items()},
+        "ad_snapshot_version": int(snapshot_version), "model_version": decision.model_version,
+        "scored_by_fallback": bool(decision.scored_by_fallback), "exploration": bool(decision.explored),
+        "winners": winners,
+        "sampled_losers": [{"ad_id": int(l["ad_id"]), "campaign_id": int(l["campaign_id"]),
+                            "pctr": float(l["pctr"]), "total_value_micros": int(l["total_value_micros"])}
+                           for l in decision.sampled_losers]}
