@@ -21,6 +21,9 @@ def register(sub) -> None:
     from adserve import pacing_cli
 
     pacing_cli.register(sub)
+    from adserve import model_cli
+
+    model_cli.register(sub)
 
 
 # auction ------------------------------------------------------------------------
@@ -119,6 +122,38 @@ def _register_bench(sub) -> None:
     h.add_argument("--no-recount", action="store_true", help="skip the archive and the nightly recount")
     h.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     h.set_defaults(handler=cmd_bench_billing)
+
+    from adserve import bench_model
+
+    m = bsub.add_parser("model", help="click-model scores/s and latency in process, beside the priors baseline",
+                        description=bench_model.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("--model", type=Path, help="a model directory (models/click-vN); default: train a small one on "
+                                              "synthetic impressions first")
+    m.add_argument("--ad-features", type=Path, help="the snapshot folder for --model (its newest snapshot is used)")
+    m.add_argument("--requests", type=int, default=2_000, help="requests per concurrency step (default 2,000)")
+    m.add_argument("--candidates", type=int, default=200, help="candidates per request (default 200)")
+    m.add_argument("--slots", type=int, default=2, help="slot positions per request (default 2)")
+    m.add_argument("--concurrency", default="1,2,4", help="comma-separated thread counts (default 1,2,4)")
+    m.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    m.set_defaults(handler=cmd_bench_model)
+
+
+def cmd_bench_model(args: argparse.Namespace) -> int:
+    import json
+
+    from adserve import bench_model
+    from core.errors import AdserveError
+
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
+    threads = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    try:
+        figures = bench_model.run(model_dir=args.model, ad_features_dir=args.ad_features, requests=args.requests,
+                                  candidates=args.candidates, slots=args.slots, concurrency=threads, log=log)
+    except (AdserveError, ValueError) as exc:
+        print(f"adserve bench model: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(figures) if args.json else bench_model.render(figures))
+    return 0
 
 
 def cmd_bench_billing(args: argparse.Namespace) -> int:

@@ -47,6 +47,7 @@ class RequestContext:
     country: str | None = None
     user_embedding: np.ndarray | None = None
     user_features: dict[str, float] = field(default_factory=dict)
+    device: str | None = None
 
 
 @dataclass
@@ -125,7 +126,8 @@ class DecisionEngine:
         try:
             predictions = self.predictor.predict(
                 PredictionRequest(pre.rows, index.ctr_prior.data[pre.rows] * multiplier, request.slot_positions,
-                                  request.placement, request.user_features),
+                                  request.placement, request.user_features, ad_ids=index.ad_id.data[pre.rows],
+                                  country=request.country, device=request.device),
                 deadline=min(deadline, clock() + cfg.model_budget_s), clock=clock)
             pctr, pcvr, model_version = predictions.pctr, predictions.pcvr, predictions.model_version
         except Exception:  # noqa: BLE001 - timeout or model error: the pre-ranker's scores run the auction

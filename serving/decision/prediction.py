@@ -3,9 +3,10 @@
 A Predictor takes the request's candidates and slot positions and a deadline
 on the caller's clock; it raises PredictionTimeout when it cannot answer in
 time, and the engine then runs the auction on the pre-ranker's scores and says
-so. PriorPredictor is the baseline until the learned model (issue 8): the ad's
-CTR prior x a position effect, and a constant pCVR prior. Pure: the clock is a
-parameter."""
+so. PriorPredictor is the priors-only baseline: the ad's CTR prior x a position
+effect, and a constant pCVR prior; serving.model.predictor.ModelPredictor is the
+learned click model in process (it needs the request's ad ids, country and
+device). Pure: the clock is a parameter."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ class PredictionRequest:
     positions: Sequence[int]  # slot positions on the page
     placement: str
     user_features: dict[str, float]
+    ad_ids: np.ndarray | None = None  # the candidates' ad ids (a model looks its ad features up by id)
+    country: str | None = None
+    device: str | None = None
 
 
 @dataclass

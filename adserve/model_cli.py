@@ -1,0 +1,194 @@
+"""`adserve model train|evaluate`: the click model from TrainingExample files (the shell: reads the files,
+calls serving.model.trainer, writes the model and prints figures).
+
+  adserve model train --examples day/examples.avro [--examples other.avro] --ad-features day/ad-features \\
+      --out models/ [--epochs 20]
+    writes models/click-v{N}/ (N one more than the highest there): model.keras, saved_model/ (a TensorFlow
+    SavedModel with a `serve` signature), feature_spec.json, calibration.json, metadata.json (keep rate,
+    rows, validation metrics, snapshot version, architecture, history).
+
+  adserve model evaluate --model models/click-vN --examples heldout/examples.avro \\
+      --ad-features heldout/ad-features [--truth heldout/truth.json] [--json]
+    NE, log loss, AUC and calibration per (placement, country, billing type) of the model, beside NE of the
+    priors-only baseline (the snapshot's ctr prior x position effect, PriorPredictor's formula), of the
+    logged pCTR, and of the true click probabilities when --truth is given. Every metric is weighted by
+    sample_weight, so a down-sampled file evaluates as the full population.
+
+The keep rate of the training data is read from the negatives' sample weight (1 / w); files of different
+keep rates are brought to the smallest (core.training.keeps_negative). Training drops impressions served on
+fallback scores. Progress goes to stderr; --json prints one JSON object on stdout."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.errors import AdserveError
+
+
+def register(sub) -> None:
+    model = sub.add_parser("model", help="train and evaluate the click model from TrainingExample files",
+                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
+
+    p = msub.add_parser("train", help="train, calibrate and save a versioned click model",
+                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--examples", type=Path, action="append", required=True,
+                   help="an Avro container file of TrainingExample records (repeat for several)")
+    p.add_argument("--ad-features", type=Path, required=True,
+                   help="the ad-feature snapshot folder (ad-features-v{N}.npz) the examples were served with")
+    p.add_argument("--out", type=Path, default=Path("models"), help="models folder (default ./models)")
+    p.add_argument("--epochs", type=int, default=20, help="most epochs (early stopping ends sooner; default 20)")
+    p.add_argument("--batch-size", type=int, default=512, help="default 512")
+    p.add_argument("--learning-rate", type=float, default=3e-3, help="Adam's learning rate (default 0.003)")
+    p.add_argument("--patience", type=int, default=2,
+                   help="epochs without a better validation loss before stopping (default 2)")
+    p.add_argument("--hidden", default="64,32", help="widths of the MLP's hidden layers (default 64,32)")
+    p.add_argument("--validation-share", type=float, default=0.1,
+                   help="share of requests held out for early stopping and calibration (default 0.1)")
+    p.add_argument("--min-segment-clicks", type=int, default=50,
+                   help="clicks (and non-clicks) a calibration segment needs to be fitted (default 50)")
+    p.add_argument("--seed", type=int, default=1, help="random seed of the initialisation and shuffling")
+    p.add_argument("--no-saved-model", action="store_true",
+                   help="skip the TensorFlow SavedModel export (model.keras is always written)")
+    p.add_argument("--json", action="store_true", help="print one JSON object of what was written")
+    p.set_defaults(handler=cmd_model_train)
+
+    p = msub.add_parser("evaluate", help="NE, log loss, AUC and calibration of a model on held-out examples",
+                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, required=True, help="a model directory (models/click-vN)")
+    p.add_argument("--examples", type=Path, action="append", required=True,
+                   help="an Avro container file of TrainingExample records (repeat for several)")
+    p.add_argument("--ad-features", type=Path, required=True, help="the ad-feature snapshot folder of those days")
+    p.add_argument("--truth", type=Path, help="truth.json of a simulated day: impression id -> true click "
+                                              "probability (adds the oracle's NE)")
+    p.add_argument("--min-segment-clicks", type=int, default=100,
+                   help="clicks a segment needs to count in calibration_min/max (default 100)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (ne_model, ne_baseline, ne_oracle, calibration_min, "
+                        "calibration_max, log_loss, auc, segments, ...)")
+    p.set_defaults(handler=cmd_model_evaluate)
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _snapshots(folder: Path, records: list[dict[str, Any]]) -> dict:
+    from serving.model import ad_features
+
+    versions = sorted({int(r["ad_snapshot_version"]) for r in records})
+    return {v: ad_features.load(folder, v) for v in versions}
+
+
+def _read(paths: list[Path]) -> list[list[dict[str, Any]]]:
+    from serving.model.dataset import read_examples
+
+    parts = []
+    for path in paths:
+        began = time.monotonic()
+        parts.append(read_examples(path))
+        _log(f"read {len(parts[-1]):,} examples from {path} ({time.monotonic() - began:.1f} s)")
+    return parts
+
+
+def cmd_model_train(args: argparse.Namespace) -> int:
+    try:
+        return _train(args)
+    except AdserveError as exc:
+        print(f"adserve model train: {exc}", file=sys.stderr)
+        return 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    from serving.model.click_model import Architecture, TrainConfig, save_versioned
+    from serving.model.dataset import harmonise_keep_rate
+    from serving.model.trainer import train_click_model
+
+    records, keep_rate = harmonise_keep_rate(_read(args.examples))
+    hidden = tuple(int(x) for x in args.hidden.split(",") if x.strip())
+    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                         patience=args.patience, seed=args.seed, architecture=Architecture(hidden=hidden))
+    began = time.monotonic()
+    model = train_click_model(records, _snapshots(args.ad_features, records), keep_rate, config,
+                              validation_share=args.validation_share, min_segment_clicks=args.min_segment_clicks,
+                              log=_log)
+    model.metadata["training_seconds"] = round(time.monotonic() - began, 1)
+    model.metadata["trained_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    model.metadata["examples_files"] = [str(p) for p in args.examples]
+    folder = save_versioned(model, args.out, export_saved_model=not args.no_saved_model)
+    meta = model.metadata
+    summary = {"model_dir": str(folder), "model_version": meta["model_version"], "parameters": meta["parameters"],
+               "keep_rate": keep_rate, "training_rows": meta["training_rows"],
+               "validation_rows": meta["validation_rows"], "epochs_run": meta["epochs_run"],
+               "training_seconds": meta["training_seconds"], "snapshot_version": meta["snapshot_version"],
+               "validation_metrics": meta["validation_metrics"]}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    v = meta["validation_metrics"]
+    print(f"wrote {folder} ({meta['parameters']:,} parameters, {meta['epochs_run']} epochs, "
+          f"{meta['training_seconds']} s; {meta['training_rows']:,} training rows, keep rate {keep_rate:g})")
+    for name, label in (("model", "model (calibrated)"), ("model_before_segment_calibration",
+                                                          "model before segment calibration"),
+                        ("priors_baseline", "priors-only baseline")):
+        m = v[name]
+        print(f"  validation {label:<34} NE {m['ne']:.4f}  log loss {m['log_loss']:.4f}  AUC {m['auc']:.4f}  "
+              f"predicted/observed {m['calibration']:.3f}")
+    return 0
+
+
+def cmd_model_evaluate(args: argparse.Namespace) -> int:
+    try:
+        return _evaluate(args)
+    except AdserveError as exc:
+        print(f"adserve model evaluate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from serving.model.click_model import ClickModel
+    from serving.model.trainer import evaluate_click_model
+
+    model = ClickModel.load(args.model)
+    records = [r for part in _read(args.examples) for r in part]
+    truth = None
+    if args.truth is not None:
+        try:
+            truth = json.loads(args.truth.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"adserve model evaluate: cannot read --truth {args.truth}: {exc}", file=sys.stderr)
+            return 2
+    result = evaluate_click_model(model, records, _snapshots(args.ad_features, records), truth,
+                                  min_segment_clicks=args.min_segment_clicks)
+    print(json.dumps(result) if args.json else render_evaluation(result))
+    return 0
+
+
+def _fmt(value, spec: str = ".4f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_evaluation(r: dict[str, Any]) -> str:
+    lines = [f"{r['model_version']} on {r['examples']:,} examples ({r['clicks']:,} clicks, "
+             f"{r['weighted_impressions']:,.0f} impressions weighted, base rate {r['base_rate']:.4f})",
+             f"  NE      model {_fmt(r['ne_model'])}   priors-only baseline {_fmt(r['ne_baseline'])}   "
+             f"logged pCTR {_fmt(r['ne_logged'])}   oracle {_fmt(r['ne_oracle'])}",
+             f"  AUC     model {_fmt(r['auc'])}   priors-only baseline {_fmt(r['auc_baseline'])}   "
+             f"logged pCTR {_fmt(r['auc_logged'])}   oracle {_fmt(r['auc_oracle'])}",
+             f"  log loss {_fmt(r['log_loss'])}; predicted/observed clicks {_fmt(r['calibration'], '.3f')} "
+             f"(oracle {_fmt(r.get('calibration_oracle'), '.3f')})",
+             f"  calibration per segment with >= {r['min_segment_clicks']} clicks "
+             f"({r['calibration_segments_judged']} segments): min {_fmt(r['calibration_min'], '.3f')} "
+             f"max {_fmt(r['calibration_max'], '.3f')}"
+             + (f" (the oracle on the same segments: {_fmt(r.get('calibration_oracle_min'), '.3f')}"
+                f"-{_fmt(r.get('calibration_oracle_max'), '.3f')}, the noise of the counts alone)"
+                if r.get("calibration_oracle_min") is not None else ""),
+             "  segment (placement/country/billing)        impressions   clicks  predicted/observed"]
+    for s in r["segments"]:
+        key = "/".join(v or "-" for v in s["segment"].values())
+        lines.append(f"    {key:<42} {s['impressions']:>11,.0f} {s['clicks']:>8,}  {_fmt(s['ratio'], '.3f')}")
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""Training examples as the click model's trainer and evaluator see them: Avro container files of
+TrainingExample read into columns, the keep rate they were down-sampled at, and the train/validation split.
+
+Owns the file format on the model's side (fastavro with the registry's TrainingExample schema) and the rules
+that decide which examples the trainer learns from; never decides a label or a sample weight (core.training
+does, for every join alike)."""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from core import training
+from core.errors import AdserveError
+
+
+class ExamplesInvalid(AdserveError):
+    """Training examples that cannot be trained on or evaluated as they are."""
+
+
+@dataclass
+class ExampleTable:
+    """TrainingExample records as columns (one row per labelled impression)."""
+
+    impression_id: list[str]
+    request_id: list[str]
+    label: np.ndarray  # int8
+    sample_weight: np.ndarray  # float64
+    ad_id: np.ndarray  # int64
+    slot_position: np.ndarray  # int32
+    placement: np.ndarray  # object (str)
+    country: np.ndarray  # object (str, "" when the request had none)
+    device: np.ndarray  # object (str, "" when unknown)
+    billing_type: np.ndarray  # object ("IMPRESSION" | "CLICK")
+    user_features: list[dict[str, float]]
+    ad_snapshot_version: np.ndarray  # int64
+    logged_pctr: np.ndarray  # float64
+    scored_by_fallback: np.ndarray  # bool
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    @classmethod
+    def from_records(cls, records: Sequence[dict[str, Any]]) -> "ExampleTable":
+        def column(name: str, dtype) -> np.ndarray:
+            return np.fromiter((r[name] for r in records), dtype=dtype, count=len(records))
+
+        def text(name: str) -> np.ndarray:
+            return np.array([r.get(name) or "" for r in records], dtype=object)
+
+        return cls(
+            impression_id=[r["impression_id"] for r in records], request_id=[r["request_id"] for r in records],
+            label=column("label", np.int8), sample_weight=column("sample_weight", np.float64),
+            ad_id=column("ad_id", np.int64), slot_position=column("slot_position", np.int32),
+            placement=text("placement"), country=text("country"), device=text("device"),
+            billing_type=text("billing_type"), user_features=[dict(r.get("user_features") or {}) for r in records],
+            ad_snapshot_version=column("ad_snapshot_version", np.int64), logged_pctr=column("logged_pctr", np.float64),
+            scored_by_fallback=np.fromiter((bool(r.get("scored_by_fallback", False)) for r in records), dtype=bool,
+                                           count=len(records)))
+
+    def take(self, mask_or_index: np.ndarray) -> "ExampleTable":
+        index = np.flatnonzero(mask_or_index) if mask_or_index.dtype == bool else mask_or_index
+        picked = index.tolist()
+        return ExampleTable(
+            impression_id=[self.impression_id[i] for i in picked], request_id=[self.request_id[i] for i in picked],
+            label=self.label[index], sample_weight=self.sample_weight[index], ad_id=self.ad_id[index],
+            slot_position=self.slot_position[index], placement=self.placement[index], country=self.country[index],
+            device=self.device[index], billing_type=self.billing_type[index],
+            user_features=[self.user_features[i] for i in picked],
+            ad_snapshot_version=self.ad_snapshot_version[index], logged_pctr=self.logged_pctr[index],
+            scored_by_fallback=self.scored_by_fallback[index])
+
+    @property
+    def positives(self) -> int:
+        return int(self.label.sum())
+
+
+def _schema():
+    import fastavro
+
+    from schemas.codec import default_registry, plain_timestamps
+
+    return fastavro.parse_schema(plain_timestamps(default_registry().schema("TrainingExample")))
+
+
+def read_examples(path: Path) -> list[dict[str, Any]]:
+    """The TrainingExample records of one Avro container file (resolved against the current schema)."""
+    import fastavro
+
+    try:
+        with open(path, "rb") as f:
+            return list(fastavro.reader(f, reader_schema=_schema()))
+    except OSError as exc:
+        raise ExamplesInvalid(f"cannot read training examples {path}: {exc.strerror or exc}") from exc
+    except (ValueError, EOFError, fastavro.read.SchemaResolutionError) as exc:
+        raise ExamplesInvalid(f"{path} is not an Avro file of TrainingExample records: {exc}") from exc
+
+
+def write_examples(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """An Avro container file of TrainingExample records (tests, synthetic days)."""
+    import fastavro
+
+    with open(path, "wb") as f:
+        fastavro.writer(f, _schema(), records, codec="deflate")
+
+
+def keep_rate_of(records: Sequence[dict[str, Any]]) -> float:
+    """The keep rate w the negatives were down-sampled at, read from their sample weight (1 / w).
+    1.0 when nothing was down-sampled; raises when the negatives disagree (use harmonise_keep_rate)."""
+    weights = {round(float(r["sample_weight"]), 9) for r in records if r["label"] == 0}
+    if not weights:
+        return 1.0
+    if len(weights) > 1:
+        raise ExamplesInvalid(f"negatives carry different sample weights {sorted(weights)[:5]}: the examples were "
+                              f"down-sampled at different keep rates")
+    return 1.0 / weights.pop()
+
+
+def harmonise_keep_rate(parts: Sequence[Sequence[dict[str, Any]]]) -> tuple[list[dict[str, Any]], float]:
+    """Files down-sampled at different keep rates, brought to the smallest one: a negative kept at rate w_i
+    is kept again only when core.training.keeps_negative says so at w_min, which (the rule being a hash
+    threshold) is exactly the set a w_min join would have kept. Unweighted training then sees one population
+    and the q correction applies with one w."""
+    rates = [keep_rate_of(p) for p in parts]
+    keep_rate = min(rates) if rates else 1.0
+    merged: list[dict[str, Any]] = []
+    for part, rate in zip(parts, rates):
+        if rate == keep_rate:
+            merged.extend(part)
+            continue
+        for r in part:
+            if r["label"] == 1:
+                merged.append(r)
+            elif training.keeps_negative(r["impression_id"], keep_rate):
+                merged.append({**r, "sample_weight": 1.0 / keep_rate})
+    return merged, keep_rate
+
+
+def validation_mask(request_ids: Sequence[str], share: float = 0.1) -> np.ndarray:
+    """True for the examples of the validation split: a hash of the request id, so one request's slots stay
+    on one side (they share the user and the context) and the split is the same in every run."""
+    threshold = int(share * 2**32)
+    return np.fromiter((zlib.crc32(r.encode()) < threshold for r in request_ids), dtype=bool,
+                       count=len(request_ids))

@@ -1,0 +1,156 @@
+"""Training and offline evaluation of the click model, on records already read (the `adserve model`
+commands read and write the files).
+
+train_click_model: drop the impressions served on fallback scores (design: "the served log marks it as a
+fallback so training does not learn from it"), split by request id (90 / 10), learn the FeatureSpec on the
+training side, fit the network unweighted on the down-sampled examples with early stopping on the
+validation side, then on the validation side (examples the network never trained on) correct for the
+down-sampling with q = p / (p + (1 - p) / w) and fit the per-segment calibration with sample weights.
+
+evaluate_click_model: the model's calibrated predictions on other examples (a held-out day) against the
+priors-only baseline (PriorPredictor's formula: the snapshot's ctr prior x position effect), the logged
+pCTR (whatever served that day) and, when the true click probabilities are known (a simulated day), the
+oracle; every metric weighted by sample_weight."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from serving.decision.prediction import position_effect
+from serving.decision.prerank import DEFAULT_CVR_PRIOR
+from serving.model import metrics
+from serving.model.ad_features import AdFeatureSnapshot
+from serving.model.calibration import SegmentCalibration, fit_segment_calibration
+from serving.model.click_model import ClickModel, TrainConfig, build, fit, stderr_log
+from serving.model.dataset import ExamplesInvalid, ExampleTable, validation_mask
+from serving.model.features import AdFeatureTable, FeatureSpec, ad_table, example_inputs
+
+SEGMENTS = ("placement", "country", "billing_type")
+
+
+def _ad_tables(spec: FeatureSpec, examples: ExampleTable,
+               snapshots: Mapping[int, AdFeatureSnapshot]) -> dict[int, AdFeatureTable]:
+    needed = sorted(int(v) for v in np.unique(examples.ad_snapshot_version))
+    missing = [v for v in needed if v not in snapshots]
+    if missing:
+        raise ExamplesInvalid(f"the examples were served with ad-feature snapshot(s) {missing[:5]}, not in the "
+                              f"ad-features folder (it has {sorted(snapshots)[-5:]})")
+    return {v: ad_table(spec, snapshots[v]) for v in needed}
+
+
+def priors_baseline(examples: ExampleTable, snapshots: Mapping[int, AdFeatureSnapshot]) -> np.ndarray:
+    """PriorPredictor's pCTR of each example: the ad's ctr prior in its snapshot x the position effect (an
+    ad the snapshot does not know gets the snapshot's mean prior)."""
+    prior = np.empty(len(examples), dtype=np.float64)
+    for version in np.unique(examples.ad_snapshot_version).tolist():
+        snapshot = snapshots[int(version)]
+        picked = np.flatnonzero(examples.ad_snapshot_version == version)
+        rows = snapshot.rows(examples.ad_id[picked])
+        known = snapshot.ctr_prior.astype(np.float64)
+        prior[picked] = np.where(rows >= 0, known[rows], known.mean() if len(known) else 0.0)
+    return np.clip(prior * position_effect(examples.slot_position), 0.0, 1.0)
+
+
+def summary(labels: np.ndarray, predictions: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+    return {"ne": metrics.normalised_entropy(labels, predictions, weights),
+            "log_loss": metrics.log_loss(labels, predictions, weights),
+            "auc": metrics.auc(labels, predictions, weights),
+            "calibration": float((weights * predictions).sum() / max((weights * labels).sum(), 1e-12))}
+
+
+def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int, AdFeatureSnapshot],
+                      keep_rate: float, config: TrainConfig = TrainConfig(), *, validation_share: float = 0.1,
+                      min_segment_clicks: int = 50, log: Callable[[str], None] = stderr_log) -> ClickModel:
+    """A trained, calibrated ClickModel (unsaved) with its training metadata."""
+    everything = ExampleTable.from_records(records)
+    examples = everything.take(~everything.scored_by_fallback)
+    validation = validation_mask(examples.request_id, validation_share)
+    train, held = examples.take(~validation), examples.take(validation)
+    if len(train) == 0 or train.positives == 0 or held.positives == 0 or held.positives == len(held):
+        raise ExamplesInvalid(f"too few examples to train on: {len(train)} training rows with {train.positives} "
+                              f"clicks, {len(held)} validation rows with {held.positives} clicks")
+    newest = int(examples.ad_snapshot_version.max())
+    if newest not in snapshots:
+        raise ExamplesInvalid(f"ad-feature snapshot v{newest} (the newest the examples name) is not loaded")
+    spec = FeatureSpec.learn(train, snapshots[newest])
+    tables = _ad_tables(spec, examples, snapshots)
+    log(f"training on {len(train):,} examples ({train.positives:,} clicks), validating on {len(held):,} "
+        f"({held.positives:,} clicks); keep rate {keep_rate:g}; {spec.user_dim} user features, "
+        f"snapshot v{newest}")
+    train_inputs, held_inputs = example_inputs(spec, train, tables), example_inputs(spec, held, tables)
+    network = build(spec, config.architecture)
+    history = fit(network, train_inputs, train.label, held_inputs, held.label, config, log)
+    model = ClickModel(network, spec, SegmentCalibration({}), keep_rate)
+    corrected = model.corrected(model.raw_probabilities(held_inputs))
+    model.calibration = fit_segment_calibration(
+        corrected, held.label, held.sample_weight, held.placement, held.country, held.billing_type,
+        min_positives=min_segment_clicks, min_negatives=min_segment_clicks)
+    calibrated = model.calibration.apply(corrected, held.placement, held.country, held.billing_type)
+    validation_metrics = {
+        "model": summary(held.label, calibrated, held.sample_weight),
+        "model_before_segment_calibration": summary(held.label, corrected, held.sample_weight),
+        "priors_baseline": summary(held.label, priors_baseline(held, snapshots), held.sample_weight)}
+    model.metadata = {
+        "keep_rate": keep_rate, "training_rows": len(train), "training_clicks": train.positives,
+        "validation_rows": len(held), "validation_clicks": held.positives,
+        "dropped_fallback_rows": len(everything) - len(examples), "snapshot_version": newest,
+        "snapshot_versions": sorted(tables), "epochs_run": len(history.get("loss", [])),
+        "best_val_loss": min(history.get("val_loss", [float("nan")])), "history": history,
+        "parameters": int(network.count_params()), "architecture": {
+            "embedding_dim": config.architecture.embedding_dim,
+            "interaction_dim": config.architecture.interaction_dim, "hidden": list(config.architecture.hidden)},
+        "train_config": {"epochs": config.epochs, "batch_size": config.batch_size,
+                         "learning_rate": config.learning_rate, "patience": config.patience, "seed": config.seed},
+        "validation_metrics": validation_metrics, "calibration_segments": len(model.calibration.coefficients),
+        "cvr_prior": DEFAULT_CVR_PRIOR,
+        "pcvr": "constant prior (the training examples carry no conversion labels yet)"}
+    return model
+
+
+def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
+                         snapshots: Mapping[int, AdFeatureSnapshot], truth: Mapping[str, float] | None = None, *,
+                         min_segment_clicks: int = 100) -> dict[str, Any]:
+    """NE, log loss, AUC and calibration per segment of the model, beside the baselines (see the module
+    docstring). calibration_min/max are over segments with at least min_segment_clicks clicks (raw clicks:
+    a ratio over n clicks is only good to about +-2/sqrt(n))."""
+    examples = ExampleTable.from_records(records)
+    if len(examples) == 0 or examples.positives == 0:
+        raise ExamplesInvalid(f"nothing to evaluate: {len(examples)} examples, {examples.positives} clicks")
+    y, w = examples.label, examples.sample_weight
+    tables = _ad_tables(model.spec, examples, snapshots)
+    corrected = model.corrected(model.raw_probabilities(example_inputs(model.spec, examples, tables)))
+    predicted = model.calibration.apply(corrected, examples.placement, examples.country, examples.billing_type)
+    model_summary = summary(y, predicted, w)
+    baseline = summary(y, priors_baseline(examples, snapshots), w)
+    logged = summary(y, examples.logged_pctr, w)
+    segments = metrics.calibration_by_segment(y, predicted, w, {n: getattr(examples, n) for n in SEGMENTS})
+    judged = [s["ratio"] for s in segments if s["clicks"] >= min_segment_clicks]
+    result: dict[str, Any] = {
+        "model_version": model.version, "examples": len(examples), "clicks": examples.positives,
+        "weighted_impressions": round(float(w.sum()), 1), "base_rate": metrics.base_rate(y, w),
+        "ne_model": model_summary["ne"], "log_loss": model_summary["log_loss"], "auc": model_summary["auc"],
+        "calibration": model_summary["calibration"],
+        "ne_model_before_segment_calibration": metrics.normalised_entropy(y, corrected, w),
+        "ne_baseline": baseline["ne"], "auc_baseline": baseline["auc"], "calibration_baseline": baseline["calibration"],
+        "ne_logged": logged["ne"], "auc_logged": logged["auc"],
+        "ne_oracle": None, "auc_oracle": None,
+        "calibration_min": min(judged) if judged else None, "calibration_max": max(judged) if judged else None,
+        "calibration_segments_judged": len(judged), "min_segment_clicks": min_segment_clicks,
+        "segments": segments}
+    if truth is not None:
+        missing = [i for i in examples.impression_id if i not in truth]
+        if missing:
+            raise ExamplesInvalid(f"the truth file lacks {len(missing):,} of {len(examples):,} impressions "
+                                  f"(first: {missing[0]}); is it the same day's?")
+        oracle = np.array([truth[i] for i in examples.impression_id], dtype=np.float64)
+        result["ne_oracle"] = metrics.normalised_entropy(y, oracle, w)
+        result["auc_oracle"] = metrics.auc(y, oracle, w)
+        result["calibration_oracle"] = float((w * oracle).sum() / max((w * y).sum(), 1e-12))
+        # The true probabilities' own spread over the same segments: how far from 1.0 the counts alone put a
+        # perfectly calibrated predictor, the yardstick for calibration_min/max.
+        oracle_segments = metrics.calibration_by_segment(y, oracle, w, {n: getattr(examples, n) for n in SEGMENTS})
+        judged_oracle = [s["ratio"] for s in oracle_segments if s["clicks"] >= min_segment_clicks]
+        result["calibration_oracle_min"] = min(judged_oracle) if judged_oracle else None
+        result["calibration_oracle_max"] = max(judged_oracle) if judged_oracle else None
+    return result
