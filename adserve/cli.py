@@ -121,6 +121,9 @@ def _register_optional(sub) -> None:
     from adserve import commands
 
     commands.register(sub)
+    from adserve import explain
+
+    explain.register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

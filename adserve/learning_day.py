@@ -126,8 +126,9 @@ def make_world(seed: int = 7, campaigns: int = 100, ads_per_campaign: int = 4, u
     campaign_of = np.repeat(np.arange(1, campaigns + 1) + 5_000, ads_per_campaign)
     types = np.array([b for b, _ in BID_TYPES])
     campaign_type = rng.choice(types, size=campaigns, p=[s for _, s in BID_TYPES])
-    bid_of_type = {"CPC": lambda: int(rng.uniform(0.4, 3.0) * 1e6), "CPM": lambda: int(rng.uniform(2, 25) * 1e6),
-                   "CPA": lambda: int(rng.uniform(15, 60) * 1e6)}
+    # bids set so every type wins its share: each type wins a fair share of slots
+    bid_of_type = {"CPC": lambda: int(rng.uniform(0.5, 3.0) * 1e6), "CPM": lambda: int(rng.uniform(20, 100) * 1e6),
+                   "CPA": lambda: int(rng.uniform(5, 25) * 1e6)}
     campaign_bid = [bid_of_type[t]() for t in campaign_type]
     placements, countries = [], []
     for _ in range(campaigns):
@@ -161,7 +162,7 @@ def placement_multipliers() -> dict[str, float]:
     return {p: float(math.exp(effect)) for p, (_, effect, _) in PLACEMENTS.items()}
 
 
-def build_engine(world: World, predictor=None, exploration_share: float = 0.01):
+def build_engine(world: World, predictor=None, exploration_share: float = 0.01, recall_share: float = 0.0):
     """The real decision engine over the world's ads (index, campaign table) with the given predictor."""
     from serving.decision.campaigns import CampaignRecord, CampaignTable
     from serving.decision.engine import DecisionEngine, EngineConfig
@@ -183,8 +184,13 @@ def build_engine(world: World, predictor=None, exploration_share: float = 0.01):
         campaigns.upsert(CampaignRecord(campaign_id=cid, advertiser_id=cid, version=1))
     index = TargetingIndex.build(records, embedding_dim=DIM)
     config = EngineConfig(exploration_share=exploration_share, placement_ctr_multiplier=placement_multipliers(),
-                          default_reserve_micros=RESERVE_MICROS)
+                          default_reserve_micros=RESERVE_MICROS, recall_sample_share=recall_share)
     return DecisionEngine(index, campaigns, predictor, config)
+
+
+def day_start_ms(day: str) -> int:
+    """Midnight UTC of a day, epoch ms (also the version of the ad-feature snapshot the day is served with)."""
+    return int(datetime.fromisoformat(day).replace(tzinfo=timezone.utc).timestamp() * 1000)
 
 
 def diurnal(second: float) -> float:
@@ -212,18 +218,24 @@ class DayLog:
 
 
 def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: int = 1, predictor=None,
-                 exploration_share: float = 0.01, progress: Callable[[int], None] | None = None) -> DayLog:
-    """One day of requests through the decision engine, with the beacons the true click rates produce."""
+                 exploration_share: float = 0.01, recall_share: float = 0.0,
+                 progress: Callable[[int], None] | None = None) -> DayLog:
+    """One day of requests through the decision engine, with the beacons the true click rates produce. With
+    recall_share, that share of requests is also checked by the pre-ranker's recall monitor (counts
+    `recall_checked`, `recall_hits`)."""
+    from serving.decision import recall
     from serving.decision.engine import RequestContext
     from serving.decision.filters import FilterContext
 
-    day_ms = int(datetime.fromisoformat(day).replace(tzinfo=timezone.utc).timestamp() * 1000)
-    engine = build_engine(world, predictor, exploration_share)
+    day_ms = day_start_ms(day)
+    engine = build_engine(world, predictor, exploration_share, recall_share)
+    monitor = recall.RecallMonitor()
     snapshot = world.snapshot(day_ms)
     rng, np_rng, rnd = np.random.default_rng(seed), np.random.default_rng(seed + 1), random.Random(seed)
     row_of = {int(a): i for i, a in enumerate(world.ad_id)}
     served, events, truth = [], [], {}
-    counts = {"requests": 0, "filled_slots": 0, "impressions": 0, "clicks": 0, "fallback": 0, "explored": 0}
+    counts = {"requests": 0, "filled_slots": 0, "impressions": 0, "clicks": 0, "fallback": 0, "explored": 0,
+              "recall_checked": 0, "recall_hits": 0}
     names, shares = list(PLACEMENTS), [s for s, _, _ in PLACEMENTS.values()]
     for n, now_ms in enumerate(request_times_ms(day_ms, requests, rng).tolist()):
         user = int(rng.integers(world.users))
@@ -235,18 +247,20 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
         context = RequestContext(request_id, placement, positions,
                                  request_terms(location=[country], placement=placement), FilterContext(now_ms),
                                  country=country, user_embedding=world.user_embedding[user].astype(np.float32),
-                                 user_features=features)
-        if "device" in RequestContext.__dataclass_fields__:
-            context.device = device
+                                 user_features=features, device=device)
         decision = engine.decide(context, clock=time.perf_counter, deadline=time.perf_counter() + 10.0, rng=rnd,
                                  np_rng=np_rng)
         record = served_record(decision, request_id=request_id, server_id="learning-sim", now_ms=now_ms,
                                placement=placement, location=country, user_id=f"user-{user}", device=device,
-                               language="en", page=None, user_features=features, snapshot_version=snapshot.version)
+                               language="en", page=None, user_features=features, snapshot_version=snapshot.version,
+                               reserve_micros=engine.config.reserve(placement, country), slot_positions=positions)
         served.append(record)
         counts["requests"] += 1
         counts["fallback"] += decision.scored_by_fallback
         counts["explored"] += decision.explored
+        if decision.recall_probe is not None:  # after the response, off the request path
+            monitor.record(recall.check(engine.index, decision.recall_probe, engine.predictor))
+            counts["recall_checked"], counts["recall_hits"] = monitor.checked, monitor.hits
         for w, logged in zip(decision.winners, record["winners"]):
             counts["filled_slots"] += 1
             p = float(world.true_ctr(user, np.array([row_of[w.ad_id]]), placement, w.position)[0])

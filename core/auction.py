@@ -23,6 +23,16 @@ fractions from the predictions' decimal values, rounded UP to a whole micro
 bid ROUNDED DOWN, so a charge never exceeds the bid. Ranking itself uses
 float totals.
 
+Quality weight: `quality_weight` scales the quality term in the total (and so
+in the price: next - weight x quality); 1.0 is the live rule. Only a replay
+of logged auctions (core.replay) asks for another weight.
+
+The explanation of each winner and each sampled loser carries every input of
+its total (bid type, bid, pCTR per slot, pCVR, quality, exclusion category and
+its index in the candidate list, which breaks ties of total value), and the
+winner's carries the same for its runner-up, so core.replay can rebuild the
+candidates from the served log and rerun the auction exactly.
+
 The design's example holds exactly: A bids $2.00 CPC at 1.5 % with quality
 +$0.002 (total $0.032), B bids $3.00 at 0.8 % with quality -$0.001 (total
 $0.023): A wins and pays (0.023 - 0.002) / 0.015 = $1.40 per click."""
@@ -109,11 +119,13 @@ class CandidateArrays:
             exclusion_category=int(self.exclusion_category[i]),
             participation_probability=float(self.participation[i]), row=int(self.row[i]))
 
-    def totals(self) -> np.ndarray:
+    def totals(self, quality_weight: float = 1.0) -> np.ndarray:
         """Float total value per impression (micros), shape (candidates, slots)."""
         code = self.bid_code[:, None]
         action = np.where(code == CPM, 1 / 1000, np.where(code == CPC, self.pctr, self.pctr * self.pcvr[:, None]))
-        return self.bid_micros[:, None] * action + self.quality_micros[:, None]
+        quality = self.quality_micros[:, None]
+        # weight 1.0 adds the integers unscaled: the live totals stay bit-for-bit what they always were
+        return self.bid_micros[:, None] * action + (quality if quality_weight == 1.0 else quality_weight * quality)
 
 
 @dataclass
@@ -150,6 +162,7 @@ class AuctionResult:
     explored: bool
     sampled_losers: list[dict[str, Any]] = field(default_factory=list)
     reserve_micros: int = 0
+    candidate_count: int = 0  # candidates that entered the auction (the served log's auction_candidates)
 
 
 def _plain(value: Any) -> Any:
@@ -161,7 +174,7 @@ def _exact(x: float) -> Fraction:
     return Fraction(repr(float(x)))
 
 
-def exact_total(c: Candidate, slot: int) -> Fraction:
+def exact_total(c: Candidate, slot: int, quality_weight: float = 1.0) -> Fraction:
     """Total value per impression at a slot, exactly, in micros."""
     code = c.bid_code
     if code == CPM:
@@ -170,13 +183,18 @@ def exact_total(c: Candidate, slot: int) -> Fraction:
         action = _exact(c.pctr[slot])
     else:
         action = _exact(c.pctr[slot]) * _exact(c.pcvr)
-    return c.bid_micros * action + c.quality_micros
+    return c.bid_micros * action + weighted_quality(c.quality_micros, quality_weight)
 
 
-def price_micros(c: Candidate, slot: int, next_total: Fraction) -> int:
+def weighted_quality(quality_micros: int, quality_weight: float = 1.0) -> Fraction:
+    """The quality term as it enters a total: weight x quality, exactly (the weight as written in decimal)."""
+    return quality_micros * _exact(quality_weight) if quality_weight != 1.0 else Fraction(quality_micros)
+
+
+def price_micros(c: Candidate, slot: int, next_total: Fraction, quality_weight: float = 1.0) -> int:
     """The least whole-micro price (in the bid's unit) that keeps the place, capped at the bid."""
     code = c.bid_code
-    numerator = next_total - c.quality_micros
+    numerator = next_total - weighted_quality(c.quality_micros, quality_weight)
     if code == CPM:
         raw = numerator * 1000
     elif code == CPC:
@@ -188,19 +206,61 @@ def price_micros(c: Candidate, slot: int, next_total: Fraction) -> int:
     return max(0, min(price, c.bid_micros))
 
 
+def inputs_of(c: Candidate, slots: int, prefix: str = "") -> dict[str, Any]:
+    """Every input of a candidate's total, as the served log writes it (prefix "runner_up_" for a runner-up)."""
+    return {
+        f"{prefix}campaign_id": _plain(c.campaign_id),
+        f"{prefix}bid_type": c.bid_type.lower(),
+        f"{prefix}bid_micros": c.bid_micros,
+        f"{prefix}pctr_by_slot": [float(x) for x in list(c.pctr)[:slots]],
+        f"{prefix}pcvr": float(c.pcvr) if c.bid_code == CPA else None,
+        f"{prefix}quality_micros": c.quality_micros,
+        f"{prefix}exclusion_category": c.exclusion_category,
+    }
+
+
+def _no_runner_up() -> dict[str, Any]:
+    """The runner-up fields of a winner that had none (the reserve set its price)."""
+    return {"runner_up_ad_id": None, "runner_up_total_value_micros": None, "runner_up_pctr": None,
+            "runner_up_candidate_index": None, "runner_up_campaign_id": None, "runner_up_bid_type": None,
+            "runner_up_bid_micros": None, "runner_up_pctr_by_slot": [], "runner_up_pcvr": None,
+            "runner_up_quality_micros": None, "runner_up_exclusion_category": None}
+
+
+def _runner_up(rival: Candidate | None, index: int | None, total: Fraction | None, slot: int,
+               slots: int) -> dict[str, Any]:
+    """The runner-up fields of a winner: the rival's id, floored total, pCTR at this slot and every input."""
+    if rival is None or total is None:
+        return _no_runner_up()
+    return {"runner_up_ad_id": _plain(rival.ad_id), "runner_up_total_value_micros": math.floor(total),
+            "runner_up_pctr": float(rival.pctr[slot]), "runner_up_candidate_index": index,
+            **inputs_of(rival, slots, "runner_up_")}
+
+
+def _loser(columns: CandidateArrays, i: int, value: np.ndarray) -> dict[str, Any]:
+    """A sampled loser as the served log writes it (read from the columns: no Candidate object per loser)."""
+    code = int(columns.bid_code[i])
+    return {"ad_id": _plain(columns.ad_id[i]), "campaign_id": _plain(columns.campaign_id[i]),
+            "pctr": float(columns.pctr[i, 0]), "total_value_micros": math.floor(float(value[i, 0])),
+            "candidate_index": i, "bid_type": BID_TYPES[code], "bid_micros": int(columns.bid_micros[i]),
+            "pctr_by_slot": columns.pctr[i].tolist(), "pcvr": float(columns.pcvr[i]) if code == CPA else None,
+            "quality_micros": int(columns.quality_micros[i]),
+            "exclusion_category": int(columns.exclusion_category[i])}
+
+
 def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_positions: Sequence[int], *,
                 reserve_micros: int = 0,
                 rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,
                 exploration_margin: float = DEFAULT_EXPLORATION_MARGIN,
-                scores_from_fallback: bool = False) -> AuctionResult:
+                scores_from_fallback: bool = False, quality_weight: float = 1.0) -> AuctionResult:
     """Fill the slots; see the module docstring for the rules."""
     rng = rng or random.Random(0)
     slots = len(slot_positions)
     if not len(candidates) or not slots:
-        return AuctionResult([], False, reserve_micros=reserve_micros)
+        return AuctionResult([], False, reserve_micros=reserve_micros, candidate_count=len(candidates))
     columns = candidates if isinstance(candidates, CandidateArrays) else \
         CandidateArrays.from_candidates(candidates, slots)
-    value = columns.totals()
+    value = columns.totals(quality_weight)
     _, campaigns = np.unique(columns.campaign_id.astype(str) if columns.campaign_id.dtype == object
                              else columns.campaign_id, return_inverse=True)
     categories = columns.exclusion_category
@@ -248,27 +308,28 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
         own = candidate(chosen)
         rivals = eligible & (campaigns != campaigns[chosen]) & (value[:, slot] <= value[chosen, slot])
         runner_up = int(np.argmax(np.where(rivals, value[:, slot], -np.inf))) if rivals.any() else None
-        runner_total = exact_total(candidate(runner_up), slot) if runner_up is not None else None
-        next_total = Fraction(reserve_micros) if runner_total is None else max(runner_total, Fraction(reserve_micros))
-        price = price_micros(own, slot, next_total)
-        own_total = exact_total(own, slot)
         rival = candidate(runner_up) if runner_up is not None else None
+        runner_total = exact_total(rival, slot, quality_weight) if rival is not None else None
+        next_total = Fraction(reserve_micros) if runner_total is None else max(runner_total, Fraction(reserve_micros))
+        price = price_micros(own, slot, next_total, quality_weight)
+        own_total = exact_total(own, slot, quality_weight)
         winners.append(Winner(
             slot=slot + 1, position=int(slot_positions[slot]), candidate=own, price_micros=price,
             total_value_micros=math.floor(own_total),
             explanation={
                 "total_value_micros": math.floor(own_total),
-                "runner_up_ad_id": rival.ad_id if rival else None,
-                "runner_up_total_value_micros": math.floor(runner_total) if runner_total is not None else None,
+                **_runner_up(rival, runner_up, runner_total, slot, slots),
                 "price_set_by": "runner_up" if runner_total is not None and runner_total >= reserve_micros
                 else "reserve",
                 "pctr": float(own.pctr[slot]), "pcvr": float(own.pcvr) if own.bid_code == CPA else None,
-                "runner_up_pctr": float(rival.pctr[slot]) if rival else None,
-                "runner_up_pcvr": float(rival.pcvr) if rival and rival.bid_code == CPA else None,
                 "quality_micros": own.quality_micros,
-                "runner_up_quality_micros": rival.quality_micros if rival else None,
                 "reserve_micros": reserve_micros,
+                "quality_weight": quality_weight,
                 "bid_micros": own.bid_micros,
+                "bid_type": own.bid_type.lower(),
+                "pctr_by_slot": [float(x) for x in list(own.pctr)[:slots]],
+                "exclusion_category": own.exclusion_category,
+                "candidate_index": chosen,
                 "participation_probability": own.participation_probability,
                 # only a placement the shuffle made has a propensity below 1; slots filled after it are greedy
                 "exploration_probability": propensity if from_shuffle else 1.0,
@@ -281,7 +342,5 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
 
     losers = sorted(set(range(len(columns))) - set(won))
     sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
-    sampled = [{"ad_id": _plain(columns.ad_id[i]), "campaign_id": _plain(columns.campaign_id[i]),
-                "pctr": float(columns.pctr[i, 0]), "total_value_micros": math.floor(float(value[i, 0]))}
-               for i in sample]
-    return AuctionResult(winners, explored, sampled, reserve_micros)
+    sampled = [_loser(columns, i, value) for i in sample]
+    return AuctionResult(winners, explored, sampled, reserve_micros, len(columns))

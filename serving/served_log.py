@@ -4,7 +4,9 @@ answered, and what every simulation that stands in for an ad server logs the sam
 It owns the mapping from a Decision (serving.decision.engine) to the record; it never decides anything."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from core.replay import loser_record, request_replay_fields, winner_replay_fields
 
 BILLING_OF = {"cpm": "IMPRESSION", "cpc": "CLICK", "cpa": "CLICK"}
 
@@ -16,8 +18,9 @@ def impression_id(request_id: str, slot: int) -> str:
 
 def served_record(decision, *, request_id: str, server_id: str, now_ms: int, placement: str,
                   location: str | None, user_id: str | None, device: str | None, language: str | None,
-                  page: str | None, user_features: Mapping[str, float], snapshot_version: int) -> dict[str, Any]:
-    """The ServedRecord of one answered request."""
+                  page: str | None, user_features: Mapping[str, float], snapshot_version: int,
+                  reserve_micros: int, slot_positions: Sequence[int]) -> dict[str, Any]:
+    """The ServedRecord of one answered request (with what a replay needs: core.replay)."""
     parts = (location or "").split("/")
     winners = []
     for w in decision.winners:
@@ -31,7 +34,8 @@ def served_record(decision, *, request_id: str, server_id: str, now_ms: int, pla
             "runner_up_total_value_micros": int(e.get("runner_up_total_value_micros") or 0),
             "price_micros": int(w.price_micros), "expected_cost_micros": int(w.expected_cost_micros),
             "participation_probability": float(e["participation_probability"]),
-            "exploration_probability": float(e["exploration_probability"])})
+            "exploration_probability": float(e["exploration_probability"]),
+            **winner_replay_fields(e)})
     return {
         "request_id": request_id, "event_time": now_ms, "server_id": server_id, "user_id": user_id,
         "placement": placement, "country": parts[0] or None if parts else None,
@@ -42,6 +46,5 @@ def served_record(decision, *, request_id: str, server_id: str, now_ms: int, pla
         "ad_snapshot_version": int(snapshot_version), "model_version": decision.model_version,
         "scored_by_fallback": bool(decision.scored_by_fallback), "exploration": bool(decision.explored),
         "winners": winners,
-        "sampled_losers": [{"ad_id": int(l["ad_id"]), "campaign_id": int(l["campaign_id"]),
-                            "pctr": float(l["pctr"]), "total_value_micros": int(l["total_value_micros"])}
-                           for l in decision.sampled_losers]}
+        **request_replay_fields(reserve_micros, slot_positions, decision.funnel.get("preranked", 0)),
+        "sampled_losers": [loser_record(l) for l in decision.sampled_losers]}

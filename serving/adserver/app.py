@@ -39,6 +39,7 @@ from core.frequency import JustServed, day_number
 from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
 from schemas.codec import AvroCodec
+from serving import served_log
 from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
 from serving.adserver.state import ServingState
 from serving.decision.engine import Decision, DecisionEngine, EngineConfig, RequestContext
@@ -48,7 +49,7 @@ from serving.frequency_store import UserStore
 LOG = logging.getLogger("adserve.adserver")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
 STAGES = ("user_context", "retrieval", "filters", "prerank", "prediction", "auction", "response")
-BILLING_OF = {"cpm": "IMPRESSION", "cpc": "CLICK", "cpa": "CLICK"}
+BILLING_OF = served_log.BILLING_OF
 
 
 @dataclass
@@ -204,7 +205,7 @@ class AdServer:
         country = location.split("/")[0].upper() if location else None
         context = RequestContext(ad_request.request_id, ad_request.placement, ad_request.positions, terms,
                                  FilterContext(now_ms, frequency, hidden), country=country,
-                                 user_embedding=embedding, user_features=features)
+                                 user_embedding=embedding, user_features=features, device=ad_request.device)
         cpu_began = time.perf_counter()
         decision = self.engine.decide(context, clock=time.perf_counter, deadline=deadline, rng=self.rng,
                                       np_rng=self.np_rng)
@@ -267,33 +268,14 @@ class AdServer:
 
     def served_record(self, ad_request, decision, location, features, now_ms: int) -> dict[str, Any]:
         parts = (location or "").split("/")
-        winners = []
-        for w in decision.winners:
-            e = w.explanation
-            winners.append({
-                "impression_id": f"{ad_request.request_id}:{w.slot}", "slot_position": w.position,
-                "ad_id": w.ad_id, "campaign_id": w.campaign_id, "billing_type": BILLING_OF[w.billing],
-                "bid_micros": int(e["bid_micros"]), "pctr": float(e["pctr"]),
-                "pcvr": None if e.get("pcvr") is None else float(e["pcvr"]),
-                "quality_micros": int(e["quality_micros"]), "total_value_micros": int(w.total_value_micros),
-                "runner_up_total_value_micros": int(e.get("runner_up_total_value_micros") or 0),
-                "price_micros": int(w.price_micros), "expected_cost_micros": int(w.expected_cost_micros),
-                "participation_probability": float(e["participation_probability"]),
-                "exploration_probability": float(e["exploration_probability"])})
-        return {
-            "request_id": ad_request.request_id, "event_time": now_ms, "server_id": self.config.server_id,
-            "user_id": ad_request.user_id, "placement": ad_request.placement,
-            "country": parts[0] or None if parts else None,
-            "region": "/".join(parts[:2]) if len(parts) > 1 else None,
-            "city": "/".join(parts[:3]) if len(parts) > 2 else None,
-            "device": ad_request.device, "language": ",".join(ad_request.languages) or None,
-            "page": ad_request.page, "user_features": {k: float(v) for k, v in features.items()},
-            "ad_snapshot_version": int(self.state.snapshot_version), "model_version": decision.model_version,
-            "scored_by_fallback": bool(decision.scored_by_fallback), "exploration": bool(decision.explored),
-            "winners": winners,
-            "sampled_losers": [{"ad_id": int(l["ad_id"]), "campaign_id": int(l["campaign_id"]),
-                                "pctr": float(l["pctr"]), "total_value_micros": int(l["total_value_micros"])}
-                               for l in decision.sampled_losers]}
+        # the reserve the engine applied (EngineConfig.reserve on the upper-case country, as in _serve)
+        reserve = self.engine.config.reserve(ad_request.placement, parts[0].upper() if parts[0] else None)
+        return served_log.served_record(
+            decision, request_id=ad_request.request_id, server_id=self.config.server_id, now_ms=now_ms,
+            placement=ad_request.placement, location=location, user_id=ad_request.user_id, device=ad_request.device,
+            language=",".join(ad_request.languages) or None, page=ad_request.page, user_features=features,
+            snapshot_version=int(self.state.snapshot_version), reserve_micros=reserve,
+            slot_positions=ad_request.positions)
 
     async def drain(self) -> None:
         """Wait for the post-response work still running (shutdown, tests)."""

@@ -17,6 +17,7 @@ from serving.decision.filters import FilterContext, apply_filters
 from serving.decision.index import DEFAULT_K, TargetingIndex
 from serving.decision.prediction import PredictionRequest, Predictor, PriorPredictor, position_effect
 from serving.decision.prerank import DEFAULT_CVR_PRIOR, DEFAULT_KEEP, prerank
+from serving.decision.recall import RecallProbe
 
 
 @dataclass
@@ -29,6 +30,7 @@ class EngineConfig:
     placement_ctr_multiplier: Mapping[str, float] = field(default_factory=dict)
     model_budget_s: float = 0.035
     cvr_prior: float = DEFAULT_CVR_PRIOR
+    recall_sample_share: float = 0.0  # requests whose full candidate set is scored after the response
 
     def reserve(self, placement: str, country: str | None) -> int:
         return self.reserves_micros.get((placement, country),
@@ -79,6 +81,7 @@ class Decision:
     dropped: dict[str, int]
     eligible_campaigns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     slices_wanted: dict[int, int] = field(default_factory=dict)
+    recall_probe: RecallProbe | None = None  # set on the sampled share: check it after the response
 
 
 class DecisionEngine:
@@ -157,6 +160,11 @@ class DecisionEngine:
                 explanation=w.explanation))
         lap("auction")
         funnel["winners"] = len(winners)
+        probe = None
+        if cfg.recall_sample_share > 0 and not fallback and rng.random() < cfg.recall_sample_share:
+            probe = RecallProbe(filtered.rows, filtered.participation, pre.rows, request.placement,
+                                request.slot_positions, request.user_features, multiplier,
+                                cfg.reserve(request.placement, request.country), request.country, request.device)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
-                        filtered.slices_wanted)
+                        filtered.slices_wanted, probe)

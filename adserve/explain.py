@@ -1,0 +1,318 @@
+"""`adserve explain IMPRESSION_ID`: why one impression cost what it did, in words an advertiser reads.
+
+Finds the served record whose winner has the impression id ("{request_id}:{slot}") in the archived
+ad.served files (`--archive DIR`) or, by default, on the ad.served topic of the platform's Kafka (the
+record key is the request id, so only that request's records are decoded). It shows the ad's bid, its
+predicted click (and conversion) rate at its position, its quality term and total value, the runner-up's
+total or the reserve that set the price, and the arithmetic of the price. The price is recomputed from
+the logged inputs with the auction's own pricing (core.replay.explain_winner over core.auction) and
+checked against the logged price. This module only finds the record and renders the explanation.
+
+    adserve explain 4f2a9c...:1                                   # the local platform's ad.served topic
+    adserve explain 4f2a9c...:1 --archive .platform/archive --day 2026-03-10 --json
+
+Exit status: 0 when the recomputed price equals the logged one, 1 when it does not (the output says so),
+2 when no served record has the impression id or the log cannot be read."""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Generator, Iterable, Mapping
+
+from core.errors import AdserveError, CorruptRecord
+from core.replay import explain_winner
+
+UNIT = {"cpm": "per thousand impressions", "cpc": "per click", "cpa": "per conversion"}
+
+
+class ServedLogUnavailable(AdserveError):
+    """The served log could not be read (no archive folder, no topic, broker down)."""
+
+
+# finding the record ---------------------------------------------------------------------------------------
+
+def request_id_of(impression_id: str) -> str:
+    """The request part of an impression id ("{request_id}:{slot}"); raises ValueError for another shape."""
+    request_id, sep, slot = impression_id.rpartition(":")
+    if not sep or not request_id or not slot.isdigit():
+        raise ValueError(f"{impression_id!r} is not an impression id (expected REQUEST_ID:SLOT, e.g. 4f2a...:1)")
+    return request_id
+
+
+def has_impression(record: Mapping[str, Any], impression_id: str) -> bool:
+    return any(w.get("impression_id") == impression_id for w in record.get("winners") or [])
+
+
+def find_in_records(records: Iterable[Mapping[str, Any]], impression_id: str) -> Mapping[str, Any] | None:
+    return next((r for r in records if has_impression(r, impression_id)), None)
+
+
+def _archive_files(archive: str, topic: str, days: list[str]) -> list[str]:
+    from pipelines.avro_files import archive_pattern
+
+    patterns = [archive_pattern(archive, topic, day) for day in (days or ["*"])]
+    if "://" in archive:
+        from apache_beam.io.filesystems import FileSystems
+
+        return sorted(m.path for result in FileSystems.match(patterns) for m in result.metadata_list)
+    if not Path(archive).is_dir():
+        raise ServedLogUnavailable(f"no archive folder {archive}")
+    return sorted(path for pattern in patterns for path in glob.glob(pattern))
+
+
+def _open(path: str):
+    if "://" in path:
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems.open(path)
+    return open(path, "rb")
+
+
+def archived_records(archive: str, request_id: str, *, topic: str = "ad.served",
+                     days: list[str] | None = None) -> Generator[Mapping[str, Any], None, None]:
+    """The archived served records of one request (envelopes with another key are skipped undecoded)."""
+    import fastavro
+
+    from pipelines.avro_files import is_envelope, unwrap
+    from schemas.codec import AvroCodec
+
+    codec, key = AvroCodec(), request_id.encode()
+    for path in _archive_files(archive, topic, days or []):
+        with _open(path) as stream:
+            for row in fastavro.reader(stream):
+                if is_envelope(row) and row.get("k") is not None and bytes(row["k"]) != key:
+                    continue
+                try:
+                    yield unwrap(row, codec)
+                except CorruptRecord:
+                    continue  # another request's corrupt value cannot hold this impression
+
+
+def topic_records(bootstrap: str, request_id: str, *, topic: str = "ad.served",
+                  timeout_s: float = 30.0) -> Generator[Mapping[str, Any], None, None]:
+    """The served records of one request on the topic, read from the beginning of every partition."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from schemas.codec import AvroCodec
+    from streams import kafka
+
+    codec, key = AvroCodec(), request_id.encode()
+    consumer = kafka.consumer(bootstrap, group_id=f"adserve-explain-{time.monotonic_ns()}",
+                              **{"enable.partition.eof": True})
+    try:
+        metadata = consumer.list_topics(topic, timeout=min(timeout_s, 10.0))
+        if topic not in metadata.topics or metadata.topics[topic].error is not None:
+            raise ServedLogUnavailable(f"no topic {topic} at {bootstrap}")
+        partitions = list(metadata.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(at_end) < len(partitions):
+            if time.monotonic() > deadline:
+                raise ServedLogUnavailable(f"read {topic} for {timeout_s:.0f} s without reaching its end")
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                    continue
+                raise ServedLogUnavailable(str(KafkaException(msg.error())))
+            if msg.key() == key:
+                yield codec.decode(msg.value(), "ServedRecord", topic=topic, partition=msg.partition(),
+                                   offset=msg.offset())
+    except KafkaException as exc:
+        raise ServedLogUnavailable(f"cannot read {topic} at {bootstrap}: {exc}") from exc
+    finally:
+        consumer.close()
+
+
+# rendering ------------------------------------------------------------------------------------------------
+
+def money(micros: int | float | Fraction | None) -> str:
+    """Micro-units as dollars: at least cents, up to the micro, trailing zeros dropped ($1.40, $0.032)."""
+    if micros is None:
+        return "-"
+    value = Fraction(micros) if not isinstance(micros, float) else Fraction(repr(micros))
+    sign = "-" if value < 0 else ""
+    digits = f"{float(abs(value) / 1_000_000):.7f}".rstrip("0")
+    whole, _, cents = digits.partition(".")
+    return f"{sign}${int(whole):,}.{cents.ljust(2, '0')}"
+
+
+def rate(probability: float | None) -> str:
+    return "-" if probability is None else f"{probability * 100:.4g} %"
+
+
+def _signed(micros: int | float) -> str:
+    return f"+{money(micros)}" if micros >= 0 else money(micros)
+
+
+def _plus(micros: int | float) -> str:
+    """A term added in an expression: "+ $0.002", "- $0.001"."""
+    return f"+ {money(micros)}" if micros >= 0 else f"- {money(-micros)}"
+
+
+def _value_lines(e: Mapping[str, Any]) -> list[str]:
+    own = e["bid_type"]
+    lines = [f"  predicted click rate at position {e['slot_position']}:".ljust(44) + rate(e["pctr"])
+             + (" (not part of a cpm bid's value)" if own == "cpm" else "")]
+    if own == "cpm":
+        lines.append("  bid per impression:".ljust(44) + f"{money(e['bid_micros'])} / 1,000 = "
+                     f"{money(Fraction(e['bid_micros'], 1000))}")
+    elif own == "cpc":
+        lines.append("  bid x click rate:".ljust(44) + f"{money(e['bid_micros'])} x {rate(e['pctr'])} = "
+                     f"{money(e['own_total_micros'] - e['quality_micros'])} per impression")
+    else:
+        lines.append("  predicted conversion rate after a click:".ljust(44) + rate(e["pcvr"]))
+        lines.append("  bid x click rate x conversion rate:".ljust(44) +
+                     f"{money(e['bid_micros'])} x {rate(e['pctr'])} x {rate(e['pcvr'])} = "
+                     f"{money(e['own_total_micros'] - e['quality_micros'])} per impression")
+    lines.append("  quality term (predicted user experience):".ljust(44) + _signed(e["quality_micros"]))
+    lines.append("  total value:".ljust(44) + f"{money(e['own_total_micros'])} per impression")
+    return lines
+
+
+def _runner_up_value(r: Mapping[str, Any]) -> str:
+    if r.get("bid_type") == "cpm":
+        action = f"{money(r['bid_micros'])} / 1,000"
+    elif r.get("bid_type") == "cpa":
+        action = f"{money(r['bid_micros'])} x {rate(r['pctr'])} x {rate(r['pcvr'])}"
+    else:
+        action = f"{money(r['bid_micros'])} x {rate(r['pctr'])}"
+    return f"{action} {_plus(r['quality_micros'])} = {money(r['total_micros'])} per impression"
+
+
+def _next_lines(e: Mapping[str, Any]) -> list[str]:
+    r, reserve = e["runner_up"], e["reserve_micros"]
+    reserve_text = "not logged (a version-1 record)" if reserve is None else f"{money(reserve)} per impression"
+    if e["price_set_by"] == "runner_up" and r and r.get("bid_micros") is not None:
+        return [f"What you had to beat: the next ad, ad {r['ad_id']} of campaign {r['campaign_id']} "
+                f"({r['bid_type']}, bid {money(r['bid_micros'])} {UNIT[r['bid_type']]}):",
+                "  its bid x rate + quality:".ljust(44) + _runner_up_value(r),
+                f"  (the reserve of this placement and country, the least total value it accepts, was {reserve_text})"]
+    if e["price_set_by"] == "runner_up" and r:
+        return [f"What you had to beat: the next ad, total {money(r['total_micros'])} per impression "
+                "(a version-1 record logs only that total, rounded down)"]
+    if r:
+        return [f"What you had to beat: the reserve, {reserve_text}: the next ad, ad {r['ad_id']}, was worth only "
+                f"{money(r['total_micros'])} per impression."]
+    return [f"What you had to beat: the reserve, {reserve_text}: no ad of another campaign below yours "
+            "cleared it."]
+
+
+def _price_lines(e: Mapping[str, Any]) -> list[str]:
+    a, own, unit = e["arithmetic"], e["bid_type"], UNIT[e["bid_type"]]
+    next_total, quality = money(e["next_total_micros"]), money(e["quality_micros"])
+    if own == "cpm":
+        formula, numbers = "(next total - your quality) x 1,000", f"({next_total} - {quality}) x 1,000"
+    elif own == "cpc":
+        formula, numbers = "(next total - your quality) / your click rate", \
+            f"({next_total} - {quality}) / {rate(e['pctr'])}"
+    else:
+        formula = "(next total - your quality) / (your click rate x your conversion rate)"
+        numbers = f"({next_total} - {quality}) / ({rate(e['pctr'])} x {rate(e['pcvr'])})"
+    raw = "no rate to divide by: the bid" if a["raw_price_micros"] is None else money(a["raw_price_micros"])
+    capped = f"your bid {money(e['bid_micros'])} caps it" + (": it does" if a["capped_at_bid"] else ": not reached")
+    return ["Your price is the least bid that would still have kept your place:",
+            f"  {formula}", f"  = {numbers} = {raw} {unit}",
+            f"  rounded up to a whole micro: {money(a['rounded_up_micros'])}; {capped}"
+            + ("; never below zero" if a["floored_at_zero"] else "")]
+
+
+def _charge_lines(e: Mapping[str, Any]) -> list[str]:
+    unit = UNIT[e["bid_type"]]
+    if e["price_matches"]:
+        check = ("Recomputed from the logged inputs with the auction's own pricing: "
+                 f"{money(e['recomputed_price_micros'])}, equal to the logged price.")
+    else:
+        check = (f"MISMATCH: recomputed from the logged inputs the price is {money(e['recomputed_price_micros'])} "
+                 f"{unit}, but the log says {money(e['logged_price_micros'])}. The log or the pricing changed "
+                 "since this impression was served: do not quote this explanation to the advertiser.")
+    per_impression = f" ({money(e['logged_price_micros'] // 1000)} per impression)" if e["bid_type"] == "cpm" else ""
+    return [f"Charged: {money(e['logged_price_micros'])} {unit}{per_impression}, never more than your bid.", check,
+            f"Expected cost recorded against the budget at serve: {money(e['expected_cost_micros'])}."]
+
+
+def _flag_lines(e: Mapping[str, Any]) -> list[str]:
+    scored = "the pre-ranker's fallback scores (the click model did not answer in time)" \
+        if e["scored_by_fallback"] else f"the click model {e['model_version'] or '(version not logged)'}"
+    explored = (f"in the exploration slice: the shuffle of near-tied ads put yours here with probability "
+                f"{e['exploration_probability']:.2f} (the price still follows the ad below)") \
+        if e["exploration_probability"] < 1.0 else \
+        ("in the exploration slice, but this slot was filled in ranking order" if e["exploration"]
+         else "not in the exploration slice")
+    return ["Also applied:",
+            f"  pacing let campaign {e['campaign_id']} into this auction with probability "
+            f"{e['participation_probability']:.2f} (it spreads the budget over the day; it does not change the price)",
+            f"  predictions from {scored}", f"  {explored}",
+            *(f"  note: {n}" for n in e["notes"])]
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "at an unknown time"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(e: Mapping[str, Any]) -> str:
+    """The explanation (core.replay.explain_winner's dict) in words."""
+    unit = UNIT[e["bid_type"]]
+    lines = [f"Impression {e['impression_id']}: ad {e['ad_id']} paid {money(e['logged_price_micros'])} {unit}",
+             f"  request {e['request_id']}, slot {e['slot']} (position {e['slot_position']}) of placement "
+             f"{e['placement']}, country {e['country'] or 'unknown'}, served {_when(e['event_time'])}", "",
+             f"Your ad (campaign {e['campaign_id']}) bid {money(e['bid_micros'])} {unit} ({e['bid_type']}).",
+             *_value_lines(e), "", *_next_lines(e), "", *_price_lines(e), *_charge_lines(e), "", *_flag_lines(e)]
+    return "\n".join(lines) + "\n"
+
+
+# the command ----------------------------------------------------------------------------------------------
+
+def register(sub) -> None:
+    p = sub.add_parser("explain", help="why one impression cost what it did, recomputed from the served log",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("impression_id", metavar="IMPRESSION_ID", help="the impression id, REQUEST_ID:SLOT")
+    p.add_argument("--archive", help="read the archived ad.served files under this folder (the archiver's root) "
+                                     "instead of the Kafka topic")
+    p.add_argument("--day", action="append", default=[], metavar="YYYY-MM-DD",
+                   help="with --archive: only the served records of this UTC day (repeatable; default every day)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local platform's, from "
+                                       "ADSERVE_KAFKA_PORT)")
+    p.add_argument("--topic", default="ad.served", help="the served log's topic or archive folder (default ad.served)")
+    p.add_argument("--timeout-s", type=float, default=30.0, help="give up reading the topic after this (default 30)")
+    p.add_argument("--json", action="store_true", help="print the explanation as one JSON object")
+    p.set_defaults(handler=cmd_explain)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    try:
+        request_id = request_id_of(args.impression_id)
+        if args.archive:
+            records = archived_records(args.archive, request_id, topic=args.topic, days=args.day)
+            where = f"the archive {args.archive}"
+        else:
+            from infra.platform import PlatformSettings
+
+            bootstrap = args.bootstrap or PlatformSettings.from_env().kafka_bootstrap
+            records = topic_records(bootstrap, request_id, topic=args.topic, timeout_s=args.timeout_s)
+            where = f"topic {args.topic} at {bootstrap}"
+        try:
+            record = find_in_records(records, args.impression_id)
+        finally:
+            records.close()  # a Kafka consumer is closed as soon as the record is found
+    except (ValueError, AdserveError) as exc:
+        print(f"adserve explain: {exc}", file=sys.stderr)
+        return 2
+    if record is None:
+        print(f"adserve explain: no served record in {where} has impression {args.impression_id}", file=sys.stderr)
+        return 2
+    explanation = explain_winner(record, args.impression_id)
+    print(json.dumps(explanation, indent=2) if args.json else render(explanation), end="\n" if args.json else "")
+    return 0 if explanation["price_matches"] else 1
+

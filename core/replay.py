@@ -1,0 +1,440 @@
+"""Replay of logged auctions: the served log's auction inputs, the auction rerun on them under another
+reserve or quality weight, and the explanation of one charged price. Pure: records in, numbers out.
+
+It owns both directions of the served log's replay fields (schemas/ad_served.avsc, version 2): the
+functions the ad server calls to write them (`winner_replay_fields`, `loser_record`,
+`request_replay_fields`) and the ones that read them back (`logged_candidates`, `replay`,
+`explain_winner`), so the two cannot drift apart. Pricing is never written twice: the replay calls
+core.auction.run_auction, and the explanation core.auction.exact_total and price_micros.
+
+What is logged per request: the reserve, the slot positions, how many candidates entered the auction;
+per winner every input of its total (bid type, bid, pCTR at every slot, pCVR, quality, exclusion
+category, its index in the candidate list) and the same for its runner-up; 20 losers sampled uniformly
+with the same inputs. A replay rebuilds those candidates (deduplicated by ad id, in their logged
+candidate order so ties of total value break as they did) and reruns the auction without exploration.
+
+What a replay can tell, precisely (quality weight 1.0 unless said):
+- Unchanged reserve: every winner, every price, the fill and the expected revenue are reproduced
+  exactly. A slot's winner and its runner-up were the best eligible candidates, both are in the log,
+  and the log keeps their candidate order, so the candidates that were not logged cannot change them.
+- A higher reserve: also exact. A winner whose total clears the new reserve keeps its slot (it was the
+  best available ad); one that does not leaves its slot empty, and every later one too (no other ad
+  could clear it, and the auction stops at the first empty slot). A kept winner's price stays set by
+  its runner-up if the runner-up clears the new reserve (a higher reserve only removes rivals below
+  it); otherwise every rival is under the new reserve and the reserve sets the price. All of it is in
+  the log.
+- A lower reserve: slots the log filled keep their winners, and a price a logged runner-up set stays
+  (the ads a lower reserve lets in are all under the old reserve, so under that runner-up): exact when
+  every slot was filled and every winner had a runner-up. Where the old reserve set a price, the new
+  price is set by the best ad between the two reserves, which the log holds only if it was sampled: the
+  replayed price is a lower bound. A slot the log left empty can only be filled from sampled losers: the
+  replayed fill is a lower bound and the revenue of such slots an estimate.
+- Another quality weight: every total moves, so an ad that was not logged may overtake a winner or
+  become a runner-up: an estimate. Exception: when the log holds every candidate of the auction
+  (auction_candidates = the logged ones, i.e. at most 20 losers), any reserve and weight is exact.
+- Never: advertisers changing their bids in response, pacing and budgets behaving differently (a
+  campaign that spends less enters more auctions later), clicks. Revenue is expected revenue at serve
+  (price / 1000 per impression for cpm, price x pCTR for cpc, price x pCTR x pCVR for cpa), not billed
+  money. Requests of the exploration slice are not replayed (what they logged is a shuffle, not the
+  ranking), nor version-1 records (they lack the inputs)."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Mapping, Sequence
+
+from core.auction import CPA, CPM, Candidate, exact_total, price_micros, run_auction
+from core.errors import AdserveError
+
+Record = Mapping[str, Any]
+
+
+class NotReplayable(AdserveError):
+    """A served record without the inputs a replay needs (a version-1 record)."""
+
+
+class ImpressionNotFound(AdserveError):
+    """No winner of the served log has this impression id."""
+
+
+# writing: what the ad server adds to each ServedRecord ------------------------------------------------
+
+def _symbol(bid_type: str | None) -> str | None:
+    return bid_type.upper() if bid_type else None
+
+
+def winner_replay_fields(explanation: Mapping[str, Any]) -> dict[str, Any]:
+    """The version-2 fields of a ServedRecord Winner, from core.auction's explanation of that winner."""
+    e = explanation
+
+    def opt(name: str, cast):
+        return None if e.get(name) is None else cast(e[name])
+
+    return {
+        "bid_type": _symbol(e.get("bid_type")),
+        "pctr_by_slot": [float(p) for p in e.get("pctr_by_slot") or []],
+        "exclusion_category": int(e.get("exclusion_category") or 0),
+        "candidate_index": opt("candidate_index", int),
+        "runner_up_ad_id": opt("runner_up_ad_id", int),
+        "runner_up_campaign_id": opt("runner_up_campaign_id", int),
+        "runner_up_bid_type": _symbol(e.get("runner_up_bid_type")),
+        "runner_up_bid_micros": opt("runner_up_bid_micros", int),
+        "runner_up_pctr": opt("runner_up_pctr", float),
+        "runner_up_pctr_by_slot": [float(p) for p in e.get("runner_up_pctr_by_slot") or []],
+        "runner_up_pcvr": opt("runner_up_pcvr", float),
+        "runner_up_quality_micros": opt("runner_up_quality_micros", int),
+        "runner_up_exclusion_category": opt("runner_up_exclusion_category", int),
+        "runner_up_candidate_index": opt("runner_up_candidate_index", int),
+    }
+
+
+def loser_record(loser: Mapping[str, Any]) -> dict[str, Any]:
+    """A ServedRecord Loser from one of core.auction's sampled losers."""
+    return {
+        "ad_id": int(loser["ad_id"]), "campaign_id": int(loser["campaign_id"]), "pctr": float(loser["pctr"]),
+        "total_value_micros": int(loser["total_value_micros"]), "bid_type": _symbol(loser.get("bid_type")),
+        "bid_micros": None if loser.get("bid_micros") is None else int(loser["bid_micros"]),
+        "pctr_by_slot": [float(p) for p in loser.get("pctr_by_slot") or []],
+        "pcvr": None if loser.get("pcvr") is None else float(loser["pcvr"]),
+        "quality_micros": None if loser.get("quality_micros") is None else int(loser["quality_micros"]),
+        "exclusion_category": int(loser.get("exclusion_category") or 0),
+        "candidate_index": None if loser.get("candidate_index") is None else int(loser["candidate_index"]),
+    }
+
+
+def request_replay_fields(reserve_micros: int, slot_positions: Sequence[int],
+                          auction_candidates: int | None) -> dict[str, Any]:
+    """The version-2 top-level fields of a ServedRecord."""
+    return {"reserve_micros": int(reserve_micros), "slot_positions": [int(p) for p in slot_positions],
+            "auction_candidates": None if auction_candidates is None else int(auction_candidates)}
+
+
+# reading: the logged candidates ----------------------------------------------------------------------
+
+def winner_bid_type(winner: Record) -> str:
+    """A winner's bid type (cpm/cpc/cpa); a version-1 record has none, but the auction logged a pCVR only
+    for cpa bids, so impression billing is cpm and click billing with a pCVR is cpa."""
+    if winner.get("bid_type"):
+        return str(winner["bid_type"]).lower()
+    if winner["billing_type"] == "IMPRESSION":
+        return "cpm"
+    return "cpa" if winner.get("pcvr") is not None else "cpc"
+
+
+def slot_of(impression_id: str) -> int:
+    """The 1-based slot number at the end of an impression id ("{request_id}:{slot}")."""
+    return int(str(impression_id).rsplit(":", 1)[1])
+
+
+def replay_gap(record: Record) -> str | None:
+    """Why this record cannot be replayed, or None when it can."""
+    slots = len(record.get("slot_positions") or [])
+    if not slots or record.get("reserve_micros") is None:
+        return "a version-1 record (no reserve or slot positions logged)"
+    for w in record.get("winners") or []:
+        if not w.get("bid_type") or len(w.get("pctr_by_slot") or []) != slots:
+            return f"winner {w.get('impression_id')} lacks its bid type or pCTR per slot"
+        if w.get("runner_up_ad_id") is not None and (
+                not w.get("runner_up_bid_type") or len(w.get("runner_up_pctr_by_slot") or []) != slots):
+            return f"the runner-up of {w.get('impression_id')} lacks its inputs"
+    for loser in record.get("sampled_losers") or []:
+        if not loser.get("bid_type") or len(loser.get("pctr_by_slot") or []) != slots:
+            return f"sampled loser {loser.get('ad_id')} lacks its inputs"
+    return None
+
+
+def _candidate(ad_id: Any, campaign_id: Any, bid_type: str, bid_micros: int, pctr: Sequence[float],
+               pcvr: float | None, quality_micros: int, exclusion_category: int,
+               participation: float = 1.0) -> Candidate:
+    return Candidate(ad_id=ad_id, campaign_id=campaign_id, bid_type=str(bid_type).lower(),
+                     bid_micros=int(bid_micros), pctr=[float(p) for p in pctr], pcvr=float(pcvr or 0.0),
+                     quality_micros=int(quality_micros), exclusion_category=int(exclusion_category or 0),
+                     participation_probability=float(participation))
+
+
+def _logged(record: Record) -> list[tuple[int | None, Candidate]]:
+    """(candidate index, candidate) of every logged ad: winners, runner-ups, sampled losers, in that order."""
+    found: list[tuple[int | None, Candidate]] = []
+    for w in record.get("winners") or []:
+        found.append((w.get("candidate_index"), _candidate(
+            w["ad_id"], w["campaign_id"], winner_bid_type(w), w["bid_micros"], w["pctr_by_slot"], w.get("pcvr"),
+            w["quality_micros"], w.get("exclusion_category", 0), w.get("participation_probability", 1.0))))
+    for w in record.get("winners") or []:
+        if w.get("runner_up_ad_id") is not None:
+            found.append((w.get("runner_up_candidate_index"), _candidate(
+                w["runner_up_ad_id"], w["runner_up_campaign_id"], w["runner_up_bid_type"],
+                w["runner_up_bid_micros"], w["runner_up_pctr_by_slot"], w.get("runner_up_pcvr"),
+                w["runner_up_quality_micros"], w.get("runner_up_exclusion_category", 0))))
+    for loser in record.get("sampled_losers") or []:
+        found.append((loser.get("candidate_index"), _candidate(
+            loser["ad_id"], loser["campaign_id"], loser["bid_type"], loser["bid_micros"], loser["pctr_by_slot"],
+            loser.get("pcvr"), loser["quality_micros"], loser.get("exclusion_category", 0))))
+    return found
+
+
+def logged_candidates(record: Record) -> list[Candidate]:
+    """The candidates a replay can rerun: each logged ad once, in the auction's candidate order (an ad
+    without a logged index after those with one, winners before runner-ups before losers).
+
+    Raises NotReplayable when the record lacks the inputs (see replay_gap)."""
+    gap = replay_gap(record)
+    if gap:
+        raise NotReplayable(f"request {record.get('request_id')}: {gap}")
+    seen: dict[Any, tuple[tuple[int, int, int], Candidate]] = {}
+    for order, (index, candidate) in enumerate(_logged(record)):
+        if candidate.ad_id not in seen:
+            key = (0, index, order) if index is not None else (1, 0, order)
+            seen[candidate.ad_id] = (key, candidate)
+    return [c for _, c in sorted(seen.values(), key=lambda kc: kc[0])]
+
+
+def log_is_complete(record: Record) -> bool:
+    """Whether the log holds every candidate of the auction (then any replay of it is exact)."""
+    count = record.get("auction_candidates")
+    return count is not None and replay_gap(record) is None and len(logged_candidates(record)) >= int(count)
+
+
+# the replay ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SlotOutcome:
+    """One filled slot of a request, as logged or as replayed."""
+
+    slot: int
+    position: int
+    ad_id: int
+    campaign_id: int
+    price_micros: int
+    expected_cost_micros: int
+
+
+@dataclass(frozen=True)
+class AuctionOutcome:
+    """A request's filled slots under one reserve and quality weight."""
+
+    request_id: str
+    offered_slots: int
+    reserve_micros: int
+    quality_weight: float
+    winners: tuple[SlotOutcome, ...]
+
+    @property
+    def filled_slots(self) -> int:
+        return len(self.winners)
+
+    @property
+    def revenue_micros(self) -> int:
+        """Expected revenue at serve: the sum of the winners' expected costs."""
+        return sum(w.expected_cost_micros for w in self.winners)
+
+    def at(self, slot: int) -> SlotOutcome | None:
+        return next((w for w in self.winners if w.slot == slot), None)
+
+
+def logged_outcome(record: Record) -> AuctionOutcome:
+    """What the ad server decided, as logged."""
+    winners = tuple(SlotOutcome(slot_of(w["impression_id"]), int(w["slot_position"]), int(w["ad_id"]),
+                                int(w["campaign_id"]), int(w["price_micros"]), int(w["expected_cost_micros"]))
+                    for w in record.get("winners") or [])
+    reserve = record.get("reserve_micros")
+    return AuctionOutcome(str(record["request_id"]), len(record.get("slot_positions") or []),
+                          int(reserve or 0), 1.0, winners)
+
+
+def replay(record: Record, reserve_micros: int | None = None, quality_weight: float = 1.0) -> AuctionOutcome:
+    """The auction rerun on the logged candidates with a reserve (default: the logged one) and a quality
+    weight (1.0: the live rule), without exploration (an exploration request replays as the ranking would
+    have filled it, not as it was logged). Raises NotReplayable (see replay_gap)."""
+    candidates = logged_candidates(record)
+    positions = [int(p) for p in record["slot_positions"]]
+    reserve = int(record["reserve_micros"]) if reserve_micros is None else int(reserve_micros)
+    result = run_auction(candidates, positions, reserve_micros=reserve, rng=random.Random(0),
+                         exploration_share=0.0, quality_weight=quality_weight)
+    winners = tuple(SlotOutcome(w.slot, w.position, int(w.candidate.ad_id), int(w.candidate.campaign_id),
+                                w.price_micros, w.expected_cost_micros()) for w in result.winners)
+    return AuctionOutcome(str(record["request_id"]), len(positions), reserve, quality_weight, winners)
+
+
+def replay_is_exact(record: Record, reserve_micros: int, quality_weight: float = 1.0) -> bool:
+    """Whether replay(record, reserve_micros, quality_weight) is what the full auction would have done (the
+    module docstring gives the reasons)."""
+    if record.get("exploration") or replay_gap(record) is not None:
+        return False
+    if log_is_complete(record):
+        return True
+    if quality_weight != 1.0:
+        return False
+    if reserve_micros >= int(record["reserve_micros"]):
+        return True
+    winners = record.get("winners") or []
+    return len(winners) == len(record["slot_positions"]) and all(
+        w.get("runner_up_ad_id") is not None for w in winners)
+
+
+@dataclass(frozen=True)
+class RequestComparison:
+    """One request, logged against replayed (status "replayed"), or why it was left out ("exploration",
+    "not_replayable"): left-out requests carry only their counts of offered slots."""
+
+    placement: str
+    country: str | None
+    status: str
+    offered_slots: int = 0
+    logged_filled_slots: int = 0
+    replayed_filled_slots: int = 0
+    logged_revenue_micros: int = 0
+    replayed_revenue_micros: int = 0
+    changed_winners: int = 0
+    changed_prices: int = 0
+    exact: bool = False
+
+
+def compare(logged: AuctionOutcome, replayed: AuctionOutcome) -> tuple[int, int]:
+    """(slots whose ad changed, filled or emptied included; slots with the same ad at another price)."""
+    changed_winners = changed_prices = 0
+    for slot in range(1, max(logged.offered_slots, replayed.offered_slots) + 1):
+        before, after = logged.at(slot), replayed.at(slot)
+        if (before.ad_id if before else None) != (after.ad_id if after else None):
+            changed_winners += 1
+        elif before and after and before.price_micros != after.price_micros:
+            changed_prices += 1
+    return changed_winners, changed_prices
+
+
+@dataclass(frozen=True)
+class ReservePolicy:
+    """Replayed reserves: per (placement, country), else per placement, else the default, else the logged one
+    (the same precedence as the ad server's EngineConfig.reserve). Countries are upper case."""
+
+    default_micros: int | None = None
+    by_placement: Mapping[str, int] = field(default_factory=dict)
+    by_placement_country: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    def reserve_for(self, placement: str, country: str | None, logged_micros: int) -> int:
+        if country and (placement, country.upper()) in self.by_placement_country:
+            return self.by_placement_country[(placement, country.upper())]
+        if placement in self.by_placement:
+            return self.by_placement[placement]
+        return logged_micros if self.default_micros is None else self.default_micros
+
+
+def compare_request(record: Record, policy: ReservePolicy = ReservePolicy(),
+                    quality_weight: float = 1.0) -> RequestComparison:
+    """One served record replayed under a reserve policy and quality weight, against what it logged."""
+    placement, country = str(record["placement"]), record.get("country")
+    offered = len(record.get("slot_positions") or [])
+    if record.get("exploration"):
+        return RequestComparison(placement, country, "exploration", offered)
+    if replay_gap(record) is not None:
+        return RequestComparison(placement, country, "not_replayable", offered)
+    logged = logged_outcome(record)
+    reserve = policy.reserve_for(placement, country, logged.reserve_micros)
+    replayed = replay(record, reserve, quality_weight)
+    changed_winners, changed_prices = compare(logged, replayed)
+    return RequestComparison(placement, country, "replayed", offered, logged.filled_slots, replayed.filled_slots,
+                             logged.revenue_micros, replayed.revenue_micros, changed_winners, changed_prices,
+                             replay_is_exact(record, reserve, quality_weight))
+
+
+# explaining one price --------------------------------------------------------------------------------
+
+PRICE_UNIT = {"cpm": "thousand impressions", "cpc": "click", "cpa": "conversion"}
+
+
+def _number(value: Fraction) -> int | float:
+    """A micros amount for JSON: an integer when whole, else a float."""
+    return int(value) if value.denominator == 1 else float(value)
+
+
+def _at_slot(rate: float, slot_index: int) -> list[float]:
+    """A pCTR list holding the logged rate at the slot (the only one a price at that slot reads)."""
+    return [0.0] * slot_index + [float(rate)]
+
+
+def _find(record: Record, impression_id: str) -> Mapping[str, Any]:
+    for w in record.get("winners") or []:
+        if w["impression_id"] == impression_id:
+            return w
+    raise ImpressionNotFound(f"request {record.get('request_id')} has no winner with impression id {impression_id}")
+
+
+def _runner_up_candidate(w: Mapping[str, Any], slot_index: int) -> Candidate | None:
+    if w.get("runner_up_ad_id") is None or not w.get("runner_up_bid_type"):
+        return None
+    return _candidate(w["runner_up_ad_id"], w["runner_up_campaign_id"], w["runner_up_bid_type"],
+                      w["runner_up_bid_micros"], _at_slot(w["runner_up_pctr"] or 0.0, slot_index),
+                      w.get("runner_up_pcvr"), w["runner_up_quality_micros"], 0)
+
+
+def _arithmetic(own: Candidate, slot_index: int, next_total: Fraction) -> dict[str, Any]:
+    """The price formula's steps in the bid's unit: (next - quality) / rate, rounded up, capped at the bid."""
+    numerator = next_total - own.quality_micros
+    if own.bid_code == CPM:
+        divisor: Fraction | None = Fraction(1, 1000)
+    else:
+        rate = Fraction(repr(float(own.pctr[slot_index])))
+        if own.bid_code == CPA:
+            rate *= Fraction(repr(float(own.pcvr)))
+        divisor = rate if rate > 0 else None
+    raw = numerator / divisor if divisor is not None else None
+    rounded = math.ceil(raw) if raw is not None else own.bid_micros
+    return {"numerator_micros": _number(numerator), "divisor": float(divisor) if divisor is not None else None,
+            "raw_price_micros": _number(raw) if raw is not None else None, "rounded_up_micros": rounded,
+            "capped_at_bid": rounded > own.bid_micros, "floored_at_zero": rounded < 0}
+
+
+def explain_winner(record: Record, impression_id: str) -> dict[str, Any]:
+    """Why one impression cost what it did, recomputed from the logged inputs with core.auction's pricing and
+    checked against the logged price (`price_matches`). Raises ImpressionNotFound."""
+    w = _find(record, impression_id)
+    slot = slot_of(impression_id)
+    s = slot - 1
+    bid_type = winner_bid_type(w)
+    own = _candidate(w["ad_id"], w["campaign_id"], bid_type, w["bid_micros"], _at_slot(w["pctr"], s),
+                     w.get("pcvr"), w["quality_micros"], 0, w.get("participation_probability", 1.0))
+    own_total = exact_total(own, s)
+    notes: list[str] = []
+    reserve = record.get("reserve_micros")
+    if reserve is None:
+        notes.append("version-1 record: the reserve was not logged (taken as 0) and the runner-up's total only "
+                     "rounded down to a whole micro, so the recomputation may be off by a micro")
+    reserve_total = Fraction(int(reserve or 0))
+    rival = _runner_up_candidate(w, s)
+    if rival is not None:
+        runner_total: Fraction | None = exact_total(rival, s)
+    elif reserve is None and int(w.get("runner_up_total_value_micros") or 0) > 0:
+        runner_total = Fraction(int(w["runner_up_total_value_micros"]))
+    else:
+        runner_total = None
+    next_total = reserve_total if runner_total is None else max(runner_total, reserve_total)
+    recomputed = price_micros(own, s, next_total)
+    logged_price = int(w["price_micros"])
+    runner_up = None if runner_total is None else {
+        "ad_id": w.get("runner_up_ad_id"), "campaign_id": w.get("runner_up_campaign_id"),
+        "bid_type": rival.bid_type if rival else None, "bid_micros": rival.bid_micros if rival else None,
+        "pctr": w.get("runner_up_pctr"), "pcvr": w.get("runner_up_pcvr"),
+        "quality_micros": rival.quality_micros if rival else None, "total_micros": _number(runner_total)}
+    return {
+        "impression_id": impression_id, "request_id": record.get("request_id"), "slot": slot,
+        "slot_position": int(w["slot_position"]), "placement": record.get("placement"),
+        "country": record.get("country"), "event_time": record.get("event_time"),
+        "ad_id": w["ad_id"], "campaign_id": w["campaign_id"], "bid_type": bid_type,
+        "price_unit": PRICE_UNIT[bid_type], "bid_micros": int(w["bid_micros"]), "pctr": float(w["pctr"]),
+        "pcvr": None if w.get("pcvr") is None else float(w["pcvr"]), "quality_micros": int(w["quality_micros"]),
+        "own_total_micros": _number(own_total),
+        "price_set_by": "runner_up" if runner_total is not None and runner_total >= reserve_total else "reserve",
+        "runner_up": runner_up, "reserve_micros": None if reserve is None else int(reserve),
+        "next_total_micros": _number(next_total),
+        "arithmetic": _arithmetic(own, s, next_total),
+        "recomputed_price_micros": recomputed, "logged_price_micros": logged_price,
+        "price_matches": recomputed == logged_price,
+        "expected_cost_micros": int(w["expected_cost_micros"]),
+        "participation_probability": float(w.get("participation_probability", 1.0)),
+        "exploration": bool(record.get("exploration")),
+        "exploration_probability": float(w.get("exploration_probability", 1.0)),
+        "scored_by_fallback": bool(record.get("scored_by_fallback")), "model_version": record.get("model_version"),
+        "record_version": 1 if reserve is None else 2, "notes": notes,
+    }
+
