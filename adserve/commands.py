@@ -24,6 +24,9 @@ def register(sub) -> None:
     from adserve import model_cli
 
     model_cli.register(sub)
+    from adserve import learning_cli
+
+    learning_cli.register(sub)
 
 
 # auction ------------------------------------------------------------------------
@@ -125,7 +128,8 @@ def _register_bench(sub) -> None:
 
     from adserve import bench_model
 
-    m = bsub.add_parser("model", help="click-model scores/s and latency in process, beside the priors baseline",
+    m = bsub.add_parser("model", help="click-model scores/s and latency in process and through the prediction "
+                                      "service, beside the priors baseline",
                         description=bench_model.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("--model", type=Path, help="a model directory (models/click-vN); default: train a small one on "
                                               "synthetic impressions first")
@@ -134,6 +138,10 @@ def _register_bench(sub) -> None:
     m.add_argument("--candidates", type=int, default=200, help="candidates per request (default 200)")
     m.add_argument("--slots", type=int, default=2, help="slot positions per request (default 2)")
     m.add_argument("--concurrency", default="1,2,4", help="comma-separated thread counts (default 1,2,4)")
+    m.add_argument("--service-clients", default="1,4,16",
+                   help="comma-separated client thread counts against the prediction service (default 1,4,16)")
+    m.add_argument("--max-wait-ms", type=float, default=1.0, help="the service's batching wait (default 1 ms)")
+    m.add_argument("--no-service", action="store_true", help="skip the prediction service")
     m.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     m.set_defaults(handler=cmd_bench_model)
 
@@ -146,10 +154,12 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
 
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
     threads = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    clients = [] if args.no_service else [int(x) for x in args.service_clients.split(",") if x.strip()]
     try:
         figures = bench_model.run(model_dir=args.model, ad_features_dir=args.ad_features, requests=args.requests,
-                                  candidates=args.candidates, slots=args.slots, concurrency=threads, log=log)
-    except (AdserveError, ValueError) as exc:
+                                  candidates=args.candidates, slots=args.slots, concurrency=threads,
+                                  service_clients=clients, max_wait_ms=args.max_wait_ms, log=log)
+    except (AdserveError, ValueError, RuntimeError) as exc:
         print(f"adserve bench model: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(figures) if args.json else bench_model.render(figures))
@@ -378,7 +388,8 @@ def _token_keys():
 
 
 def _register_serve(sub) -> None:
-    p = sub.add_parser("serve", help="run the ad server or the tracker (HTTP, on the local platform)")
+    p = sub.add_parser("serve", help="run the ad server, the tracker, the advertiser API or the prediction service "
+                                     "(HTTP)")
     ssub = p.add_subparsers(dest="service", required=True)
     a = ssub.add_parser("ads", help="POST /v1/ads on the decision engine",
                         description="The ad server: builds its index from serving.ads and serving.campaigns, "
@@ -392,7 +403,36 @@ def _register_serve(sub) -> None:
     a.add_argument("--geo-table", help="CSV of 'cidr,COUNTRY/Region/City' to locate requests by IP")
     a.add_argument("--snapshot-dir", help="boot from the newest snapshot here, then replay from its offsets "
                                           "(see `adserve snapshots write`)")
+    scoring = a.add_mutually_exclusive_group()
+    scoring.add_argument("--prediction-url", help="score candidates with the prediction service at this URL "
+                                                  "(e.g. http://127.0.0.1:8090; `adserve serve prediction`); the "
+                                                  "pre-ranker's scores when it does not answer within the model "
+                                                  "budget. Default: the priors-only predictor")
+    scoring.add_argument("--model", type=Path, help="score with this click model in process (models/click-vN; "
+                                                    "needs --ad-features)")
+    a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model (newest version)")
     a.set_defaults(handler=cmd_serve_ads)
+    r = ssub.add_parser("prediction", help="the prediction service: POST /v1/score on the click model, batched",
+                        description="The click model behind HTTP with dynamic batching across concurrent requests: "
+                                    "POST /v1/score, GET /healthz, /v1/model, /metrics (serving.model.service; "
+                                    "docs/learning.md). --canary-model scores the share of requests whose request-id "
+                                    "hash is below --canary-share; `adserve model canary-report` judges it.")
+    r.add_argument("--model", type=Path, required=True, help="the model directory (models/click-vN)")
+    r.add_argument("--ad-features", type=Path, required=True,
+                   help="the ad-feature snapshot folder (the newest version is loaded, and re-checked every "
+                        "--snapshot-refresh-s)")
+    r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--port", type=int, default=8090)
+    r.add_argument("--canary-model", type=Path, help="a candidate model directory scored on --canary-share")
+    r.add_argument("--canary-share", type=float, default=0.01,
+                   help="share of requests the candidate scores (default 0.01; only with --canary-model)")
+    r.add_argument("--max-wait-ms", type=float, default=1.0,
+                   help="longest a request waits for companions in its batch (default 1 ms)")
+    r.add_argument("--max-batch-rows", type=int, default=3_200,
+                   help="input rows (candidates x positions) per scoring call (default 3,200)")
+    r.add_argument("--snapshot-refresh-s", type=float, default=300.0,
+                   help="seconds between checks for a newer ad-feature snapshot (default 300; 0: never)")
+    r.set_defaults(handler=cmd_serve_prediction)
     t = ssub.add_parser("tracker", help="impression beacons and click redirects",
                         description="GET /v1/impression?t=TOKEN -> 204; GET /v1/click?t=TOKEN -> 302 to the signed "
                                     "landing URL; events to ad.events keyed by campaign.",
@@ -417,15 +457,57 @@ PORTS_HELP_SHORT = "Platform ports come from ADSERVE_* variables (see `adserve u
 
 
 def cmd_serve_ads(args: argparse.Namespace) -> int:
+    from core.errors import AdserveError
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import run_ad_server
     from serving.adserver.request import GeoResolver
 
     s = PlatformSettings.from_env()
     config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight)
+    try:
+        predictor = _ads_predictor(args)
+    except (ValueError, AdserveError) as exc:
+        print(f"adserve serve ads: {exc}", file=sys.stderr)
+        return 2
     run_ad_server(bootstrap=s.kafka_bootstrap, redis_host=s.host, redis_port=s.redis_port, keys=_token_keys(),
                   config=config, port=args.port, geo=GeoResolver.from_csv(args.geo_table) if args.geo_table else None,
-                  snapshot_dir=Path(args.snapshot_dir) if args.snapshot_dir else None)
+                  snapshot_dir=Path(args.snapshot_dir) if args.snapshot_dir else None, predictor=predictor)
+    return 0
+
+
+def _ads_predictor(args: argparse.Namespace):
+    """The ad server's predictor: the prediction service, the model in process, or None (the priors)."""
+    if args.prediction_url:
+        from serving.model.remote import RemotePredictor
+
+        predictor = RemotePredictor(args.prediction_url)
+        print(f"ad server: scoring with the prediction service at {predictor.url}", flush=True)
+        return predictor
+    if args.model:
+        if not args.ad_features:
+            raise ValueError("--model needs --ad-features (the snapshot folder the model scores against)")
+        from serving.model.predictor import ModelPredictor
+
+        predictor = ModelPredictor.load(args.model, args.ad_features)
+        print(f"ad server: scoring with {predictor.model.version} in process (ad-feature snapshot "
+              f"v{predictor.snapshot_version})", flush=True)
+        return predictor
+    return None
+
+
+def cmd_serve_prediction(args: argparse.Namespace) -> int:
+    from core.errors import AdserveError
+    from serving.model.service import ServiceConfig, load_service, run_prediction_service
+
+    config = ServiceConfig(max_wait_ms=args.max_wait_ms, max_batch_rows=args.max_batch_rows,
+                           canary_share=args.canary_share if args.canary_model else 0.0,
+                           snapshot_refresh_s=args.snapshot_refresh_s)
+    try:
+        service = load_service(args.model, args.ad_features, canary_model_dir=args.canary_model, config=config)
+    except (ValueError, AdserveError) as exc:
+        print(f"adserve serve prediction: {exc}", file=sys.stderr)
+        return 2
+    run_prediction_service(service, host=args.host, port=args.port, log=lambda line: print(line, flush=True))
     return 0
 
 

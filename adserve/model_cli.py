@@ -1,5 +1,5 @@
-"""`adserve model train|evaluate`: the click model from TrainingExample files (the shell: reads the files,
-calls serving.model.trainer, writes the model and prints figures).
+"""`adserve model train|evaluate|canary-report`: the click model from TrainingExample files (the shell: reads
+the files, calls serving.model.trainer or serving.model.canary, writes the model and prints figures).
 
   adserve model train --examples day/examples.avro [--examples other.avro] --ad-features day/ad-features \\
       --out models/ [--epochs 20]
@@ -13,6 +13,10 @@ calls serving.model.trainer, writes the model and prints figures).
     priors-only baseline (the snapshot's ctr prior x position effect, PriorPredictor's formula), of the
     logged pCTR, and of the true click probabilities when --truth is given. Every metric is weighted by
     sample_weight, so a down-sampled file evaluates as the full population.
+
+  adserve model canary-report --served served.avro --examples examples.avro [--json]
+    per model version of the served log: requests, revenue per request, calibration overall and per segment,
+    and whether the candidate (the canary) may replace the current model: promote, hold or not enough data.
 
 The keep rate of the training data is read from the negatives' sample weight (1 / w); files of different
 keep rates are brought to the smallest (core.training.keeps_negative). Training drops impressions served on
@@ -47,8 +51,8 @@ def register(sub) -> None:
     p.add_argument("--patience", type=int, default=2,
                    help="epochs without a better validation loss before stopping (default 2)")
     p.add_argument("--hidden", default="64,32", help="widths of the MLP's hidden layers (default 64,32)")
-    p.add_argument("--validation-share", type=float, default=0.1,
-                   help="share of requests held out for early stopping and calibration (default 0.1)")
+    p.add_argument("--validation-share", type=float, default=0.3,
+                   help="share of requests held out for early stopping and calibration (default 0.3)")
     p.add_argument("--min-segment-clicks", type=int, default=50,
                    help="clicks (and non-clicks) a calibration segment needs to be fitted (default 50)")
     p.add_argument("--seed", type=int, default=1, help="random seed of the initialisation and shuffling")
@@ -71,6 +75,26 @@ def register(sub) -> None:
                    help="print one JSON object (ne_model, ne_baseline, ne_oracle, calibration_min, "
                         "calibration_max, log_loss, auc, segments, ...)")
     p.set_defaults(handler=cmd_model_evaluate)
+
+    from serving.model import canary
+
+    p = msub.add_parser("canary-report", help="whether a canary model may replace the current one (calibration, "
+                                              "revenue per request)",
+                        description=CANARY_HELP + canary.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--served", type=Path, action="append", required=True,
+                   help="ServedRecord Avro file: a container of ServedRecord records (learning-day's served.avro) or "
+                        "an archive file of ad.served (repeat for several)")
+    p.add_argument("--examples", type=Path, action="append", required=True,
+                   help="TrainingExample Avro file of the same traffic (repeat for several)")
+    p.add_argument("--current", help="the current model version (default: the most served one)")
+    p.add_argument("--candidate", help="the candidate's version (default: the next most served one)")
+    p.add_argument("--tolerance", type=float, default=0.02,
+                   help="how far below the current's revenue per request the candidate's may be (default 0.02)")
+    p.add_argument("--min-clicks", type=int, default=canary.PromotionRule.min_clicks,
+                   help=f"labelled clicks the candidate needs before a verdict (default "
+                        f"{canary.PromotionRule.min_clicks:,}: +-5 %% calibration)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (verdict, reasons, versions, ...)")
+    p.set_defaults(handler=cmd_model_canary_report)
 
 
 def _log(line: str) -> None:
@@ -186,9 +210,54 @@ def render_evaluation(r: dict[str, Any]) -> str:
              f"max {_fmt(r['calibration_max'], '.3f')}"
              + (f" (the oracle on the same segments: {_fmt(r.get('calibration_oracle_min'), '.3f')}"
                 f"-{_fmt(r.get('calibration_oracle_max'), '.3f')}, the noise of the counts alone)"
-                if r.get("calibration_oracle_min") is not None else ""),
-             "  segment (placement/country/billing)        impressions   clicks  predicted/observed"]
+                if r.get("calibration_oracle_min") is not None else "")]
+    if r.get("calibration_expected_min") is not None:
+        lines.append(f"  against the true probabilities (predicted / expected clicks): overall "
+                     f"{_fmt(r['calibration_expected'], '.3f')}, per segment min "
+                     f"{_fmt(r['calibration_expected_min'], '.3f')} max {_fmt(r['calibration_expected_max'], '.3f')}")
+    lines.append("  segment (placement/country/billing)        impressions   clicks  predicted/observed")
     for s in r["segments"]:
         key = "/".join(v or "-" for v in s["segment"].values())
         lines.append(f"    {key:<42} {s['impressions']:>11,.0f} {s['clicks']:>8,}  {_fmt(s['ratio'], '.3f')}")
     return "\n".join(lines)
+
+
+CANARY_HELP = """`adserve model canary-report --served served.avro --examples examples.avro [--json]`: exit 0 on
+"promote", 1 on "hold" or "not enough data", 2 on unreadable input.
+
+"""
+
+
+def _served_records(paths: list[Path]) -> list[dict[str, Any]]:
+    """ServedRecords from Avro container files of the records themselves or of the archiver's envelopes."""
+    import fastavro
+
+    from pipelines.avro_files import is_envelope, normalise
+    from schemas.codec import AvroCodec
+
+    codec, records = AvroCodec(), []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                for row in fastavro.reader(f):
+                    records.append(codec.decode(row["v"]) if is_envelope(row) else normalise(row))
+        except OSError as exc:
+            raise AdserveError(f"cannot read served records {path}: {exc.strerror or exc}") from exc
+        except (ValueError, EOFError, KeyError) as exc:
+            raise AdserveError(f"{path} is not an Avro file of ServedRecord records: {exc}") from exc
+    return records
+
+
+def cmd_model_canary_report(args: argparse.Namespace) -> int:
+    from serving.model.canary import PROMOTE, PromotionRule, canary_report, render_report
+
+    try:
+        served = _served_records(args.served)
+        examples = [r for part in _read(args.examples) for r in part]
+    except AdserveError as exc:
+        print(f"adserve model canary-report: {exc}", file=sys.stderr)
+        return 2
+    rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks)
+    report = canary_report(served, examples, current=args.current, candidate=args.candidate, rule=rule)
+    print(json.dumps(report) if args.json else render_report(report))
+    return 0 if report["verdict"] == PROMOTE else 1

@@ -19,6 +19,7 @@ from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.request import GeoResolver
 from serving.adserver.state import ServingState, TopicFollower
 from serving.decision.engine import DecisionEngine
+from serving.decision.prediction import Predictor
 from serving.snapshots import latest_snapshot, read_snapshot
 from serving.frequency_store import UserStore
 from streams import kafka
@@ -132,10 +133,12 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                           geo: GeoResolver | None = None, wait_ready_s: float = 60.0,
                           producer_overrides: dict[str, Any] | None = None, state: ServingState | None = None,
                           follow: bool = True, engine: DecisionEngine | None = None,
-                          snapshot_dir: Path | None = None) -> RunningAdServer:
+                          snapshot_dir: Path | None = None, predictor: Predictor | None = None) -> RunningAdServer:
     """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
     are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
-    once, without reading the state topics (benchmarks load synthetic ads that way)."""
+    once, without reading the state topics (benchmarks load synthetic ads that way). `predictor` scores the
+    pre-ranked candidates (serving.model.remote.RemotePredictor: the prediction service; ModelPredictor: the
+    model in process; default the priors) unless a whole `engine` is given."""
     boot_began = time.monotonic()
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
@@ -150,6 +153,8 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
         boot.update(snapshot=str(snapshot), snapshot_load_s=time.monotonic() - began)
         LOG.info("loaded snapshot %s: %d records in %.1f s", snapshot, boot["snapshot_records"],
                  boot["snapshot_load_s"])
+    if engine is None and predictor is not None:  # on the index as loaded: later changes update it in place
+        engine = DecisionEngine(state.index, state.campaigns, predictor, config=config.engine)
     served_producer = kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})})
 
     def produce_served(key: bytes, value: bytes) -> None:

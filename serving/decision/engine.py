@@ -130,7 +130,7 @@ class DecisionEngine:
             predictions = self.predictor.predict(
                 PredictionRequest(pre.rows, index.ctr_prior.data[pre.rows] * multiplier, request.slot_positions,
                                   request.placement, request.user_features, ad_ids=index.ad_id.data[pre.rows],
-                                  country=request.country, device=request.device),
+                                  country=request.country, device=request.device, request_id=request.request_id),
                 deadline=min(deadline, clock() + cfg.model_budget_s), clock=clock)
             pctr, pcvr, model_version = predictions.pctr, predictions.pcvr, predictions.model_version
         except Exception:  # noqa: BLE001 - timeout or model error: the pre-ranker's scores run the auction

@@ -31,6 +31,7 @@ class PredictionRequest:
     ad_ids: np.ndarray | None = None  # the candidates' ad ids (a model looks its ad features up by id)
     country: str | None = None
     device: str | None = None
+    request_id: str | None = None  # the ad request's id (canary routing, the service's logs)
 
 
 @dataclass

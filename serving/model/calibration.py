@@ -99,7 +99,7 @@ class SegmentCalibration:
     counts: dict[tuple[int, tuple[str, ...]], tuple[int, int]] = field(default_factory=dict)  # clicks, non-clicks
     min_positives: int = 50
     min_negatives: int = 50
-    prior_clicks: float = 20.0
+    prior_clicks: float = 200.0
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def lookup(self, placement: str, country: str | None, billing_type: str) -> Platt:
@@ -157,7 +157,7 @@ class SegmentCalibration:
 
 def fit_segment_calibration(probabilities, labels, weights, placement, country, billing_type, *,
                             min_positives: int = 50, min_negatives: int = 50,
-                            prior_clicks: float = 20.0) -> SegmentCalibration:
+                            prior_clicks: float = 200.0) -> SegmentCalibration:
     """Fit the global level, then every (placement, billing type) with enough evidence shrunk toward the
     global fit, then every (placement, country, billing type) shrunk toward its parent."""
     z = logit(probabilities)

@@ -8,6 +8,10 @@ output is corrected for the training data's down-sampling (core.training.recalib
 the request's segment (placement, country, the candidate's billing type). pCVR is a constant prior: the
 training examples carry no conversion labels yet.
 
+predict_many scores several requests in one compiled call (their packed inputs concatenated, padded to a
+bucket, up to 3,200 rows; more in parts) and then corrects and calibrates each as predict does: the
+prediction service's dynamic batches (serving.model.service).
+
 Thread-safe: concurrent predict calls share the traced functions (TensorFlow runs them concurrently) and
 read the ad table through one reference, which use_snapshot swaps whole. Raises PredictionTimeout when the
 deadline has passed before or after scoring, so the engine runs the auction on the pre-ranker's scores."""
@@ -27,7 +31,9 @@ from serving.model.click_model import ClickModel
 from serving.model.features import (INDEX_INPUTS, AdFeatureTable, ad_table, packed_request_inputs, packed_width,
                                      unpack)
 
-DEFAULT_BUCKETS = (200, 400, 600, 800, 1_600)  # input rows: 200 candidates x 1-4 slots (x 8 at most)
+# Input rows: one request of 200 candidates x 1-4 slots (200-800; x 8 slots 1,600), or a batch of requests
+# (predict_many: the prediction service's dynamic batches, up to 3,200 rows per call).
+DEFAULT_BUCKETS = (200, 400, 600, 800, 1_600, 2_400, 3_200)
 
 
 class PredictionUnavailable(AdserveError):
@@ -56,7 +62,7 @@ class ModelPredictor:
             return score.get_concrete_function()
 
         quiet = tf.get_logger().level
-        tf.get_logger().setLevel("ERROR")  # five traces in a row are intended here, not a retracing problem
+        tf.get_logger().setLevel("ERROR")  # a trace per bucket in a row is intended, not a retracing problem
         try:
             self._score = {rows: compiled(rows) for rows in self.buckets}
         finally:
@@ -96,33 +102,66 @@ class ModelPredictor:
                 return size
         return self.buckets[-1]
 
-    def raw_scores(self, table: AdFeatureTable, rows: np.ndarray, request: PredictionRequest) -> np.ndarray:
-        """The network's output (down-sampled scale), (candidates, slots)."""
-        slots = len(request.positions)
-        largest = self.buckets[-1]
-        if slots > largest:
-            raise PredictionUnavailable(f"{slots} slot positions exceed the largest input bucket ({largest} rows)")
-        per_call = max(1, largest // slots)  # candidates per call when a request exceeds the largest bucket
-        out = np.empty((len(rows), slots), dtype=np.float64)
-        for begin in range(0, len(rows), per_call):
-            part = rows[begin: begin + per_call]
-            size = len(part) * slots
-            bucket = self._bucket(size)
-            floats, indexes = packed_request_inputs(
-                self.spec, table, part, request.positions, user_features=request.user_features,
-                placement=request.placement, country=request.country, device=request.device, padded_to=bucket)
-            scores = self._run(bucket, floats, indexes)
-            out[begin: begin + len(part)] = scores[:size].reshape(len(part), slots)
-        return out
-
     def predict(self, request: PredictionRequest, deadline: float, clock: Callable[[], float]) -> Predictions:
         if clock() > deadline:
             raise PredictionTimeout("deadline passed before scoring")
-        if request.ad_ids is None:
-            raise PredictionUnavailable("the prediction request carries no ad ids (the model looks ads up by id)")
-        table, bills_clicks = self._ads
-        rows = table.rows(request.ad_ids)
-        raw = self.raw_scores(table, rows, request)
+        predictions = self.predict_many([request])[0]
+        if clock() > deadline:
+            raise PredictionTimeout("deadline passed while scoring")
+        return predictions
+
+    def predict_many(self, requests: Sequence[PredictionRequest]) -> list[Predictions]:
+        """Several requests scored together (the prediction service's dynamic batches): their packed inputs are
+        concatenated and scored in as few compiled calls as the buckets allow (one up to the largest bucket),
+        then split, corrected and calibrated per request exactly as `predict` does. No deadline: the caller
+        keeps each request's own. Every request is scored against the same ad-feature snapshot."""
+        missing = [i for i, r in enumerate(requests) if r.ad_ids is None]
+        if missing:
+            raise PredictionUnavailable(f"prediction request(s) {missing[:5]} carry no ad ids (the model looks ads "
+                                        f"up by id)")
+        table, bills_clicks = self._ads  # one reference: a snapshot swapped meanwhile applies from the next call
+        rows = [table.rows(r.ad_ids) for r in requests]
+        raw = self._raw_scores(table, rows, requests)
+        return [self._calibrated(r, ad_rows, scores, bills_clicks) for r, ad_rows, scores in zip(requests, rows, raw)]
+
+    def _raw_scores(self, table: AdFeatureTable, rows: Sequence[np.ndarray],
+                    requests: Sequence[PredictionRequest]) -> list[np.ndarray]:
+        """The network's output (down-sampled scale) of each request, (candidates, slots)."""
+        packed = [packed_request_inputs(self.spec, table, ad_rows, r.positions, user_features=r.user_features,
+                                        placement=r.placement, country=r.country, device=r.device)
+                  for r, ad_rows in zip(requests, rows)]
+        if len(packed) == 1:
+            floats, indexes = packed[0]
+        else:
+            floats = np.concatenate([f for f, _ in packed])
+            indexes = np.concatenate([i for _, i in packed])
+        scores = self.score_rows(floats, indexes)
+        out, begin = [], 0
+        for r, ad_rows in zip(requests, rows):
+            size = len(ad_rows) * len(r.positions)
+            out.append(scores[begin: begin + size].astype(np.float64).reshape(len(ad_rows), len(r.positions)))
+            begin += size
+        return out
+
+    def score_rows(self, floats: np.ndarray, indexes: np.ndarray) -> np.ndarray:
+        """The network's output for any number of packed input rows: parts of the largest bucket, each
+        zero-padded to the smallest bucket that holds it (a request or batch is never retraced)."""
+        total, largest = len(floats), self.buckets[-1]
+        out = np.empty(total, dtype=np.float32)
+        for begin in range(0, total, largest):
+            end = min(total, begin + largest)
+            size, bucket = end - begin, self._bucket(end - begin)
+            part_floats, part_indexes = floats[begin:end], indexes[begin:end]
+            if size < bucket:
+                part_floats = np.concatenate([part_floats, np.zeros((bucket - size, floats.shape[1]), np.float32)])
+                part_indexes = np.concatenate([part_indexes, np.zeros((bucket - size, indexes.shape[1]), np.int32)])
+            out[begin:end] = self._run(bucket, part_floats, part_indexes)[:size]
+        return out
+
+    def _calibrated(self, request: PredictionRequest, rows: np.ndarray, raw: np.ndarray,
+                    bills_clicks: np.ndarray) -> Predictions:
+        """The down-sampling correction, then the calibration of the request's segment (placement, country, the
+        candidate's billing type)."""
         q = training.recalibrate(raw, self.model.keep_rate)
         calibration = self.model.calibration
         by_click = calibration.lookup(request.placement, request.country, "CLICK")
@@ -131,6 +170,4 @@ class ModelPredictor:
         a = np.where(clicks, by_click.a, by_impression.a)
         b = np.where(clicks, by_click.b, by_impression.b)
         pctr = sigmoid(a * logit(q) + b)
-        if clock() > deadline:
-            raise PredictionTimeout("deadline passed while scoring")
         return Predictions(pctr, np.full(len(rows), self.model.cvr_prior), self.model.version)

@@ -60,7 +60,7 @@ def summary(labels: np.ndarray, predictions: np.ndarray, weights: np.ndarray) ->
 
 
 def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int, AdFeatureSnapshot],
-                      keep_rate: float, config: TrainConfig = TrainConfig(), *, validation_share: float = 0.1,
+                      keep_rate: float, config: TrainConfig = TrainConfig(), *, validation_share: float = 0.3,
                       min_segment_clicks: int = 50, log: Callable[[str], None] = stderr_log) -> ClickModel:
     """A trained, calibrated ClickModel (unsaved) with its training metadata."""
     everything = ExampleTable.from_records(records)
@@ -153,4 +153,14 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
         judged_oracle = [s["ratio"] for s in oracle_segments if s["clicks"] >= min_segment_clicks]
         result["calibration_oracle_min"] = min(judged_oracle) if judged_oracle else None
         result["calibration_oracle_max"] = max(judged_oracle) if judged_oracle else None
+        # Predicted over EXPECTED clicks (the sum of the true probabilities), per segment: the model's own
+        # calibration error without the counts' noise, which only a simulation can measure.
+        expected = metrics.calibration_by_segment(oracle, predicted, w, {n: getattr(examples, n) for n in SEGMENTS})
+        clicks_in = {tuple(s["segment"].values()): s["clicks"] for s in segments}
+        judged_expected = [s["ratio"] for s in expected
+                           if clicks_in.get(tuple(s["segment"].values()), 0) >= min_segment_clicks]
+        result["calibration_expected"] = float((w * predicted).sum() / max((w * oracle).sum(), 1e-12))
+        result["calibration_expected_min"] = min(judged_expected) if judged_expected else None
+        result["calibration_expected_max"] = max(judged_expected) if judged_expected else None
+        result["segments_expected"] = expected
     return result

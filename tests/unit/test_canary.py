@@ -1,0 +1,185 @@
+"""The canary: requests routed to the candidate by a hash of the request id, and the promotion check on
+literal served records and labelled examples (calibration within 0.95-1.05 and revenue per request not more
+than 2 % below the current model's, or hold; too few clicks: not enough data)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving.decision.prediction import PredictionRequest, PriorPredictor
+from serving.model.canary import (HOLD, NOT_ENOUGH_DATA, PROMOTE, CanaryPredictor, PromotionRule, canary_hash,
+                                  canary_report, routes_to_candidate, routing_key)
+
+RULE = PromotionRule(min_clicks=40)  # literal days are small: 40 clicks stand in for the default 1,600
+
+
+def served(request_id: str, version: str | None, cost_micros: int = 1_000) -> dict:
+    """One request with one winner (impression `{request_id}:1`) whose expected cost is cost_micros."""
+    return {"request_id": request_id, "model_version": version, "scored_by_fallback": version is None,
+            "winners": [{"impression_id": f"{request_id}:1", "expected_cost_micros": cost_micros}]}
+
+
+def example(request_id: str, label: int, logged_pctr: float, *, weight: float | None = None,
+            placement: str = "feed", country: str | None = "US", billing_type: str = "CLICK") -> dict:
+    return {"impression_id": f"{request_id}:1", "request_id": request_id, "label": label,
+            "sample_weight": weight if weight is not None else (1.0 if label else 10.0), "logged_pctr": logged_pctr,
+            "placement": placement, "country": country, "billing_type": billing_type, "scored_by_fallback": False}
+
+
+def arm(version: str, prefix: str, *, requests: int, clicks: int, kept_non_clicks: int, pctr: float,
+        cost_micros: int = 1_000) -> tuple[list[dict], list[dict]]:
+    """`requests` requests of one version; the first `clicks` were clicked, the next `kept_non_clicks` were
+    not (kept at w = 0.1, weight 10), every impression logged at `pctr`."""
+    records = [served(f"{prefix}{i}", version, cost_micros) for i in range(requests)]
+    labelled = [example(f"{prefix}{i}", 1, pctr) for i in range(clicks)]
+    labelled += [example(f"{prefix}{i}", 0, pctr) for i in range(clicks, clicks + kept_non_clicks)]
+    return records, labelled
+
+
+def day(candidate_pctr: float, candidate_cost_micros: int = 1_000, candidate_clicks: int = 40):
+    """The current model: 800 impressions (40 clicks, 76 kept non-clicks x 10) at 5 %, predicted 40 clicks,
+    1,000 micros a request. The candidate: the same traffic at its own pCTR and revenue."""
+    current = arm("click-v1", "a", requests=900, clicks=40, kept_non_clicks=76, pctr=0.05)
+    candidate = arm("click-v2", "b", requests=800, clicks=candidate_clicks, kept_non_clicks=76, pctr=candidate_pctr,
+                    cost_micros=candidate_cost_micros)
+    return current[0] + candidate[0], current[1] + candidate[1]
+
+
+# ------------------------------------------------------------------------------------------ routing
+
+def test_routing_is_a_deterministic_hash_of_the_request_id_below_the_share():
+    ids = [f"request-{i}" for i in range(20_000)]
+    chosen = [rid for rid in ids if routes_to_candidate(rid, 0.01)]
+    assert 0.008 < len(chosen) / len(ids) < 0.012
+    assert chosen == [rid for rid in ids if routes_to_candidate(rid, 0.01)]
+    assert all(canary_hash(rid) < 0.01 for rid in chosen)
+    assert not any(routes_to_candidate(rid, 0.0) for rid in ids[:1000])
+    assert set(chosen) <= {rid for rid in ids if routes_to_candidate(rid, 0.05)}  # a larger share keeps the slice
+
+
+def test_the_canary_predictor_scores_each_request_on_the_arm_the_rule_picks():
+    canary = CanaryPredictor(PriorPredictor(version="click-v1"), PriorPredictor(version="click-v2"), share=0.3)
+    versions = []
+    for i in range(200):
+        request = PredictionRequest(rows=np.arange(3), ctr_prior=np.full(3, 0.02), positions=[1], placement="feed",
+                                    user_features={"age": float(i)}, ad_ids=np.array([1, 2, 3]))
+        answer = canary.predict(request, deadline=1.0, clock=lambda: 0.0)
+        assert answer.model_version == ("click-v2" if routes_to_candidate(routing_key(request), 0.3) else "click-v1")
+        assert canary.predict(request, deadline=1.0, clock=lambda: 0.0).model_version == answer.model_version
+        versions.append(answer.model_version)
+    assert 30 < versions.count("click-v2") < 90
+
+
+def test_a_request_that_carries_its_id_is_routed_by_it():
+    request = PredictionRequest(rows=np.arange(1), ctr_prior=np.ones(1), positions=[1], placement="feed",
+                                user_features={})
+    request.request_id = "r-42"  # type: ignore[attr-defined] - a caller's PredictionRequest with a request id
+    assert routing_key(request) == "r-42"
+
+
+# ------------------------------------------------------------------------------------------ promotion
+
+def test_a_calibrated_candidate_that_earns_as_much_is_promoted():
+    records, examples = day(candidate_pctr=0.05, candidate_cost_micros=990)  # -1 %: inside the 2 % tolerance
+    report = canary_report(records, examples, rule=RULE)
+    assert (report["current"], report["candidate"], report["verdict"]) == ("click-v1", "click-v2", PROMOTE)
+    v2 = report["versions"]["click-v2"]
+    assert v2["requests"] == 800 and v2["revenue_per_request_micros"] == 990 and v2["clicks"] == 40
+    assert v2["calibration"] == pytest.approx(1.0)
+    assert report["versions"]["click-v1"]["revenue_per_request_micros"] == 1_000
+
+
+def test_a_miscalibrated_candidate_is_held():
+    records, examples = day(candidate_pctr=0.07)  # predicts 56 clicks for 40
+    report = canary_report(records, examples, rule=RULE)
+    assert report["verdict"] == HOLD
+    assert report["versions"]["click-v2"]["calibration"] == pytest.approx(1.4)
+    assert any("calibration 1.4" in reason and "outside 0.95-1.05" in reason for reason in report["reasons"])
+
+
+def test_a_candidate_that_earns_more_than_2_percent_less_per_request_is_held():
+    records, examples = day(candidate_pctr=0.05, candidate_cost_micros=975)
+    report = canary_report(records, examples, rule=RULE)
+    assert report["verdict"] == HOLD
+    assert report["reasons"] == ["revenue per request 975 micros is 2.5 % below the current model's 1,000 "
+                                 "(tolerance 2 %)"]
+
+
+def test_too_few_clicks_is_not_enough_data_and_says_how_many_are_needed():
+    records, examples = day(candidate_pctr=0.07, candidate_clicks=10)
+    report = canary_report(records, examples, rule=RULE)
+    assert report["verdict"] == NOT_ENOUGH_DATA
+    assert "10 labelled clicks" in report["reasons"][0] and "needs 40 (30 more" in report["reasons"][0]
+    default = canary_report(*day(candidate_pctr=0.05))
+    assert default["verdict"] == NOT_ENOUGH_DATA and "needs 1,600" in default["reasons"][0]
+
+
+def test_calibration_is_reported_per_placement_country_and_billing_type():
+    records = [served("a1", "click-v1"), served("a2", "click-v1"), served("b1", "click-v2")]
+    examples = [example("a1", 1, 0.5, placement="feed", country="US"),
+                example("a2", 0, 0.1, weight=5.0, placement="video", country=None, billing_type="IMPRESSION"),
+                example("b1", 1, 0.8)]
+    figures = canary_report(records, examples, rule=RULE)["versions"]["click-v1"]
+    assert figures["segments"] == [
+        {"placement": "feed", "country": "US", "billing_type": "CLICK", "impressions": 1.0, "clicks": 1,
+         "predicted_clicks": 0.5, "calibration": 0.5},
+        {"placement": "video", "country": None, "billing_type": "IMPRESSION", "impressions": 5.0, "clicks": 0,
+         "predicted_clicks": 0.5, "calibration": None}]
+    assert figures["calibration"] == pytest.approx(1.0)  # (0.5 + 0.1 x 5) / 1 click
+
+
+def test_fallback_requests_and_repeats_judge_no_model():
+    records = [served("a1", "click-v1", 500), served("a1", "click-v1", 500), served("f1", None, 9_000),
+               served("b1", "click-v2", 700)]
+    report = canary_report(records, [example("f1", 1, 0.3) | {"scored_by_fallback": True}, example("zz", 1, 0.1)],
+                           rule=RULE)
+    assert report["versions"]["click-v1"]["requests"] == 1 and report["versions"]["click-v1"]["revenue_micros"] == 500
+    assert (report["fallback_requests"], report["fallback_examples"], report["unmatched_examples"]) == (1, 1, 1)
+
+
+def test_without_a_second_version_there_is_nothing_to_judge():
+    report = canary_report([served("a1", "click-v1")], [], rule=RULE)
+    assert report["verdict"] == NOT_ENOUGH_DATA and report["candidate"] is None
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+def _full_served(record: dict) -> dict:
+    """A literal record completed with the ServedRecord fields the file format requires."""
+    winners = [{"impression_id": w["impression_id"], "slot_position": 1, "ad_id": 1, "campaign_id": 1,
+                "billing_type": "CLICK", "bid_micros": 1_000_000, "pctr": 0.05, "quality_micros": 0,
+                "total_value_micros": 50_000, "runner_up_total_value_micros": 0, "price_micros": 20_000,
+                "expected_cost_micros": w["expected_cost_micros"], "participation_probability": 1.0}
+               for w in record["winners"]]
+    return {"request_id": record["request_id"], "event_time": 1_800_000_000_000, "server_id": "s1",
+            "placement": "feed", "ad_snapshot_version": 1, "model_version": record["model_version"],
+            "scored_by_fallback": record["scored_by_fallback"], "winners": winners}
+
+
+def test_canary_report_command_reads_the_files_and_exits_on_the_verdict(tmp_path: Path, capsys):
+    import fastavro
+
+    from adserve.cli import main
+    from schemas.codec import default_registry, plain_timestamps
+    from serving.model.dataset import write_examples
+
+    records, examples = day(candidate_pctr=0.07)
+    schema = fastavro.parse_schema(plain_timestamps(default_registry().schema("ServedRecord")))
+    with open(tmp_path / "served.avro", "wb") as f:
+        fastavro.writer(f, schema, [_full_served(r) for r in records])
+    full = [{**e, "event_time": 1_800_000_060_000, "served_time": 1_800_000_000_000, "ad_id": 1, "campaign_id": 1,
+             "slot_position": 1, "device": "ios", "user_features": {}, "ad_snapshot_version": 1, "exploration": False}
+            for e in examples]
+    write_examples(tmp_path / "examples.avro", full)
+    args = ["model", "canary-report", "--served", str(tmp_path / "served.avro"), "--examples",
+            str(tmp_path / "examples.avro"), "--min-clicks", "40"]
+    assert main([*args, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == HOLD and report["versions"]["click-v2"]["calibration"] == pytest.approx(1.4)
+    assert main(args) == 1
+    assert "HOLD" in capsys.readouterr().out
+    assert main(["model", "canary-report", "--served", str(tmp_path / "nothing.avro"), "--examples",
+                 str(tmp_path / "examples.avro")]) == 2
