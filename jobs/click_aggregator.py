@@ -44,7 +44,8 @@ from core import clicks
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
 from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment, dead_letter_row,
-                           kafka_sink_table, kafka_source_table, parse, settings_from_args, timed_bytes_row_type)
+                           kafka_sink_table, kafka_source_table, parse, settings_from_args, timed_bytes_row_type,
+                           timed_table)
 
 JOB_NAME = "click_aggregator"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -193,7 +194,6 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
     from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
-    from pyflink.table.expressions import call, col
 
     from schemas.codec import AvroCodec, default_registry, schema_fingerprint
 
@@ -308,8 +308,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     billed = (routed.key_by(lambda r: r.campaign_id, key_type=Types.LONG())
               .process(Bill(), output_type=timed_bytes_row_type()).name("bill campaigns"))
     statements = t_env.create_statement_set()
-    statements.add_insert("billed_out", t_env.from_data_stream(billed).select(
-        col("k"), col("v"), call("TO_TIMESTAMP_LTZ", col("ts"), 3)))
+    statements.add_insert("billed_out", timed_table(t_env, billed))
     statements.add_insert("dead_letters_out", t_env.from_data_stream(routed.get_side_output(dead_letters)))
     statements.attach_as_datastream()
 

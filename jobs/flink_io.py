@@ -232,6 +232,14 @@ def timed_bytes_row_type():
                                                         Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.LONG()])
 
 
+def timed_table(t_env, stream):
+    """A stream of timed_bytes_row_type rows as a table of (k, v, ts TIMESTAMP_LTZ(3)), for a sink made with
+    with_timestamp=True: each record's Kafka timestamp is its event time."""
+    from pyflink.table.expressions import call, col
+
+    return t_env.from_data_stream(stream).select(col("k"), col("v"), call("TO_TIMESTAMP_LTZ", col("ts"), 3))
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     # `flink run -pym MODULE ARGS...` hands ARGS to the module as sys.argv[1:], as a local run does.
     return parser.parse_args(list(argv) if argv is not None else sys.argv[1:])

@@ -39,7 +39,7 @@ from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
 from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
                            dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args,
-                           timed_bytes_row_type)
+                           timed_bytes_row_type, timed_table)
 
 JOB_NAME = "training_join"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -60,7 +60,6 @@ def build(env, t_env, settings: KafkaJobSettings, *, served_topic: str = "ad.ser
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
     from pyflink.datastream.state import ValueStateDescriptor
-    from pyflink.table.expressions import call, col
 
     from schemas.codec import AvroCodec
 
@@ -164,8 +163,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, served_topic: str = "ad.ser
     examples = (split.key_by(lambda r: r.impression_id, key_type=Types.STRING())
                 .process(Label(), output_type=timed_bytes_row_type()).name("label impressions"))
     statements = t_env.create_statement_set()
-    statements.add_insert("examples_out", t_env.from_data_stream(examples).select(
-        col("k"), col("v"), call("TO_TIMESTAMP_LTZ", col("ts"), 3)))
+    statements.add_insert("examples_out", timed_table(t_env, examples))
     statements.add_insert("dead_letters_out", t_env.from_data_stream(split.get_side_output(dead_letters)))
     statements.attach_as_datastream()
 

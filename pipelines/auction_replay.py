@@ -33,17 +33,15 @@ import argparse
 import json
 import logging
 from dataclasses import asdict
-from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.io.avroio import ReadAllFromAvro
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.replay import RequestComparison, ReservePolicy, compare_request
-from pipelines.avro_files import CORRUPT, archive_pattern, unwrap_dofn
+from pipelines.avro_files import archive_pattern, count_of, day_range, matching_files, read_records, utc_day
 
 COUNTS = ("requests", "replayed_requests", "exploration_requests", "unreplayable_requests", "exact_requests",
           "offered_slots", "logged_filled_slots", "replayed_filled_slots", "logged_revenue_micros",
@@ -190,24 +188,6 @@ class ReplayServedLog(beam.PTransform):
 
 # I/O ----------------------------------------------------------------------------------------------------
 
-def _files(patterns: list[str]) -> list[str]:
-    found = []
-    for result in FileSystems.match(patterns):
-        found.extend(m.path for m in result.metadata_list)
-    return sorted(found)
-
-
-def _days(first: str, last: str) -> list[str]:
-    start, end = date.fromisoformat(first), date.fromisoformat(last)
-    if end < start:
-        raise ValueError(f"--to-day {last} is before --from-day {first}")
-    return [(start + timedelta(days=d)).isoformat() for d in range((end - start).days + 1)]
-
-
-def _utc_day(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).date().isoformat()
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipelines.auction_replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -238,11 +218,11 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     if known.archive:
         if not known.from_day:
             parser.error("--archive needs --from-day")
-        days = _days(known.from_day, known.to_day or known.from_day)
-        files = _files([archive_pattern(known.archive, known.served_topic, d) for d in days])
+        days = day_range(known.from_day, known.to_day or known.from_day)
+        files = matching_files([archive_pattern(known.archive, known.served_topic, d) for d in days])
     elif known.served:
         days = [known.from_day or "", known.to_day or known.from_day or ""]
-        files = _files(known.served)
+        files = matching_files(known.served)
     else:
         parser.error("give --archive with --from-day, or --served files")
     logging.info("auction replay: %d served files, reserves %s, quality weight %s", len(files),
@@ -255,23 +235,17 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     in_range = set(days) if known.archive else None
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
     with beam.Pipeline(options=options) as pipeline:
-        decoded = (pipeline | "ServedFiles" >> beam.Create(files)
-                   | "ReadServed" >> ReadAllFromAvro()
-                   | "Unwrap" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records"))
-        served = decoded.records
+        served, corrupt = read_records(pipeline, "Served", files)
         if in_range is not None:  # files hold whole UTC hours: keep the records of the days asked
-            served = served | "InRange" >> beam.Filter(lambda r: _utc_day(int(r["event_time"])) in in_range)
+            served = served | "InRange" >> beam.Filter(lambda r: utc_day(int(r["event_time"])) in in_range)
         per_placement = served | "ReplayServedLog" >> ReplayServedLog(policy, known.quality_weight)
-
-        def count(label: str, pcoll):
-            return beam.pvalue.AsSingleton(pcoll | f"Count{label}" >> beam.combiners.Count.Globally())
 
         summary = (pipeline | "One" >> beam.Create([None])
                    | "Summary" >> beam.Map(
                        lambda _, rows, served_n, corrupt_n: summary_of(
                            rows, **header, served_records=served_n, corrupt_records=corrupt_n),
-                       rows=beam.pvalue.AsList(per_placement), served_n=count("Served", served),
-                       corrupt_n=count("Corrupt", decoded[CORRUPT])))
+                       rows=beam.pvalue.AsList(per_placement), served_n=count_of("Served", served),
+                       corrupt_n=count_of("Corrupt", corrupt)))
         summary | "SummaryJson" >> beam.Map(lambda s: json.dumps(s, indent=2)) | "WriteSummary" >> \
             beam.io.WriteToText(f"{out}/summary", file_name_suffix=".json", shard_name_template="")
         summary | "Table" >> beam.Map(lambda s: render_table(s).rstrip("\n")) | "WriteTable" >> beam.io.WriteToText(

@@ -82,3 +82,45 @@ def unwrap_dofn():
                 yield beam.pvalue.TaggedOutput(CORRUPT, str(error))
 
     return Unwrap()
+
+
+def matching_files(patterns: list[str]) -> list[str]:
+    """Every file matching the patterns (any Beam file system), sorted; a pattern matching nothing adds none."""
+    from apache_beam.io.filesystems import FileSystems
+
+    found = []
+    for result in FileSystems.match(patterns):
+        found.extend(m.path for m in result.metadata_list)
+    return sorted(found)
+
+
+def day_range(first: str, last: str) -> list[str]:
+    """The UTC days from first to last inclusive (YYYY-MM-DD); ValueError when last is before first."""
+    start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    if end < start:
+        raise ValueError(f"--to-day {last} is before --from-day {first}")
+    return [(start + dt.timedelta(days=d)).isoformat() for d in range((end - start).days + 1)]
+
+
+def utc_day(ms: int) -> str:
+    """The UTC day of an epoch-ms instant, YYYY-MM-DD (archive folders and day ranges are UTC)."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).date().isoformat()
+
+
+def read_records(pipeline, label: str, files: list[str]):
+    """(records, corrupt): the files' records, unwrapped and normalised, and the reasons of those that do not
+    decode (counted); labels are prefixed with `label` so a pipeline can read several sets of files."""
+    import apache_beam as beam
+    from apache_beam.io.avroio import ReadAllFromAvro
+
+    decoded = (pipeline | f"{label}Files" >> beam.Create(files)
+               | f"Read{label}" >> ReadAllFromAvro()
+               | f"Unwrap{label}" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records"))
+    return decoded.records, decoded[CORRUPT]
+
+
+def count_of(label: str, pcoll):
+    """The element count of a PCollection as a singleton side input."""
+    import apache_beam as beam
+
+    return beam.pvalue.AsSingleton(pcoll | f"Count{label}" >> beam.combiners.Count.Globally())

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import apache_beam as beam
-from apache_beam.io.avroio import ReadAllFromAvro
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import clicks
 from core.billing import SIZE_CLASSES, size_class
-from pipelines.avro_files import CORRUPT, archive_pattern, unwrap_dofn
+from pipelines.avro_files import archive_pattern, count_of, matching_files, read_records
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
             "invalid_credit_micros", "joined_clicks")
@@ -134,13 +133,6 @@ def differences(day: str, streaming: dict[tuple[int, str], dict], recount: dict[
     return out
 
 
-def _files(patterns: list[str]) -> list[str]:
-    found = []
-    for result in FileSystems.match(patterns):
-        found.extend(m.path for m in result.metadata_list)
-    return sorted(found)
-
-
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="pipelines.nightly_recount", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,9 +145,9 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     known, pipeline_args = parser.parse_known_args(argv)
     day = date.fromisoformat(known.day)
     days = [(day + timedelta(days=d)).isoformat() for d in (-1, 0, 1)]
-    event_files = _files([archive_pattern(known.archive, known.events_topic, d) for d in days])
-    campaign_files = _files([archive_pattern(known.archive, known.campaigns_topic, "*")])
-    billed_files = _files([archive_pattern(known.archive, known.billed_topic, d) for d in days])
+    event_files = matching_files([archive_pattern(known.archive, known.events_topic, d) for d in days])
+    campaign_files = matching_files([archive_pattern(known.archive, known.campaigns_topic, "*")])
+    billed_files = matching_files([archive_pattern(known.archive, known.billed_topic, d) for d in days])
     logging.info("recount of %s: %d event files, %d campaign files, %d billing files", known.day,
                  len(event_files), len(campaign_files), len(billed_files))
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
@@ -164,18 +156,9 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
         Path(out).mkdir(parents=True, exist_ok=True)
     the_day = known.day
     with beam.Pipeline(options=options) as pipeline:
-        def read(label: str, files: list[str]):
-            decoded = (pipeline | f"{label}Files" >> beam.Create(files)
-                       | f"Read{label}" >> ReadAllFromAvro()
-                       | f"Unwrap{label}" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records"))
-            return decoded.records, decoded[CORRUPT]
-
-        def count(label: str, pcoll):
-            return beam.pvalue.AsSingleton(pcoll | f"Count{label}" >> beam.combiners.Count.Globally())
-
-        events, bad_events = read("Events", event_files)
-        campaigns, bad_campaigns = read("Campaigns", campaign_files)
-        billed, bad_billed = read("Billed", billed_files)
+        events, bad_events = read_records(pipeline, "Events", event_files)
+        campaigns, bad_campaigns = read_records(pipeline, "Campaigns", campaign_files)
+        billed, bad_billed = read_records(pipeline, "Billed", billed_files)
         versions = (campaigns | "KeyVersions" >> beam.Map(lambda c: (int(c["campaign_id"]), c))
                     | "GroupVersions" >> beam.GroupByKey()
                     | "ListVersions" >> beam.MapTuple(lambda k, v: (k, list(v))))
@@ -196,8 +179,8 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
              "day": the_day, "campaigns": campaigns_n, "differences": diffs_n, "events": events_n,
              "corrupt_records": corrupt_n, "absorbed_by_budget_size": absorbed_by_budget_size(totals),
              "recount": dict(sorted(totals.items()))}, indent=2),
-             campaigns_n=count("Campaigns", joined), diffs_n=count("Differences", diffs),
-             events_n=count("Events", events), corrupt_n=count("Corrupt", corrupt),
+             campaigns_n=count_of("Campaigns", joined), diffs_n=count_of("Differences", diffs),
+             events_n=count_of("Events", events), corrupt_n=count_of("Corrupt", corrupt),
              totals=beam.pvalue.AsSingleton(recount_totals))
          | "WriteSummary" >> beam.io.WriteToText(f"{out}/summary", file_name_suffix=".json",
                                                  shard_name_template=""))

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import apache_beam as beam
-from apache_beam.io.avroio import ReadAllFromAvro
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import training
-from pipelines.avro_files import CORRUPT, archive_pattern, schema_json, unwrap_dofn
+from pipelines.avro_files import archive_pattern, count_of, day_range, matching_files, read_records, schema_json, utc_day
 
 
 class JoinExamples(beam.PTransform):
@@ -52,20 +51,6 @@ class JoinExamples(beam.PTransform):
                     if made is not None]))
 
 
-def _files(patterns: list[str]) -> list[str]:
-    found = []
-    for result in FileSystems.match(patterns):
-        found.extend(m.path for m in result.metadata_list)
-    return sorted(found)
-
-
-def _days(first: str, last: str) -> list[str]:
-    start, end = date.fromisoformat(first), date.fromisoformat(last)
-    if end < start:
-        raise ValueError(f"--to-day {last} is before --from-day {first}")
-    return [(start + timedelta(days=d)).isoformat() for d in range((end - start).days + 1)]
-
-
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="pipelines.training_set", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,15 +70,15 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     if known.archive:
         if not known.from_day:
             parser.error("--archive needs --from-day")
-        days = _days(known.from_day, known.to_day or known.from_day)
+        days = day_range(known.from_day, known.to_day or known.from_day)
         after = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
-        served_files = _files([archive_pattern(known.archive, known.served_topic, d) for d in days])
-        event_files = _files([archive_pattern(known.archive, known.events_topic, d) for d in days + [after]])
+        served_files = matching_files([archive_pattern(known.archive, known.served_topic, d) for d in days])
+        event_files = matching_files([archive_pattern(known.archive, known.events_topic, d) for d in days + [after]])
     else:
         if not known.served or not known.events:
             parser.error("give --archive with --from-day, or --served and --events files")
         days = [known.from_day or "", known.to_day or known.from_day or ""]
-        served_files, event_files = _files(known.served), _files(known.events)
+        served_files, event_files = matching_files(known.served), matching_files(known.events)
     logging.info("training set: %d served files, %d event files, keep rate %s", len(served_files),
                  len(event_files), known.keep_rate)
     out = known.output.rstrip("/")
@@ -102,21 +87,12 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     first_day, last_day, keep_rate = days[0], days[-1], known.keep_rate
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
     with beam.Pipeline(options=options) as pipeline:
-        def read(label: str, files: list[str]):
-            decoded = (pipeline | f"{label}Files" >> beam.Create(files)
-                       | f"Read{label}" >> ReadAllFromAvro()
-                       | f"Unwrap{label}" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records"))
-            return decoded.records, decoded[CORRUPT]
-
-        def count(label: str, pcoll):
-            return beam.pvalue.AsSingleton(pcoll | f"Count{label}" >> beam.combiners.Count.Globally())
-
-        served, bad_served = read("Served", served_files)
+        served, bad_served = read_records(pipeline, "Served", served_files)
         if known.archive:  # files hold whole UTC hours: keep the served records of the days asked
             in_range = set(days)
             served = served | "InRange" >> beam.Filter(
-                lambda r: _utc_day(int(r["event_time"])) in in_range)
-        events, bad_events = read("Events", event_files)
+                lambda r: utc_day(int(r["event_time"])) in in_range)
+        events, bad_events = read_records(pipeline, "Events", event_files)
         examples = (served, events) | "Join" >> JoinExamples(keep_rate)
         examples | "WriteExamples" >> beam.io.WriteToAvro(
             f"{out}/examples", schema=_example_schema(), file_name_suffix=".avro", codec="deflate")
@@ -127,9 +103,9 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
              "from_day": first_day, "to_day": last_day, "keep_rate": keep_rate, "served_records": served_n,
              "events": events_n, "examples": examples_n, "positives": positives_n,
              "negatives_kept": examples_n - positives_n, "corrupt_records": corrupt_n}, indent=2),
-             served_n=count("Served", served), events_n=count("Events", events),
-             examples_n=count("Examples", examples), positives_n=count("Positives", positives),
-             corrupt_n=count("Corrupt", corrupt))
+             served_n=count_of("Served", served), events_n=count_of("Events", events),
+             examples_n=count_of("Examples", examples), positives_n=count_of("Positives", positives),
+             corrupt_n=count_of("Corrupt", corrupt))
          | "WriteSummary" >> beam.io.WriteToText(f"{out}/summary", file_name_suffix=".json",
                                                  shard_name_template=""))
     with FileSystems.open(f"{out}/summary.json") as f:
@@ -137,12 +113,6 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     logging.info("training set: %d examples (%d positives) from %d served records, %d corrupt records",
                  summary["examples"], summary["positives"], summary["served_records"], summary["corrupt_records"])
     return summary
-
-
-def _utc_day(ms: int) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).date().isoformat()
 
 
 def _example_schema() -> dict[str, Any]:

@@ -43,7 +43,9 @@ def served_record(decision, *, request_id: str, server_id: str, now_ms: int, pla
         "city": "/".join(parts[:3]) if len(parts) > 2 else None,
         "device": device, "language": language, "page": page,
         "user_features": {k: float(v) for k, v in user_features.items()},
-        "ad_snapshot_version": int(snapshot_version), "model_version": decision.model_version,
+        # the version of the ad features the model scored with; the server's own when the model names none
+        "ad_snapshot_version": int(getattr(decision, "ad_snapshot_version", None) or snapshot_version),
+        "model_version": decision.model_version,
         "scored_by_fallback": bool(decision.scored_by_fallback), "exploration": bool(decision.explored),
         "winners": winners,
         **request_replay_fields(reserve_micros, slot_positions, decision.funnel.get("preranked", 0)),

@@ -82,6 +82,7 @@ class Decision:
     eligible_campaigns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     slices_wanted: dict[int, int] = field(default_factory=dict)
     recall_probe: RecallProbe | None = None  # set on the sampled share: check it after the response
+    ad_snapshot_version: int | None = None  # the ad-feature snapshot the model scored with, when it says
 
 
 class DecisionEngine:
@@ -125,7 +126,7 @@ class DecisionEngine:
         funnel["preranked"] = len(pre.rows)
         participation = filtered.participation[np.searchsorted(filtered.rows, pre.rows)] if len(pre.rows) \
             else np.empty(0)
-        fallback, model_version = False, None
+        fallback, model_version, snapshot_version = False, None, None
         try:
             predictions = self.predictor.predict(
                 PredictionRequest(pre.rows, index.ctr_prior.data[pre.rows] * multiplier, request.slot_positions,
@@ -133,6 +134,7 @@ class DecisionEngine:
                                   country=request.country, device=request.device, request_id=request.request_id),
                 deadline=min(deadline, clock() + cfg.model_budget_s), clock=clock)
             pctr, pcvr, model_version = predictions.pctr, predictions.pcvr, predictions.model_version
+            snapshot_version = predictions.ad_snapshot_version
         except Exception:  # noqa: BLE001 - timeout or model error: the pre-ranker's scores run the auction
             fallback = True
             pctr = pre.approx_pctr[:, None] * position_effect(request.slot_positions)[None, :]
@@ -167,4 +169,4 @@ class DecisionEngine:
                                 cfg.reserve(request.placement, request.country), request.country, request.device)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
-                        filtered.slices_wanted, probe)
+                        filtered.slices_wanted, probe, snapshot_version)

@@ -39,6 +39,7 @@ class Predictions:
     pctr: np.ndarray  # (candidates, slots)
     pcvr: np.ndarray  # (candidates,)
     model_version: str
+    ad_snapshot_version: int | None = None  # the ad-feature snapshot the model scored with (None: no snapshot)
 
 
 class Predictor(Protocol):

@@ -122,7 +122,8 @@ class ModelPredictor:
         table, bills_clicks = self._ads  # one reference: a snapshot swapped meanwhile applies from the next call
         rows = [table.rows(r.ad_ids) for r in requests]
         raw = self._raw_scores(table, rows, requests)
-        return [self._calibrated(r, ad_rows, scores, bills_clicks) for r, ad_rows, scores in zip(requests, rows, raw)]
+        return [self._calibrated(r, ad_rows, scores, bills_clicks, table.version)
+                for r, ad_rows, scores in zip(requests, rows, raw)]
 
     def _raw_scores(self, table: AdFeatureTable, rows: Sequence[np.ndarray],
                     requests: Sequence[PredictionRequest]) -> list[np.ndarray]:
@@ -159,7 +160,7 @@ class ModelPredictor:
         return out
 
     def _calibrated(self, request: PredictionRequest, rows: np.ndarray, raw: np.ndarray,
-                    bills_clicks: np.ndarray) -> Predictions:
+                    bills_clicks: np.ndarray, snapshot_version: int) -> Predictions:
         """The down-sampling correction, then the calibration of the request's segment (placement, country, the
         candidate's billing type)."""
         q = training.recalibrate(raw, self.model.keep_rate)
@@ -170,4 +171,4 @@ class ModelPredictor:
         a = np.where(clicks, by_click.a, by_impression.a)
         b = np.where(clicks, by_click.b, by_impression.b)
         pctr = sigmoid(a * logit(q) + b)
-        return Predictions(pctr, np.full(len(rows), self.model.cvr_prior), self.model.version)
+        return Predictions(pctr, np.full(len(rows), self.model.cvr_prior), self.model.version, int(snapshot_version))

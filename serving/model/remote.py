@@ -137,9 +137,10 @@ def _predictions(payload: bytes, candidates: int, slots: int) -> Predictions:
         pctr = np.asarray(answer["pctr"], dtype=np.float64)
         pcvr = np.asarray(answer["pcvr"], dtype=np.float64)
         version = answer["model_version"]
+        snapshot = answer.get("snapshot_version")
     except (ValueError, KeyError, TypeError) as exc:
         raise PredictionServiceError(f"the prediction service's answer is not a score answer: {exc}") from exc
     if pctr.size != candidates * slots or pcvr.shape != (candidates,) or not isinstance(version, str):
         raise PredictionServiceError(f"the prediction service answered pctr of shape {pctr.shape} and pcvr of shape "
                                      f"{pcvr.shape} for {candidates} candidates x {slots} positions")
-    return Predictions(pctr.reshape(candidates, slots), pcvr, version)
+    return Predictions(pctr.reshape(candidates, slots), pcvr, version, None if snapshot is None else int(snapshot))

@@ -35,8 +35,9 @@ def held_out():
 
 @pytest.fixture(scope="module")
 def model(day):
+    # a 10 % validation share leaves the fast model enough training rows to learn the modest position effect
     return train_click_model(day.examples, {day.snapshot.version: day.snapshot}, day.keep_rate, FAST,
-                             min_segment_clicks=30, log=lambda line: None)
+                             validation_share=0.1, min_segment_clicks=30, log=lambda line: None)
 
 
 @pytest.fixture(scope="module")
