@@ -411,6 +411,9 @@ def _register_serve(sub) -> None:
     scoring.add_argument("--model", type=Path, help="score with this click model in process (models/click-vN; "
                                                     "needs --ad-features)")
     a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model (newest version)")
+    a.add_argument("--recall-share", type=float, default=0.0,
+                   help="share of requests whose whole filtered candidate set the model scores after the response, "
+                        "for the pre-ranker's recall (adserve_prerank_recall_* on /metrics; default 0; e.g. 0.005)")
     a.set_defaults(handler=cmd_serve_ads)
     r = ssub.add_parser("prediction", help="the prediction service: POST /v1/score on the click model, batched",
                         description="The click model behind HTTP with dynamic batching across concurrent requests: "
@@ -463,7 +466,10 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
     from serving.adserver.request import GeoResolver
 
     s = PlatformSettings.from_env()
-    config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight)
+    from serving.decision.engine import EngineConfig
+
+    config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight,
+                          engine=EngineConfig(recall_sample_share=args.recall_share))
     try:
         predictor = _ads_predictor(args)
     except (ValueError, AdserveError) as exc:

@@ -147,12 +147,14 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
             FROM {source}""")
         t_env.execute_sql(f"CREATE TEMPORARY VIEW {view}_on_time AS SELECT * FROM {view} WHERE on_time")
     # A valid billable click joined to its impression's beacon (an interval join: the impression from the token's
-    # lifetime before the click to the allowed lateness after it). Emitted as soon as both are seen.
+    # lifetime before the click to the allowed lateness after it). Emitted as soon as both are seen. Every first
+    # copy of an impression counts, also one behind the job's clock (billed on the late path): the recount joins
+    # with every impression too, and a back-pressured partition must not cost a click its join.
     t_env.execute_sql(f"""
         CREATE TEMPORARY VIEW clicks_joined AS
         SELECT c.campaign_id AS campaign_id, c.ts AS ts
         FROM tagged_clicks c,
-             (SELECT impression_id, ts AS its FROM events_on_time WHERE event_type = 'IMPRESSION') i
+             (SELECT impression_id, rt AS its FROM events_unique WHERE event_type = 'IMPRESSION') i
         WHERE c.impression_id = i.impression_id AND c.billable AND c.reason IS NULL
           AND i.its BETWEEN c.ts - INTERVAL '{clicks.TOKEN_LIFETIME_MS // 60_000}' MINUTE
                         AND c.ts + INTERVAL '{clicks.ALLOWED_LATENESS_MS // 60_000}' MINUTE""")

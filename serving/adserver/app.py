@@ -40,6 +40,7 @@ from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
 from schemas.codec import AvroCodec
 from serving import served_log
+from serving.decision.recall import RecallMonitor, check as recall_check
 from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
 from serving.adserver.state import ServingState
 from serving.decision.engine import Decision, DecisionEngine, EngineConfig, RequestContext
@@ -82,6 +83,7 @@ class Metrics:
         self.ads = Gauge("adserve_index_ads", "Live ads in the index", registry=r)
         self.after_errors = Counter("adserve_after_response_errors", "Post-response work that failed",
                                     ["what"], registry=r)
+        self.recall = RecallMonitor(registry=r)  # the pre-ranker's recall on the sampled share (engine config)
 
 
 class AdServer:
@@ -254,6 +256,12 @@ class AdServer:
         except Exception:  # noqa: BLE001 - counted and logged; the response already went out
             self.metrics.after_errors.labels("served_log").inc()
             LOG.exception("could not produce the ad.served record of %s", ad_request.request_id)
+        if decision.recall_probe is not None:
+            try:  # the full candidate set through the model, off the request path
+                self.metrics.recall.record(recall_check(self.engine.index, decision.recall_probe,
+                                                        self.engine.predictor))
+            except Exception:  # noqa: BLE001 - a monitor; counted, the request is long answered
+                self.metrics.after_errors.labels("recall_check").inc()
         if winners and ad_request.user_id:
             campaigns = sorted({w.campaign_id for w in winners})
             day = day_number(now_ms)

@@ -82,9 +82,13 @@ def test_the_ad_server_scores_with_the_prediction_service_and_falls_back_when_it
         assert described["model_version"] == "click-v1" and described["canary"] is None
 
         async def scenario():
-            config = {"deadline_ms": DEADLINE_MS, "engine": EngineConfig(model_budget_s=MODEL_BUDGET_S)}
+            config = {"deadline_ms": DEADLINE_MS,
+                      "engine": EngineConfig(model_budget_s=MODEL_BUDGET_S, recall_sample_share=1.0)}
             async with ServicesWithPredictor(platform, RemotePredictor(service_url), **config) as s:
                 scored = [await s.ask(_request(placement, f"u-{i}", slots=2)) for i in range(6)]
+                await s.server.server.drain()  # the recall checks after the responses, through the service
+                recall = s.server.server.metrics.recall
+                checked = (recall.checked, recall.hits)
                 service.terminate()
                 service.wait(30)
                 fallback = []
@@ -93,9 +97,9 @@ def test_the_ad_server_scores_with_the_prediction_service_and_falls_back_when_it
                     answer = await s.ask(_request(placement, f"u-{i}", slots=2))
                     fallback.append((answer, time.perf_counter() - began))
                 fallbacks = s.server.server.metrics.fallbacks._value.get()
-            return scored, fallback, fallbacks
+            return scored, fallback, fallbacks, checked
 
-        scored, fallback, fallbacks = asyncio.run(scenario())
+        scored, fallback, fallbacks, checked = asyncio.run(scenario())
     finally:
         if service.poll() is None:
             service.terminate()
@@ -105,6 +109,7 @@ def test_the_ad_server_scores_with_the_prediction_service_and_falls_back_when_it
     assert all(status == 200 and any(slot.get("ad_id") for slot in a["slots"]) for (status, a), _ in fallback)
     assert max(seconds for _, seconds in fallback) < DEADLINE_MS / 1000
     assert fallbacks == len(fallback)
+    assert checked == (6, 6)  # every scored request's full candidate set checked; 4 ads: the pre-ranker kept all
     served = {r["request_id"]: r for r in _decoded(platform, "ad.served")}
     by_service = [served[a["request_id"]] for _, a in scored]
     assert [(r["model_version"], r["scored_by_fallback"]) for r in by_service] == [("click-v1", False)] * 6
