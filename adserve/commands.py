@@ -414,6 +414,9 @@ def _register_serve(sub) -> None:
     a.add_argument("--recall-share", type=float, default=0.0,
                    help="share of requests whose whole filtered candidate set the model scores after the response, "
                         "for the pre-ranker's recall (adserve_prerank_recall_* on /metrics; default 0; e.g. 0.005)")
+    a.add_argument("--prerank-weights", type=Path,
+                   help="the pre-ranker's weights (JSON by feature name, e.g. from `adserve learning-day "
+                        "--fit-prerank`); default: its built-in weights")
     a.set_defaults(handler=cmd_serve_ads)
     r = ssub.add_parser("prediction", help="the prediction service: POST /v1/score on the click model, batched",
                         description="The click model behind HTTP with dynamic batching across concurrent requests: "
@@ -467,9 +470,12 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
 
     s = PlatformSettings.from_env()
     from serving.decision.engine import EngineConfig
+    from serving.decision.prerank import load_weights
 
     config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight,
-                          engine=EngineConfig(recall_sample_share=args.recall_share))
+                          engine=EngineConfig(recall_sample_share=args.recall_share,
+                                              prerank_weights=load_weights(args.prerank_weights)
+                                              if args.prerank_weights else None))
     try:
         predictor = _ads_predictor(args)
     except (ValueError, AdserveError) as exc:

@@ -35,6 +35,11 @@ def register(sub) -> None:
     p.add_argument("--exploration-share", type=float, default=0.01, help="exploration slice (default 0.01)")
     p.add_argument("--recall-share", type=float, default=0.0,
                    help="share of requests checked by the pre-ranker's recall monitor (default 0)")
+    p.add_argument("--prerank-weights", type=Path,
+                   help="serve with these pre-ranker weights (a JSON file by feature name, from --fit-prerank)")
+    p.add_argument("--fit-prerank", type=Path,
+                   help="fit the pre-ranker's weights to the model's scores of the recall-checked requests' "
+                        "candidates and write them here (needs --model and --recall-share)")
     p.add_argument("--json", action="store_true", help="print day.json's content as one JSON object")
     p.set_defaults(handler=cmd_learning_day)
 
@@ -44,6 +49,12 @@ def cmd_learning_day(args: argparse.Namespace) -> int:
     from adserve.progress import Progress
 
     world = learning_day.make_world(args.world_seed, campaigns=args.campaigns, users=args.users)
+    from serving.decision import prerank
+
+    if args.fit_prerank is not None and (args.model is None or args.recall_share <= 0):
+        print("adserve learning-day: --fit-prerank needs --model and --recall-share > 0", file=sys.stderr)
+        return 2
+    weights = prerank.load_weights(args.prerank_weights) if args.prerank_weights else None
     predictor = None
     if args.model is not None:
         from serving.model.click_model import ClickModel
@@ -60,9 +71,17 @@ def cmd_learning_day(args: argparse.Namespace) -> int:
     began = time.monotonic()
     log = learning_day.simulate_day(world, requests=args.requests, seed=args.seed, predictor=predictor,
                                     exploration_share=args.exploration_share, recall_share=args.recall_share,
+                                    prerank_weights=weights, collect_prerank=args.fit_prerank is not None,
                                     progress=progress)
     bar.close()
     meta = learning_day.write_day(log, args.out, keep_rate=args.keep_rate)
+    if args.fit_prerank is not None and log.prerank_samples:
+        import numpy as np
+
+        x, prior, pctr = (np.concatenate(parts) for parts in zip(*log.prerank_samples))
+        prerank.save_weights(prerank.fit_weights(x, prior, pctr), args.fit_prerank)
+        meta["prerank_fit_rows"] = int(len(x))
+        print(f"pre-ranker weights fitted on {len(x):,} candidates -> {args.fit_prerank}", file=sys.stderr)
     meta["seconds"] = round(time.monotonic() - began, 1)
     if args.json:
         print(json.dumps(meta))

@@ -162,7 +162,8 @@ def placement_multipliers() -> dict[str, float]:
     return {p: float(math.exp(effect)) for p, (_, effect, _) in PLACEMENTS.items()}
 
 
-def build_engine(world: World, predictor=None, exploration_share: float = 0.01, recall_share: float = 0.0):
+def build_engine(world: World, predictor=None, exploration_share: float = 0.01, recall_share: float = 0.0,
+                 prerank_weights: np.ndarray | None = None):
     """The real decision engine over the world's ads (index, campaign table) with the given predictor."""
     from serving.decision.campaigns import CampaignRecord, CampaignTable
     from serving.decision.engine import DecisionEngine, EngineConfig
@@ -184,7 +185,8 @@ def build_engine(world: World, predictor=None, exploration_share: float = 0.01, 
         campaigns.upsert(CampaignRecord(campaign_id=cid, advertiser_id=cid, version=1))
     index = TargetingIndex.build(records, embedding_dim=DIM)
     config = EngineConfig(exploration_share=exploration_share, placement_ctr_multiplier=placement_multipliers(),
-                          default_reserve_micros=RESERVE_MICROS, recall_sample_share=recall_share)
+                          default_reserve_micros=RESERVE_MICROS, recall_sample_share=recall_share,
+                          prerank_weights=prerank_weights)
     return DecisionEngine(index, campaigns, predictor, config)
 
 
@@ -215,25 +217,28 @@ class DayLog:
     truth: dict[str, float]
     snapshot: AdFeatureSnapshot
     counts: dict[str, int]
+    prerank_samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: int = 1, predictor=None,
                  exploration_share: float = 0.01, recall_share: float = 0.0,
+                 prerank_weights: np.ndarray | None = None, collect_prerank: bool = False,
                  progress: Callable[[int], None] | None = None) -> DayLog:
     """One day of requests through the decision engine, with the beacons the true click rates produce. With
     recall_share, that share of requests is also checked by the pre-ranker's recall monitor (counts
-    `recall_checked`, `recall_hits`)."""
+    `recall_checked`, `recall_hits`); with collect_prerank too, the checked requests' candidates are kept as
+    samples for refitting the pre-ranker's weights (DayLog.prerank_samples, prerank.fit_weights)."""
     from serving.decision import recall
     from serving.decision.engine import RequestContext
     from serving.decision.filters import FilterContext
 
     day_ms = day_start_ms(day)
-    engine = build_engine(world, predictor, exploration_share, recall_share)
+    engine = build_engine(world, predictor, exploration_share, recall_share, prerank_weights)
     monitor = recall.RecallMonitor()
     snapshot = world.snapshot(day_ms)
     rng, np_rng, rnd = np.random.default_rng(seed), np.random.default_rng(seed + 1), random.Random(seed)
     row_of = {int(a): i for i, a in enumerate(world.ad_id)}
-    served, events, truth = [], [], {}
+    served, events, truth, samples = [], [], {}, []
     counts = {"requests": 0, "filled_slots": 0, "impressions": 0, "clicks": 0, "fallback": 0, "explored": 0,
               "recall_checked": 0, "recall_hits": 0}
     names, shares = list(PLACEMENTS), [s for s, _, _ in PLACEMENTS.values()]
@@ -261,6 +266,8 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
         if decision.recall_probe is not None:  # after the response, off the request path
             monitor.record(recall.check(engine.index, decision.recall_probe, engine.predictor))
             counts["recall_checked"], counts["recall_hits"] = monitor.checked, monitor.hits
+            if collect_prerank:
+                samples.append(recall.prerank_sample(engine.index, decision.recall_probe, engine.predictor))
         for w, logged in zip(decision.winners, record["winners"]):
             counts["filled_slots"] += 1
             p = float(world.true_ctr(user, np.array([row_of[w.ad_id]]), placement, w.position)[0])
@@ -269,7 +276,7 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
         if progress is not None and n % 1000 == 999:
             progress(1000)
     events.sort(key=lambda e: (e["event_time"], e["event_id"]))
-    return DayLog(day, seed, served, events, truth, snapshot, counts)
+    return DayLog(day, seed, served, events, truth, snapshot, counts, samples)
 
 
 def _beacons(logged: dict[str, Any], winner, served_ms: int, user: int, p: float, rng: np.random.Generator,

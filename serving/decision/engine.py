@@ -16,7 +16,7 @@ from serving.decision.campaigns import CampaignTable
 from serving.decision.filters import FilterContext, apply_filters
 from serving.decision.index import DEFAULT_K, TargetingIndex
 from serving.decision.prediction import PredictionRequest, Predictor, PriorPredictor, position_effect
-from serving.decision.prerank import DEFAULT_CVR_PRIOR, DEFAULT_KEEP, prerank
+from serving.decision.prerank import DEFAULT_CVR_PRIOR, DEFAULT_KEEP, DEFAULT_WEIGHTS, prerank
 from serving.decision.recall import RecallProbe
 
 
@@ -31,6 +31,7 @@ class EngineConfig:
     model_budget_s: float = 0.035
     cvr_prior: float = DEFAULT_CVR_PRIOR
     recall_sample_share: float = 0.0  # requests whose full candidate set is scored after the response
+    prerank_weights: np.ndarray | None = None  # the pre-ranker's weights (prerank.fit_weights); None: defaults
 
     def reserve(self, placement: str, country: str | None) -> int:
         return self.reserves_micros.get((placement, country),
@@ -118,7 +119,8 @@ class DecisionEngine:
         try:
             pre = prerank(index, filtered.rows, filtered.participation, user_embedding=user_embedding,
                           placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
-                          keep=cfg.keep, cvr_prior=cfg.cvr_prior)
+                          keep=cfg.keep, cvr_prior=cfg.cvr_prior,
+                          weights=DEFAULT_WEIGHTS if cfg.prerank_weights is None else cfg.prerank_weights)
         except Exception:  # noqa: BLE001 - no scores at all: an unscored ad has no fair price, slots stay empty
             return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped,
                             filtered.eligible_campaigns, filtered.slices_wanted)
@@ -166,7 +168,8 @@ class DecisionEngine:
         if cfg.recall_sample_share > 0 and not fallback and rng.random() < cfg.recall_sample_share:
             probe = RecallProbe(filtered.rows, filtered.participation, pre.rows, request.placement,
                                 request.slot_positions, request.user_features, multiplier,
-                                cfg.reserve(request.placement, request.country), request.country, request.device)
+                                cfg.reserve(request.placement, request.country), request.country, request.device,
+                                user_embedding)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
                         filtered.slices_wanted, probe, snapshot_version)

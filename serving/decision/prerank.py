@@ -3,8 +3,9 @@ approximate expected value so a high bid with a modest click rate survives; keep
 
 approx pCTR = the ad's CTR prior x exp(w . features), clipped; approx value per
 impression = bid x approx action rate + quality (core.auction's formula on
-approximate predictions). The weights are a small linear model; the learned
-click model (issue 8) retrains them against its own scores. Pure."""
+approximate predictions). The weights are a small linear model; `fit_weights`
+retrains them against the learned click model's scores (the recall monitor,
+serving.decision.recall, says when they no longer agree). Pure."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -76,3 +77,34 @@ def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, 
         top = np.arange(len(rows))
     top = top[np.argsort(-value[top], kind="stable")]
     return Preranked(rows[top], pctr[top].astype(np.float32), value[top])
+
+
+def fit_weights(features_matrix: np.ndarray, ctr_prior: np.ndarray, model_pctr: np.ndarray,
+                ridge: float = 1.0) -> np.ndarray:
+    """Weights of the log-CTR adjustment that best reproduce the model's first-slot pCTR from the cheap
+    features: least squares (ridge-regularised, in units of rows) of log(model pCTR / prior) on the feature
+    matrix (`features`; the prior already carries the placement multiplier), clipped like `prerank` clips."""
+    x = np.asarray(features_matrix, dtype=np.float64)
+    target = np.clip(np.log(np.clip(model_pctr, 1e-6, 0.99)) - np.log(np.maximum(ctr_prior, 1e-6)), -3.0, 3.0)
+    gram = x.T @ x + ridge * np.eye(x.shape[1])
+    return np.linalg.solve(gram, x.T @ target).astype(np.float32)
+
+
+def save_weights(weights: np.ndarray, path) -> None:
+    """The weights as JSON by feature name (the file `--prerank-weights` reads)."""
+    import json
+    from pathlib import Path
+
+    Path(path).write_text(json.dumps({name: float(w) for name, w in zip(FEATURES, weights)}, indent=2))
+
+
+def load_weights(path) -> np.ndarray:
+    """Weights from a JSON file by feature name; a feature the file lacks weighs 0."""
+    import json
+    from pathlib import Path
+
+    named = json.loads(Path(path).read_text())
+    unknown = sorted(set(named) - set(FEATURES))
+    if unknown:
+        raise ValueError(f"{path}: unknown pre-ranker features {unknown}; known: {list(FEATURES)}")
+    return np.array([float(named.get(name, 0.0)) for name in FEATURES], dtype=np.float32)

@@ -36,13 +36,14 @@ class RecallProbe:
     reserve_micros: int
     country: str | None = None
     device: str | None = None
+    user_embedding: np.ndarray | None = None  # what the pre-ranker saw (for refitting its weights)
 
 
-def _score(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
-           clock: Callable[[], float]) -> np.ndarray:
-    """Total value per impression at the first slot of each row, from the full model."""
+def model_first_slot(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
+                     clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, np.ndarray]:
+    """The full model's (pCTR, pCVR) of each row at the request's first slot position, in chunks."""
     first = [probe.slot_positions[0]]
-    values = []
+    pctr, pcvr = [], []
     for start in range(0, len(rows), CHUNK):
         chunk = rows[start:start + CHUNK]
         predictions = predictor.predict(
@@ -50,16 +51,38 @@ def _score(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
                               probe.user_features, ad_ids=index.ad_id.data[chunk], country=probe.country,
                               device=probe.device),
             deadline=clock() + 60.0, clock=clock)
-        candidates = CandidateArrays(
-            ad_id=index.ad_id.data[chunk], campaign_id=index.campaign_id.data[chunk],
-            bid_code=index.bid_type.data[chunk], bid_micros=index.bid_micros.data[chunk],
-            pctr=np.asarray(predictions.pctr, dtype=np.float64)[:, :1],
-            pcvr=np.asarray(predictions.pcvr, dtype=np.float64),
-            quality_micros=index.quality_micros.data[chunk].astype(np.int64),
-            exclusion_category=index.exclusion_category.data[chunk].astype(np.int64),
-            participation=np.ones(len(chunk)), row=chunk.astype(np.int64))
-        values.append(candidates.totals()[:, 0])
-    return np.concatenate(values) if values else np.empty(0)
+        pctr.append(np.asarray(predictions.pctr, dtype=np.float64)[:, 0])
+        pcvr.append(np.asarray(predictions.pcvr, dtype=np.float64))
+    if not pctr:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(pctr), np.concatenate(pcvr)
+
+
+def _score(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
+           clock: Callable[[], float]) -> np.ndarray:
+    """Total value per impression at the first slot of each row, from the full model."""
+    pctr, pcvr = model_first_slot(index, rows, probe, predictor, clock)
+    candidates = CandidateArrays(
+        ad_id=index.ad_id.data[rows], campaign_id=index.campaign_id.data[rows],
+        bid_code=index.bid_type.data[rows], bid_micros=index.bid_micros.data[rows],
+        pctr=pctr[:, None], pcvr=pcvr, quality_micros=index.quality_micros.data[rows].astype(np.int64),
+        exclusion_category=index.exclusion_category.data[rows].astype(np.int64),
+        participation=np.ones(len(rows)), row=rows.astype(np.int64))
+    return candidates.totals()[:, 0]
+
+
+def prerank_sample(index, probe: RecallProbe, predictor: Predictor,
+                   clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pre-ranker features, prior x placement multiplier, model pCTR) of a probe's filtered candidates: the
+    rows prerank.fit_weights learns the pre-ranker's weights from."""
+    from serving.decision.prerank import features
+
+    rows = probe.filtered_rows
+    embedding = probe.user_embedding if probe.user_embedding is not None else \
+        np.zeros(index.embedding_dim, dtype=np.float32)
+    x = features(index, rows, probe.participation, embedding, probe.ctr_multiplier, len(probe.slot_positions))
+    pctr, _ = model_first_slot(index, rows, probe, predictor, clock)
+    return x, index.ctr_prior.data[rows].astype(np.float64) * probe.ctr_multiplier, pctr
 
 
 def check(index, probe: RecallProbe, predictor: Predictor, clock: Callable[[], float] = time.perf_counter
