@@ -9,8 +9,10 @@ file fits the full population. Segments are looked up finest first:
 
 A segment is fitted only with at least min_positives clicks and min_negatives non-clicks (raw counts: the
 evidence, not the weight it stands for); a request in a segment that was not fitted uses the coarser one.
-A fitted segment is also shrunk toward its parent (a prior worth prior_clicks clicks), so a segment just over
-the minimum does not swing on noise. Billing type stands in for the design's "bid type": it is what the
+A fitted segment is also shrunk toward its parent by a prior worth some clicks, so a segment just over the
+minimum does not swing on noise: weakly at (placement, billing type) (coarse_prior_clicks, default 10: a
+placement's level is real and well measured), strongly at (placement, country, billing type) (prior_clicks,
+default 1,000: on the simulated day a country moved the fit by more noise than signal). Billing type stands in for the design's "bid type": it is what the
 TrainingExample logs, and cpc and cpa ads both bill clicks."""
 from __future__ import annotations
 
@@ -99,7 +101,8 @@ class SegmentCalibration:
     counts: dict[tuple[int, tuple[str, ...]], tuple[int, int]] = field(default_factory=dict)  # clicks, non-clicks
     min_positives: int = 50
     min_negatives: int = 50
-    prior_clicks: float = 200.0
+    prior_clicks: float = 1000.0  # toward the parent, for (placement, country, billing type)
+    coarse_prior_clicks: float = 10.0  # toward the global fit, for (placement, billing type)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def lookup(self, placement: str, country: str | None, billing_type: str) -> Platt:
@@ -140,7 +143,8 @@ class SegmentCalibration:
                     for (level, key), p in sorted(self.coefficients.items())]
         return json.dumps({"format": 1, "method": "platt per segment", "levels": [list(n) for n in LEVELS],
                            "min_positives": self.min_positives, "min_negatives": self.min_negatives,
-                           "prior_clicks": self.prior_clicks, "segments": segments}, indent=2)
+                           "prior_clicks": self.prior_clicks, "coarse_prior_clicks": self.coarse_prior_clicks,
+                           "segments": segments}, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> "SegmentCalibration":
@@ -152,12 +156,12 @@ class SegmentCalibration:
             coefficients[(level, key)] = Platt(float(s["a"]), float(s["b"]))
             counts[(level, key)] = (int(s.get("clicks", 0)), int(s.get("non_clicks", 0)))
         return cls(coefficients, counts, int(data["min_positives"]), int(data["min_negatives"]),
-                   float(data["prior_clicks"]))
+                   float(data["prior_clicks"]), float(data.get("coarse_prior_clicks", data["prior_clicks"])))
 
 
 def fit_segment_calibration(probabilities, labels, weights, placement, country, billing_type, *,
                             min_positives: int = 50, min_negatives: int = 50,
-                            prior_clicks: float = 200.0) -> SegmentCalibration:
+                            prior_clicks: float = 1000.0, coarse_prior_clicks: float = 10.0) -> SegmentCalibration:
     """Fit the global level, then every (placement, billing type) with enough evidence shrunk toward the
     global fit, then every (placement, country, billing type) shrunk toward its parent."""
     z = logit(probabilities)
@@ -166,7 +170,7 @@ def fit_segment_calibration(probabilities, labels, weights, placement, country, 
     values = {"placement": np.asarray(placement, dtype=object), "country": np.asarray(country, dtype=object),
               "billing_type": np.asarray(billing_type, dtype=object)}
     values = {k: np.where(v == None, "", v).astype(str) for k, v in values.items()}  # noqa: E711 - elementwise
-    calibration = SegmentCalibration({}, {}, min_positives, min_negatives, prior_clicks)
+    calibration = SegmentCalibration({}, {}, min_positives, min_negatives, prior_clicks, coarse_prior_clicks)
 
     def enough(mask: np.ndarray) -> tuple[bool, int, int]:
         clicks = int(y[mask].sum())
@@ -187,8 +191,8 @@ def fit_segment_calibration(probabilities, labels, weights, placement, country, 
             if not fitted:
                 continue
             parent = calibration.resolve(dict(zip(names, key)), from_level=level + 1)
-            calibration.coefficients[(level, key)] = fit_platt(z[mask], y[mask], w[mask], prior=parent,
-                                                               prior_clicks=prior_clicks)
+            calibration.coefficients[(level, key)] = fit_platt(
+                z[mask], y[mask], w[mask], prior=parent, prior_clicks=prior_clicks if level == 0 else coarse_prior_clicks)
             calibration.counts[(level, key)] = (clicks, non_clicks)
     calibration._cache.clear()
     return calibration
