@@ -195,14 +195,11 @@ def day_start_ms(day: str) -> int:
     return int(datetime.fromisoformat(day).replace(tzinfo=timezone.utc).timestamp() * 1000)
 
 
-def diurnal(second: float) -> float:
-    hour = second / 3600
-    return 0.15 + 0.5 * math.exp(-((hour - 11) / 3.5) ** 2) + 1.0 * math.exp(-((hour - 20.5) / 2.5) ** 2)
-
-
 def request_times_ms(day_ms: int, requests: int, rng: np.random.Generator) -> np.ndarray:
     """Request instants over the day, drawn from the diurnal curve, sorted."""
     grid = np.arange(0, 86_400, 60)
+    from adserve.simulate import diurnal  # the same day shape as the pacing simulation
+
     weights = np.array([diurnal(s) for s in grid])
     minutes = rng.choice(len(grid), size=requests, p=weights / weights.sum())
     return np.sort(day_ms + (grid[minutes] * 1000 + rng.integers(0, 60_000, requests)).astype(np.int64))

@@ -6,6 +6,14 @@ class AdserveError(Exception):
     """Base of every error the project raises on purpose."""
 
 
+class BadRequest(AdserveError):
+    """An HTTP request body that does not follow its API (the server answers 400); names the field."""
+
+    def __init__(self, field_name: str, problem: str):
+        self.field = field_name
+        super().__init__(f"{field_name}: {problem}")
+
+
 class SchemaMismatch(AdserveError):
     """A record does not fit its schema, or a writer schema is unknown to the reader."""
 

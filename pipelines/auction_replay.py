@@ -33,7 +33,6 @@ import argparse
 import json
 import logging
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import apache_beam as beam
@@ -41,7 +40,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.replay import RequestComparison, ReservePolicy, compare_request
-from pipelines.avro_files import archive_pattern, count_of, day_range, matching_files, read_records, utc_day
+from pipelines.avro_files import (add_served_log_arguments, count_of, of_days, output_folder, read_records,
+                                  served_log_files)
 
 COUNTS = ("requests", "replayed_requests", "exploration_requests", "unreplayable_requests", "exact_requests",
           "offered_slots", "logged_filled_slots", "replayed_filled_slots", "logged_revenue_micros",
@@ -191,12 +191,7 @@ class ReplayServedLog(beam.PTransform):
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipelines.auction_replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archive", help="the archiver's root (a folder or file system URI)")
-    parser.add_argument("--from-day", help="first UTC day of served records, YYYY-MM-DD (with --archive)")
-    parser.add_argument("--to-day", help="last UTC day, inclusive (default: --from-day)")
-    parser.add_argument("--served", action="append", default=[],
-                        help="instead of --archive: Avro files (glob) of served records; repeatable")
-    parser.add_argument("--served-topic", default="ad.served", help="archive folder of the served log")
+    add_served_log_arguments(parser)
     parser.add_argument("--reserve-micros", type=int, default=None,
                         help="replayed reserve of every placement without its own --reserve (default: the "
                              "reserve each request was served with)")
@@ -215,29 +210,17 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
         policy = parse_reserves(known.reserve, known.reserve_micros)
     except ValueError as exc:
         parser.error(str(exc))
-    if known.archive:
-        if not known.from_day:
-            parser.error("--archive needs --from-day")
-        days = day_range(known.from_day, known.to_day or known.from_day)
-        files = matching_files([archive_pattern(known.archive, known.served_topic, d) for d in days])
-    elif known.served:
-        days = [known.from_day or "", known.to_day or known.from_day or ""]
-        files = matching_files(known.served)
-    else:
-        parser.error("give --archive with --from-day, or --served files")
+    days, files = served_log_files(parser, known)
     logging.info("auction replay: %d served files, reserves %s, quality weight %s", len(files),
                  policy_json(policy), known.quality_weight)
-    out = known.output.rstrip("/")
-    if "://" not in out:
-        Path(out).mkdir(parents=True, exist_ok=True)
+    out = output_folder(known.output)
     header = {"from_day": days[0], "to_day": days[-1], "quality_weight": known.quality_weight,
               "reserves": policy_json(policy)}
-    in_range = set(days) if known.archive else None
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
     with beam.Pipeline(options=options) as pipeline:
         served, corrupt = read_records(pipeline, "Served", files)
-        if in_range is not None:  # files hold whole UTC hours: keep the records of the days asked
-            served = served | "InRange" >> beam.Filter(lambda r: utc_day(int(r["event_time"])) in in_range)
+        if known.archive:
+            served = of_days(served, days)
         per_placement = served | "ReplayServedLog" >> ReplayServedLog(policy, known.quality_weight)
 
         summary = (pipeline | "One" >> beam.Create([None])

@@ -124,3 +124,44 @@ def count_of(label: str, pcoll):
     import apache_beam as beam
 
     return beam.pvalue.AsSingleton(pcoll | f"Count{label}" >> beam.combiners.Count.Globally())
+
+
+def add_served_log_arguments(parser) -> None:
+    """The flags of a pipeline over the served log: the archive and a range of days, or files."""
+    parser.add_argument("--archive", help="the archiver's root (a folder or file system URI)")
+    parser.add_argument("--from-day", help="first UTC day of served records, YYYY-MM-DD (with --archive)")
+    parser.add_argument("--to-day", help="last UTC day, inclusive (default: --from-day)")
+    parser.add_argument("--served", action="append", default=[],
+                        help="instead of --archive: Avro files (glob) of served records; repeatable")
+    parser.add_argument("--served-topic", default="ad.served", help="archive folder of the served log")
+
+
+def served_log_files(parser, known) -> tuple[list[str], list[str]]:
+    """(days, served files) from add_served_log_arguments' flags: the archive's files of the days asked, or
+    the files given (days then only label the output); a usage error through the parser otherwise."""
+    if known.archive:
+        if not known.from_day:
+            parser.error("--archive needs --from-day")
+        days = day_range(known.from_day, known.to_day or known.from_day)
+        return days, matching_files([archive_pattern(known.archive, known.served_topic, d) for d in days])
+    if not known.served:
+        parser.error("give --archive with --from-day, or --served files")
+    return [known.from_day or "", known.to_day or known.from_day or ""], matching_files(known.served)
+
+
+def of_days(records, days: list[str]):
+    """The records whose event time falls on one of the UTC days (archive files hold whole UTC hours)."""
+    import apache_beam as beam
+
+    wanted = set(days)
+    return records | "InRange" >> beam.Filter(lambda r: utc_day(int(r["event_time"])) in wanted)
+
+
+def output_folder(output: str) -> str:
+    """The output location without a trailing slash, created when it is a local folder."""
+    from pathlib import Path
+
+    out = output.rstrip("/")
+    if "://" not in out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    return out

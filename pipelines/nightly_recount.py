@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 from datetime import date, timedelta
-from pathlib import Path
 from typing import Any, Sequence
 
 import apache_beam as beam
@@ -33,7 +32,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import clicks
 from core.billing import SIZE_CLASSES, size_class
-from pipelines.avro_files import archive_pattern, count_of, matching_files, read_records
+from pipelines.avro_files import archive_pattern, count_of, matching_files, output_folder, read_records
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
             "invalid_credit_micros", "joined_clicks")
@@ -151,9 +150,7 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     logging.info("recount of %s: %d event files, %d campaign files, %d billing files", known.day,
                  len(event_files), len(campaign_files), len(billed_files))
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
-    out = known.output.rstrip("/")
-    if "://" not in out:
-        Path(out).mkdir(parents=True, exist_ok=True)
+    out = output_folder(known.output)
     the_day = known.day
     with beam.Pipeline(options=options) as pipeline:
         events, bad_events = read_records(pipeline, "Events", event_files)

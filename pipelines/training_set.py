@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 from datetime import date, timedelta
-from pathlib import Path
 from typing import Any, Sequence
 
 import apache_beam as beam
@@ -28,7 +27,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import training
-from pipelines.avro_files import archive_pattern, count_of, day_range, matching_files, read_records, schema_json, utc_day
+from pipelines.avro_files import (add_served_log_arguments, archive_pattern, count_of, matching_files, of_days,
+                                  output_folder, read_records, schema_json, served_log_files)
 
 
 class JoinExamples(beam.PTransform):
@@ -54,44 +54,31 @@ class JoinExamples(beam.PTransform):
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="pipelines.training_set", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archive", help="the archiver's root (a folder or file system URI)")
-    parser.add_argument("--from-day", help="first UTC day of served records, YYYY-MM-DD (with --archive)")
-    parser.add_argument("--to-day", help="last UTC day, inclusive (default: --from-day)")
-    parser.add_argument("--served", action="append", default=[],
-                        help="instead of --archive: Avro files (glob) of served records; repeatable")
+    add_served_log_arguments(parser)
     parser.add_argument("--events", action="append", default=[],
                         help="instead of --archive: Avro files (glob) of beacons; repeatable")
     parser.add_argument("--keep-rate", type=float, default=training.DEFAULT_KEEP_RATE,
                         help=f"share of negatives kept (default {training.DEFAULT_KEEP_RATE}); every click is kept")
     parser.add_argument("--output", required=True, help="folder for the examples and summary.json")
-    parser.add_argument("--served-topic", default="ad.served", help="archive folder of the served log")
     parser.add_argument("--events-topic", default="ad.events", help="archive folder of the beacons")
     known, pipeline_args = parser.parse_known_args(argv)
-    if known.archive:
-        if not known.from_day:
-            parser.error("--archive needs --from-day")
-        days = day_range(known.from_day, known.to_day or known.from_day)
+    if not known.archive and not known.events:
+        parser.error("give --archive with --from-day, or --served and --events files")
+    days, served_files = served_log_files(parser, known)
+    if known.archive:  # a label is final an hour after serving: beacons of the day after count too
         after = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
-        served_files = matching_files([archive_pattern(known.archive, known.served_topic, d) for d in days])
         event_files = matching_files([archive_pattern(known.archive, known.events_topic, d) for d in days + [after]])
     else:
-        if not known.served or not known.events:
-            parser.error("give --archive with --from-day, or --served and --events files")
-        days = [known.from_day or "", known.to_day or known.from_day or ""]
-        served_files, event_files = matching_files(known.served), matching_files(known.events)
+        event_files = matching_files(known.events)
     logging.info("training set: %d served files, %d event files, keep rate %s", len(served_files),
                  len(event_files), known.keep_rate)
-    out = known.output.rstrip("/")
-    if "://" not in out:
-        Path(out).mkdir(parents=True, exist_ok=True)
+    out = output_folder(known.output)
     first_day, last_day, keep_rate = days[0], days[-1], known.keep_rate
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
     with beam.Pipeline(options=options) as pipeline:
         served, bad_served = read_records(pipeline, "Served", served_files)
-        if known.archive:  # files hold whole UTC hours: keep the served records of the days asked
-            in_range = set(days)
-            served = served | "InRange" >> beam.Filter(
-                lambda r: utc_day(int(r["event_time"])) in in_range)
+        if known.archive:
+            served = of_days(served, days)
         events, bad_events = read_records(pipeline, "Events", event_files)
         examples = (served, events) | "Join" >> JoinExamples(keep_rate)
         examples | "WriteExamples" >> beam.io.WriteToAvro(

@@ -256,12 +256,6 @@ class AdServer:
         except Exception:  # noqa: BLE001 - counted and logged; the response already went out
             self.metrics.after_errors.labels("served_log").inc()
             LOG.exception("could not produce the ad.served record of %s", ad_request.request_id)
-        if decision.recall_probe is not None:
-            try:  # the full candidate set through the model, off the request path
-                self.metrics.recall.record(recall_check(self.engine.index, decision.recall_probe,
-                                                        self.engine.predictor))
-            except Exception:  # noqa: BLE001 - a monitor; counted, the request is long answered
-                self.metrics.after_errors.labels("recall_check").inc()
         if winners and ad_request.user_id:
             campaigns = sorted({w.campaign_id for w in winners})
             day = day_number(now_ms)
@@ -273,6 +267,14 @@ class AdServer:
                 self.metrics.after_errors.labels("frequency_write").inc()
                 LOG.warning("frequency write failed for a user; the in-memory note covers %s s",
                             self.just_served.window_ms / 1000)
+        if decision.recall_probe is not None:  # last: the frequency write must not wait for it
+            # The full candidate set through the model, in a worker thread so the event loop keeps answering.
+            # The index may take an update meanwhile: a check that trips over one is counted, not retried.
+            try:
+                self.metrics.recall.record(await asyncio.to_thread(
+                    recall_check, self.engine.index, decision.recall_probe, self.engine.predictor))
+            except Exception:  # noqa: BLE001 - a monitor; counted, the request is long answered
+                self.metrics.after_errors.labels("recall_check").inc()
 
     def served_record(self, ad_request, decision, location, features, now_ms: int) -> dict[str, Any]:
         parts = (location or "").split("/")

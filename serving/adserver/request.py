@@ -18,16 +18,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from core.errors import AdserveError
+from core.errors import BadRequest
 from core.targeting import request_terms
 
 MAX_SLOTS = 3
-
-
-class BadRequest(AdserveError):
-    def __init__(self, field_name: str, problem: str):
-        self.field = field_name
-        super().__init__(f"{field_name}: {problem}")
 
 
 @dataclass

@@ -37,7 +37,7 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from core.errors import AdserveError
+from core.errors import BadRequest
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
 from serving.model.canary import routes_to_candidate
 
@@ -49,14 +49,6 @@ DEFAULT_SNAPSHOT_REFRESH_S = 300.0
 MAX_CANDIDATES = 10_000
 MAX_POSITIONS = 64
 CURRENT, CANDIDATE = "current", "candidate"
-
-
-class BadScoreRequest(AdserveError):
-    """A score request body that does not follow the API; names the field."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
 
 
 @dataclass
@@ -75,46 +67,46 @@ def _text(body: dict, name: str, *, required: bool) -> str | None:
     value = body.get(name)
     if value is None:
         if required:
-            raise BadScoreRequest(name, "required (a string)")
+            raise BadRequest(name, "required (a string)")
         return None
     if not isinstance(value, str):
-        raise BadScoreRequest(name, f"must be a string, got {type(value).__name__}")
+        raise BadRequest(name, f"must be a string, got {type(value).__name__}")
     return value
 
 
 def _integers(body: dict, name: str, limit: int, *, least: int | None = None) -> list[int]:
     values = body.get(name)
     if not isinstance(values, list):
-        raise BadScoreRequest(name, "required (a list of integers)")
+        raise BadRequest(name, "required (a list of integers)")
     if len(values) > limit:
-        raise BadScoreRequest(name, f"at most {limit:,} entries, got {len(values):,}")
+        raise BadRequest(name, f"at most {limit:,} entries, got {len(values):,}")
     for i, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, int) or (least is not None and v < least):
-            raise BadScoreRequest(f"{name}[{i}]", f"must be an integer{f' >= {least}' if least is not None else ''}, "
+            raise BadRequest(f"{name}[{i}]", f"must be an integer{f' >= {least}' if least is not None else ''}, "
                                                   f"got {v!r}")
     return values
 
 
 def parse_score_request(body: Any) -> ScoreRequest:
-    """The body of POST /v1/score as a ScoreRequest, or BadScoreRequest naming the first wrong field."""
+    """The body of POST /v1/score as a ScoreRequest, or BadRequest naming the first wrong field."""
     if not isinstance(body, dict):
-        raise BadScoreRequest("body", "must be a JSON object")
+        raise BadRequest("body", "must be a JSON object")
     request_id = _text(body, "request_id", required=True)
     placement = _text(body, "placement", required=True)
     country, device = _text(body, "country", required=False), _text(body, "device", required=False)
     features = body.get("user_features") or {}
     if not isinstance(features, dict):
-        raise BadScoreRequest("user_features", "must be an object of feature name -> number")
+        raise BadRequest("user_features", "must be an object of feature name -> number")
     for name, value in features.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise BadScoreRequest(f"user_features.{name}", f"must be a number, got {value!r}")
+            raise BadRequest(f"user_features.{name}", f"must be a number, got {value!r}")
     ad_ids = _integers(body, "ad_ids", MAX_CANDIDATES)
     positions = _integers(body, "positions", MAX_POSITIONS, least=1)
     if not positions:
-        raise BadScoreRequest("positions", "at least one slot position")
+        raise BadRequest("positions", "at least one slot position")
     deadline_ms = body.get("deadline_ms")
     if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, float)) or deadline_ms <= 0:
-        raise BadScoreRequest("deadline_ms", f"required: the caller's remaining budget in ms (> 0), got "
+        raise BadRequest("deadline_ms", f"required: the caller's remaining budget in ms (> 0), got "
                                              f"{deadline_ms!r}")
     n = len(ad_ids)
     prediction = PredictionRequest(
@@ -349,7 +341,7 @@ class PredictionService:
             return self._error(400, "body: not valid JSON", "body")
         try:
             score_request = parse_score_request(body)
-        except BadScoreRequest as exc:
+        except BadRequest as exc:
             m.requests.labels("", "bad_request").inc()
             return self._error(400, str(exc), exc.field)
         arm = self.arm_of(score_request.request_id)

@@ -53,9 +53,11 @@ def publish(bootstrap: str, placement: str, campaigns: list[dict]) -> None:
 
 
 class Services:
-    def __init__(self, platform, redis_port: int | None = None, **config):
+    """The tracker and an ad server (scoring with `predictor`, default the priors) on the real platform."""
+
+    def __init__(self, platform, redis_port: int | None = None, predictor=None, **config):
         self.platform, self.redis_port = platform, redis_port or platform.redis_port
-        self.config = config
+        self.predictor, self.config = predictor, config
 
     async def __aenter__(self):
         self.tracker_runner, tracker_port, self.tracker, self.tracker_producer = await start_tracker(
@@ -64,7 +66,7 @@ class Services:
             bootstrap=self.platform.kafka_bootstrap, redis_host=self.platform.host, redis_port=self.redis_port,
             keys=KEYS, port=0, config=ServerConfig(server_id=f"it-{uuid.uuid4().hex[:6]}",
                                                    tracker_url=f"http://127.0.0.1:{tracker_port}", **self.config),
-            wait_ready_s=300)
+            wait_ready_s=300, predictor=self.predictor)
         assert self.server.follower.ready(), "the ad server never caught up with its topics"
         self.url = f"http://127.0.0.1:{self.server.port}"
         self.http = aiohttp.ClientSession()

@@ -16,12 +16,10 @@ import uuid
 from pathlib import Path
 
 from infra.platform.process import wait_until
-from serving.adserver.app import ServerConfig
-from serving.adserver.main import start_ad_server
 from serving.decision.engine import EngineConfig
 from serving.model.click_model import save_versioned
 from serving.model.remote import RemotePredictor
-from tests.integration.test_ad_server import KEYS, Services, _decoded, _free_port, _ids, _request, publish
+from tests.integration.test_ad_server import Services, _decoded, _free_port, _ids, _request, publish
 from tests.tiny_model import snapshot_for, tiny_model
 
 # The ad server's deadline and the model's share of it, wider than the design's 100 ms and 35 ms: the service,
@@ -30,31 +28,6 @@ from tests.tiny_model import snapshot_for, tiny_model
 # not about speed (adserve bench model and bench serve measure that).
 DEADLINE_MS = 1000.0
 MODEL_BUDGET_S = 0.5
-
-
-class ServicesWithPredictor(Services):
-    """The tracker and an ad server as in test_ad_server, the ad server scoring with `predictor`."""
-
-    def __init__(self, platform, predictor, **config):
-        super().__init__(platform, **config)
-        self.predictor = predictor
-
-    async def __aenter__(self):
-        from serving.tracker import start_tracker
-
-        self.tracker_runner, tracker_port, self.tracker, self.tracker_producer = await start_tracker(
-            bootstrap=self.platform.kafka_bootstrap, keys=KEYS, port=0)
-        self.server = await start_ad_server(
-            bootstrap=self.platform.kafka_bootstrap, redis_host=self.platform.host, redis_port=self.redis_port,
-            keys=KEYS, port=0, config=ServerConfig(server_id=f"it-{uuid.uuid4().hex[:6]}",
-                                                   tracker_url=f"http://127.0.0.1:{tracker_port}", **self.config),
-            wait_ready_s=300, predictor=self.predictor)
-        assert self.server.follower.ready(), "the ad server never caught up with its topics"
-        self.url = f"http://127.0.0.1:{self.server.port}"
-        import aiohttp
-
-        self.http = aiohttp.ClientSession()
-        return self
 
 
 def _get_json(url: str) -> dict:
@@ -86,7 +59,7 @@ def test_the_ad_server_scores_with_the_prediction_service_and_falls_back_when_it
         async def scenario():
             config = {"deadline_ms": DEADLINE_MS,
                       "engine": EngineConfig(model_budget_s=MODEL_BUDGET_S, recall_sample_share=1.0)}
-            async with ServicesWithPredictor(platform, RemotePredictor(service_url), **config) as s:
+            async with Services(platform, predictor=RemotePredictor(service_url), **config) as s:
                 scored = [await s.ask(_request(placement, f"u-{i}", slots=2)) for i in range(6)]
                 await s.server.server.drain()  # the recall checks after the responses, through the service
                 recall = s.server.server.metrics.recall

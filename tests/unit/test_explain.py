@@ -102,61 +102,6 @@ def test_the_command_exits_non_zero_on_a_mismatch_and_on_a_missing_impression(tm
     assert "no served record" in capsys.readouterr().err
 
 
-class _Message:
-    def __init__(self, partition, offset, key=None, value=None, eof=False):
-        self._partition, self._offset, self._key, self._value, self._eof = partition, offset, key, value, eof
-
-    def error(self):
-        from confluent_kafka import KafkaError
-
-        return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
-
-    def partition(self):
-        return self._partition
-
-    def offset(self):
-        return self._offset
-
-    def key(self):
-        return self._key
-
-    def value(self):
-        return self._value
-
-
-class _Consumer:
-    """Two partitions of ad.served: another request's record, then the one asked for, then the ends."""
-
-    def __init__(self, messages):
-        self.messages, self.closed = list(messages), False
-
-    def list_topics(self, topic, timeout):
-        from types import SimpleNamespace
-
-        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None, 1: None})})
-
-    def assign(self, partitions):
-        assert all(p.offset == 0 for p in partitions)  # from the beginning
-
-    def poll(self, timeout):
-        return self.messages.pop(0) if self.messages else None
-
-    def close(self):
-        self.closed = True
-
-
-def test_the_command_reads_the_topic_by_default_and_decodes_only_the_requests_records(monkeypatch, capsys):
-    from streams import kafka
-
-    codec = AvroCodec()
-    consumer = _Consumer([_Message(0, 0, b"r0", b"not decoded: another request"),
-                          _Message(1, 0, b"r1", codec.encode("ServedRecord", design_example())),
-                          _Message(0, 1, eof=True), _Message(1, 1, eof=True)])
-    monkeypatch.setattr(kafka, "consumer", lambda bootstrap, group_id, **kw: consumer)
-    assert main(["explain", "r1:1", "--bootstrap", "127.0.0.1:1"]) == 0
-    assert "paid $1.40 per click" in capsys.readouterr().out and consumer.closed
-
-
 def test_a_version_1_record_is_explained_from_its_rounded_runner_up_total_with_a_note():
     from schemas import HISTORY_DIR
     from schemas.codec import SchemaRegistry

@@ -15,11 +15,12 @@ import time
 import numpy as np
 import pytest
 
+from core.errors import BadRequest
 from serving.decision.prediction import PredictionRequest, PredictionTimeout
 from serving.model.canary import routes_to_candidate
 from serving.model.predictor import ModelPredictor
 from serving.model.remote import PredictionServiceError, RemotePredictor
-from serving.model.service import (BadScoreRequest, PredictionService, ServiceConfig, ServiceThread,
+from serving.model.service import (PredictionService, ServiceConfig, ServiceThread,
                                    parse_score_request)
 from tests.tiny_model import tiny_model
 
@@ -127,7 +128,7 @@ def test_a_score_request_body_is_parsed_into_the_models_request(trained):
     ({"placement": 3}, "placement"), ({"request_id": None}, "request_id"),
     ({"user_features": {"age": "old"}}, "user_features.age")])
 def test_a_malformed_body_is_refused_naming_the_field(trained, change, field):
-    with pytest.raises(BadScoreRequest) as refused:
+    with pytest.raises(BadRequest) as refused:
         parse_score_request({**score_body(trained[1]), **change})
     assert refused.value.field == field
 
