@@ -15,7 +15,8 @@ Predicting Clicks on Ads at Facebook", 2014)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -133,3 +134,85 @@ def join(served_records: Iterable[dict[str, Any]], events: Iterable[dict[str, An
     made = (example_of_impression(found, beacons.get(impression_id, ()), keep_rate)
             for impression_id, found in contexts.items())
     return sorted((e for e in made if e is not None), key=lambda e: e["impression_id"])
+
+
+# ------------------------------------------------------------------ the streaming join's per-impression steps
+
+CLEANUP_MS = 600_000  # how long an impression's state outlives its final label (for a late served record)
+
+
+@dataclass(frozen=True)
+class LabelState:
+    """What a streaming join holds of one impression between its first record and its cleanup."""
+
+    served_ms: int
+    outcome: Outcome = field(default_factory=Outcome)
+    context: dict[str, Any] | None = None  # the served record's training context (impressions_of), once seen
+    done: bool = False  # its label was final and decided (an example emitted or dropped)
+
+    def text(self) -> str:
+        return json.dumps({"served_ms": self.served_ms, "rendered": self.outcome.rendered,
+                           "click_ms": self.outcome.first_click_ms, "context": self.context, "done": self.done})
+
+    @classmethod
+    def parse(cls, text: str | None) -> "LabelState | None":
+        if text is None:
+            return None
+        raw = json.loads(text)
+        return cls(raw["served_ms"], Outcome(raw["rendered"], raw["click_ms"]), raw["context"], raw["done"])
+
+
+@dataclass(frozen=True)
+class LabelStep:
+    """What one step asks of the job: keep `state` (None: clear it), emit `example`, set `timers`, count."""
+
+    state: LabelState | None
+    example: dict[str, Any] | None = None
+    timers: tuple[int, ...] = ()
+    changed: bool = True  # False: the state is as it was, nothing to write
+    late_beacon: bool = False  # a beacon after the impression's label was decided: ignored
+    unjoined: bool = False  # cleaned up without ever seeing the served record
+
+
+def _timers(served_ms: int) -> tuple[int, ...]:
+    return final_at_ms(served_ms), final_at_ms(served_ms) + CLEANUP_MS
+
+
+def _decide(state: LabelState, keep_rate: float) -> LabelStep:
+    assert state.context is not None
+    return LabelStep(replace(state, done=True), example(state.context, state.outcome, keep_rate))
+
+
+def on_served(state: LabelState | None, context: dict[str, Any], watermark_ms: int | None,
+              keep_rate: float = DEFAULT_KEEP_RATE) -> LabelStep:
+    """A served record's context for this impression. The first one counts (the served log is at-least-once);
+    one that arrives after the label was final (a late served record) decides the label at once."""
+    timers = _timers(int(context["served_time"])) if state is None else ()
+    state = state or LabelState(int(context["served_time"]))
+    if state.context is not None:
+        return LabelStep(state, changed=False)
+    state = replace(state, context=context)
+    if watermark_ms is not None and watermark_ms >= final_at_ms(state.served_ms) and not state.done:
+        return replace(_decide(state, keep_rate), timers=timers)
+    return LabelStep(state, timers=timers)
+
+
+def on_beacon(state: LabelState | None, served_ms: int, event_type: str, event_ms: int) -> LabelStep:
+    """An impression or click beacon; one after the label was decided is counted and ignored."""
+    timers = _timers(served_ms) if state is None else ()
+    state = state or LabelState(served_ms)
+    if state.done:
+        return LabelStep(state, changed=False, late_beacon=True)
+    return LabelStep(replace(state, outcome=observe(state.outcome, event_type, event_ms, served_ms)), timers=timers)
+
+
+def on_timer(state: LabelState | None, timestamp_ms: int, keep_rate: float = DEFAULT_KEEP_RATE) -> LabelStep:
+    """An event-time timer: at final_at_ms the label is decided (if the served record came); CLEANUP_MS later
+    the state goes (counted unjoined if the served record never came)."""
+    if state is None:
+        return LabelStep(None, changed=False)
+    if timestamp_ms >= final_at_ms(state.served_ms) + CLEANUP_MS:
+        return LabelStep(None, unjoined=state.context is None)
+    if state.context is not None and not state.done and timestamp_ms >= final_at_ms(state.served_ms):
+        return _decide(state, keep_rate)
+    return LabelStep(state, changed=False)

@@ -5,21 +5,23 @@ impression id, on event time.
                                                                          > keyed by impression id -> Label
   ad.events  impression and click beacons (impression id, type, times)  /
 
-Label (per impression): every record of an impression sets an event-time timer at its served time + 1 h
-(core.training.final_at_ms; the served record and every beacon carry the served time). Beacons fold into
-an Outcome (core.training.observe); when the watermark passes the timer the label is final and
-core.training.example decides: a positive (clicked within the hour), a kept negative (rendered, not
-clicked, hash-sampled at the keep rate with weight 1 / rate), or nothing (never rendered, or a dropped
-negative). The example carries the served record's user features exactly as logged, its ad-snapshot
-version and the fallback / exploration marks, so training can treat those requests apart.
+Label (per impression): the job only adapts I/O; the per-impression state machine is core.training's
+on_served / on_beacon / on_timer over a LabelState. The first record of an impression sets an event-time
+timer at its served time + 1 h (core.training.final_at_ms; the served record and every beacon carry the
+served time). Beacons fold into an Outcome (core.training.observe); when the watermark passes the timer
+the label is final and core.training.example decides: a positive (clicked within the hour), a kept
+negative (rendered, not clicked, hash-sampled at the keep rate with weight 1 / rate), or nothing (never
+rendered, or a dropped negative). The example carries the served record's user features exactly as
+logged, its ad-snapshot version and the fallback / exploration marks, so training can treat those
+requests apart.
 
 The same rules run in the Beam backfill (pipelines/training_set) over the archive, and on the same data
 the two give the same examples: every example is emitted when its label is final, never before, so the
 order in which beacons arrive cannot change it. What can: a record later than the watermark bound. A
 served record that arrives after its impression's timer still gets its example (the label was already
 final); a beacon that arrives after its impression's example was emitted is counted (`late_beacons`)
-and ignored. State of an impression is cleared CLEANUP_MS after its label is final; beacons of an
-impression whose served record never came are counted (`unjoined_impressions`) then.
+and ignored. State of an impression is cleared core.training.CLEANUP_MS after its label is final; beacons
+of an impression whose served record never came are counted (`unjoined_impressions`) then.
 
 Outputs: training.examples (TrainingExample, keyed by impression id, exactly-once, Kafka timestamp =
 the example's event time, so the archiver files it by event time), dead.letters for records that do
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from dataclasses import dataclass, field
 from typing import Sequence
 
 from core import training
@@ -43,7 +44,6 @@ from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_typ
 
 JOB_NAME = "training_join"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-CLEANUP_MS = 600_000  # how long an impression's state outlives its final label (late served records)
 ROW_FIELDS = ["impression_id", "kind", "served_ms", "event_ms", "event_type", "context"]
 
 
@@ -90,65 +90,44 @@ def build(env, t_env, settings: KafkaJobSettings, *, served_topic: str = "ad.ser
                           record["event_type"], None)
 
     class Label(KeyedProcessFunction):
-        """Per impression: its served context and outcome until the label is final, then its example."""
+        """Per impression: core.training's steps (on_served, on_beacon, on_timer) on its LabelState."""
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
-            self.context = runtime_context.get_state(ValueStateDescriptor("served_context", Types.STRING()))
-            self.progress = runtime_context.get_state(ValueStateDescriptor("label_progress", Types.STRING()))
+            self.state = runtime_context.get_state(ValueStateDescriptor("label_state", Types.STRING()))
             metrics = runtime_context.get_metrics_group()
             self.emitted, self.late = metrics.counter("examples"), metrics.counter("late_beacons")
             self.unjoined = metrics.counter("unjoined_impressions")
 
-        def _load(self, served_ms: int) -> LabelProgress:
-            raw = self.progress.value()
-            return LabelProgress(served_ms) if raw is None else LabelProgress.parse(raw)
-
-        def _finish(self, context: str, progress: LabelProgress):
-            progress.done = True
-            self.progress.update(progress.text())
-            made = training.example(json.loads(context), progress.outcome, keep_rate)
-            if made is not None:
+        def _apply(self, step: training.LabelStep, ctx):
+            if step.changed:
+                if step.state is None:
+                    self.state.clear()
+                else:
+                    self.state.update(step.state.text())
+            for timestamp in step.timers:
+                ctx.timer_service().register_event_time_timer(timestamp)
+            if step.late_beacon:
+                self.late.inc()
+            if step.unjoined:
+                self.unjoined.inc()
+            if step.example is not None:
                 self.emitted.inc()
-                yield Row(made["impression_id"].encode(), self.codec.encode("TrainingExample", made),
-                          made["event_time"])
+                yield Row(step.example["impression_id"].encode(), self.codec.encode("TrainingExample", step.example),
+                          step.example["event_time"])
 
         def process_element(self, row, ctx):
-            progress = self._load(row.served_ms)
-            final_ms = training.final_at_ms(progress.served_ms)
-            watermark = ctx.timer_service().current_watermark()
-            already_final = watermark is not None and watermark >= final_ms
-            fresh = self.progress.value() is None
+            state = training.LabelState.parse(self.state.value())
             if row.kind == "served":
-                if self.context.value() is not None:
-                    return  # the served record again (at-least-once log): one example per impression
-                self.context.update(row.context)
-                if already_final and not progress.done:  # a late served record: the label was final already
-                    yield from self._finish(row.context, progress)
-                    return
-            elif progress.done:
-                self.late.inc()
-                return
+                step = training.on_served(state, json.loads(row.context), ctx.timer_service().current_watermark(),
+                                          keep_rate)
             else:
-                progress.outcome = training.observe(progress.outcome, row.event_type, row.event_ms, row.served_ms)
-            self.progress.update(progress.text())
-            if fresh:
-                ctx.timer_service().register_event_time_timer(final_ms)
-                ctx.timer_service().register_event_time_timer(final_ms + CLEANUP_MS)
+                step = training.on_beacon(state, row.served_ms, row.event_type, row.event_ms)
+            yield from self._apply(step, ctx)
 
         def on_timer(self, timestamp: int, ctx):
-            raw = self.progress.value()
-            if raw is None:
-                return
-            progress = LabelProgress.parse(raw)
-            context = self.context.value()
-            if timestamp >= training.final_at_ms(progress.served_ms) + CLEANUP_MS:
-                if context is None:
-                    self.unjoined.inc()
-                self.context.clear()
-                self.progress.clear()
-            elif context is not None and not progress.done:
-                yield from self._finish(context, progress)
+            yield from self._apply(training.on_timer(training.LabelState.parse(self.state.value()), timestamp,
+                                                     keep_rate), ctx)
 
     kafka_source_table(t_env, "served_in", served_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
     kafka_source_table(t_env, "events_in", events_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
@@ -166,24 +145,6 @@ def build(env, t_env, settings: KafkaJobSettings, *, served_topic: str = "ad.ser
     statements.add_insert("examples_out", timed_table(t_env, examples))
     statements.add_insert("dead_letters_out", t_env.from_data_stream(split.get_side_output(dead_letters)))
     statements.attach_as_datastream()
-
-
-@dataclass
-class LabelProgress:
-    """What the job holds of one impression between its first record and its cleanup (state as text)."""
-
-    served_ms: int
-    outcome: training.Outcome = field(default_factory=training.Outcome)
-    done: bool = False
-
-    def text(self) -> str:
-        click = -1 if self.outcome.first_click_ms is None else self.outcome.first_click_ms
-        return f"{self.served_ms}|{int(self.outcome.rendered)}|{click}|{int(self.done)}"
-
-    @classmethod
-    def parse(cls, text: str) -> "LabelProgress":
-        served, rendered, click, done = text.split("|")
-        return cls(int(served), training.Outcome(rendered == "1", None if click == "-1" else int(click)), done == "1")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -2,10 +2,13 @@
 batch join (pipelines.training_set) against the in-memory reference on a simulated day."""
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import training
 from core.training import LABEL_WINDOW_MS, Outcome, example, keeps_negative, label, observe, recalibrate
@@ -123,3 +126,104 @@ def test_the_beam_backfill_equals_the_reference_join_on_a_simulated_day(tmp_path
     assert sorted(batch, key=lambda e: e["impression_id"]) == reference
     assert summary["examples"] == meta["examples"] == len(reference) > 0
     assert 0 < summary["positives"] < summary["examples"]
+
+
+# ------------------------------------------------------------------ the streaming join's steps
+
+
+class StreamingLabels:
+    """Drives core.training's on_served / on_beacon / on_timer as jobs/training_join does: state per impression
+    id (through its text form), event-time timers that fire as the watermark passes them."""
+
+    def __init__(self, keep_rate: float = 0.5):
+        self.keep_rate, self.watermark = keep_rate, None
+        self.state: dict[str, str] = {}
+        self.timers: list[tuple[int, str]] = []
+        self.examples: list[dict] = []
+        self.late = self.unjoined = 0
+
+    def _apply(self, key: str, step: training.LabelStep) -> None:
+        if step.changed:
+            if step.state is None:
+                self.state.pop(key, None)
+            else:
+                self.state[key] = step.state.text()
+        for timestamp in step.timers:
+            heapq.heappush(self.timers, (timestamp, key))
+        self.late += step.late_beacon
+        self.unjoined += step.unjoined
+        if step.example is not None:
+            self.examples.append(step.example)
+
+    def _state(self, key: str):
+        return training.LabelState.parse(self.state.get(key))
+
+    def served(self, record: dict) -> None:
+        for context in training.impressions_of(record):
+            key = context["impression_id"]
+            self._apply(key, training.on_served(self._state(key), context, self.watermark, self.keep_rate))
+
+    def beacon(self, event: dict) -> None:
+        key = event["impression_id"]
+        self._apply(key, training.on_beacon(self._state(key), event["served_time"], event["event_type"],
+                                            event["event_time"]))
+
+    def advance(self, watermark: int) -> None:
+        self.watermark = watermark
+        while self.timers and self.timers[0][0] <= watermark:
+            timestamp, key = heapq.heappop(self.timers)
+            self._apply(key, training.on_timer(self._state(key), timestamp, self.keep_rate))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_streaming_steps_equal_the_reference_join_whatever_the_arrival_order(seed):
+    # Records arrive out of order, but never later than the watermark's bound: then the order cannot matter.
+    rng = np.random.default_rng(seed)
+    bound_ms = 5_000
+    served_records, events = [], []
+    for r in range(int(rng.integers(1, 8))):
+        at = SERVED_MS + int(rng.integers(0, 3 * LABEL_WINDOW_MS))
+        record = served(f"r{r}", slots=[(s, 10 + s, s) for s in range(1, int(rng.integers(1, 3)) + 1)], event_time=at)
+        served_records += [record] * int(rng.integers(1, 3))  # the served log may repeat a record
+        for winner in record["winners"]:
+            for _ in range(int(rng.integers(0, 4))):
+                kind = "IMPRESSION" if rng.random() < 0.5 else "CLICK"
+                window = 60_000 if kind == "IMPRESSION" else 2 * LABEL_WINDOW_MS
+                after = int(rng.integers(0, window))
+                events.append({"impression_id": winner["impression_id"], "event_type": kind,
+                               "event_time": at + after, "served_time": at})
+    arrivals = [(r["event_time"] + rng.uniform(0, bound_ms), 0, i) for i, r in enumerate(served_records)]
+    arrivals += [(e["event_time"] + rng.uniform(0, bound_ms), 1, i) for i, e in enumerate(events)]
+    job, newest = StreamingLabels(), 0
+    for _, kind, i in sorted(arrivals):
+        record = served_records[i] if kind == 0 else events[i]
+        job.served(record) if kind == 0 else job.beacon(record)
+        newest = max(newest, record["event_time"])
+        job.advance(newest - bound_ms - 1)  # as Flink's bounded-out-of-orderness watermark
+    job.advance(2**62)
+    expected = training.join(served_records, events, keep_rate=0.5)
+    assert sorted(job.examples, key=lambda e: e["impression_id"]) == expected
+    assert job.state == {}  # every impression cleaned up
+    # only clicks after the label window can come after the decision (counted as late, never labelled)
+    assert job.late <= sum(1 for e in events if e["event_time"] > training.final_at_ms(e["served_time"]))
+
+
+def test_a_served_record_after_its_label_was_final_still_gets_its_example():
+    job = StreamingLabels()
+    job.beacon(beacon("r1:1", "CLICK", 1_000))
+    job.advance(training.final_at_ms(SERVED_MS) + 1)  # the label's timer fires with no served record yet
+    assert job.examples == []
+    job.served(served())
+    assert [(e["impression_id"], e["label"]) for e in job.examples] == [("r1:1", 1)]
+    job.served(served())  # and its repeat changes nothing
+    job.beacon(beacon("r1:1", "CLICK", 2_000))  # nor does a beacon after the decision, which is counted
+    job.advance(2**62)
+    assert len(job.examples) == 1 and job.late == 1 and job.state == {} and job.unjoined == 0
+
+
+def test_beacons_whose_served_record_never_came_are_counted_and_cleaned_up():
+    job = StreamingLabels()
+    job.beacon(beacon("r9:1", "IMPRESSION", 500))
+    job.advance(training.final_at_ms(SERVED_MS) + training.CLEANUP_MS)
+    assert job.examples == [] and job.unjoined == 1 and job.state == {}
