@@ -38,6 +38,8 @@ SLICE_SPEND_S = 10  # a slice is about 10 s of that server's spend
 SLICE_OUTSTANDING_SHARE = 0.5  # at most half of what remains is leased out at once
 GAP_CLOSE_MINUTES = 120  # the integral term closes an accumulated gap over about two hours
 VOLUME_HALF_GAIN = 6  # ads served a minute at which the controller acts at half strength
+STEP_GAIN = 0.15  # share of a small log rate error one step corrects at full volume (step_gain)
+LARGE_ERROR_RATIO = 3.0  # a rate off by this factor is corrected at full gain
 BID_MULTIPLIER_RANGE = (0.1, 1.0)  # CPA campaigns: the controller scales the bid, never above the target
 
 
@@ -157,13 +159,22 @@ class ControlInput:
     served_last_minute: int  # ads served in the last minute: the controller's confidence
 
 
+def step_gain(ratio: float) -> float:
+    """Share of the log rate error one step corrects: STEP_GAIN for the small errors that are mostly noise,
+    rising to 1 for a rate off by LARGE_ERROR_RATIO or more (a spike is answered within a minute)."""
+    size = min(1.0, abs(math.log(max(ratio, 1e-9))) / math.log(LARGE_ERROR_RATIO))
+    return STEP_GAIN + (1.0 - STEP_GAIN) * size * size
+
+
 def next_participation(step: ControlInput) -> float:
     """Proportional-integral control of p on the spend rate, in log space (so gains are relative).
 
     Desired rate = the curve's rate over the last minute (proportional part) + the accumulated gap spread
     over the next ~2 hours (integral part: the gap is the integral of the rate error). p is scaled by
-    desired / actual, raised to a gain that grows with the campaign's volume (a $50-a-day campaign is not
-    swung by one click), limited to +-25 % per step, floored at 0.001 and capped at 1."""
+    desired / actual, raised to a gain: step_gain (a share of a small error, all of a large one: the last
+    minute's spend answers p with a delay, and correcting all of a delayed error each step overshoots)
+    times a factor that grows with the campaign's volume (a $50-a-day campaign is not swung by one
+    click); limited to +-25 % per step, floored at 0.001 and capped at 1."""
     p = step.participation_probability
     close_over = min(GAP_CLOSE_MINUTES, max(10.0, step.minutes_to_curve_end))
     desired = max(0.0, step.target_last_minute_micros + step.gap_micros / close_over)
@@ -173,7 +184,7 @@ def next_participation(step: ControlInput) -> float:
         gain = 1.0
     else:
         ratio = max(desired, 1e-9) / actual
-        gain = step.served_last_minute / (step.served_last_minute + VOLUME_HALF_GAIN)
+        gain = step_gain(ratio) * step.served_last_minute / (step.served_last_minute + VOLUME_HALF_GAIN)
     factor = math.exp(gain * math.log(ratio))
     factor = min(1 + P_MAX_CHANGE, max(1 - P_MAX_CHANGE, factor))
     return min(1.0, max(P_FLOOR, p * factor))

@@ -49,7 +49,10 @@ class DayResult:
 
 def run_day(c: Campaign, *, servers: int = 4, seed: int = 7, traffic: Callable[[int], float] = diurnal,
             kill_server_at_s: int | None = None,  # kill server 0 once it holds a slice after this second
-            start_s: int = 0, end_s: int = 86_400, shape: list[float] | None = None) -> DayResult:
+            start_s: int = 0, end_s: int = 86_400, shape: list[float] | None = None,
+            state_delay_s: int = 1) -> DayResult:
+    """One campaign's day. `state_delay_s`: how long the job's states and slices take to reach the servers
+    (1 s on a live fleet; a compressed simulation lets servers run ahead of the job, which delays the loop)."""
     rng = np.random.default_rng(seed)
     state = budget.PacerState(c.campaign_id, shape=shape or [float(traffic(h * HOUR_S + 1800)) for h in range(24)])
     campaign_record = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": c.budget_micros}
@@ -127,7 +130,7 @@ def run_day(c: Campaign, *, servers: int = 4, seed: int = 7, traffic: Callable[[
         for server_id, lease, spent, wants in second_reports:  # 1 s windows reach the job ~2 s later
             for kind, rec in budget.on_server_spend(state, server_id, lease, spent, spent, wants,
                                                      c.price_micros, now + 2000):
-                inbox.append((sec + 3, kind, rec))
+                inbox.append((sec + 2 + state_delay_s, kind, rec))
         if (sec + 1) % 10 == 0:
             pending_windows.append((sec + 2, budget.Window(now + 1000, window_spend, window_served,
                                                            window_eligible, sum(alive))))
@@ -148,6 +151,6 @@ def run_day(c: Campaign, *, servers: int = 4, seed: int = 7, traffic: Callable[[
                                      "billed_spend_micros": billed})
             for kind, rec in budget.step(state, now):
                 if kind != "pacing":
-                    inbox.append((sec + 1, kind, rec))
+                    inbox.append((sec + state_delay_s, kind, rec))
         target_by_second[sec - start_s] = state.plan().target_micros(sec / 60)
     return DayResult(billed, absorbed, served_by_second, states, spend_by_second, target_by_second, stopped_at, killed_holding)
