@@ -111,6 +111,12 @@ def billing(platform, tmp_path_factory):
                                      "--connector-jar", str(flink_connector_jar(platform)),
                                      "--group-id", f"adserve-clicks-test-{suffix}",
                                      "--checkpoint-interval-ms", "1000", "--restart-attempts", "50",
+                                     # Every partition carries a tick each second (Beacons.clock), so none is
+                                     # quiet. With the job's 2 s default, a partition whose reader starts late on
+                                     # a loaded machine was marked idle and its records turned late: billed on the
+                                     # Python path, without the burst and join rules (a clean CI run failed 6 of
+                                     # these tests that way). This module tests the rules, not idleness.
+                                     "--idle-timeout-ms", "60000",
                                      "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
                                      "--billed-topic", topics["billed"], "--dead-letter-topic", topics["dead"]])
     deploy.wait_running(platform.flink_rest_url, job_id)
