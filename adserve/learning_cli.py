@@ -47,14 +47,13 @@ def register(sub) -> None:
 def cmd_learning_day(args: argparse.Namespace) -> int:
     from adserve import learning_day
     from adserve.progress import Progress
-
-    world = learning_day.make_world(args.world_seed, campaigns=args.campaigns, users=args.users)
     from serving.decision import prerank
 
     if args.fit_prerank is not None and (args.model is None or args.recall_share <= 0):
         print("adserve learning-day: --fit-prerank needs --model and --recall-share > 0", file=sys.stderr)
         return 2
     weights = prerank.load_weights(args.prerank_weights) if args.prerank_weights else None
+    world = learning_day.make_world(args.world_seed, campaigns=args.campaigns, users=args.users)
     predictor = None
     if args.model is not None:
         from serving.model.click_model import ClickModel

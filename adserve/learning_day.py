@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from adserve.simulate import diurnal  # the same day shape as the pacing simulation
 from core import training
 from core.campaigns import static_score
 from core.targeting import compile_targeting, request_terms
@@ -198,8 +199,6 @@ def day_start_ms(day: str) -> int:
 def request_times_ms(day_ms: int, requests: int, rng: np.random.Generator) -> np.ndarray:
     """Request instants over the day, drawn from the diurnal curve, sorted."""
     grid = np.arange(0, 86_400, 60)
-    from adserve.simulate import diurnal  # the same day shape as the pacing simulation
-
     weights = np.array([diurnal(s) for s in grid])
     minutes = rng.choice(len(grid), size=requests, p=weights / weights.sum())
     return np.sort(day_ms + (grid[minutes] * 1000 + rng.integers(0, 60_000, requests)).astype(np.int64))

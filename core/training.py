@@ -192,7 +192,7 @@ def on_served(state: LabelState | None, context: dict[str, Any], watermark_ms: i
     if state.context is not None:
         return LabelStep(state, changed=False)
     state = replace(state, context=context)
-    if watermark_ms is not None and watermark_ms >= final_at_ms(state.served_ms) and not state.done:
+    if watermark_ms is not None and watermark_ms >= final_at_ms(state.served_ms):  # (not done: no context yet)
         return replace(_decide(state, keep_rate), timers=timers)
     return LabelStep(state, timers=timers)
 

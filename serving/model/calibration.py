@@ -12,8 +12,9 @@ evidence, not the weight it stands for); a request in a segment that was not fit
 A fitted segment is also shrunk toward its parent by a prior worth some clicks, so a segment just over the
 minimum does not swing on noise: weakly at (placement, billing type) (coarse_prior_clicks, default 10: a
 placement's level is real and well measured), strongly at (placement, country, billing type) (prior_clicks,
-default 1,000: on the simulated day a country moved the fit by more noise than signal). Billing type stands in for the design's "bid type": it is what the
-TrainingExample logs, and cpc and cpa ads both bill clicks."""
+default 1,000: on the simulated day a country moved the fit by more noise than signal). Billing type
+stands in for the design's "bid type": it is what the TrainingExample logs, and cpc and cpa ads both bill
+clicks."""
 from __future__ import annotations
 
 import json
@@ -191,8 +192,9 @@ def fit_segment_calibration(probabilities, labels, weights, placement, country, 
             if not fitted:
                 continue
             parent = calibration.resolve(dict(zip(names, key)), from_level=level + 1)
-            calibration.coefficients[(level, key)] = fit_platt(
-                z[mask], y[mask], w[mask], prior=parent, prior_clicks=prior_clicks if level == 0 else coarse_prior_clicks)
+            strength = prior_clicks if level == 0 else coarse_prior_clicks
+            calibration.coefficients[(level, key)] = fit_platt(z[mask], y[mask], w[mask], prior=parent,
+                                                               prior_clicks=strength)
             calibration.counts[(level, key)] = (clicks, non_clicks)
     calibration._cache.clear()
     return calibration

@@ -83,7 +83,7 @@ def _integers(body: dict, name: str, limit: int, *, least: int | None = None) ->
     for i, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, int) or (least is not None and v < least):
             raise BadRequest(f"{name}[{i}]", f"must be an integer{f' >= {least}' if least is not None else ''}, "
-                                                  f"got {v!r}")
+                                             f"got {v!r}")
     return values
 
 
@@ -107,7 +107,7 @@ def parse_score_request(body: Any) -> ScoreRequest:
     deadline_ms = body.get("deadline_ms")
     if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, float)) or deadline_ms <= 0:
         raise BadRequest("deadline_ms", f"required: the caller's remaining budget in ms (> 0), got "
-                                             f"{deadline_ms!r}")
+                                        f"{deadline_ms!r}")
     n = len(ad_ids)
     prediction = PredictionRequest(
         rows=np.arange(n), ctr_prior=np.zeros(n), positions=positions, placement=placement,  # the index's rows
