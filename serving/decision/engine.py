@@ -16,7 +16,8 @@ from serving.decision.campaigns import CampaignTable
 from serving.decision.filters import FilterContext, apply_filters
 from serving.decision.index import DEFAULT_K, TargetingIndex
 from serving.decision.prediction import PredictionRequest, Predictor, PriorPredictor, position_effect
-from serving.decision.prerank import DEFAULT_CVR_PRIOR, DEFAULT_KEEP, DEFAULT_WEIGHTS, prerank
+from serving.decision.prerank import (DEFAULT_CVR_PRIOR, DEFAULT_KEEP, DEFAULT_MODEL_WEIGHTS, DEFAULT_WEIGHTS,
+                                     prerank)
 from serving.decision.recall import RecallProbe
 
 
@@ -96,6 +97,23 @@ class DecisionEngine:
         self.predictor = predictor or PriorPredictor()
         self.config = config or EngineConfig()
 
+    def _affinity(self, request: RequestContext, rows: np.ndarray, multiplier: float) -> np.ndarray | None:
+        """The learned model's cheap estimate for the pre-ranker (`model_affinity`: its log pCTR over the
+        pre-ranker's base, prior x placement multiplier), when the predictor offers one
+        (serving.model.predictor.ModelPredictor.affinity); None without, or if it fails (the pre-ranker then
+        ranks on its other features, and the prediction that follows reports its own error)."""
+        affinity = getattr(self.predictor, "affinity", None)
+        if affinity is None or len(rows) == 0:
+            return None
+        try:
+            values = affinity(PredictionRequest(
+                rows, self.index.ctr_prior.data[rows] * multiplier, request.slot_positions, request.placement,
+                request.user_features, ad_ids=self.index.ad_id.data[rows], country=request.country,
+                device=request.device, request_id=request.request_id))
+        except Exception:  # noqa: BLE001 - a cheap feature missing must not cost the request
+            return None
+        return None if values is None else np.asarray(values, dtype=np.float32)
+
     def decide(self, request: RequestContext, *, clock: Callable[[], float], deadline: float,
                rng: random.Random, np_rng: np.random.Generator) -> Decision:
         cfg, index = self.config, self.index
@@ -116,11 +134,13 @@ class DecisionEngine:
         user_embedding = request.user_embedding if request.user_embedding is not None else \
             np.zeros(index.embedding_dim, dtype=np.float32)
         multiplier = cfg.placement_ctr_multiplier.get(request.placement, 1.0)
+        affinity = self._affinity(request, filtered.rows, multiplier)
         try:
             pre = prerank(index, filtered.rows, filtered.participation, user_embedding=user_embedding,
                           placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
-                          keep=cfg.keep, cvr_prior=cfg.cvr_prior,
-                          weights=DEFAULT_WEIGHTS if cfg.prerank_weights is None else cfg.prerank_weights)
+                          keep=cfg.keep, cvr_prior=cfg.cvr_prior, affinity=affinity,
+                          weights=cfg.prerank_weights if cfg.prerank_weights is not None else
+                          DEFAULT_WEIGHTS if affinity is None else DEFAULT_MODEL_WEIGHTS)
         except Exception:  # noqa: BLE001 - no scores at all: an unscored ad has no fair price, slots stay empty
             return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped,
                             filtered.eligible_campaigns, filtered.slices_wanted)
@@ -169,7 +189,7 @@ class DecisionEngine:
             probe = RecallProbe(filtered.rows, filtered.participation, pre.rows, request.placement,
                                 request.slot_positions, request.user_features, multiplier,
                                 cfg.reserve(request.placement, request.country), request.country, request.device,
-                                user_embedding)
+                                user_embedding, affinity)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
                         filtered.slices_wanted, probe, snapshot_version)

@@ -43,6 +43,11 @@ class Predictions:
 
 
 class Predictor(Protocol):
+    """What the engine calls to score the pre-ranker's candidates. A predictor may also offer
+    `affinity(request) -> np.ndarray | None`, a cheap per-candidate estimate of its log pCTR over the
+    request's ctr_prior, which the engine hands the pre-ranker as `model_affinity` (the in-process
+    ModelPredictor does; the engine checks with getattr)."""
+
     def predict(self, request: PredictionRequest, deadline: float, clock: Callable[[], float]) -> Predictions: ...
 
 

@@ -5,7 +5,10 @@ approx pCTR = the ad's CTR prior x exp(w . features), clipped; approx value per
 impression = bid x approx action rate + quality (core.auction's formula on
 approximate predictions). The weights are a small linear model; `fit_weights`
 retrains them against the learned click model's scores (the recall monitor,
-serving.decision.recall, says when they no longer agree). Pure."""
+serving.decision.recall, says when they no longer agree). With the learned
+model in process, one feature is the model's own cheap estimate
+(`model_affinity`, its bilinear student: serving.model.student), and with no
+fitted weights the pre-ranker ranks by it alone (DEFAULT_MODEL_WEIGHTS). Pure."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,11 +22,16 @@ DEFAULT_CVR_PRIOR = 0.05
 FEATURES = (
     "ctr_prior", "log_bid", "is_cpm", "is_cpc", "is_cpa", "quality", "embedding_dot", "static_score",
     "participation", "log_ctr_prior", "bid_x_ctr", "emb_norm", "user_emb_norm", "placement_ctr_mult",
-    "slot_count", "category_set", "quality_positive", "quality_negative", "dot_x_ctr", "bias",
+    "slot_count", "category_set", "quality_positive", "quality_negative", "dot_x_ctr", "bias", "model_affinity",
 )
-# Weights of the log-CTR adjustment; only the embedding affinity and a bias move the prior by default.
+# Weights of the log-CTR adjustment; by default only the embedding affinity moves the prior, and the learned
+# model's own interaction term (model_affinity, 0 without a model) enters as the logit summand it is.
 DEFAULT_WEIGHTS = np.zeros(len(FEATURES), dtype=np.float32)
 DEFAULT_WEIGHTS[FEATURES.index("embedding_dot")] = 0.5
+DEFAULT_WEIGHTS[FEATURES.index("model_affinity")] = 1.0
+# With a model whose student gives model_affinity, that estimate alone (it already holds the user-ad affinity).
+DEFAULT_MODEL_WEIGHTS = np.zeros(len(FEATURES), dtype=np.float32)
+DEFAULT_MODEL_WEIGHTS[FEATURES.index("model_affinity")] = 1.0
 
 
 @dataclass
@@ -34,13 +42,15 @@ class Preranked:
 
 
 def features(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
-             placement_ctr_multiplier: float, slot_count: int) -> np.ndarray:
-    """The feature matrix, shape (len(rows), len(FEATURES)), float32."""
-    return _features(index.hot.gather(rows), participation, user_embedding, placement_ctr_multiplier, slot_count)
+             placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None = None) -> np.ndarray:
+    """The feature matrix, shape (len(rows), len(FEATURES)), float32. `affinity`: the learned model's
+    user-ad interaction per row (the predictor's `affinity`), None without one."""
+    return _features(index.hot.gather(rows), participation, user_embedding, placement_ctr_multiplier, slot_count,
+                     affinity)
 
 
 def _features(hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
-              placement_ctr_multiplier: float, slot_count: int) -> np.ndarray:
+              placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None) -> np.ndarray:
     ctr = hot["ctr_prior"].astype(np.float32)
     bid = hot["bid_micros"].astype(np.float32)
     code = hot["bid_type"]
@@ -53,18 +63,19 @@ def _features(hot: np.ndarray, participation: np.ndarray, user_embedding: np.nda
         participation, np.log(np.maximum(ctr, 1e-6)), bid * ctr / 1e6, np.linalg.norm(emb, axis=1),
         np.full(n, np.linalg.norm(user_embedding)), np.full(n, placement_ctr_multiplier), np.full(n, slot_count),
         hot["exclusion_category"] > 0, np.maximum(quality, 0) / 1e4, np.minimum(quality, 0) / 1e4,
-        dot * ctr, np.ones(n),
+        dot * ctr, np.ones(n), np.zeros(n) if affinity is None else affinity,
     ]).astype(np.float32)
 
 
 def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, *, user_embedding: np.ndarray,
             placement_ctr_multiplier: float = 1.0, slot_count: int = 1, keep: int = DEFAULT_KEEP,
-            weights: np.ndarray = DEFAULT_WEIGHTS, cvr_prior: float = DEFAULT_CVR_PRIOR) -> Preranked:
+            weights: np.ndarray = DEFAULT_WEIGHTS, cvr_prior: float = DEFAULT_CVR_PRIOR,
+            affinity: np.ndarray | None = None) -> Preranked:
     if len(rows) == 0:
         empty = np.empty(0, dtype=np.float32)
         return Preranked(rows, empty, empty)
     hot = index.hot.gather(rows)  # one gather per candidate; every feature reads this compact copy
-    x = _features(hot, participation, user_embedding, placement_ctr_multiplier, slot_count)
+    x = _features(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity)
     adjustment = np.clip(x @ weights, -3.0, 3.0)
     pctr = np.clip(hot["ctr_prior"] * placement_ctr_multiplier * np.exp(adjustment), 1e-6, 0.99)
     bid = hot["bid_micros"].astype(np.float64)

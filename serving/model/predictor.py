@@ -8,6 +8,9 @@ output is corrected for the training data's down-sampling (core.training.recalib
 the request's segment (placement, country, the candidate's billing type). pCVR is a constant prior: the
 training examples carry no conversion labels yet.
 
+`affinity` gives the pre-ranker the model's bilinear student (serving.model.student) for any number of
+candidates, numpy only: each ad's student vector is precomputed with the snapshot's table.
+
 predict_many scores several requests in one compiled call (their packed inputs concatenated, padded to a
 bucket, up to 3,200 rows; more in parts) and then corrects and calibrates each as predict does: the
 prediction service's dynamic batches (serving.model.service).
@@ -30,6 +33,7 @@ from serving.model.calibration import logit, sigmoid
 from serving.model.click_model import ClickModel
 from serving.model.features import (INDEX_INPUTS, AdFeatureTable, ad_table, packed_request_inputs, packed_width,
                                      unpack)
+from serving.model.student import LOG_FLOOR, ad_matrix
 
 # Input rows: one request of 200 candidates x 1-4 slots (200-800; x 8 slots 1,600), or a batch of requests
 # (predict_many: the prediction service's dynamic batches, up to 3,200 rows per call).
@@ -80,7 +84,24 @@ class ModelPredictor:
     def use_snapshot(self, snapshot: ad_features.AdFeatureSnapshot) -> None:
         """Score against another ad-feature snapshot from the next request on (precomputed, then swapped)."""
         table = ad_table(self.spec, snapshot)
-        self._ads: tuple[AdFeatureTable, np.ndarray] = (table, table.billing_type == "CLICK")
+        student = self.model.student
+        self._ads: tuple[AdFeatureTable, np.ndarray, np.ndarray | None] = (
+            table, table.billing_type == "CLICK", None if student is None else ad_matrix(self.spec, table))
+
+    def affinity(self, request: PredictionRequest) -> np.ndarray | None:
+        """The pre-ranker's `model_affinity` of each candidate: the model's student (serving.model.student)
+        estimate of log(model pCTR at the request's first slot / the request's ctr_prior), so that with weight
+        1 the pre-ranker's prior x exp(affinity) is the student's pCTR. One (r x W) product per request, one
+        dot product per candidate with an ad vector precomputed per snapshot: ~0.2 ms for 5,000 candidates,
+        numpy only. None when the model bundle has no student (trained before it existed)."""
+        student = self.model.student
+        table, _, ad_vectors = self._ads
+        if student is None or ad_vectors is None:
+            return None
+        r = student.request_vector(self.spec, request.user_features, request.placement, request.country,
+                                   request.device, int(request.positions[0]) if len(request.positions) else 1)
+        log_pctr = ad_vectors[table.rows(request.ad_ids)] @ r
+        return log_pctr - np.log(np.maximum(np.asarray(request.ctr_prior, dtype=np.float64), LOG_FLOOR))
 
     @property
     def snapshot_version(self) -> int:
@@ -119,7 +140,7 @@ class ModelPredictor:
         if missing:
             raise PredictionUnavailable(f"prediction request(s) {missing[:5]} carry no ad ids (the model looks ads "
                                         f"up by id)")
-        table, bills_clicks = self._ads  # one reference: a snapshot swapped meanwhile applies from the next call
+        table, bills_clicks, _ = self._ads  # one reference: a snapshot swapped meanwhile applies from the next call
         rows = [table.rows(r.ad_ids) for r in requests]
         raw = self._raw_scores(table, rows, requests)
         return [self._calibrated(r, ad_rows, scores, bills_clicks, table.version)

@@ -22,6 +22,7 @@ from serving.decision.prerank import DEFAULT_CVR_PRIOR
 from serving.model import metrics
 from serving.model.ad_features import AdFeatureSnapshot
 from serving.model.calibration import SegmentCalibration, fit_segment_calibration
+from serving.model.student import fit_student
 from serving.model.click_model import ClickModel, TrainConfig, build, fit, stderr_log
 from serving.model.dataset import ExamplesInvalid, ExampleTable, validation_mask
 from serving.model.features import AdFeatureTable, FeatureSpec, ad_table, example_inputs
@@ -87,6 +88,9 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
         corrected, held.label, held.sample_weight, held.placement, held.country, held.billing_type,
         min_positives=min_segment_clicks, min_negatives=min_segment_clicks)
     calibrated = model.calibration.apply(corrected, held.placement, held.country, held.billing_type)
+    model.student = fit_student(model, examples, tables[newest], seed=config.seed)
+    log(f"pre-ranker student: {model.student.fit_pairs:,} user-ad pairs, rms error of log pCTR "
+        f"{model.student.fit_rmse:.3f}")
     validation_metrics = {
         "model": summary(held.label, calibrated, held.sample_weight),
         "model_before_segment_calibration": summary(held.label, corrected, held.sample_weight),
@@ -103,6 +107,7 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
         "train_config": {"epochs": config.epochs, "batch_size": config.batch_size,
                          "learning_rate": config.learning_rate, "patience": config.patience, "seed": config.seed},
         "validation_metrics": validation_metrics, "calibration_segments": len(model.calibration.coefficients),
+        "prerank_student": {"fit_pairs": model.student.fit_pairs, "fit_rmse_log_pctr": model.student.fit_rmse},
         "cvr_prior": DEFAULT_CVR_PRIOR,
         "pcvr": "constant prior (the training examples carry no conversion labels yet)"}
     return model

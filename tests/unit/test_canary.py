@@ -73,6 +73,21 @@ def test_the_canary_predictor_scores_each_request_on_the_arm_the_rule_picks():
     assert 30 < versions.count("click-v2") < 90
 
 
+def test_the_pre_rankers_affinity_comes_from_the_arm_that_will_score_the_request():
+    class WithAffinity(PriorPredictor):
+        def affinity(self, request):
+            return np.full(len(request.rows), 1.0 if self.version == "click-v2" else -1.0)
+
+    canary = CanaryPredictor(WithAffinity(version="click-v1"), WithAffinity(version="click-v2"), share=0.3)
+    for i in range(50):
+        request = PredictionRequest(rows=np.arange(2), ctr_prior=np.full(2, 0.02), positions=[1], placement="feed",
+                                    user_features={"age": float(i)}, ad_ids=np.array([1, 2]))
+        expected = 1.0 if routes_to_candidate(routing_key(request), 0.3) else -1.0
+        assert np.array_equal(canary.affinity(request), [expected, expected])
+    without = CanaryPredictor(PriorPredictor(version="click-v1"), PriorPredictor(version="click-v2"), share=0.3)
+    assert without.affinity(request) is None  # arms without a student: the pre-ranker's own defaults
+
+
 def test_a_request_that_carries_its_id_is_routed_by_it():
     request = PredictionRequest(rows=np.arange(1), ctr_prior=np.ones(1), positions=[1], placement="feed",
                                 user_features={})

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from adserve.learning_day import make_world, simulate_day
+from adserve.learning_day import DAY, day_start_ms, make_world, simulate_day
 from core import training
+from serving.model.predictor import ModelPredictor
 from serving.model.trainer import evaluate_click_model, train_click_model
 
 
 @pytest.fixture(scope="module")
-def evaluation():
+def trained():
     world = make_world(seed=7)
     train_day = simulate_day(world, requests=60_000, seed=1)
     held_day = simulate_day(world, requests=30_000, seed=2)
@@ -19,7 +20,12 @@ def evaluation():
     held = training.join(held_day.served, held_day.events, keep_rate=1.0)
     model = train_click_model(examples, {train_day.snapshot.version: train_day.snapshot}, keep_rate=0.1,
                               log=lambda line: None)
-    return evaluate_click_model(model, held, {held_day.snapshot.version: held_day.snapshot}, held_day.truth)
+    return model, evaluate_click_model(model, held, {held_day.snapshot.version: held_day.snapshot}, held_day.truth)
+
+
+@pytest.fixture(scope="module")
+def evaluation(trained):
+    return trained[1]
 
 
 def test_the_model_beats_the_priors_only_baseline_on_normalised_entropy(evaluation):
@@ -40,3 +46,17 @@ def test_every_segment_with_enough_clicks_is_calibrated_within_a_quarter(evaluat
     # layer the down-sampling correction alone over-predicts every segment by 15-33 %.
     assert evaluation["calibration_expected_min"] >= 0.75
     assert evaluation["calibration_expected_max"] <= 1.25
+
+
+def test_the_pre_ranker_keeps_the_models_winner_over_95_percent_of_the_time(trained):
+    # A world of 6,000 ads, so the filters leave ~3,000 candidates for the pre-ranker's 200, served by the
+    # model in process; the recall monitor scores every candidate of half the requests after the response.
+    # With the model's student as the pre-ranker's feature recall measured 98.9 % (271 of 274, RESULTS.md);
+    # without it, on the pre-ranker's other features refitted to the model, 86-89 %.
+    model, _ = trained
+    world = make_world(seed=7, campaigns=1_500)
+    predictor = ModelPredictor(model, world.snapshot(day_start_ms(DAY)))
+    day = simulate_day(world, requests=400, seed=3, predictor=predictor, recall_share=0.5)
+    checked, hits = day.counts["recall_checked"], day.counts["recall_hits"]
+    assert checked >= 150
+    assert hits / checked > 0.95
