@@ -269,7 +269,8 @@ class AdServer:
                             self.just_served.window_ms / 1000)
         if decision.recall_probe is not None:  # last: the frequency write must not wait for it
             # The full candidate set through the model, in a worker thread so the event loop keeps answering.
-            # The index may take an update meanwhile: a check that trips over one is counted, not retried.
+            # The probe carries its candidates' columns as the request saw them (recall.ProbeAds), so an index
+            # update meanwhile changes nothing it judges; an error is counted, not retried.
             try:
                 self.metrics.recall.record(await asyncio.to_thread(
                     recall_check, self.engine.index, decision.recall_probe, self.engine.predictor))

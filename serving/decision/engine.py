@@ -18,7 +18,7 @@ from serving.decision.index import DEFAULT_K, TargetingIndex
 from serving.decision.prediction import PredictionRequest, Predictor, PriorPredictor, position_effect
 from serving.decision.prerank import (DEFAULT_CVR_PRIOR, DEFAULT_KEEP, DEFAULT_MODEL_WEIGHTS, DEFAULT_WEIGHTS,
                                      prerank)
-from serving.decision.recall import RecallProbe
+from serving.decision.recall import ProbeAds, RecallProbe
 
 
 @dataclass
@@ -189,7 +189,7 @@ class DecisionEngine:
             probe = RecallProbe(filtered.rows, filtered.participation, pre.rows, request.placement,
                                 request.slot_positions, request.user_features, multiplier,
                                 cfg.reserve(request.placement, request.country), request.country, request.device,
-                                user_embedding, affinity)
+                                user_embedding, affinity, ProbeAds.capture(index, filtered.rows))
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
                         filtered.slices_wanted, probe, snapshot_version)

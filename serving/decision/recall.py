@@ -22,6 +22,26 @@ DEFAULT_SAMPLE_SHARE = 0.005
 CHUNK = 200  # rows per model call: the request size the model is compiled for
 
 
+@dataclass(frozen=True)
+class ProbeAds:
+    """The columns the check reads of the filtered candidates, copied when the probe is made: the ad server
+    checks in a worker thread while the index may take updates (a changed bid, a removed ad), and the check
+    must judge the candidates the request saw. A few arrays of ~5,000 values, on the sampled share only."""
+
+    ad_id: np.ndarray
+    campaign_id: np.ndarray
+    bid_type: np.ndarray
+    bid_micros: np.ndarray
+    quality_micros: np.ndarray
+    exclusion_category: np.ndarray
+    ctr_prior: np.ndarray
+
+    @classmethod
+    def capture(cls, index, rows: np.ndarray) -> "ProbeAds":
+        return cls(*(getattr(index, name).data[rows].copy() for name in (
+            "ad_id", "campaign_id", "bid_type", "bid_micros", "quality_micros", "exclusion_category", "ctr_prior")))
+
+
 @dataclass
 class RecallProbe:
     """A sampled request's candidates: everything the filters let through, and what the pre-ranker kept."""
@@ -38,18 +58,25 @@ class RecallProbe:
     device: str | None = None
     user_embedding: np.ndarray | None = None  # what the pre-ranker saw (for refitting its weights)
     affinity: np.ndarray | None = None  # the model's user-ad interaction per filtered row, when it had one
+    ads: ProbeAds | None = None  # the filtered rows' columns as the request saw them; None: read the index
+
+    def columns(self, index) -> ProbeAds:
+        return self.ads if self.ads is not None else ProbeAds.capture(index, self.filtered_rows)
 
 
 def model_first_slot(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
                      clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, np.ndarray]:
-    """The full model's (pCTR, pCVR) of each row at the request's first slot position, in chunks."""
+    """The full model's (pCTR, pCVR) of each filtered row (`rows` is the probe's filtered_rows) at the
+    request's first slot position, in chunks."""
     first = [probe.slot_positions[0]]
+    ads = probe.columns(index)
     pctr, pcvr = [], []
     for start in range(0, len(rows), CHUNK):
         chunk = rows[start:start + CHUNK]
+        part = slice(start, start + CHUNK)
         predictions = predictor.predict(
-            PredictionRequest(chunk, index.ctr_prior.data[chunk] * probe.ctr_multiplier, first, probe.placement,
-                              probe.user_features, ad_ids=index.ad_id.data[chunk], country=probe.country,
+            PredictionRequest(chunk, ads.ctr_prior[part] * probe.ctr_multiplier, first, probe.placement,
+                              probe.user_features, ad_ids=ads.ad_id[part], country=probe.country,
                               device=probe.device),
             deadline=clock() + 60.0, clock=clock)
         pctr.append(np.asarray(predictions.pctr, dtype=np.float64)[:, 0])
@@ -63,11 +90,11 @@ def _score(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
            clock: Callable[[], float]) -> np.ndarray:
     """Total value per impression at the first slot of each row, from the full model."""
     pctr, pcvr = model_first_slot(index, rows, probe, predictor, clock)
+    ads = probe.columns(index)
     candidates = CandidateArrays(
-        ad_id=index.ad_id.data[rows], campaign_id=index.campaign_id.data[rows],
-        bid_code=index.bid_type.data[rows], bid_micros=index.bid_micros.data[rows],
-        pctr=pctr[:, None], pcvr=pcvr, quality_micros=index.quality_micros.data[rows].astype(np.int64),
-        exclusion_category=index.exclusion_category.data[rows].astype(np.int64),
+        ad_id=ads.ad_id, campaign_id=ads.campaign_id, bid_code=ads.bid_type, bid_micros=ads.bid_micros,
+        pctr=pctr[:, None], pcvr=pcvr, quality_micros=ads.quality_micros.astype(np.int64),
+        exclusion_category=ads.exclusion_category.astype(np.int64),
         participation=np.ones(len(rows)), row=rows.astype(np.int64))
     return candidates.totals()[:, 0]
 
@@ -84,7 +111,7 @@ def prerank_sample(index, probe: RecallProbe, predictor: Predictor,
     x = features(index, rows, probe.participation, embedding, probe.ctr_multiplier, len(probe.slot_positions),
                  probe.affinity)
     pctr, _ = model_first_slot(index, rows, probe, predictor, clock)
-    return x, index.ctr_prior.data[rows].astype(np.float64) * probe.ctr_multiplier, pctr
+    return x, probe.columns(index).ctr_prior.astype(np.float64) * probe.ctr_multiplier, pctr
 
 
 def check(index, probe: RecallProbe, predictor: Predictor, clock: Callable[[], float] = time.perf_counter
