@@ -410,7 +410,12 @@ def _register_serve(sub) -> None:
                                                   "budget. Default: the priors-only predictor")
     scoring.add_argument("--model", type=Path, help="score with this click model in process (models/click-vN; "
                                                     "needs --ad-features)")
-    a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model (newest version)")
+    a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model or --prerank-model "
+                                                    "(newest version)")
+    a.add_argument("--prerank-model", type=Path,
+                   help="with --prediction-url: the service's model directory, whose pre-ranker student "
+                        "(prerank_student.npz) the ad server's pre-ranker ranks with, numpy only (needs "
+                        "--ad-features); without it the pre-ranker uses its own features (docs/learning.md)")
     a.add_argument("--recall-share", type=float, default=0.0,
                    help="share of requests whose whole filtered candidate set the model scores after the response, "
                         "for the pre-ranker's recall (adserve_prerank_recall_* on /metrics; default 0; e.g. 0.005)")
@@ -489,11 +494,27 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
 
 def _ads_predictor(args: argparse.Namespace):
     """The ad server's predictor: the prediction service, the model in process, or None (the priors)."""
+    if getattr(args, "prerank_model", None) and not args.prediction_url:
+        raise ValueError("--prerank-model goes with --prediction-url (with --model the student comes from that "
+                         "bundle)")
     if args.prediction_url:
         from serving.model.remote import RemotePredictor
 
         predictor = RemotePredictor(args.prediction_url)
         print(f"ad server: scoring with the prediction service at {predictor.url}", flush=True)
+        if args.prerank_model:  # the service's model bundle: its student for the pre-ranker, numpy only
+            if not args.ad_features:
+                raise ValueError("--prerank-model needs --ad-features (the snapshot folder of its student's ads)")
+            from serving.model.student import StudentAffinity, WithStudent
+
+            affinity = StudentAffinity.load(args.prerank_model, args.ad_features)
+            if affinity is None:
+                print(f"ad server: {args.prerank_model} has no pre-ranker student; the pre-ranker uses its own "
+                      f"features", flush=True)
+            else:
+                print(f"ad server: the pre-ranker ranks with {args.prerank_model.name}'s student (ad-feature "
+                      f"snapshot v{affinity.table.version})", flush=True)
+                return WithStudent(predictor, affinity)
         return predictor
     if args.model:
         if not args.ad_features:

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from serving.decision.prediction import PredictionRequest, Predictions, Predictor
+from serving.model import ad_features
 from serving.model.dataset import ExampleTable
-from serving.model.features import AD_NUMERIC, BID_TYPES, AdFeatureTable, FeatureSpec, user_matrix
+from serving.model.features import AD_NUMERIC, BID_TYPES, AdFeatureTable, FeatureSpec, ad_table, user_matrix
 
 STUDENT_FILE = "prerank_student.npz"
 LOG_FLOOR = 1e-6
@@ -95,6 +98,55 @@ class Student:
     def from_bytes(cls, data: bytes) -> "Student":
         with np.load(io.BytesIO(data)) as npz:
             return cls(npz["weights"].astype(np.float32), int(npz["fit_pairs"]), float(npz["fit_rmse"]))
+
+
+class StudentAffinity:
+    """The pre-ranker's `model_affinity` from a student alone: numpy, no TensorFlow. Every ad's vector is
+    precomputed with the snapshot's table; per request one (r x W) product and one dot product per candidate
+    (~0.3 ms for 5,000). ModelPredictor uses it in process; an ad server that scores through the prediction
+    service loads one from the same model bundle (`StudentAffinity.load`) and wraps the remote predictor
+    (`WithStudent`), so its pre-ranker keeps the model's winners too."""
+
+    def __init__(self, spec: FeatureSpec, student: Student, table: AdFeatureTable):
+        self.spec, self.student, self.table = spec, student, table
+        self.ad_vectors = ad_matrix(spec, table)
+
+    @classmethod
+    def load(cls, model_dir: Path, ad_features_dir: Path, snapshot_version: int | None = None
+             ) -> "StudentAffinity | None":
+        """From a model bundle's feature_spec.json and prerank_student.npz (None when the bundle has no
+        student) over an ad-feature snapshot (the version asked for, else the newest). Reads no Keras file."""
+        from serving.model.click_model import SPEC_FILE  # the bundle's file names live there
+
+        if not (model_dir / STUDENT_FILE).exists():
+            return None
+        spec = FeatureSpec.load(model_dir / SPEC_FILE)
+        snapshot = ad_features.load(ad_features_dir, snapshot_version)
+        return cls(spec, Student.from_bytes((model_dir / STUDENT_FILE).read_bytes()), ad_table(spec, snapshot))
+
+    def __call__(self, request: PredictionRequest) -> np.ndarray:
+        """log(student pCTR at the request's first slot / the request's ctr_prior) per candidate."""
+        r = self.student.request_vector(self.spec, request.user_features, request.placement, request.country,
+                                        request.device, int(request.positions[0]) if len(request.positions) else 1)
+        log_pctr = self.ad_vectors[self.table.rows(request.ad_ids)] @ r
+        return log_pctr - np.log(np.maximum(np.asarray(request.ctr_prior, dtype=np.float64), LOG_FLOOR))
+
+
+class WithStudent:
+    """A predictor (the prediction service's RemotePredictor) with a local student for the pre-ranker:
+    `predict` is the predictor's, `affinity` the student's; anything else is the predictor's."""
+
+    def __init__(self, predictor: Predictor, affinity: Callable[[PredictionRequest], np.ndarray]):
+        self.predictor, self._affinity = predictor, affinity
+
+    def predict(self, request: PredictionRequest, deadline: float, clock: Callable[[], float]) -> Predictions:
+        return self.predictor.predict(request, deadline, clock)
+
+    def affinity(self, request: PredictionRequest) -> np.ndarray:
+        return self._affinity(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.predictor, name)
 
 
 def fit_student(model, examples: ExampleTable, table: AdFeatureTable, *, users: int = 1_000,

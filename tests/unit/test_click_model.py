@@ -5,6 +5,7 @@ ModelPredictor behind the engine's Predictor protocol, save/load, and the `adser
 One tiny model is trained once for the module (a few seconds on 2 cores)."""
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from pathlib import Path
@@ -183,6 +184,29 @@ def test_the_affinity_the_pre_ranker_gets_is_the_students_log_pctr_over_its_prio
     # with weight 1 (DEFAULT_MODEL_WEIGHTS) the pre-ranker's prior x exp(affinity) is the student's pCTR
     assert DEFAULT_MODEL_WEIGHTS[FEATURES.index("model_affinity")] == 1.0
     assert np.count_nonzero(DEFAULT_MODEL_WEIGHTS) == 1
+
+
+def test_an_ad_server_on_the_prediction_service_loads_the_same_student_without_tensorflow(model, predictor, day,
+                                                                                        tmp_path):
+    from adserve.commands import _ads_predictor
+    from serving.model.remote import RemotePredictor
+    from serving.model.student import StudentAffinity, WithStudent
+
+    folder = save_versioned(model, tmp_path / "models", export_saved_model=False)
+    day.snapshot.write(tmp_path / "ad-features")
+    asked = request(day, day.snapshot.ad_id[:80], positions=(3,))
+    affinity = StudentAffinity.load(folder, tmp_path / "ad-features")
+    assert np.allclose(affinity(asked), predictor.affinity(asked), atol=1e-5)
+    args = argparse.Namespace(prediction_url="http://127.0.0.1:9", prerank_model=folder,
+                              ad_features=tmp_path / "ad-features", model=None)
+    wrapped = _ads_predictor(args)
+    assert isinstance(wrapped, WithStudent) and isinstance(wrapped.predictor, RemotePredictor)
+    assert np.allclose(wrapped.affinity(asked), predictor.affinity(asked), atol=1e-5)
+    assert wrapped.url == wrapped.predictor.url  # anything else is the service predictor's
+    (folder / "prerank_student.npz").unlink()  # a bundle from before the student: no wrapper, no affinity
+    assert isinstance(_ads_predictor(args), RemotePredictor)
+    with pytest.raises(ValueError, match="--prediction-url"):
+        _ads_predictor(argparse.Namespace(prediction_url=None, prerank_model=folder, ad_features=None, model=None))
 
 
 def test_a_model_without_a_student_offers_no_affinity(model, day):
