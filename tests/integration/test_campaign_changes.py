@@ -121,8 +121,12 @@ def test_a_pause_stops_both_servers_and_a_bid_change_changes_the_price(platform,
             rival_c, rival_ad = await w.campaign_with_ad(auth, placement, 2_000_000)
 
             async def both_serve_winner() -> bool:
-                answers = [await w.ask(s, placement) for s in w.servers]
-                return all((_winner(a) or {}).get("ad_id") == winner_ad["ad_id"] for a in answers)
+                # the winner, priced by the rival: the rival's ad was created second and may reach a
+                # server a poll later, and alone the winner pays the reserve (0 here)
+                now_ms = int(time.time() * 1000)
+                answers = [_winner(await w.ask(s, placement)) or {} for s in w.servers]
+                return all(a.get("ad_id") == winner_ad["ad_id"] and KEYS.verify(a["token"], now_ms).price_micros > 0
+                           for a in answers)
             await w.until(both_serve_winner, "both servers serving the new ads")
             first_price = KEYS.verify(_winner(await w.ask(w.servers[0], placement))["token"],
                                       int(time.time() * 1000)).price_micros
