@@ -57,7 +57,7 @@ class RecallProbe:
     country: str | None = None
     device: str | None = None
     user_embedding: np.ndarray | None = None  # what the pre-ranker saw (for refitting its weights)
-    affinity: np.ndarray | None = None  # the model's user-ad interaction per filtered row, when it had one
+    affinity: np.ndarray | None = None  # the pre-ranker's model_affinity per filtered row, when it had one
     ads: ProbeAds | None = None  # the filtered rows' columns as the request saw them; None: read the index
 
     def columns(self, index) -> ProbeAds:
