@@ -189,7 +189,8 @@ class DecisionEngine:
             probe = RecallProbe(filtered.rows, filtered.participation, pre.rows, request.placement,
                                 request.slot_positions, request.user_features, multiplier,
                                 cfg.reserve(request.placement, request.country), request.country, request.device,
-                                user_embedding, affinity, ProbeAds.capture(index, filtered.rows))
+                                user_embedding, affinity, ProbeAds.capture(index, filtered.rows),
+                                request.request_id)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
                         filtered.slices_wanted, probe, snapshot_version)

@@ -59,6 +59,7 @@ class RecallProbe:
     user_embedding: np.ndarray | None = None  # what the pre-ranker saw (for refitting its weights)
     affinity: np.ndarray | None = None  # the pre-ranker's model_affinity per filtered row, when it had one
     ads: ProbeAds | None = None  # the filtered rows' columns as the request saw them; None: read the index
+    request_id: str | None = None  # so a canary scores the check on the arm that scored the request
 
     def columns(self, index) -> ProbeAds:
         return self.ads if self.ads is not None else ProbeAds.capture(index, self.filtered_rows)
@@ -77,7 +78,7 @@ def model_first_slot(index, rows: np.ndarray, probe: RecallProbe, predictor: Pre
         predictions = predictor.predict(
             PredictionRequest(chunk, ads.ctr_prior[part] * probe.ctr_multiplier, first, probe.placement,
                               probe.user_features, ad_ids=ads.ad_id[part], country=probe.country,
-                              device=probe.device),
+                              device=probe.device, request_id=probe.request_id),
             deadline=clock() + 60.0, clock=clock)
         pctr.append(np.asarray(predictions.pctr, dtype=np.float64)[:, 0])
         pcvr.append(np.asarray(predictions.pcvr, dtype=np.float64))

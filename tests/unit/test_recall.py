@@ -54,3 +54,16 @@ def test_an_update_after_the_response_does_not_change_what_the_check_judges():
     assert check(index, probe, engine.predictor) is True
     # a probe without its captured columns reads the index as it is now, and misses
     assert check(index, replace(probe, ads=None), engine.predictor) is False
+
+
+def test_the_checks_model_calls_carry_the_request_id_so_a_canary_scores_them_on_the_requests_arm():
+    index, engine, probe = _probe(keep=10)
+    asked = []
+
+    class Recording(PriorPredictor):
+        def predict(self, request, deadline, clock):
+            asked.append(request.request_id)
+            return super().predict(request, deadline, clock)
+
+    check(index, probe, Recording())
+    assert probe.request_id == "r1" and asked and set(asked) == {"r1"}
