@@ -429,6 +429,9 @@ class Flink(Service):
             "taskmanager.numberOfTaskSlots": s.flink_task_slots,
             "taskmanager.memory.process.size": "4096m",
             "taskmanager.memory.managed.fraction": 0.3,
+            # Every submitted job loads its own generated and Python-bridge classes; a dev cluster that runs the
+            # test suite's ~40 jobs (or a day of benchmark runs) outgrew the 256 MB default (Metaspace OOM).
+            "taskmanager.memory.jvm-metaspace.size": "768m",
             "parallelism.default": 1,
             "rest.address": s.host,
             "rest.bind-address": s.host,
