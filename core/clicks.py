@@ -235,19 +235,23 @@ def progress_key(record: Mapping[str, Any]) -> tuple[int, int, int]:
             int(record["billed_impressions"]) + int(record["billed_clicks"]) + int(record.get("joined_clicks", 0)))
 
 
-def bot_agent_sql(column: str) -> str:
-    """The bot-agent rule as a Flink SQL predicate over `column` (generated here so the rule exists once)."""
+def bot_agent_sql(column: str, lowered: bool = False) -> str:
+    """The bot-agent rule as a Flink SQL predicate over `column` (generated here so the rule exists once).
+    `lowered`: the column already holds the agent lower-cased, NULL as '' (read once, not once per marker)."""
     for marker in BOT_AGENT_MARKERS:
         if "'" in marker or "%" in marker or "_" in marker:
             raise ValueError(f"a bot marker must be plain text for SQL LIKE: {marker!r}")
-    return "(" + " OR ".join(f"LOWER(COALESCE({column}, '')) LIKE '%{m}%'" for m in BOT_AGENT_MARKERS) + ")"
+    agent = column if lowered else f"LOWER(COALESCE({column}, ''))"
+    return "(" + " OR ".join(f"{agent} LIKE '%{m}%'" for m in BOT_AGENT_MARKERS) + ")"
 
 
-def invalid_reason_sql(event: str = "") -> str:
+def invalid_reason_sql(event: str = "", lowered_agent: str | None = None) -> str:
     """`invalid_reason` as a Flink SQL CASE over the decoded event's columns (`event` prefix, e.g. "r.") and the
-    burst counts `user_n` / `ip_n`: generated here from the same constants, so the rule exists once."""
+    burst counts `user_n` / `ip_n`: generated here from the same constants, so the rule exists once.
+    `lowered_agent`: a column holding the user agent lower-cased (NULL as ''), to test the bot markers on."""
     e = event
-    return (f"CASE WHEN {bot_agent_sql(e + 'user_agent')} THEN 'bot_agent' "
+    bot = bot_agent_sql(lowered_agent, lowered=True) if lowered_agent else bot_agent_sql(e + "user_agent")
+    return (f"CASE WHEN {bot} THEN 'bot_agent' "
             f"WHEN {e}event_type <> 'CLICK' THEN CAST(NULL AS STRING) "
             f"WHEN {e}event_time - {e}served_time < {MIN_CLICK_DELAY_MS} THEN 'too_soon' "
             f"WHEN COALESCE({e}user_id, '') <> '' AND user_n > {MAX_CLICKS_PER_MINUTE} THEN 'user_burst' "

@@ -124,7 +124,7 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
         SELECT CASE WHEN ok THEN NULL ELSE `topic` END AS `topic`, `partition`, `offset`,
                CASE WHEN ok THEN NULL ELSE k END AS k, CASE WHEN ok THEN NULL ELSE v END AS v, ok, {fields},
                event_type = billing_type AS billable,
-               {clicks.invalid_reason_sql()} AS reason, ts FROM (
+               {clicks.invalid_reason_sql(lowered_agent="agent_lower")} AS reason, ts FROM (
           SELECT `topic`, `partition`, `offset`, ts, k, v, d.*, CAST(0 AS BIGINT) AS user_n,
                  CAST(0 AS BIGINT) AS ip_n
           FROM events_in LEFT JOIN LATERAL TABLE(decode_event(v, X'{header_hex}')) AS d ON TRUE)""")

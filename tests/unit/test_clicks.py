@@ -59,6 +59,13 @@ def test_the_bot_rule_in_sql_names_every_marker():
     assert str(clicks.MIN_CLICK_DELAY_MS) in case and f"> {clicks.MAX_CLICKS_PER_MINUTE}" in case
 
 
+def test_the_bot_rule_on_a_lowered_agent_column_reads_it_as_is():
+    sql = clicks.bot_agent_sql("agent_lower", lowered=True)
+    assert "LOWER" not in sql and all(f"agent_lower LIKE '%{m}%'" in sql for m in clicks.BOT_AGENT_MARKERS)
+    case = clicks.invalid_reason_sql(lowered_agent="agent_lower")
+    assert "user_agent" not in case and "agent_lower LIKE" in case and "'too_soon'" in case
+
+
 def test_billing_stops_at_the_budget_and_absorbs_the_rest():
     bill = clicks.CampaignBill(1)
     bill.on_campaign(_campaign(1, 5 * DOLLAR))
