@@ -114,6 +114,11 @@ def burst_counts(clicks: Iterable[Mapping[str, Any]], field_name: str) -> dict[s
     return {event_id: (bisect_right(by_key[key], t) if key else 0) for event_id, key, t in rows}
 
 
+def joins_sql(click_ms: str, impression_ms: str) -> str:
+    """`joins` as a Flink SQL predicate over two epoch-millisecond columns (generated from the same bounds)."""
+    return f"{impression_ms} BETWEEN {click_ms} - {TOKEN_LIFETIME_MS} AND {click_ms} + {ALLOWED_LATENESS_MS}"
+
+
 def joins(click_time_ms: int, impression_time_ms: int) -> bool:
     """Whether an impression beacon at `impression_time_ms` joins a click at `click_time_ms`."""
     return click_time_ms - TOKEN_LIFETIME_MS <= impression_time_ms <= click_time_ms + ALLOWED_LATENESS_MS
@@ -217,10 +222,13 @@ class CampaignBill:
                    [WindowTotals(*w) for w in pending], last)
 
     def record(self, event_time_ms: int) -> dict[str, Any] | None:
-        """The BilledSpend record (schemas/billed_spend.avsc) for the day so far; None before any bill."""
+        """The BilledSpend record (schemas/billed_spend.avsc) for the day so far; None before any bill. Stamped
+        no earlier than the latest window billed: totals that grew after a later window was reported (a partial
+        window or a late event arriving behind it) must read as the newest (`progress_key`)."""
         if not self.budget_day:
             return None
-        return {"campaign_id": self.campaign_id, "event_time": event_time_ms, "budget_day": self.budget_day,
+        return {"campaign_id": self.campaign_id, "event_time": max(event_time_ms, self.last_window_ms),
+                "budget_day": self.budget_day,
                 "billed_spend_micros": self.bill.billed_micros, "billed_impressions": self.impressions,
                 "billed_clicks": self.clicks, "absorbed_overspend_micros": self.bill.absorbed_micros,
                 "invalid_credit_micros": self.invalid_micros, "joined_clicks": self.joined_clicks}

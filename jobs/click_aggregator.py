@@ -74,7 +74,7 @@ def _row_type():
 def _first_seen(t_env, source: str, name: str) -> None:
     """`name`: the reduced stream of `source` (the decoded events, columns FirstSeen.INPUT_FIELDS then the
     rowtime `ts`) after the project's JVM operator io.adserve.flink.FirstSeen (jobs/jvm): deduplicated by
-    campaign, impressions summed per 10 s window, clicks, late events and undecodable records passed on.
+    impression, impressions summed per campaign and 10 s window, clicks, late events and undecodable records passed on.
     Rowtime and watermarks kept."""
     from pyflink.datastream import DataStream
     from pyflink.table import Schema
@@ -149,7 +149,7 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
     t_env.execute_sql(f"""
         CREATE TEMPORARY VIEW tagged_clicks AS
         SELECT *, billable AND reason IS NULL AND impression_ts IS NOT NULL
-                  AND impression_ts BETWEEN ts_ms - {lifetime} AND ts_ms + {lateness} AS joined FROM (
+                  AND {clicks.joins_sql("ts_ms", "impression_ts")} AS joined FROM (
           SELECT {fields}, impression_ts, ts_ms, event_type = billing_type AS billable,
                  {clicks.invalid_reason_sql()} AS reason, ts,
                  (CURRENT_WATERMARK(ts) IS NULL OR ts > CURRENT_WATERMARK(ts)) AS on_time
@@ -180,8 +180,8 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
     t_env.execute_sql(f"""
         CREATE TEMPORARY VIEW reduced AS
         SELECT 'window' AS kind, campaign_id, billable, impressions, clicks, invalid, invalid_events,
-               CAST(0 AS BIGINT) AS joined, CAST(NULL AS STRING) AS `topic`, CAST(NULL AS INT) AS part, CAST(NULL AS BIGINT) AS off,
-               CAST(NULL AS BYTES) AS k, CAST(NULL AS BYTES) AS v, CAST(NULL AS STRING) AS event, rt
+               CAST(0 AS BIGINT) AS joined, CAST(NULL AS STRING) AS `topic`, CAST(NULL AS INT) AS part,
+               CAST(NULL AS BIGINT) AS off, CAST(NULL AS BYTES) AS k, CAST(NULL AS BYTES) AS v, CAST(NULL AS STRING) AS event, rt
         FROM first_seen WHERE kind = 'window'
         UNION ALL
         {_window_sql("tagged_clicks")}
@@ -274,20 +274,17 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                 self.windows.inc()
                 bill.add(clicks.WindowTotals(event_ms + 1, row.billable, row.impressions, row.clicks, row.invalid,
                                              row.invalid_events, row.joined))
-                # A partial window can arrive after a later one was reported (clicks trail the impressions):
-                # its totals then go out at the later instant, so the newest record is the one with the most.
-                emit_at = max(emit_at, bill.last_window_ms)
             elif row.kind == "joined":  # a click of this campaign found its impression: counted in its window's day
                 joined = clicks.WindowTotals(clicks.window_end(event_ms), joined_clicks=row.clicks)
                 reported = bill.last_window_ms >= joined.end_ms
                 bill.add(joined)
-                emit_at = max(joined.end_ms, bill.last_window_ms)
+                emit_at = joined.end_ms
                 if not reported:  # the click's window record, still to come, will carry it
                     self._save(bill)
                     return
             elif row.kind == "campaign":
                 bill.on_campaign(self.codec.decode(row.v, "ServingCampaign"))
-                emit_at = max(event_ms, bill.last_window_ms)
+                emit_at = event_ms
             elif row.kind == "late":
                 event = json.loads(row.event)
                 key = "|".join(clicks.dedupe_key(event))
@@ -300,12 +297,13 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                 # SQL names the reason when the event was late only at its window (burst counts included);
                 # an event late already at deduplication gets the rules that need no counts.
                 reason = event.pop("reason") if "reason" in event else clicks.invalid_reason(event)
+                joined = bool(event.pop("joined", False))
                 totals = clicks.WindowTotals(clicks.window_end(int(event["event_time"])))
-                totals.add(event, reason, bool(event.pop("joined", False)))
+                totals.add(event, reason, joined)
                 bill.add(totals)
-                emit_at = max(totals.end_ms, bill.last_window_ms)
+                emit_at = totals.end_ms
             self._save(bill)
-            record = bill.record(emit_at)
+            record = bill.record(emit_at)  # stamped no earlier than the latest window billed
             if record is not None:
                 yield Row(str(bill.campaign_id).encode(), self.codec.encode("BilledSpend", record),
                           int(record["event_time"]))

@@ -59,6 +59,22 @@ def test_the_bot_rule_in_sql_names_every_marker():
     assert str(clicks.MIN_CLICK_DELAY_MS) in case and f"> {clicks.MAX_CLICKS_PER_MINUTE}" in case
 
 
+def test_the_join_rule_in_sql_uses_the_same_bounds():
+    sql = clicks.joins_sql("c", "i")
+    assert sql == f"i BETWEEN c - {clicks.TOKEN_LIFETIME_MS} AND c + {clicks.ALLOWED_LATENESS_MS}"
+
+
+def test_a_window_billed_after_a_later_one_is_stamped_at_the_later_window():
+    bill = clicks.CampaignBill(7)
+    bill.on_campaign({"timezone": "UTC", "daily_budget_micros": 10 * DOLLAR})
+    bill.add(clicks.WindowTotals(T0 + 20_000, billable_micros=DOLLAR, impressions=1))
+    first = bill.record(T0 + 20_000)
+    bill.add(clicks.WindowTotals(T0 + 10_000, billable_micros=2 * DOLLAR, clicks=1))  # a trailing partial window
+    later = bill.record(T0 + 10_000)
+    assert later["event_time"] == T0 + 20_000 and later["billed_spend_micros"] == 3 * DOLLAR
+    assert clicks.progress_key(later) > clicks.progress_key(first)
+
+
 def test_the_bot_rule_on_a_lowered_agent_column_reads_it_as_is():
     sql = clicks.bot_agent_sql("agent_lower", lowered=True)
     assert "LOWER" not in sql and all(f"agent_lower LIKE '%{m}%'" in sql for m in clicks.BOT_AGENT_MARKERS)
