@@ -140,3 +140,18 @@ def test_redis_and_postgres_answer_on_loopback(platform):
     assert client.ping()
     with psycopg.connect(platform.postgres_dsn, connect_timeout=5) as conn:
         assert conn.execute("SHOW wal_level").fetchone()[0] == "logical"
+
+
+def test_the_flink_cluster_loads_the_python_bridge_and_kafka_connector_once_for_every_job(platform):
+    """Both jars in the cluster's lib/ and their packages parent-first: classes loaded and JIT-compiled once
+    per TaskManager, not again for each submitted job (docs/platform.md)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{platform.flink_rest_url}/jobmanager/environment", timeout=10) as reply:
+        classpath = [Path(entry).name for entry in json.load(reply)["classpath"]]
+    assert any(name.startswith("flink-python-") for name in classpath), classpath
+    assert any(name.startswith("flink-sql-connector-kafka-") for name in classpath), classpath
+    with urllib.request.urlopen(f"{platform.flink_rest_url}/jobmanager/config", timeout=10) as reply:
+        config = {item["key"]: item["value"] for item in json.load(reply)}
+    patterns = config["classloader.parent-first-patterns.additional"].split(";")
+    assert "org.apache.kafka." in patterns and "org.apache.beam." in patterns
