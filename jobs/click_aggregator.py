@@ -17,10 +17,13 @@ the clicks alone (~2 % of events):
                     counted in the click's window when FirstSeen saw the impression first, else an
                     interval join with the impression FirstSeen passes on when it arrives
   10 s windows      clicks per campaign: billable value and count, invalid value, joined clicks
-                    (one-phase; a click already behind the watermark there takes the late path)
+                    (one-phase; a click already behind the watermark there takes the late path), merged
+                    with FirstSeen's impressions of the same window: one row per campaign and window
+  key by campaign   jobs/jvm/ByCampaign, in PyFlink's keyed shape (no Python key function per row)
 
 Python sees only the reduced windows, the campaign records (a side input),
-the rare late joins, late or undecodable events, and calls
+the rare late joins, late or undecodable events (only campaign records and
+undecodable events pass a Python decoder, for their campaign id), and calls
 core.clicks.CampaignBill: bill
 up to the budget in force (core.billing), absorb the rest, credit invalid
 traffic. Every window it emits the campaign's cumulative totals for its budget
@@ -89,24 +92,35 @@ def _first_seen(t_env, source: str, name: str) -> None:
         .watermark("rt", "SOURCE_WATERMARK()").build()))
 
 
-def _window_sql(view: str) -> str:
-    """Per campaign and 10 s window of `view` (the tagged clicks): billable value and counts, invalid value.
-    Impressions are windowed apart, in FirstSeen (each campaign's window then arrives as two partial rows):
-    the clicks pass two OVER aggregations first and trail the impressions."""
-    return f"""
-        SELECT 'window' AS kind, campaign_id,
+def _create_windows(t_env, clicks_view: str, name: str) -> None:
+    """View `name`: per campaign and 10 s window, billable value and counts, invalid value, joined clicks. A
+    window arrives in two parts (FirstSeen sums the impressions; the clicks pass two OVER aggregations first
+    and are summed here from `clicks_view`, the tagged clicks) merged here, in the JVM, into one row for
+    Python: a cascaded window over both parts' window times (each part is emitted before the watermark that
+    closes its window, so neither can be late for the merge)."""
+    seconds = clicks.WINDOW_MS // 1000
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW {name}_parts AS
+        SELECT campaign_id, billable, impressions, clicks, invalid, invalid_events, CAST(0 AS BIGINT) AS joined, rt
+        FROM first_seen WHERE kind = 'window'
+        UNION ALL
+        SELECT campaign_id,
                SUM(CASE WHEN billable AND reason IS NULL THEN price_micros ELSE 0 END) AS billable,
                SUM(CASE WHEN billable AND reason IS NULL AND event_type = 'IMPRESSION' THEN 1 ELSE 0 END)
                  AS impressions,
                SUM(CASE WHEN billable AND reason IS NULL AND event_type = 'CLICK' THEN 1 ELSE 0 END) AS clicks,
                SUM(CASE WHEN billable AND reason IS NOT NULL THEN price_micros ELSE 0 END) AS invalid,
                SUM(CASE WHEN reason IS NOT NULL THEN 1 ELSE 0 END) AS invalid_events,
-               SUM(CASE WHEN joined THEN 1 ELSE 0 END) AS joined,
-               CAST(NULL AS STRING) AS `topic`, CAST(NULL AS INT) AS part, CAST(NULL AS BIGINT) AS off,
-               CAST(NULL AS BYTES) AS k, CAST(NULL AS BYTES) AS v, CAST(NULL AS STRING) AS event,
+               SUM(CASE WHEN joined THEN 1 ELSE 0 END) AS joined, window_time AS rt
+        FROM TABLE(TUMBLE(TABLE {clicks_view}, DESCRIPTOR(ts), INTERVAL '{seconds}' SECOND))
+        GROUP BY window_start, window_end, window_time, campaign_id""")
+    t_env.execute_sql(f"""
+        CREATE TEMPORARY VIEW {name} AS
+        SELECT campaign_id, SUM(billable) AS billable, SUM(impressions) AS impressions, SUM(clicks) AS clicks,
+               SUM(invalid) AS invalid, SUM(invalid_events) AS invalid_events, SUM(joined) AS joined,
                window_time AS rt
-        FROM TABLE(TUMBLE(TABLE {view}_on_time, DESCRIPTOR(ts), INTERVAL '{clicks.WINDOW_MS // 1000}' SECOND))
-        GROUP BY window_start, window_end, window_time, campaign_id"""
+        FROM TABLE(TUMBLE(TABLE {name}_parts, DESCRIPTOR(rt), INTERVAL '{seconds}' SECOND))
+        GROUP BY window_start, window_end, window_time, campaign_id""")
 
 
 def _aggregate_sql(t_env, header_hex: str) -> None:
@@ -168,6 +182,7 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
         WHERE c.impression_id = i.impression_id AND c.billable AND c.reason IS NULL AND c.impression_ts IS NULL
           AND i.its BETWEEN c.ts - INTERVAL '{lifetime // 60_000}' MINUTE
                         AND c.ts + INTERVAL '{lateness // 60_000}' MINUTE""")
+    _create_windows(t_env, "tagged_clicks_on_time", "windows")
     raw = ", ".join(["CAST(NULL AS BIGINT)"] * 6 + ["`topic`", "part", "off", "k", "v", "CAST(NULL AS STRING)"])
 
     def late(reason: str) -> str:
@@ -179,12 +194,10 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
                                                          "CAST(NULL AS BYTES)", f"JSON_OBJECT({as_json})"])
     t_env.execute_sql(f"""
         CREATE TEMPORARY VIEW reduced AS
-        SELECT 'window' AS kind, campaign_id, billable, impressions, clicks, invalid, invalid_events,
-               CAST(0 AS BIGINT) AS joined, CAST(NULL AS STRING) AS `topic`, CAST(NULL AS INT) AS part,
-               CAST(NULL AS BIGINT) AS off, CAST(NULL AS BYTES) AS k, CAST(NULL AS BYTES) AS v, CAST(NULL AS STRING) AS event, rt
-        FROM first_seen WHERE kind = 'window'
-        UNION ALL
-        {_window_sql("tagged_clicks")}
+        SELECT 'window' AS kind, campaign_id, billable, impressions, clicks, invalid, invalid_events, joined,
+               CAST(NULL AS STRING) AS `topic`, CAST(NULL AS INT) AS part, CAST(NULL AS BIGINT) AS off,
+               CAST(NULL AS BYTES) AS k, CAST(NULL AS BYTES) AS v, CAST(NULL AS STRING) AS event, rt
+        FROM windows
         UNION ALL
         SELECT 'late', campaign_id, {late("")}, rt FROM first_seen WHERE kind = 'late'
         UNION ALL
@@ -216,16 +229,14 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     record_types = {"late": "AdEvent", "raw": "AdEvent", "campaign": "ServingCampaign"}
 
     class Route(ProcessFunction):
-        """The rare raw records: decode and key by campaign; corrupt ones -> dead letters (counted)."""
+        """The rare rows whose campaign is inside their bytes (campaign records, events of another contract
+        version): decoded for their campaign id; corrupt ones -> dead letters (counted)."""
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
             self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
 
         def process_element(self, row, ctx):
-            if row.kind in ("window", "late", "joined"):
-                yield row
-                return
             try:
                 record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
                                            offset=row.off)
@@ -318,10 +329,24 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
     _aggregate_sql(t_env, header_hex)
 
+    # Keyed by campaign in the JVM (io.adserve.flink.ByCampaign): only rows whose campaign is inside their Avro
+    # bytes pass through Python (Route) before the bill.
+    from pyflink.datastream import DataStream
+    from pyflink.datastream.data_stream import KeyedStream
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import invoke_method
+
+    stream_class = "org.apache.flink.streaming.api.datastream.DataStream"
     rows = t_env.to_data_stream(t_env.from_path("reduced"))
-    routed = rows.process(Route(), output_type=_row_type()).name("decode campaign, late and other records")
-    billed = (routed.key_by(lambda r: r.campaign_id, key_type=Types.LONG())
-              .process(Bill(), output_type=timed_bytes_row_type()).name("bill campaigns"))
+    split = invoke_method(None, "io.adserve.flink.ByCampaign", "split", [rows._j_data_stream], [stream_class])
+    others = invoke_method(None, "io.adserve.flink.ByCampaign", "others", [split],
+                           ["org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator"])
+    routed = DataStream(others).process(Route(), output_type=_row_type()).name("decode campaign and other records")
+    keyed_rows = invoke_method(None, "io.adserve.flink.ByCampaign", "union", [split, routed._j_data_stream],
+                               [stream_class, stream_class])
+    keyed = KeyedStream(keyed_rows.keyBy(get_gateway().jvm.KeyByKeySelector(),
+                                         Types.ROW([Types.LONG()]).get_java_type_info()), _row_type(), routed)
+    billed = keyed.process(Bill(), output_type=timed_bytes_row_type()).name("bill campaigns")
     statements = t_env.create_statement_set()
     statements.add_insert("billed_out", timed_table(t_env, billed))
     statements.add_insert("dead_letters_out", t_env.from_data_stream(routed.get_side_output(dead_letters)))
