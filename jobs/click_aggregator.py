@@ -94,10 +94,10 @@ def _first_seen(t_env, source: str, name: str) -> None:
 
 def _create_windows(t_env, clicks_view: str, name: str) -> None:
     """View `name`: per campaign and 10 s window, billable value and counts, invalid value, joined clicks. A
-    window arrives in two parts (FirstSeen sums the impressions; the clicks pass two OVER aggregations first
-    and are summed here from `clicks_view`, the tagged clicks) merged here, in the JVM, into one row for
-    Python: a cascaded window over both parts' window times (each part is emitted before the watermark that
-    closes its window, so neither can be late for the merge)."""
+    window comes in two parts: FirstSeen sums the impressions, and the clicks (`clicks_view`, tagged after two
+    OVER aggregations) are summed in their own window. A cascaded window over both parts' window times merges
+    them in the JVM into one row for Python; each part leaves before the watermark that closes its window, so
+    neither can be late for the merge."""
     seconds = clicks.WINDOW_MS // 1000
     t_env.execute_sql(f"""
         CREATE TEMPORARY VIEW {name}_parts AS
