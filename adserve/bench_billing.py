@@ -28,9 +28,9 @@ Same-run baseline: the per-event path in plain Python (decode with the
 project's codec, deduplicate in a dict, tag with core.clicks, sum per campaign
 window) over part 1's events, one core, no Flink.
 
-Figures (--json names): events_per_s, job_run_s, events_per_s_whole_run, events, campaigns, checkpoint_interval_ms, recount_s,
-recount_differences, recount_events, beacon_to_billed_p50_s, beacon_to_billed_p99_s, latency_events,
-baseline_python_events_per_s."""
+Figures (--json names): events_per_s, job_run_s, events_per_s_whole_run, events, campaigns,
+checkpoint_interval_ms, recount_s, recount_differences, recount_events, beacon_to_billed_p50_s,
+beacon_to_billed_p99_s, latency_events, baseline_python_events_per_s."""
 from __future__ import annotations
 
 import random

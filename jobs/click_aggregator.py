@@ -226,7 +226,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
 
     header_hex = "c301" + schema_fingerprint(default_registry().schema("AdEvent")).hex()
     dead_letters = OutputTag("dead-letters", bytes_row_type())
-    record_types = {"late": "AdEvent", "raw": "AdEvent", "campaign": "ServingCampaign"}
+    record_types = {"raw": "AdEvent", "campaign": "ServingCampaign"}  # the rows ByCampaign cannot key
 
     class Route(ProcessFunction):
         """The rare rows whose campaign is inside their bytes (campaign records, events of another contract

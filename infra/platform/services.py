@@ -419,7 +419,8 @@ class Flink(Service):
         and the Kafka connector. Shipped with each job instead, their classes would be loaded again by every
         job's class loader and compiled again by the JIT: a profile of a 30 s benchmark job spent ~55 % of a
         core in the JIT compilers. Jobs still ship the connector, so any cluster runs them; here the cluster's
-        copy wins (parent-first for org.apache.flink. by default, for org.apache.kafka. by write_conf)."""
+        copy wins (parent-first: org.apache.flink. by Flink's default, org.apache.kafka. and org.apache.beam. by
+        write_conf)."""
         from infra.platform.jars import flink_connector_jar
 
         home = pyflink_home()
@@ -455,8 +456,8 @@ class Flink(Service):
             # test suite's ~40 jobs (or a day of benchmark runs) outgrew the 256 MB default (Metaspace OOM).
             "taskmanager.memory.jvm-metaspace.size": "768m",
             "parallelism.default": 1,
-            # The Kafka client and the Python bridge's Beam come from the cluster's lib/ (write_lib): loaded once, compiled
-            # once, not again for every job.
+            # The Kafka client and the Python bridge's Beam come from the cluster's lib/ (write_lib): loaded and
+            # compiled once, not again for every job.
             "classloader.parent-first-patterns.additional": "org.apache.kafka.;org.apache.beam.",
             "rest.address": s.host,
             "rest.bind-address": s.host,

@@ -37,13 +37,12 @@ public final class ByCampaign {
     public static final RowTypeInfo KEYED = new RowTypeInfo(new TypeInformation<?>[] {LONG, ROW},
         new String[] {"f0", "f1"});
     static final OutputTag<Row> UNKEYED = new OutputTag<>("campaign inside the bytes", ROW);
-    private static final int KIND = 0;
     private static final int CAMPAIGN = 1;
 
     private ByCampaign() {
     }
 
-    /** Rows with a campaign id: keyed rows out; the rest (`others`) to be decoded first. */
+    /** Rows with a campaign id: keyed rows out; the rest (`others`: campaign id NULL) to be decoded first. */
     public static SingleOutputStreamOperator<Row> split(DataStream<Row> reduced) {
         return reduced.process(new Split(), KEYED).name("key rows by campaign");
     }
@@ -70,8 +69,7 @@ public final class ByCampaign {
         @Override
         public void processElement(Row in, Context ctx, Collector<Row> out) {
             Row row = project(in);
-            Object kind = row.getField(KIND);
-            if (row.getField(CAMPAIGN) != null && !"campaign".equals(kind) && !"raw".equals(kind)) {
+            if (row.getField(CAMPAIGN) != null) {  // campaign records and raw events carry none yet
                 out.collect(Row.of(row.getField(CAMPAIGN), row));
             } else {
                 ctx.output(UNKEYED, row);
