@@ -1,15 +1,18 @@
 """`adserve bench billing`: events per second through the click aggregator, beacon-to-billed latency, and the
 nightly recount over the same day's archive.
 
-Part 1, throughput: --events ad.events records (default 1 M: impressions of
+Part 1, throughput: --events ad.events records (default 3 M: impressions of
 --campaigns campaigns, about 2 % clicks, 3 % repeated beacons, a few bots)
 are produced to a fresh 4-partition topic; `click_aggregator` then runs
 bounded over them on the platform's Flink cluster with checkpointing on
-(every 2 s). Figure: events per second while it runs (the offsets it commits
-at each checkpoint, from the first checkpoint that moved them to the last:
-start-up excluded), and the job's whole run time with the rate over it
-(start-up included: the conservative figure; over a short run the committed
-offsets give only two or three points, so the first figure varies more).
+(exactly-once state, every --checkpoint-interval-ms: by default the job's
+own default, 5 s, as `adserve jobs deploy` runs it). Figure: events per
+second while it runs (the offsets it commits at each checkpoint, from the
+first checkpoint that moved them to the last: start-up excluded), and the
+job's whole run time with the rate over it (start-up included: the
+conservative figure). A run needs several checkpoints for the first figure
+to mean much: with fewer events or a longer interval it rests on two or three
+points and varies more.
 
 Part 2, the recount: `archiver` runs bounded over the same events, the
 campaigns and the billed totals part 1 produced, and `pipelines.nightly_recount`
@@ -41,11 +44,13 @@ import uuid
 from typing import Any
 
 from infra.platform import PlatformSettings
+from jobs.flink_io import KafkaJobSettings
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
 DAY = "2026-03-10"
 DOLLAR = 1_000_000
 PARTITIONS = 4
+CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
 BOT = "Mozilla/5.0 (compatible; bingbot/2.0)"
 
 
@@ -113,11 +118,12 @@ def _topics(settings: PlatformSettings, kind: str) -> dict[str, str]:
     return topics
 
 
-def _job_args(settings: PlatformSettings, topics: dict[str, str], group: str, *extra: str) -> list[str]:
+def _job_args(settings: PlatformSettings, topics: dict[str, str], group: str, checkpoint_ms: int,
+              *extra: str) -> list[str]:
     from infra.platform.jars import flink_connector_jar
 
     return ["--bootstrap", settings.kafka_bootstrap, "--connector-jar", str(flink_connector_jar(settings)),
-            "--group-id", group, "--startup-mode", "earliest-offset", "--checkpoint-interval-ms", "2000",
+            "--group-id", group, "--startup-mode", "earliest-offset", "--checkpoint-interval-ms", str(checkpoint_ms),
             "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
             "--billed-topic", topics["billed"], "--dead-letter-topic", topics["dead"], *extra]
 
@@ -141,7 +147,8 @@ def _campaign_records(producer, topic: str, campaigns: int, at_ms: int) -> None:
         _produce(producer, topic, str(c).encode(), codec.encode("ServingCampaign", _campaign(c, at_ms)), at_ms)
 
 
-def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int, log) -> tuple[dict, dict]:
+def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int, checkpoint_ms: int,
+                     log) -> tuple[dict, dict]:
     from infra.platform.services import Flink
     from jobs import deploy
     from schemas.codec import AvroCodec
@@ -165,9 +172,9 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
     producer.flush(120)
     rest, conf = settings.flink_rest_url, Flink(settings).conf_dir
     group = f"bench-billing-{uuid.uuid4().hex[:6]}"
-    log("running click_aggregator bounded over them, checkpointing every 2 s ...")
+    log(f"running click_aggregator bounded over them, checkpointing every {checkpoint_ms / 1000:g} s ...")
     job_id = deploy.deploy("click_aggregator", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
-                           conf_dir=conf, job_args=_job_args(settings, topics, group, "--bounded",
+                           conf_dir=conf, job_args=_job_args(settings, topics, group, checkpoint_ms, "--bounded",
                                                              # a backfill: no partition is quiet, only slow
                                                              "--idle-timeout-ms", "60000"))
     _wait_started(rest, job_id)
@@ -176,7 +183,7 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
     rate, job_run_s = committed_rate(settings, job_id, group, topics["events"], PARTITIONS, events)
     return ({"events_per_s": round(rate), "job_run_s": round(job_run_s, 1),
              "events_per_s_whole_run": round(events / job_run_s), "events": events,
-             "campaigns": campaigns, "checkpoint_interval_ms": 2000}, topics)
+             "campaigns": campaigns, "checkpoint_interval_ms": checkpoint_ms}, topics)
 
 
 def bench_recount(settings: PlatformSettings, topics: dict[str, str], log) -> dict[str, Any]:
@@ -209,7 +216,8 @@ def bench_recount(settings: PlatformSettings, topics: dict[str, str], log) -> di
             "recount_events": summary["events"], "recount_campaigns": summary["campaigns"]}
 
 
-def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campaigns: int, log) -> dict[str, Any]:
+def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campaigns: int, checkpoint_ms: int,
+                  log) -> dict[str, Any]:
     import numpy as np
     from confluent_kafka import Consumer
 
@@ -225,7 +233,8 @@ def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campai
     producer.flush(60)
     job_id = deploy.deploy("click_aggregator", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
                            conf_dir=Flink(settings).conf_dir,
-                           job_args=_job_args(settings, topics, f"bench-latency-{uuid.uuid4().hex[:6]}"))
+                           job_args=_job_args(settings, topics, f"bench-latency-{uuid.uuid4().hex[:6]}",
+                                                             checkpoint_ms))
     deploy.wait_running(settings.flink_rest_url, job_id, timeout_s=300)
     billed_at: dict[tuple[int, int], float] = {}  # (campaign, window end) -> wall time first read
     stop = threading.Event()
@@ -306,6 +315,7 @@ def bench_python_baseline(events: int, campaigns: int) -> dict[str, Any]:
 
 
 def run(*, events: int, campaigns: int, latency_rate: int, latency_s: int, recount: bool = True,
+        checkpoint_ms: int = CHECKPOINT_MS,
         log=print) -> dict[str, Any]:
     from adserve.bench import machine
     from infra.platform import control
@@ -313,11 +323,13 @@ def run(*, events: int, campaigns: int, latency_rate: int, latency_s: int, recou
     settings = PlatformSettings.from_env()
     control.up(settings, log=log)
     figures: dict[str, Any] = {"machine": machine()}
-    throughput, topics = bench_throughput(settings, events=events, campaigns=campaigns, log=log)
+    throughput, topics = bench_throughput(settings, events=events, campaigns=campaigns, checkpoint_ms=checkpoint_ms,
+                                          log=log)
     figures.update(throughput)
     if recount:
         figures.update(bench_recount(settings, topics, log))
-    figures.update(bench_latency(settings, rate=latency_rate, seconds=latency_s, campaigns=campaigns, log=log))
+    figures.update(bench_latency(settings, rate=latency_rate, seconds=latency_s, campaigns=campaigns,
+                                 checkpoint_ms=checkpoint_ms, log=log))
     log("baseline: the per-event path in plain Python ...")
     figures.update(bench_python_baseline(min(events, 300_000), campaigns))
     return figures

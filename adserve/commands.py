@@ -118,11 +118,13 @@ def _register_bench(sub) -> None:
     h = bsub.add_parser("billing", help="events/s through the click aggregator, beacon-to-billed latency, the "
                                         "nightly recount (needs `adserve up`)",
                         description=bench_billing.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    h.add_argument("--events", type=int, default=1_000_000, help="events through the job (default 1,000,000)")
+    h.add_argument("--events", type=int, default=3_000_000, help="events through the job (default 3,000,000)")
     h.add_argument("--campaigns", type=int, default=2_000, help="campaigns (default 2,000)")
     h.add_argument("--latency-rate", type=int, default=2_000, help="events/s in the latency part (default 2,000)")
     h.add_argument("--latency-s", type=int, default=60, help="seconds of the latency part (default 60)")
     h.add_argument("--no-recount", action="store_true", help="skip the archive and the nightly recount")
+    h.add_argument("--checkpoint-interval-ms", type=int, default=bench_billing.CHECKPOINT_MS,
+                   help=f"the job's checkpoint interval (default {bench_billing.CHECKPOINT_MS}, the job's own)")
     h.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     h.set_defaults(handler=cmd_bench_billing)
 
@@ -173,7 +175,8 @@ def cmd_bench_billing(args: argparse.Namespace) -> int:
 
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
     figures = bench_billing.run(events=args.events, campaigns=args.campaigns, latency_rate=args.latency_rate,
-                                latency_s=args.latency_s, recount=not args.no_recount, log=log)
+                                latency_s=args.latency_s, recount=not args.no_recount,
+                                checkpoint_ms=args.checkpoint_interval_ms, log=log)
     print(json.dumps(figures) if args.json else bench_billing.render(figures))
     return 0
 

@@ -32,3 +32,14 @@ class CorruptRecord(AdserveError):
         where = f"topic {topic or '?'} partition {partition if partition is not None else '?'} " \
                 f"offset {offset if offset is not None else '?'}"
         super().__init__(f"corrupt record at {where}: {reason}")
+
+
+class ShardCountChanged(AdserveError):
+    """A job restored from state written with another number of key shards than it now runs with: the keyed
+    state of some keys would not be found (e.g. a campaign's bill starting again from zero)."""
+
+    def __init__(self, job: str, stored: int, configured: int):
+        self.stored = stored
+        self.configured = configured
+        super().__init__(f"{job}: its state was written with {stored} shards, and it now runs with {configured}; "
+                         f"restore it with --shards {stored} (a different count needs a fresh start of its state)")

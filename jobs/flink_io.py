@@ -90,6 +90,15 @@ def _default_connector_jar() -> str:
     return str(flink_connector_jar(PlatformSettings.from_env()))
 
 
+def check_shards(job: str, stored: int | None, configured: int) -> None:
+    """Raise ShardCountChanged when a shard's state was written with another shard count than `configured`
+    (None: a fresh shard). The count is fixed for the life of a job's state, like its max parallelism."""
+    from core.errors import ShardCountChanged
+
+    if stored is not None and stored != configured:
+        raise ShardCountChanged(job, stored, configured)
+
+
 def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = ()):
     """A StreamExecutionEnvironment and its table environment, checkpointed exactly-once; `extra_jars`
     (the project's own JVM functions) are shipped with the job beside the Kafka connector."""

@@ -13,7 +13,7 @@ import org.apache.flink.util.Collector;
 import org.apache.flink.util.OutputTag;
 
 /**
- * The click aggregator's reduced rows, keyed by campaign in the JVM for its Python bill (jobs/click_aggregator).
+ * The click aggregator's reduced rows, keyed by campaign shard in the JVM for its Python bill (jobs/click_aggregator).
  *
  * <p>PyFlink's own key_by runs a Python function over every row to extract the key: one Python operator more
  * for each of the aggregator's window rows (one per campaign and 10 s window). Here the rows that already
@@ -21,7 +21,10 @@ import org.apache.flink.util.OutputTag;
  * is inside their Avro bytes (campaign records, events of another contract version) go through Python to be
  * decoded, and come back to be keyed the same way.
  *
- * <p>The keyed shape is PyFlink's: {@code Row(f0 = campaign id, f1 = row)}, partitioned by PyFlink's
+ * <p>The key is the campaign's shard ({@link #shard}: campaign id modulo the job's shard count), not the
+ * campaign: PyFlink writes each key's changed state back to the JVM once per bundle and waits for the answer,
+ * so a key per campaign cost a round trip per campaign and bundle; the bill keeps a shard's campaigns in one
+ * map state. The keyed shape is PyFlink's: {@code Row(f0 = shard, f1 = row)}, partitioned by PyFlink's
  * KeyByKeySelector on f0 (applied by the caller), so a Python KeyedProcessFunction consumes it as if its own
  * key_by had made it. Event timestamps and watermarks pass unchanged.
  */
@@ -43,8 +46,8 @@ public final class ByCampaign {
     }
 
     /** Rows with a campaign id: keyed rows out; the rest (`others`: campaign id NULL) to be decoded first. */
-    public static SingleOutputStreamOperator<Row> split(DataStream<Row> reduced) {
-        return reduced.process(new Split(), KEYED).name("key rows by campaign");
+    public static SingleOutputStreamOperator<Row> split(DataStream<Row> reduced, Integer shards) {
+        return reduced.process(new Split(shards), KEYED).name("key rows by campaign shard");
     }
 
     /** The rows `split` could not key: campaign records and events of another contract version. */
@@ -53,8 +56,13 @@ public final class ByCampaign {
     }
 
     /** The keyed rows of `split` and the decoded others, keyed the same way, as one stream. */
-    public static DataStream<Row> union(DataStream<Row> keyed, DataStream<Row> decoded) {
-        return keyed.union(decoded.map(new WithKey(), KEYED).name("key decoded rows by campaign"));
+    public static DataStream<Row> union(DataStream<Row> keyed, DataStream<Row> decoded, Integer shards) {
+        return keyed.union(decoded.map(new WithKey(shards), KEYED).name("key decoded rows by campaign shard"));
+    }
+
+    /** The shard of a campaign: what the rows are keyed by. */
+    public static long shard(long campaignId, int shards) {
+        return Math.floorMod(campaignId, (long) shards);
     }
 
     static Row project(Row in) {
@@ -66,11 +74,17 @@ public final class ByCampaign {
     }
 
     static final class Split extends ProcessFunction<Row, Row> {
+        private final int shards;
+
+        Split(int shards) {
+            this.shards = shards;
+        }
+
         @Override
         public void processElement(Row in, Context ctx, Collector<Row> out) {
             Row row = project(in);
             if (row.getField(CAMPAIGN) != null) {  // campaign records and raw events carry none yet
-                out.collect(Row.of(row.getField(CAMPAIGN), row));
+                out.collect(Row.of(shard((Long) row.getField(CAMPAIGN), shards), row));
             } else {
                 ctx.output(UNKEYED, row);
             }
@@ -78,9 +92,15 @@ public final class ByCampaign {
     }
 
     static final class WithKey implements MapFunction<Row, Row> {
+        private final int shards;
+
+        WithKey(int shards) {
+            this.shards = shards;
+        }
+
         @Override
         public Row map(Row row) {
-            return Row.of(row.getField(CAMPAIGN), row);
+            return Row.of(shard((Long) row.getField(CAMPAIGN), shards), row);
         }
     }
 }
