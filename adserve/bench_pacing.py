@@ -4,8 +4,8 @@ Part 1, the job: --items spend reports (default 4 M) from --servers servers
 (default 200) on --campaigns campaigns (default 2,000), one report per server
 and campaign it served and second, with the heartbeats of every second, are
 produced to a fresh topic; `budget_pacing` then runs bounded over them on the
-platform's Flink cluster with checkpointing on (every 2 s, exactly-once
-state). Figure: items per second through the job while it runs (the offsets
+platform's Flink cluster with checkpointing on (exactly-once state, every
+--checkpoint-interval-ms: by default the job's own default, 5 s). Figure: items per second through the job while it runs (the offsets
 it commits at each checkpoint, from the first checkpoint that moved them to
 the last: start-up excluded), and the job's whole run time.
 
@@ -31,8 +31,10 @@ import uuid
 from typing import Any
 
 from infra.platform import PlatformSettings
+from jobs.flink_io import KafkaJobSettings
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
+CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
 
 
 def _reports(items: int, servers: int, campaigns: int, seed: int):
@@ -64,7 +66,8 @@ def _reports(items: int, servers: int, campaigns: int, seed: int):
                 "lease_id": None, "max_price_micros": 0, "wants_slice": False}), now, partition
 
 
-def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns: int, log) -> dict[str, Any]:
+def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns: int, checkpoint_ms: int,
+              log) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     from infra.platform.jars import flink_connector_jar
@@ -92,12 +95,12 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
                 producer.poll(0.05)
     producer.flush(120)
     rest, conf = settings.flink_rest_url, Flink(settings).conf_dir
-    log("running budget_pacing bounded over them, checkpointing every 2 s ...")
+    log(f"running budget_pacing bounded over them, checkpointing every {checkpoint_ms / 1000:g} s ...")
     job_id = deploy.deploy("budget_pacing", jobmanager=f"{settings.host}:{settings.flink_rest_port}", conf_dir=conf,
                            job_args=["--bootstrap", settings.kafka_bootstrap,
                                      "--connector-jar", str(flink_connector_jar(settings)),
                                      "--group-id", f"bench-pacing-{suffix}", "--startup-mode", "earliest-offset",
-                                     "--bounded", "--checkpoint-interval-ms", "2000", "--redis-url", "",
+                                     "--bounded", "--checkpoint-interval-ms", str(checkpoint_ms), "--redis-url", "",
                                      "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"]])
@@ -106,7 +109,7 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
 
     rate, job_run_s = committed_rate(settings, job_id, f"bench-pacing-{suffix}", topics["spend"], 4, items)
     return {"spend_items_per_s": round(rate), "job_run_s": round(job_run_s, 1), "items": items,
-            "campaigns": campaigns, "servers": servers, "checkpoint_interval_ms": 2000}
+            "campaigns": campaigns, "servers": servers, "checkpoint_interval_ms": checkpoint_ms}
 
 
 def bench_controller(campaigns: int) -> dict[str, Any]:
@@ -152,14 +155,16 @@ def bench_python_baseline(items: int) -> dict[str, Any]:
     return {"baseline_python_items_per_s": round(len(values) / (time.perf_counter() - began))}
 
 
-def run(*, items: int, servers: int, campaigns: int, controller_campaigns: int, log=print) -> dict[str, Any]:
+def run(*, items: int, servers: int, campaigns: int, controller_campaigns: int, checkpoint_ms: int = CHECKPOINT_MS,
+        log=print) -> dict[str, Any]:
     from adserve.bench import machine
     from infra.platform import control
 
     settings = PlatformSettings.from_env()
     control.up(settings, log=log)
     figures: dict[str, Any] = {"machine": machine()}
-    figures.update(bench_job(settings, items=items, servers=servers, campaigns=campaigns, log=log))
+    figures.update(bench_job(settings, items=items, servers=servers, campaigns=campaigns, checkpoint_ms=checkpoint_ms,
+                             log=log))
     log(f"controller: {controller_campaigns:,} campaigns, one step each ...")
     figures.update(bench_controller(controller_campaigns))
     log("baseline: the per-item path in plain Python ...")

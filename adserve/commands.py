@@ -110,6 +110,8 @@ def _register_bench(sub) -> None:
     g.add_argument("--campaigns", type=int, default=2_000, help="campaigns reported on (default 2,000)")
     g.add_argument("--controller-campaigns", type=int, default=100_000,
                    help="campaigns in the controller part (default 100,000)")
+    g.add_argument("--checkpoint-interval-ms", type=int, default=bench_pacing.CHECKPOINT_MS,
+                   help=f"the job's checkpoint interval (default {bench_pacing.CHECKPOINT_MS}, the job's own)")
     g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     g.set_defaults(handler=cmd_bench_pacing)
 
@@ -188,7 +190,8 @@ def cmd_bench_pacing(args: argparse.Namespace) -> int:
 
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
     figures = bench_pacing.run(items=args.items, servers=args.servers, campaigns=args.campaigns,
-                               controller_campaigns=args.controller_campaigns, log=log)
+                               controller_campaigns=args.controller_campaigns,
+                               checkpoint_ms=args.checkpoint_interval_ms, log=log)
     print(json.dumps(figures) if args.json else bench_pacing.render(figures))
     return 0
 

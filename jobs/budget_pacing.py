@@ -9,8 +9,15 @@ kept per server in 1 s windows. Python sees only those reduced rows, plus the
 low-volume serving.campaigns and billing.billed_spend records, and calls the
 pure rules of core.budget / core.pacing:
 
-  reduced windows, campaigns, billed -> keyed by campaign -> core.budget.on_*
-  event-time timer every 10 s        -> core.budget.step (controller, budget state, day rollover)
+  reduced windows, campaigns, billed -> keyed by campaign shard -> core.budget.on_*
+  event-time timer every 10 s        -> core.budget.step per campaign (controller, budget state, day rollover)
+
+The rows are keyed in the JVM (jobs/jvm/ByCampaign) by the campaign's shard,
+campaign id modulo --shards (default 16), and the states of a shard's
+campaigns are one map state: PyFlink writes each key's changed state back to
+the JVM once per bundle and waits for it, so fewer keys mean fewer round
+trips. Only rows whose campaign is inside their Avro bytes (campaign and
+billing records, late spend reports) pass a Python decoder first.
 
 Outputs: budget.state (compacted; p, OPEN/METERED/STOPPED, remaining), budget.leases
 (slices for metered campaigns), Redis `pacing:{campaign}` (streams.pacing_store),
@@ -27,9 +34,10 @@ the Python path and is added on arrival (counting a resend whose original did
 arrive twice, the safe direction: spend over-counted pauses early, never
 overspends).
 
-State: one PacerState Avro record (schemas/pacer_state.avsc) per campaign,
-checkpointed with the Kafka offsets, so a restart from a checkpoint neither
-loses nor double-counts spend.
+State: one PacerState Avro record (schemas/pacer_state.avsc) per campaign, in
+its shard's map, checkpointed with the Kafka offsets, so a restart from a
+checkpoint neither loses nor double-counts spend. The shard count is fixed for
+the life of that state: a restore with another count fails (ShardCountChanged).
 
 Deploy: adserve jobs deploy budget_pacing"""
 from __future__ import annotations
@@ -45,14 +53,16 @@ from typing import Any, Sequence
 from core import budget
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
-                           dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args)
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, by_campaign_shard, bytes_row_type, check_shards,
+                           create_environment, dead_letter_row, kafka_sink_table, kafka_source_table, parse,
+                           settings_from_args)
 
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 REDIS_FLUSH_POINTS = 256
 REDIS_FLUSH_S = 0.5
 END_OF_INPUT = 2**63 - 1 - 86_400_000  # watermarks this high mean a bounded input has ended
+SHARDS = 16  # the pacer's keys: campaigns by campaign id modulo this (fixed for the life of the job's state)
 
 ROW_FIELDS = ["kind", "campaign_id", "server_id", "lease_id", "spend", "served", "eligible", "price", "servers",
               "wants", "topic", "part", "off", "k", "v"]
@@ -138,7 +148,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
           state_topic: str = "budget.state", leases_topic: str = "budget.leases",
           dead_letter_topic: str = "dead.letters", redis_url: str = "", curves: str = "",
           out_of_orderness_ms: int = 2000, idle_timeout_ms: int = 2000,
-          heartbeat_ms: int = budget.HEARTBEAT_MS) -> None:
+          heartbeat_ms: int = budget.HEARTBEAT_MS, shards: int = SHARDS) -> None:
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
     from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
@@ -151,16 +161,14 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     record_types = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend"}
 
     class Route(ProcessFunction):
-        """Low-volume raw records: decode, key by campaign; corrupt ones -> dead letters (counted)."""
+        """The rows whose campaign is inside their Avro bytes (campaign records, billed totals, late or
+        undecodable spend reports): decoded for their campaign id; corrupt ones -> dead letters (counted)."""
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
             self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
 
         def process_element(self, row, ctx):
-            if row.kind not in record_types:
-                yield row
-                return
             try:
                 record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
                                            offset=row.off)
@@ -174,13 +182,19 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             yield Row(row.kind, int(record["campaign_id"]), *[None] * 8, row.topic, row.part, row.off, row.k, row.v)
 
     class Pace(KeyedProcessFunction):
-        """Per campaign: PacerState in, core.budget called, states / slices / pacing points out."""
+        """Per campaign: PacerState in, core.budget called, states / slices / pacing points out.
+
+        Keyed by shard (campaign id modulo `shards`), the states in a map by campaign: PyFlink writes a key's
+        changed state back to the JVM once per bundle and waits for it, so one key per campaign cost a round
+        trip per campaign and bundle; a shard's changes go in one. One event-time timer per shard steps every
+        campaign of the shard each 10 s."""
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
-            self.state = runtime_context.get_state(ValueStateDescriptor("pacer_state",
-                                                                        Types.PRIMITIVE_ARRAY(Types.BYTE())))
-            # Reports that took the late path, by (server, sequence), kept an hour: a repeat counts once.
+            self.states = runtime_context.get_map_state(MapStateDescriptor(
+                "pacer_states", Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE())))
+            self.shard_count = runtime_context.get_state(ValueStateDescriptor("shards", Types.INT()))
+            # Reports that took the late path, by (campaign, server, sequence), kept an hour: a repeat counts once.
             self.late_seen = runtime_context.get_map_state(MapStateDescriptor("late_reports", Types.STRING(),
                                                                               Types.LONG()))
             metrics = runtime_context.get_metrics_group()
@@ -194,6 +208,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 self.store = PacingStore(redis_url)
             self.points: list[dict[str, Any]] = []
             self.cache: dict[int, budget.PacerState] = {}
+            self.members: dict[int, set[int]] = {}  # shard -> its campaigns, read from state once per run
             self.flushed_at = time.monotonic()
 
         def close(self):
@@ -204,13 +219,23 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
         def _shape(self, campaign_id: int):
             return self.shapes.get(campaign_id) or self.default_shape
 
+        def _campaigns(self, shard: int) -> set[int]:
+            """The shard's campaigns; the first call of a run reads them from Flink state (after a restart the
+            operator starts with nothing in memory) and checks the state's shard count."""
+            members = self.members.get(shard)
+            if members is None:
+                check_shards(JOB_NAME, self.shard_count.value(), shards)
+                self.shard_count.update(shards)
+                members = self.members[shard] = set(self.states.keys())
+            return members
+
         def _load(self, campaign_id: int) -> budget.PacerState:
-            # Decoded states are kept in memory between calls; Flink state stays the truth (written after
-            # every change, checkpointed), and a restart rebuilds this operator with an empty cache.
+            # Decoded states are kept in memory between calls; Flink state stays the truth (written after every
+            # change, checkpointed), and a restart rebuilds this operator with an empty cache.
             cached = self.cache.get(campaign_id)
             if cached is not None:
                 return cached
-            raw = self.state.value()
+            raw = self.states.get(campaign_id)
             if raw is None:
                 state = budget.PacerState(campaign_id)
                 shape = self._shape(campaign_id)
@@ -220,7 +245,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             return budget.from_record(self.codec.decode(bytes(raw), "PacerState"))
 
         def _save(self, state: budget.PacerState) -> None:
-            self.state.update(self.codec.encode("PacerState", budget.to_record(state)))
+            self.states.put(state.campaign_id, self.codec.encode("PacerState", budget.to_record(state)))
             self.cache[state.campaign_id] = state
 
         def _emit(self, outputs):
@@ -245,8 +270,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 self.points, self.flushed_at = [], time.monotonic()
 
         def process_element(self, row, ctx):
-            campaign_id = ctx.get_current_key()
-            fresh = campaign_id not in self.cache and self.state.value() is None
+            shard, campaign_id = ctx.get_current_key(), row.campaign_id
+            members = self._campaigns(shard)
             state = self._load(campaign_id)
             event_ms = ctx.timestamp()
             watermark = ctx.timer_service().current_watermark()
@@ -260,7 +285,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                                                  bool(row.wants), row.price or 0, event_ms + 1)
             elif row.kind == "spend_raw":
                 report = self.codec.decode(row.v, "SpendReport")
-                key = f"{report['server_id']}|{report['sequence']}"
+                key = f"{campaign_id}|{report['server_id']}|{report['sequence']}"
                 if self.late_seen.contains(key):
                     return
                 # (late reports are rare: tidy the hour-old ones here, never on the per-step path)
@@ -276,18 +301,21 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             elif row.kind == "billed":
                 budget.on_billed(state, self.codec.decode(row.v, "BilledSpend"))
             self._save(state)
-            if fresh:
-                ctx.timer_service().register_event_time_timer(budget.next_step_ms(now_ms))
+            if campaign_id not in members:  # its first step comes with the shard's next one
+                if not members:
+                    ctx.timer_service().register_event_time_timer(budget.next_step_ms(now_ms))
+                members.add(campaign_id)
             yield from self._emit(outputs)
 
         def on_timer(self, timestamp: int, ctx):
-            state = self._load(ctx.get_current_key())
-            outputs = budget.step(state, timestamp, self._shape(state.campaign_id), heartbeat_ms=heartbeat_ms)
-            self.steps.inc()
-            self._save(state)
+            for campaign_id in sorted(self._campaigns(ctx.get_current_key())):
+                state = self._load(campaign_id)
+                outputs = budget.step(state, timestamp, self._shape(campaign_id), heartbeat_ms=heartbeat_ms)
+                self.steps.inc()
+                self._save(state)
+                yield from self._emit(outputs)
             if ctx.timer_service().current_watermark() < END_OF_INPUT:  # a bounded run ends; no more steps
                 ctx.timer_service().register_event_time_timer(budget.next_step_ms(timestamp))
-            yield from self._emit(outputs)
 
     kafka_source_table(t_env, "spend_in", spend_topic, settings, out_of_orderness_ms=out_of_orderness_ms)
     kafka_source_table(t_env, "campaigns_in", campaigns_topic, settings, idle_timeout_ms=idle_timeout_ms,
@@ -301,10 +329,11 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
     _reduce_spend_sql(t_env, header_hex, budget.STEP_MS // 1000)
 
-    rows = t_env.to_data_stream(t_env.from_path("reduced"))
-    routed = rows.process(Route(), output_type=_row_type()).name("decode campaign, billing and late records")
-    paced = (routed.key_by(lambda r: r.campaign_id, key_type=Types.LONG())
-             .process(Pace(), output_type=bytes_row_type()).name("pace campaigns"))
+    # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign): only rows whose campaign is inside their
+    # Avro bytes pass through Python (Route) before the pacer.
+    routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), _row_type(), shards,
+                                      Route(), "decode campaign, billing and late records")
+    paced = keyed.process(Pace(), output_type=bytes_row_type()).name("pace campaigns")
     statements = t_env.create_statement_set()
     statements.add_insert("state_out", t_env.from_data_stream(paced))
     statements.add_insert("leases_out", t_env.from_data_stream(paced.get_side_output(leases_out)))
@@ -332,6 +361,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--idle-timeout-ms", type=int, default=2000,
                         help="after this long without records, the campaign and billing topics stop holding "
                              "event time back")
+    parser.add_argument("--shards", type=int, default=SHARDS,
+                        help="the pacer's keys: campaigns are grouped by campaign id modulo this (default "
+                             f"{SHARDS}); bounds the pacer's parallelism, and is fixed for the life of the job's "
+                             "state (a restore with another count fails)")
     parser.add_argument("--heartbeat-ms", type=int, default=budget.HEARTBEAT_MS,
                         help="a campaign's state is re-sent at least this often even when unchanged "
                              f"(default {budget.HEARTBEAT_MS}; 10000 sends one every step)")
@@ -347,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           billed_topic=args.billed_topic, state_topic=args.state_topic, leases_topic=args.leases_topic,
           dead_letter_topic=args.dead_letter_topic, redis_url=args.redis_url, curves=args.curves,
           out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms,
-          heartbeat_ms=args.heartbeat_ms)
+          heartbeat_ms=args.heartbeat_ms, shards=args.shards)
     env.execute(JOB_NAME)
 
 

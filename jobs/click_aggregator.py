@@ -51,9 +51,9 @@ from typing import Sequence
 from core import clicks
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, check_shards, create_environment,
-                           dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args,
-                           timed_bytes_row_type, timed_table)
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, by_campaign_shard, bytes_row_type, check_shards,
+                           create_environment, dead_letter_row, kafka_sink_table, kafka_source_table, parse,
+                           settings_from_args, timed_bytes_row_type, timed_table)
 
 JOB_NAME = "click_aggregator"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -347,22 +347,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
 
     # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign): only rows whose campaign is inside their
     # Avro bytes pass through Python (Route) before the bill.
-    from pyflink.datastream import DataStream
-    from pyflink.datastream.data_stream import KeyedStream
-    from pyflink.java_gateway import get_gateway
-    from pyflink.util.java_utils import invoke_method
-
-    stream_class = "org.apache.flink.streaming.api.datastream.DataStream"
-    rows = t_env.to_data_stream(t_env.from_path("reduced"))
-    split = invoke_method(None, "io.adserve.flink.ByCampaign", "split", [rows._j_data_stream, shards],
-                          [stream_class, "java.lang.Integer"])
-    others = invoke_method(None, "io.adserve.flink.ByCampaign", "others", [split],
-                           ["org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator"])
-    routed = DataStream(others).process(Route(), output_type=_row_type()).name("decode campaign and other records")
-    keyed_rows = invoke_method(None, "io.adserve.flink.ByCampaign", "union", [split, routed._j_data_stream, shards],
-                               [stream_class, stream_class, "java.lang.Integer"])
-    keyed = KeyedStream(keyed_rows.keyBy(get_gateway().jvm.KeyByKeySelector(),
-                                         Types.ROW([Types.LONG()]).get_java_type_info()), _row_type(), routed)
+    routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), _row_type(), shards,
+                                      Route(), "decode campaign and other records")
     billed = keyed.process(Bill(), output_type=timed_bytes_row_type()).name("bill campaigns")
     statements = t_env.create_statement_set()
     statements.add_insert("billed_out", timed_table(t_env, billed))

@@ -76,6 +76,7 @@ def pacing(platform, tmp_path_factory):
                                      "--connector-jar", str(flink_connector_jar(platform)),
                                      "--group-id", f"adserve-pacing-test-{suffix}",
                                      "--checkpoint-interval-ms", "1000", "--restart-attempts", "50",
+                                     "--shards", "2",  # campaigns 101 and 103 share one of the pacer's keys
                                      "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],

@@ -2,7 +2,6 @@ package io.adserve.flink;
 
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.typeinfo.BasicTypeInfo;
-import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.java.typeutils.RowTypeInfo;
 import org.apache.flink.streaming.api.datastream.DataStream;
@@ -13,51 +12,26 @@ import org.apache.flink.util.Collector;
 import org.apache.flink.util.OutputTag;
 
 /**
- * The click aggregator's reduced rows, keyed by campaign shard in the JVM for its Python bill (jobs/click_aggregator).
+ * A job's reduced rows, keyed by campaign shard in the JVM for a Python KeyedProcessFunction (the click
+ * aggregator's bill, the budget job's pacer).
  *
  * <p>PyFlink's own key_by runs a Python function over every row to extract the key: one Python operator more
- * for each of the aggregator's window rows (one per campaign and 10 s window). Here the rows that already
- * carry their campaign (windows, late events, late joins) get the key in the JVM; only the rows whose campaign
- * is inside their Avro bytes (campaign records, events of another contract version) go through Python to be
- * decoded, and come back to be keyed the same way.
+ * for each reduced row. Here the rows that already carry their campaign get the key in the JVM; only the rows
+ * whose campaign is inside their Avro bytes (campaign records, billed totals, raw events) go through Python to
+ * be decoded, and come back to be keyed the same way.
  *
  * <p>The key is the campaign's shard ({@link #shard}: campaign id modulo the job's shard count), not the
  * campaign: PyFlink writes each key's changed state back to the JVM once per bundle and waits for the answer,
- * so a key per campaign cost a round trip per campaign and bundle; the bill keeps a shard's campaigns in one
- * map state. The keyed shape is PyFlink's: {@code Row(f0 = shard, f1 = row)}, partitioned by PyFlink's
- * KeyByKeySelector on f0 (applied by the caller), so a Python KeyedProcessFunction consumes it as if its own
- * key_by had made it. Event timestamps and watermarks pass unchanged.
+ * so a key per campaign cost a round trip per campaign and bundle; the Python side keeps a shard's campaigns
+ * in one map state. The keyed shape is PyFlink's: {@code Row(f0 = shard, f1 = row)}, partitioned by
+ * PyFlink's KeyByKeySelector on f0 (applied by the caller), so a Python KeyedProcessFunction consumes it as
+ * if its own key_by had made it. The row type is the Python side's ({@code Types.ROW_NAMED(...)}, passed in as
+ * its Java type); its fields are read from the input by name. Event timestamps and watermarks pass unchanged.
  */
 public final class ByCampaign {
-    /** The row the bill reads; the caller's Python row type (click_aggregator.ROW_FIELDS) has these fields. */
-    public static final String[] FIELDS = {"kind", "campaign_id", "billable", "impressions", "clicks", "invalid",
-        "invalid_events", "joined", "topic", "part", "off", "k", "v", "event"};
-    private static final TypeInformation<?> LONG = BasicTypeInfo.LONG_TYPE_INFO;
-    private static final TypeInformation<?> STRING = BasicTypeInfo.STRING_TYPE_INFO;
-    private static final TypeInformation<?> BYTES = PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO;
-    public static final RowTypeInfo ROW = new RowTypeInfo(new TypeInformation<?>[] {STRING, LONG, LONG, LONG,
-        LONG, LONG, LONG, LONG, STRING, BasicTypeInfo.INT_TYPE_INFO, LONG, BYTES, BYTES, STRING}, FIELDS);
-    public static final RowTypeInfo KEYED = new RowTypeInfo(new TypeInformation<?>[] {LONG, ROW},
-        new String[] {"f0", "f1"});
-    static final OutputTag<Row> UNKEYED = new OutputTag<>("campaign inside the bytes", ROW);
-    private static final int CAMPAIGN = 1;
+    private static final String UNKEYED = "campaign inside the bytes";
 
     private ByCampaign() {
-    }
-
-    /** Rows with a campaign id: keyed rows out; the rest (`others`: campaign id NULL) to be decoded first. */
-    public static SingleOutputStreamOperator<Row> split(DataStream<Row> reduced, Integer shards) {
-        return reduced.process(new Split(shards), KEYED).name("key rows by campaign shard");
-    }
-
-    /** The rows `split` could not key: campaign records and events of another contract version. */
-    public static DataStream<Row> others(SingleOutputStreamOperator<Row> split) {
-        return split.getSideOutput(UNKEYED);
-    }
-
-    /** The keyed rows of `split` and the decoded others, keyed the same way, as one stream. */
-    public static DataStream<Row> union(DataStream<Row> keyed, DataStream<Row> decoded, Integer shards) {
-        return keyed.union(decoded.map(new WithKey(shards), KEYED).name("key decoded rows by campaign shard"));
     }
 
     /** The shard of a campaign: what the rows are keyed by. */
@@ -65,42 +39,82 @@ public final class ByCampaign {
         return Math.floorMod(campaignId, (long) shards);
     }
 
-    static Row project(Row in) {
-        Row out = new Row(FIELDS.length);
-        for (int i = 0; i < FIELDS.length; i++) {
-            out.setField(i, in.getField(i));
+    /** The keyed shape of rows of {@code rowType}. */
+    public static RowTypeInfo keyed(RowTypeInfo rowType) {
+        return new RowTypeInfo(new TypeInformation<?>[] {BasicTypeInfo.LONG_TYPE_INFO, rowType},
+            new String[] {"f0", "f1"});
+    }
+
+    /**
+     * The rows of {@code reduced} as rows of {@code rowType} (its fields, by name): those with a campaign id in
+     * {@code campaignField} keyed; the rest (`others`: campaign id NULL) to be decoded first.
+     */
+    public static SingleOutputStreamOperator<Row> split(DataStream<Row> reduced, RowTypeInfo rowType,
+                                                        String campaignField, Integer shards) {
+        return reduced.process(new Split(rowType, campaignField, shards), keyed(rowType))
+            .name("key rows by campaign shard");
+    }
+
+    /** The rows `split` could not key, as rows of {@code rowType}. */
+    public static DataStream<Row> others(SingleOutputStreamOperator<Row> split, RowTypeInfo rowType) {
+        return split.getSideOutput(new OutputTag<>(UNKEYED, rowType));
+    }
+
+    /** The keyed rows of `split` and the decoded others (rows of {@code rowType}), keyed the same way. */
+    public static DataStream<Row> union(DataStream<Row> keyed, DataStream<Row> decoded, RowTypeInfo rowType,
+                                        String campaignField, Integer shards) {
+        return keyed.union(decoded.map(new WithKey(rowType, campaignField, shards), keyed(rowType))
+            .name("key decoded rows by campaign shard"));
+    }
+
+    static int campaignIndex(RowTypeInfo rowType, String campaignField) {
+        int index = rowType.getFieldIndex(campaignField);
+        if (index < 0) {
+            throw new IllegalArgumentException("no field " + campaignField + " in " + rowType);
         }
-        return out;
+        return index;
     }
 
     static final class Split extends ProcessFunction<Row, Row> {
+        private final OutputTag<Row> unkeyed;
+        private final String[] names;
+        private final int campaign;
         private final int shards;
 
-        Split(int shards) {
+        Split(RowTypeInfo rowType, String campaignField, int shards) {
+            this.unkeyed = new OutputTag<>(UNKEYED, rowType);
+            this.names = rowType.getFieldNames();
+            this.campaign = campaignIndex(rowType, campaignField);
             this.shards = shards;
         }
 
         @Override
         public void processElement(Row in, Context ctx, Collector<Row> out) {
-            Row row = project(in);
-            if (row.getField(CAMPAIGN) != null) {  // campaign records and raw events carry none yet
-                out.collect(Row.of(shard((Long) row.getField(CAMPAIGN), shards), row));
+            Row row = new Row(names.length);
+            for (int i = 0; i < names.length; i++) {
+                row.setField(i, in.getField(names[i]));  // by name: a column the input lacks fails loudly
+            }
+            Object campaignId = row.getField(campaign);
+            if (campaignId != null) {  // campaign records, billed totals and raw events carry none yet
+                out.collect(Row.of(shard((Long) campaignId, shards), row));
             } else {
-                ctx.output(UNKEYED, row);
+                ctx.output(unkeyed, row);
             }
         }
     }
 
     static final class WithKey implements MapFunction<Row, Row> {
+        private final int campaign;
         private final int shards;
 
-        WithKey(int shards) {
+        WithKey(RowTypeInfo rowType, String campaignField, int shards) {
+            this.campaign = campaignIndex(rowType, campaignField);
             this.shards = shards;
         }
 
         @Override
         public Row map(Row row) {
-            return Row.of(shard((Long) row.getField(CAMPAIGN), shards), row);
+            return Row.of(shard((Long) row.getField(campaign), shards), row);
         }
     }
 }
