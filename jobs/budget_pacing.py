@@ -53,9 +53,9 @@ from typing import Any, Sequence
 from core import budget
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, by_campaign_shard, bytes_row_type, check_shards,
-                           create_environment, dead_letter_row, kafka_sink_table, kafka_source_table, parse,
-                           settings_from_args)
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, add_shards_argument, by_campaign_shard,
+                           bytes_row_type, check_shards, create_environment, dead_letter_row, kafka_sink_table,
+                           kafka_source_table, parse, settings_from_args)
 
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -361,10 +361,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--idle-timeout-ms", type=int, default=2000,
                         help="after this long without records, the campaign and billing topics stop holding "
                              "event time back")
-    parser.add_argument("--shards", type=int, default=SHARDS,
-                        help="the pacer's keys: campaigns are grouped by campaign id modulo this (default "
-                             f"{SHARDS}); bounds the pacer's parallelism, and is fixed for the life of the job's "
-                             "state (a restore with another count fails)")
+    add_shards_argument(parser, SHARDS, "pacer")
     parser.add_argument("--heartbeat-ms", type=int, default=budget.HEARTBEAT_MS,
                         help="a campaign's state is re-sent at least this often even when unchanged "
                              f"(default {budget.HEARTBEAT_MS}; 10000 sends one every step)")

@@ -51,9 +51,9 @@ from typing import Sequence
 from core import clicks
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, by_campaign_shard, bytes_row_type, check_shards,
-                           create_environment, dead_letter_row, kafka_sink_table, kafka_source_table, parse,
-                           settings_from_args, timed_bytes_row_type, timed_table)
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, add_shards_argument, by_campaign_shard,
+                           bytes_row_type, check_shards, create_environment, dead_letter_row, kafka_sink_table,
+                           kafka_source_table, parse, settings_from_args, timed_bytes_row_type, timed_table)
 
 JOB_NAME = "click_aggregator"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -369,10 +369,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--idle-timeout-ms", type=int, default=2000,
                         help="after this long without records, a partition of the event or campaign topics "
                              "stops holding event time back")
-    parser.add_argument("--shards", type=int, default=SHARDS,
-                        help="the bill's keys: campaigns are grouped by campaign id modulo this (default "
-                             f"{SHARDS}); bounds the bill's parallelism, and is fixed for the life of the job's "
-                             "state (a restore with another count fails)")
+    add_shards_argument(parser, SHARDS, "bill")
     args = parse(parser, argv)
     settings = settings_from_args(args, JOB_NAME)
     logging.basicConfig(level=logging.INFO)

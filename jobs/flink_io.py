@@ -90,6 +90,14 @@ def _default_connector_jar() -> str:
     return str(flink_connector_jar(PlatformSettings.from_env()))
 
 
+def add_shards_argument(parser: argparse.ArgumentParser, default: int, operator: str) -> None:
+    """--shards: how many keys a job's Python `operator` groups its campaigns into (see by_campaign_shard)."""
+    parser.add_argument("--shards", type=int, default=default,
+                        help=f"the {operator}'s keys: campaigns are grouped by campaign id modulo this (default "
+                             f"{default}); bounds the {operator}'s parallelism, and is fixed for the life of the "
+                             "job's state (a restore with another count fails)")
+
+
 def check_shards(job: str, stored: int | None, configured: int) -> None:
     """Raise ShardCountChanged when a shard's state was written with another shard count than `configured`
     (None: a fresh shard). The count is fixed for the life of a job's state, like its max parallelism."""
