@@ -17,7 +17,8 @@ campaign id modulo --shards (default 16), and the states of a shard's
 campaigns are one map state: PyFlink writes each key's changed state back to
 the JVM once per bundle and waits for it, so fewer keys mean fewer round
 trips. Only rows whose campaign is inside their Avro bytes (campaign and
-billing records, late spend reports) pass a Python decoder first.
+billing records, late spend reports) are decoded there, by a Python operator that
+sees every row so that a campaign record is never overtaken by the spend behind it.
 
 Outputs: budget.state (compacted; p, OPEN/METERED/STOPPED, remaining), budget.leases
 (slices for metered campaigns), Redis `pacing:{campaign}` (streams.pacing_store),
@@ -161,14 +162,18 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     record_types = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend"}
 
     class Route(ProcessFunction):
-        """The rows whose campaign is inside their Avro bytes (campaign records, billed totals, late or
-        undecodable spend reports): decoded for their campaign id; corrupt ones -> dead letters (counted)."""
+        """Every reduced row, in order: the reduced spend passes on; the rows whose campaign is inside their Avro
+        bytes (campaign records, billed totals, late or undecodable spend reports) are decoded for their
+        campaign id; corrupt ones -> dead letters (counted)."""
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
             self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
 
         def process_element(self, row, ctx):
+            if row.kind not in record_types:
+                yield row
+                return
             try:
                 record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
                                            offset=row.off)
@@ -329,10 +334,11 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
     _reduce_spend_sql(t_env, header_hex, budget.STEP_MS // 1000)
 
-    # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign): only rows whose campaign is inside their
-    # Avro bytes pass through Python (Route) before the pacer.
+    # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign). Every row passes Route, in order: a
+    # campaign record that went its own way through Python could be overtaken by the spend behind it (a metered
+    # campaign's first slice request then met a campaign with no budget yet).
     routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), _row_type(), shards,
-                                      Route(), "decode campaign, billing and late records")
+                                      Route(), "decode campaign, billing and late records", route_all=True)
     paced = keyed.process(Pace(), output_type=bytes_row_type()).name("pace campaigns")
     statements = t_env.create_statement_set()
     statements.add_insert("state_out", t_env.from_data_stream(paced))

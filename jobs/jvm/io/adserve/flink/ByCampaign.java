@@ -67,6 +67,15 @@ public final class ByCampaign {
             .name("key decoded rows by campaign shard"));
     }
 
+    /**
+     * Rows of {@code rowType} that all carry their campaign id (e.g. after a Python decoder that saw every row,
+     * so rows keep the order they had), keyed by its shard.
+     */
+    public static DataStream<Row> key(DataStream<Row> rows, RowTypeInfo rowType, String campaignField,
+                                      Integer shards) {
+        return rows.map(new WithKey(rowType, campaignField, shards), keyed(rowType)).name("key rows by campaign shard");
+    }
+
     static int campaignIndex(RowTypeInfo rowType, String campaignField) {
         int index = rowType.getFieldIndex(campaignField);
         if (index < 0) {
