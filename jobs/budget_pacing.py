@@ -2,10 +2,11 @@
 and the dashboards' pacing curves. Keyed by campaign, on event time.
 
 Per-item work stays in the JVM. budget.spend (one item per server, campaign
-and second) is decoded by the project's Java function (jobs/jvm), deduplicated
-by (server, sequence, campaign) and summed per campaign in 10 s event-time
-windows by Flink SQL; reports that draw on a slice or ask for one are also
-kept per server in 1 s windows. Python sees only those reduced rows, plus the
+and second) is decoded, deduplicated by (server, sequence, campaign) and summed
+per campaign in 10 s event-time windows by one project operator chained to the
+Kafka source (jobs/jvm/SpendWindows: no per-report row crosses an exchange);
+reports that draw on a slice or ask for one also leave once per server and 1 s
+window. Python sees only those reduced rows, plus the
 low-volume serving.campaigns and billing.billed_spend records, and calls the
 pure rules of core.budget / core.pacing:
 
@@ -16,9 +17,11 @@ The rows are keyed in the JVM (jobs/jvm/ByCampaign) by the campaign's shard,
 campaign id modulo --shards (default 16), and the states of a shard's
 campaigns are one map state: PyFlink writes each key's changed state back to
 the JVM once per bundle and waits for it, so fewer keys mean fewer round
-trips. Only rows whose campaign is inside their Avro bytes (campaign and
-billing records, late spend reports) are decoded there, by a Python operator that
-sees every row so that a campaign record is never overtaken by the spend behind it.
+trips. Campaign and billing records get their campaign id in the JVM too
+(jobs/jvm/LeadingCampaignId) and are keyed where they stand, so the spend
+behind a campaign record cannot overtake it. Only the rows the JVM cannot key
+(late spend reports, records of another contract version or corrupt ones) pass
+a Python decoder first.
 
 Outputs: budget.state (compacted; p, OPEN/METERED/STOPPED, remaining), budget.leases
 (slices for metered campaigns), Redis `pacing:{campaign}` (streams.pacing_store),
@@ -63,6 +66,7 @@ LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 REDIS_FLUSH_POINTS = 256
 REDIS_FLUSH_S = 0.5
 END_OF_INPUT = 2**63 - 1 - 86_400_000  # watermarks this high mean a bounded input has ended
+SERVER_WINDOW_MS = 1000  # metered reports reach the pacer per server once a second of event time
 SHARDS = 16  # the pacer's keys: campaigns by campaign id modulo this (fixed for the life of the job's state)
 
 ROW_FIELDS = ["kind", "campaign_id", "server_id", "lease_id", "spend", "served", "eligible", "price", "servers",
@@ -86,61 +90,34 @@ def load_shapes(path: str) -> tuple[list[float] | None, dict[int, list[float]]]:
     return data.get("default"), {int(k): v for k, v in data.get("campaigns", {}).items()}
 
 
-def _reduce_spend_sql(t_env, header_hex: str, window_s: int) -> None:
-    """The JVM part: decode, split on-time from late or undecodable, dedupe and sum."""
-    t_env.execute_sql(f"""
-        CREATE TEMPORARY VIEW spend_checked AS
-        SELECT `topic`, `partition`, `offset`, ts, k, v, decode_spend(v, X'{header_hex}') AS r,
-               (CURRENT_WATERMARK(ts) IS NULL OR ts > CURRENT_WATERMARK(ts)) AS on_time
-        FROM spend_in""")
-    t_env.execute_sql("""
-        CREATE TEMPORARY VIEW spend_fast AS
-        SELECT r.server_id AS server_id, r.`sequence` AS seq, r.campaign_id AS campaign_id,
-               r.expected_spend_micros AS spend, r.served_ads AS served, r.eligible_requests AS eligible,
-               r.lease_id AS lease_id, r.max_price_micros AS price, r.wants_slice AS wants, ts
-        FROM spend_checked WHERE on_time AND r IS NOT NULL AND r.campaign_id > 0""")
-    t_env.execute_sql("""
-        CREATE TEMPORARY VIEW spend_metered AS
-        SELECT * FROM spend_fast WHERE lease_id IS NOT NULL OR wants""")
-    # Level 1: one row per report (a resend of the same server and sequence collapses), level 2: per campaign.
-    t_env.execute_sql(f"""
-        CREATE TEMPORARY VIEW per_report AS
-        SELECT window_time AS rt, campaign_id, server_id, seq, MAX(spend) AS spend, MAX(served) AS served,
-               MAX(eligible) AS eligible, MAX(price) AS price
-        FROM TABLE(TUMBLE(TABLE spend_fast, DESCRIPTOR(ts), INTERVAL '{window_s}' SECOND))
-        GROUP BY window_start, window_end, window_time, campaign_id, server_id, seq""")
+def _reduce_spend(t_env, header_hex: str, window_s: int, headers: dict[str, str]) -> None:
+    """The JVM part: budget.spend decoded, deduplicated and summed by the project's operator
+    io.adserve.flink.SpendWindows (jobs/jvm), chained to the Kafka source; campaign and billing records get
+    their campaign id (`headers`: their record types' single-object headers, hex). View `reduced`."""
+    from pyflink.datastream import DataStream
+    from pyflink.table import Schema
+    from pyflink.util.java_utils import invoke_method
+
+    spend = t_env.to_data_stream(t_env.from_path("spend_in"))
+    windows = invoke_method(None, "io.adserve.flink.SpendWindows", "apply",
+                            [spend._j_data_stream, f"{header_hex},{window_s * 1000},{SERVER_WINDOW_MS}"],
+                            ["org.apache.flink.streaming.api.datastream.DataStream", "java.lang.String"])
+    t_env.create_temporary_view("spend_reduced", t_env.from_data_stream(
+        DataStream(windows), Schema.new_builder().column_by_metadata("rt", "TIMESTAMP_LTZ(3)", "rowtime")
+        .watermark("rt", "SOURCE_WATERMARK()").build()))
+    nulls = ", ".join(["CAST(NULL AS BIGINT)"] * 5)
     t_env.execute_sql(f"""
         CREATE TEMPORARY VIEW reduced AS
-        SELECT 'window' AS kind, campaign_id, CAST(NULL AS STRING) AS server_id, CAST(NULL AS STRING) AS lease_id,
-               SUM(spend) AS spend, CAST(SUM(served) AS BIGINT) AS served,
-               CAST(SUM(eligible) AS BIGINT) AS eligible, MAX(price) AS price,
-               COUNT(DISTINCT server_id) AS servers, FALSE AS wants, CAST(NULL AS STRING) AS topic,
-               CAST(NULL AS INT) AS part, CAST(NULL AS BIGINT) AS off, CAST(NULL AS BYTES) AS k,
-               CAST(NULL AS BYTES) AS v, window_time AS rt
-        FROM TABLE(TUMBLE(TABLE per_report, DESCRIPTOR(rt), INTERVAL '{window_s}' SECOND))
-        GROUP BY window_start, window_end, window_time, campaign_id
+        SELECT kind, campaign_id, server_id, lease_id, spend, served, eligible, price, servers, wants, `topic`,
+               part, off, k, v, rt
+        FROM spend_reduced
         UNION ALL
-        SELECT 'server' AS kind, campaign_id, server_id, MAX(lease_id) AS lease_id, MAX(spend) AS spend,
-               CAST(MAX(served) AS BIGINT) AS served, CAST(MAX(eligible) AS BIGINT) AS eligible,
-               MAX(price) AS price, CAST(1 AS BIGINT) AS servers, MAX(wants) AS wants,
-               CAST(NULL AS STRING), CAST(NULL AS INT), CAST(NULL AS BIGINT), CAST(NULL AS BYTES),
-               CAST(NULL AS BYTES), window_time AS rt
-        FROM TABLE(TUMBLE(TABLE spend_metered, DESCRIPTOR(ts), INTERVAL '1' SECOND))
-        GROUP BY window_start, window_end, window_time, campaign_id, server_id, seq
-        UNION ALL
-        SELECT 'spend_raw', CAST(NULL AS BIGINT), CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS BIGINT),
-               CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
-               CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
-        FROM spend_checked WHERE NOT on_time OR r IS NULL
-        UNION ALL
-        SELECT 'campaign', CAST(NULL AS BIGINT), CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS BIGINT),
-               CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
-               CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
+        SELECT 'campaign', campaign_of(v, X'{headers["ServingCampaign"]}'), CAST(NULL AS STRING),
+               CAST(NULL AS STRING), {nulls}, CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
         FROM campaigns_in
         UNION ALL
-        SELECT 'billed', CAST(NULL AS BIGINT), CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS BIGINT),
-               CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
-               CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
+        SELECT 'billed', campaign_of(v, X'{headers["BilledSpend"]}'), CAST(NULL AS STRING), CAST(NULL AS STRING),
+               {nulls}, CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
         FROM billed_in""")
 
 
@@ -162,18 +139,15 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     record_types = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend"}
 
     class Route(ProcessFunction):
-        """Every reduced row, in order: the reduced spend passes on; the rows whose campaign is inside their Avro
-        bytes (campaign records, billed totals, late or undecodable spend reports) are decoded for their
-        campaign id; corrupt ones -> dead letters (counted)."""
+        """The rows the JVM could not key (late or undecodable spend reports, campaign and billing records of
+        another contract version or unreadable there) are decoded for their campaign id; corrupt ones -> dead
+        letters (counted)."""
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
             self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
 
         def process_element(self, row, ctx):
-            if row.kind not in record_types:
-                yield row
-                return
             try:
                 record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
                                            offset=row.off)
@@ -205,6 +179,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             metrics = runtime_context.get_metrics_group()
             self.steps, self.grants = metrics.counter("controller_steps"), metrics.counter("slices_granted")
             self.late = metrics.counter("late_reports")
+            self.corrupt = metrics.counter("corrupt_records")
             self.default_shape, self.shapes = load_shapes(curves)
             self.store = None
             if redis_url:
@@ -300,11 +275,19 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 self.late.inc()
                 budget.on_spend(state, budget.Window(now_ms, report["expected_spend_micros"], report["served_ads"],
                                                      report["eligible_requests"], 1), report["max_price_micros"])
-            elif row.kind == "campaign":
-                record = self.codec.decode(row.v, "ServingCampaign")
-                outputs = budget.on_campaign(state, record, now_ms, self._shape(campaign_id))
-            elif row.kind == "billed":
-                budget.on_billed(state, self.codec.decode(row.v, "BilledSpend"))
+            elif row.kind in ("campaign", "billed"):
+                try:  # its campaign id read in the JVM; the rest may still be corrupt
+                    record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
+                                               offset=row.off)
+                except CorruptRecord as error:
+                    self.corrupt.inc()
+                    yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None,
+                                                                     key=row.k, value=row.v), self.codec)
+                    return
+                if row.kind == "campaign":
+                    outputs = budget.on_campaign(state, record, now_ms, self._shape(campaign_id))
+                else:
+                    budget.on_billed(state, record)
             self._save(state)
             if campaign_id not in members:  # its first step comes with the shard's next one
                 if not members:
@@ -332,18 +315,22 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     kafka_sink_table(t_env, "state_out", state_topic, settings, exactly_once=False)
     kafka_sink_table(t_env, "leases_out", leases_topic, settings, exactly_once=False)
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
-    _reduce_spend_sql(t_env, header_hex, budget.STEP_MS // 1000)
+    _reduce_spend(t_env, header_hex, budget.STEP_MS // 1000,
+                      {name: "c301" + schema_fingerprint(default_registry().schema(name)).hex()
+                       for name in ("ServingCampaign", "BilledSpend")})
 
-    # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign). Every row passes Route, in order: a
-    # campaign record that went its own way through Python could be overtaken by the spend behind it (a metered
-    # campaign's first slice request then met a campaign with no budget yet).
+    # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign). Campaign and billing records are keyed
+    # where they stand (their campaign id read in the JVM): a campaign record that went its own way through
+    # Python could be overtaken by the spend behind it (a metered campaign's first slice request then met a
+    # campaign with no budget yet). Only late reports and records the JVM cannot read pass through Route.
     routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), _row_type(), shards,
-                                      Route(), "decode campaign, billing and late records", route_all=True)
+                                      Route(), "decode late and unreadable records")
     paced = keyed.process(Pace(), output_type=bytes_row_type()).name("pace campaigns")
     statements = t_env.create_statement_set()
     statements.add_insert("state_out", t_env.from_data_stream(paced))
     statements.add_insert("leases_out", t_env.from_data_stream(paced.get_side_output(leases_out)))
-    statements.add_insert("dead_letters_out", t_env.from_data_stream(routed.get_side_output(dead_letters)))
+    statements.add_insert("dead_letters_out", t_env.from_data_stream(
+        routed.get_side_output(dead_letters).union(paced.get_side_output(dead_letters))))
     statements.attach_as_datastream()
 
 
@@ -378,11 +365,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from jobs.jvm import udf_jar
 
     env, t_env = create_environment(settings, extra_jars=[udf_jar()])
-    t_env.create_java_temporary_system_function("decode_spend", "io.adserve.flink.DecodeSpendReport")
-    # One-phase windows: a spend report's (server, sequence, campaign) key is nearly always unique, so a local
-    # pre-aggregation in the source chain combined nothing and cost the busiest thread (53 k -> 74 k items/s
-    # in the bench without it).
-    t_env.get_config().set("table.optimizer.agg-phase-strategy", "ONE_PHASE")
+    t_env.create_java_temporary_system_function("campaign_of", "io.adserve.flink.LeadingCampaignId")
     build(env, t_env, settings, spend_topic=args.spend_topic, campaigns_topic=args.campaigns_topic,
           billed_topic=args.billed_topic, state_topic=args.state_topic, leases_topic=args.leases_topic,
           dead_letter_topic=args.dead_letter_topic, redis_url=args.redis_url, curves=args.curves,

@@ -22,9 +22,10 @@ the clicks alone (~2 % of events):
   key by shard      jobs/jvm/ByCampaign: campaign id modulo --shards (default 16), in PyFlink's keyed
                     shape (no Python key function per row)
 
-Python sees only the reduced windows, the campaign records (a side input),
-the rare late joins, late or undecodable events (only campaign records and
-undecodable events pass a Python decoder, for their campaign id), and calls
+Python sees only the reduced windows, the campaign records (a side input,
+keyed in the JVM by the campaign id jobs/jvm/LeadingCampaignId reads), the rare
+late joins, late or undecodable events (only records the JVM cannot read pass a
+Python decoder first, for their campaign id), and calls
 core.clicks.CampaignBill: bill
 up to the budget in force (core.billing), absorb the rest, credit invalid
 traffic. Every window it emits the campaign's cumulative totals for its budget
@@ -35,9 +36,9 @@ never a second bill.
 
 Late events (behind the job's clock, e.g. a tracker that reconnected) are
 deduplicated with the rest, then billed on arrival in the Python path, in their
-event time's window and day (late already at deduplication: bot and too-soon
-rules apply, burst counts and the join do not; late only at a window: the
-reason SQL gave them). Corrupt records ->
+event time's window and day, with the reason SQL gave them (late already at
+deduplication: bot and too-soon rules apply, burst counts and the join do not;
+late only at a window: all of them). Corrupt records ->
 dead.letters, counted (`corrupt_records`), and the job keeps running.
 
 Deploy: adserve jobs deploy click_aggregator"""
@@ -125,8 +126,10 @@ def _create_windows(t_env, clicks_view: str, name: str) -> None:
         GROUP BY window_start, window_end, window_time, campaign_id""")
 
 
-def _aggregate_sql(t_env, header_hex: str) -> None:
-    """The JVM part: decode, deduplicate and sum impressions (FirstSeen), count click bursts, tag, window, join."""
+def _aggregate_sql(t_env, header_hex: str, campaign_header_hex: str) -> None:
+    """The JVM part: decode, deduplicate and sum impressions (FirstSeen), count click bursts, tag, window, join;
+    campaign records get their campaign id (jobs/jvm LeadingCampaignId) where they stand, so the bill sees them in
+    the order they came."""
     # One-phase windows: the lateness check just before a window is then made against the same watermark the
     # window holds (a local/global split let a partial arrive at the global half after its window fired).
     t_env.get_config().set("table.optimizer.agg-phase-strategy", "ONE_PHASE")
@@ -201,7 +204,7 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
                CAST(NULL AS BYTES) AS k, CAST(NULL AS BYTES) AS v, CAST(NULL AS STRING) AS event, rt
         FROM windows
         UNION ALL
-        SELECT 'late', campaign_id, {late("")}, rt FROM first_seen WHERE kind = 'late'
+        SELECT 'late', campaign_id, {late("reason")}, rt FROM first_seen WHERE kind = 'late'
         UNION ALL
         SELECT 'late', campaign_id, {late("reason,joined")}, ts FROM tagged_clicks WHERE NOT on_time
         UNION ALL
@@ -212,8 +215,8 @@ def _aggregate_sql(t_env, header_hex: str) -> None:
         UNION ALL
         SELECT 'raw', CAST(NULL AS BIGINT), {raw}, rt FROM first_seen WHERE kind = 'raw'
         UNION ALL
-        SELECT 'campaign', CAST(NULL AS BIGINT), {", ".join(["CAST(NULL AS BIGINT)"] * 6)}, `topic`, `partition`,
-               `offset`, k, v, CAST(NULL AS STRING), ts FROM campaigns_in""")
+        SELECT 'campaign', campaign_of(v, X'{campaign_header_hex}'), {", ".join(["CAST(NULL AS BIGINT)"] * 6)},
+               `topic`, `partition`, `offset`, k, v, CAST(NULL AS STRING), ts FROM campaigns_in""")
 
 
 def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.events",
@@ -227,12 +230,14 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     from schemas.codec import AvroCodec, default_registry, schema_fingerprint
 
     header_hex = "c301" + schema_fingerprint(default_registry().schema("AdEvent")).hex()
+    campaign_header_hex = "c301" + schema_fingerprint(default_registry().schema("ServingCampaign")).hex()
     dead_letters = OutputTag("dead-letters", bytes_row_type())
     record_types = {"raw": "AdEvent", "campaign": "ServingCampaign"}  # the rows ByCampaign cannot key
 
     class Route(ProcessFunction):
-        """The rare rows whose campaign is inside their bytes (campaign records, events of another contract
-        version): decoded for their campaign id; corrupt ones -> dead letters (counted)."""
+        """The rare rows whose campaign is inside their bytes (events and campaign records of another contract
+        version, or ones the JVM could not read): decoded for their campaign id; corrupt ones -> dead letters
+        (counted)."""
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
@@ -270,6 +275,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
             self.seen = runtime_context.get_map_state(MapStateDescriptor("late_seen", Types.STRING(), Types.LONG()))
             metrics = runtime_context.get_metrics_group()
             self.windows, self.late = metrics.counter("billing_windows"), metrics.counter("late_events")
+            self.corrupt = metrics.counter("corrupt_records")
             self.cache: dict[int, clicks.CampaignBill] = {}
 
         def _load(self, campaign_id: int) -> clicks.CampaignBill:
@@ -310,7 +316,15 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                     self._save(bill)
                     return
             elif row.kind == "campaign":
-                bill.on_campaign(self.codec.decode(row.v, "ServingCampaign"))
+                try:
+                    record = self.codec.decode(row.v, "ServingCampaign", topic=row.topic, partition=row.part,
+                                               offset=row.off)
+                except CorruptRecord as error:  # its campaign id read in the JVM, the rest corrupt
+                    self.corrupt.inc()
+                    yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None,
+                                                                     key=row.k, value=row.v), self.codec)
+                    return
+                bill.on_campaign(record)
                 emit_at = event_ms
             elif row.kind == "late":
                 event = json.loads(row.event)
@@ -321,8 +335,10 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                     self.seen.remove(old)
                 self.seen.put(key, int(event["event_time"]))
                 self.late.inc()
-                # SQL names the reason when the event was late only at its window (burst counts included);
-                # an event late already at deduplication gets the rules that need no counts.
+                # SQL names the reason: late only at its window, with the burst counts; late already at
+                # deduplication, the rules that need no counts (decided before FirstSeen: an impression comes
+                # without the fields to decide them again). An event of another contract version (Route) gets
+                # those rules here.
                 reason = event.pop("reason") if "reason" in event else clicks.invalid_reason(event)
                 joined = bool(event.pop("joined", False))
                 totals = clicks.WindowTotals(clicks.window_end(int(event["event_time"])))
@@ -343,18 +359,19 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
     # Billed totals are cumulative for the day: a repeat after a restart changes nothing, so at-least-once.
     kafka_sink_table(t_env, "billed_out", billed_topic, settings, exactly_once=False, with_timestamp=True)
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
-    _aggregate_sql(t_env, header_hex)
+    _aggregate_sql(t_env, header_hex, campaign_header_hex)
 
-    # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign): only rows whose campaign is inside their
-    # Avro bytes pass through Python (Route) before the bill, so a campaign record can be overtaken by windows
-    # behind it. Routing every row through Route keeps the order (the budget job does), but measured 63-84 k
-    # events/s against 118-126 k here; a JVM decoder for those records is the better fix (not done yet).
+    # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign). Campaign records carry their campaign id
+    # from the JVM (LeadingCampaignId) and are keyed where they stand, so windows behind a campaign record
+    # cannot overtake it on the way to the bill. Only the rare rows the JVM cannot read (another contract
+    # version, a corrupt record) pass through Python (Route) first, and may arrive a bundle later.
     routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), _row_type(), shards,
                                       Route(), "decode campaign and other records")
     billed = keyed.process(Bill(), output_type=timed_bytes_row_type()).name("bill campaigns")
+    corrupt = routed.get_side_output(dead_letters).union(billed.get_side_output(dead_letters))
     statements = t_env.create_statement_set()
     statements.add_insert("billed_out", timed_table(t_env, billed))
-    statements.add_insert("dead_letters_out", t_env.from_data_stream(routed.get_side_output(dead_letters)))
+    statements.add_insert("dead_letters_out", t_env.from_data_stream(corrupt))
     statements.attach_as_datastream()
 
 
@@ -382,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Deduplication and burst-count state lives as long as a beacon can still verify, plus the lateness.
     t_env.get_config().set("table.exec.state.ttl", f"{clicks.DEDUPE_HORIZON_MS} ms")
     t_env.create_java_temporary_system_function("decode_event", "io.adserve.flink.DecodeAdEvent")
+    t_env.create_java_temporary_system_function("campaign_of", "io.adserve.flink.LeadingCampaignId")
     # Records pass between chained operators by reference, not as copies: a profile of the source chain
     # (Kafka, decode, tagging, the hop to FirstSeen) spent over a third of its time copying rows. Safe here:
     # the SQL operators are written for reuse, FirstSeen builds new rows, and Python operators get serialized

@@ -107,17 +107,17 @@ def check_shards(job: str, stored: int | None, configured: int) -> None:
         raise ShardCountChanged(job, stored, configured)
 
 
-def by_campaign_shard(rows, row_type, shards: int, route, route_name: str, *, route_all: bool = False):
+def by_campaign_shard(rows, row_type, shards: int, route, route_name: str):
     """(routed, keyed): `rows` (a DataStream of the reduced view's rows) keyed by campaign shard in the JVM
     (jobs/jvm/io/adserve/flink/ByCampaign), as rows of `row_type` (a Types.ROW_NAMED whose fields the view
     has, with a `campaign_id`). `keyed` is a KeyedStream for a Python KeyedProcessFunction whose key is the
     shard: PyFlink's own key_by would run a Python function per row.
 
-    `route` is a Python ProcessFunction that decodes the rows whose campaign id is inside their Avro bytes into
-    rows of `row_type` with their campaign (or sends them to a side output). By default only those rows pass
-    through it, and the rest go straight to the keyed exchange, so a routed row can be overtaken by rows that
-    came after it. With `route_all`, every row passes through `route` (which passes the others on unchanged) and
-    the rows keep their order: for a job whose rules need a campaign record before the spend that follows it."""
+    Rows with a campaign id are keyed where they stand. `route` is a Python ProcessFunction that decodes the
+    rest (campaign id NULL: records the JVM could not read) into rows of `row_type` with their campaign, or
+    sends them to a side output; those come back a bundle or so later, so they may be overtaken by rows that
+    came after them. A record whose order matters (a campaign's budget before the spend behind it) must
+    therefore get its campaign id in the JVM (jobs/jvm/LeadingCampaignId)."""
     from pyflink.common import Types
     from pyflink.datastream import DataStream
     from pyflink.datastream.data_stream import KeyedStream
@@ -128,18 +128,13 @@ def by_campaign_shard(rows, row_type, shards: int, route, route_name: str, *, ro
     stream = "org.apache.flink.streaming.api.datastream.DataStream"
     operator = "org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator"
     row_class, text, number = "org.apache.flink.api.java.typeutils.RowTypeInfo", "java.lang.String", "java.lang.Integer"
-    if route_all:
-        routed = rows.process(route, output_type=row_type).name(route_name)
-        keyed_rows = invoke_method(None, by_campaign, "key", [routed._j_data_stream, row_info, "campaign_id", shards],
-                                   [stream, row_class, text, number])
-    else:
-        split = invoke_method(None, by_campaign, "split", [rows._j_data_stream, row_info, "campaign_id", shards],
-                              [stream, row_class, text, number])
-        others = invoke_method(None, by_campaign, "others", [split, row_info], [operator, row_class])
-        routed = DataStream(others).process(route, output_type=row_type).name(route_name)
-        keyed_rows = invoke_method(None, by_campaign, "union",
-                                   [split, routed._j_data_stream, row_info, "campaign_id", shards],
-                                   [stream, stream, row_class, text, number])
+    split = invoke_method(None, by_campaign, "split", [rows._j_data_stream, row_info, "campaign_id", shards],
+                          [stream, row_class, text, number])
+    others = invoke_method(None, by_campaign, "others", [split, row_info], [operator, row_class])
+    routed = DataStream(others).process(route, output_type=row_type).name(route_name)
+    keyed_rows = invoke_method(None, by_campaign, "union",
+                               [split, routed._j_data_stream, row_info, "campaign_id", shards],
+                               [stream, stream, row_class, text, number])
     key_type = Types.ROW([Types.LONG()]).get_java_type_info()
     return routed, KeyedStream(keyed_rows.keyBy(get_gateway().jvm.KeyByKeySelector(), key_type), row_type, routed)
 

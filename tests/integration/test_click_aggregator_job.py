@@ -160,6 +160,9 @@ def billing(platform, tmp_path_factory):
                            ip="10.9.9.9")
         if second == 40:
             feed.producer.produce(topics["events"], key=b"203", value=b"\xc3\x01 not an ad event", timestamp=now)
+            # a campaign record whose id the JVM reads, its body cut short: the bill sends it to the dead letters
+            feed.producer.produce(topics["campaigns"], key=b"204", timestamp=now,
+                                  value=AvroCodec().encode("ServingCampaign", _campaign(204, DOLLAR))[:14])
         feed.clock(now)
         if second == 70:  # a click from +20 s reaching the job long after its window closed, then again
             feed.flush()
@@ -167,6 +170,9 @@ def billing(platform, tmp_path_factory):
             late = feed.event(203, "imp-203-late", "CLICK", T0 + 20_000, price=3 * DOLLAR, billing="CLICK",
                               ip="10.2.0.9")
             feed.resend(dict(late, event_id=uuid.uuid4().hex))
+            # a bot's impression from +25 s, as late: tagged by the rule SQL applied before deduplication
+            feed.event(201, "imp-201-late-bot", "IMPRESSION", T0 + 25_000, price=half, billing="IMPRESSION",
+                       agent="Mozilla/5.0 (compatible; Googlebot/2.1)")
     feed.flush()
     totals = _wait_billed(platform, topics["billed"], 999, T0 + 80_000)
     dead = [AvroCodec().decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, topics["dead"])]
@@ -197,6 +203,7 @@ def test_invalid_traffic_is_not_billed_and_is_credited(billing):
     assert t["billed_spend_micros"] == (1 + 5 + 3) * DOLLAR
     assert t["invalid_credit_micros"] == 4 * DOLLAR
     assert t["joined_clicks"] == 0  # none of these clicks' impressions was ever reported rendered
+    assert billing["totals"][201]["invalid_credit_micros"] == DOLLAR // 2  # the bot's late impression
 
 
 def test_a_click_reaching_the_job_after_its_window_closed_is_billed_once(billing):
@@ -215,8 +222,10 @@ def test_the_streaming_totals_equal_the_batch_recount(billing):
 
 
 def test_a_corrupt_event_goes_to_dead_letters_and_the_job_keeps_running(billing):
-    assert len(billing["dead"]) == 1
-    assert billing["dead"][0]["job"] == "click_aggregator"
+    assert len(billing["dead"]) == 2  # the event, and the campaign record cut short
+    assert {d["job"] for d in billing["dead"]} == {"click_aggregator"}
+    topics = billing["topics"]
+    assert {d["source_topic"] for d in billing["dead"]} == {topics["events"], topics["campaigns"]}
     assert billing["totals"][999]["event_time"] >= T0 + 80_000  # events after it were billed
 
 
@@ -279,7 +288,7 @@ def test_the_archive_holds_every_record_once_and_the_nightly_recount_finds_no_di
         "--archive", str(archive), "--day", "2026-01-05", "--output", str(tmp_path / "recount"),
         "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
         "--billed-topic", topics["billed"]], save_main_session=False)
-    assert summary["corrupt_records"] == 1
+    assert summary["corrupt_records"] == 2  # the event and the campaign record
     assert summary["campaigns"] >= 4
     assert summary["differences"] == 0, (tmp_path / "recount" / "differences.jsonl").read_text()
     assert summary["recount"]["202"]["billed_spend_micros"] == 5 * DOLLAR

@@ -47,6 +47,29 @@ final class AvroBinaryReader {
         return s;
     }
 
+    /** Skips a string without decoding it. */
+    void skipString() {
+        long length = varLong();
+        if (length < 0 || length > buf.length - pos) {
+            throw new IllegalArgumentException("bad string length");
+        }
+        pos += (int) length;
+    }
+
+    /** Skips a ["null", "string"] union without decoding it. */
+    void skipNullableString() {
+        long branch = varLong();
+        if (branch == 1) {
+            skipString();
+        } else if (branch != 0) {
+            throw new IllegalArgumentException("bad union branch");
+        }
+    }
+
+    int position() {
+        return pos;
+    }
+
     /** A ["null", "string"] union. */
     String nullableString() {
         long branch = varLong();

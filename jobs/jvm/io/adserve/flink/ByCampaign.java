@@ -16,9 +16,10 @@ import org.apache.flink.util.OutputTag;
  * aggregator's bill, the budget job's pacer).
  *
  * <p>PyFlink's own key_by runs a Python function over every row to extract the key: one Python operator more
- * for each reduced row. Here the rows that already carry their campaign get the key in the JVM; only the rows
- * whose campaign is inside their Avro bytes (campaign records, billed totals, raw events) go through Python to
- * be decoded, and come back to be keyed the same way.
+ * for each reduced row. Here the rows that already carry their campaign get the key in the JVM (campaign and
+ * billing records carry it too: {@link LeadingCampaignId} reads it); only the rows whose campaign the JVM could
+ * not read (late or undecodable events, records of another contract version) go through Python to be decoded,
+ * and come back to be keyed the same way.
  *
  * <p>The key is the campaign's shard ({@link #shard}: campaign id modulo the job's shard count), not the
  * campaign: PyFlink writes each key's changed state back to the JVM once per bundle and waits for the answer,
@@ -67,15 +68,6 @@ public final class ByCampaign {
             .name("key decoded rows by campaign shard"));
     }
 
-    /**
-     * Rows of {@code rowType} that all carry their campaign id (e.g. after a Python decoder that saw every row,
-     * so rows keep the order they had), keyed by its shard.
-     */
-    public static DataStream<Row> key(DataStream<Row> rows, RowTypeInfo rowType, String campaignField,
-                                      Integer shards) {
-        return rows.map(new WithKey(rowType, campaignField, shards), keyed(rowType)).name("key rows by campaign shard");
-    }
-
     static int campaignIndex(RowTypeInfo rowType, String campaignField) {
         int index = rowType.getFieldIndex(campaignField);
         if (index < 0) {
@@ -104,7 +96,7 @@ public final class ByCampaign {
                 row.setField(i, in.getField(names[i]));  // by name: a column the input lacks fails loudly
             }
             Object campaignId = row.getField(campaign);
-            if (campaignId != null) {  // campaign records, billed totals and raw events carry none yet
+            if (campaignId != null) {  // late, raw or other-version records carry none yet
                 out.collect(Row.of(shard((Long) campaignId, shards), row));
             } else {
                 ctx.output(unkeyed, row);

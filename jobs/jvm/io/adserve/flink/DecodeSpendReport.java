@@ -1,12 +1,10 @@
 package io.adserve.flink;
 
-import org.apache.flink.table.annotation.DataTypeHint;
-import org.apache.flink.table.functions.ScalarFunction;
 import org.apache.flink.types.Row;
 
 /**
  * Decodes one budget.spend record (schemas/spend_report.avsc, Avro single-object encoding) inside the JVM,
- * so the per-item path of the budget job never crosses into Python.
+ * for the budget job's per-item operator ({@link SpendWindows}), so that path never crosses into Python.
  *
  * <p>The caller passes the 10-byte header it expects (marker and the current schema's fingerprint); a record
  * with any other header is left to the Python path, which resolves older and newer versions of the contract.
@@ -14,13 +12,18 @@ import org.apache.flink.types.Row;
  * varint, short buffer, trailing bytes, bad union index) returns NULL, and the job sends the record to its
  * Python path, which names the reason on the dead-letter topic.
  */
-public class DecodeSpendReport extends ScalarFunction {
+final class DecodeSpendReport {
     private static final int HEADER = 10;
 
-    @DataTypeHint("ROW<server_id STRING, `sequence` BIGINT, campaign_id BIGINT, event_time BIGINT, "
-            + "interval_start BIGINT, expected_spend_micros BIGINT, served_ads INT, eligible_requests INT, "
-            + "lease_id STRING, max_price_micros BIGINT, wants_slice BOOLEAN>")
-    public Row eval(byte[] value, byte[] header) {
+    private DecodeSpendReport() {
+    }
+
+    /**
+     * Row(server_id STRING, sequence BIGINT, campaign_id BIGINT, event_time BIGINT, interval_start BIGINT,
+     * expected_spend_micros BIGINT, served_ads INT, eligible_requests INT, lease_id STRING,
+     * max_price_micros BIGINT, wants_slice BOOLEAN), or NULL.
+     */
+    static Row decode(byte[] value, byte[] header) {
         if (value == null || header == null || header.length != HEADER || value.length <= HEADER) {
             return null;
         }

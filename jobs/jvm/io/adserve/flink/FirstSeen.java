@@ -65,11 +65,15 @@ public final class FirstSeen {
         IMPRESSION_ID = 7, EVENT_TYPE = 8, EVENT_TIME = 9, SERVED_TIME = 10, CAMPAIGN_ID = 11, PRICE = 12,
         BILLING_TYPE = 13, USER_ID = 14, IP = 15, AGENT = 16, BILLABLE = 17, REASON = 18;
 
-    /** The output row's columns: kind, the window sums, the event's fields, its impression's time, raw bytes. */
+    /**
+     * The output row's columns: kind, the window sums, the event's fields, its impression's time, raw bytes, and
+     * the reason SQL gave the event before this operator (the rules that need no burst counts; a late event is
+     * billed with it, since an impression comes without the fields to decide it again).
+     */
     public static final String[] OUTPUT_FIELDS = {"kind", "campaign_id", "billable", "impressions", "clicks",
         "invalid", "invalid_events", "event_id", "impression_id", "event_type", "event_time", "served_time",
         "price_micros", "billing_type", "user_id", "ip_address", "user_agent", "impression_ts", "ts_ms",
-        "topic", "part", "off", "k", "v"};
+        "topic", "part", "off", "k", "v", "reason"};
     public static final RowTypeInfo OUTPUT_TYPE = new RowTypeInfo(new TypeInformation<?>[] {
         BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
         BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
@@ -79,9 +83,12 @@ public final class FirstSeen {
         BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
         BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.INT_TYPE_INFO,
         BasicTypeInfo.LONG_TYPE_INFO, PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO,
-        PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO}, OUTPUT_FIELDS);
+        PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO}, OUTPUT_FIELDS);
 
-    /** The decoded event alone (no Kafka bytes), as it crosses the exchange to the keyed step. */
+    /**
+     * The decoded event alone (no Kafka bytes), as it crosses the exchange to the keyed step (an impression's
+     * event id, user id, IP and raw agent are NULL: see DecodeAdEvent).
+     */
     private static final RowTypeInfo EVENT_TYPE_INFO = new RowTypeInfo(new TypeInformation<?>[] {
         BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO,
         BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
@@ -283,6 +290,7 @@ public final class FirstSeen {
             row.setField(16, e.getField(E_AGENT));
             row.setField(17, impressionTs);
             row.setField(18, ts);
+            row.setField(24, e.getField(E_REASON));
             return row;
         }
     }

@@ -1,0 +1,35 @@
+package io.adserve.flink;
+
+import org.apache.flink.table.functions.ScalarFunction;
+
+/**
+ * The campaign id of a record whose schema has {@code campaign_id} (an Avro long) as its first field
+ * (serving.campaigns, billing.billed_spend), read inside the JVM from the Avro single-object encoding.
+ *
+ * <p>It lets a job key a campaign record by its campaign's shard where the record stands in the stream,
+ * instead of sending it through a Python decoder first, from which it came back behind rows that followed
+ * it. Only the id is read: the job's Python operator decodes the whole record when it applies it, and sends a
+ * record that does not decode there to the dead-letter topic. A record with another header (an older or
+ * newer contract version, or not Avro at all) or a first field that does not decode returns NULL and takes
+ * the Python decoder's path, which resolves other versions and names the reason of a corrupt one.
+ */
+public class LeadingCampaignId extends ScalarFunction {
+    private static final int HEADER = 10;
+
+    public Long eval(byte[] value, byte[] header) {
+        if (value == null || header == null || header.length != HEADER || value.length <= HEADER) {
+            return null;
+        }
+        for (int i = 0; i < HEADER; i++) {
+            if (value[i] != header[i]) {
+                return null;
+            }
+        }
+        try {
+            long campaignId = new AvroBinaryReader(value, HEADER).varLong();
+            return campaignId > 0 ? campaignId : null;
+        } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
+            return null;
+        }
+    }
+}

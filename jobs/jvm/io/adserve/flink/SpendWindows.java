@@ -1,0 +1,334 @@
+package io.adserve.flink;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeMap;
+
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.typeinfo.BasicTypeInfo;
+import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.java.typeutils.RowTypeInfo;
+import org.apache.flink.runtime.state.StateInitializationContext;
+import org.apache.flink.runtime.state.StateSnapshotContext;
+import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
+import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.api.watermark.Watermark;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.types.Row;
+
+/**
+ * The budget job's per-item path in one JVM operator, chained to the Kafka source (jobs/budget_pacing.py):
+ * every budget.spend record is decoded ({@link DecodeSpendReport}), deduplicated and summed here, and only
+ * reduced rows leave, so no per-report row is serialized for an exchange.
+ *
+ * <ul>
+ *   <li>a report is one (server, sequence, campaign); a resend of it counts once, as the maximum of its
+ *       copies' figures (copies are identical: a resend is the same record produced again);</li>
+ *   <li>{@code window}: per campaign and 10 s event-time window, the sum of its reports' spend, served ads
+ *       and eligible requests, the largest click price and the number of distinct servers; it leaves when
+ *       the watermark passes the window's end, stamped end - 1 ms (a SQL TUMBLE window's time);</li>
+ *   <li>{@code server}: a report that draws on a slice or asks for one, once, when the watermark passes
+ *       the end of its 1 s window (the pacer answers slice requests per server);</li>
+ *   <li>{@code spend_raw}: a record behind the watermark on arrival (a resend after a long outage), or one
+ *       this decoder cannot read (another contract version, corrupt), with its Kafka coordinates and bytes,
+ *       for the job's Python path; a heartbeat (campaign id 0) only moves event time and leaves nothing.</li>
+ * </ul>
+ *
+ * <p>The reports of an unfinished window are operator state, checkpointed with the source's offsets. Reports
+ * are keyed by campaign on budget.spend, so all of a campaign's reports reach the same source subtask, and its
+ * windows (server counts included) are exact at any parallelism.
+ *
+ * <p>Called from PyFlink through {@link #apply}; the input has the Kafka table's columns topic, partition,
+ * offset, k and v (read by name), with event-time timestamps and watermarks.
+ */
+public final class SpendWindows {
+    /** The output row's columns: what the pacer's keyed rows carry (jobs/budget_pacing.py ROW_FIELDS). */
+    public static final String[] OUTPUT_FIELDS = {"kind", "campaign_id", "server_id", "lease_id", "spend",
+        "served", "eligible", "price", "servers", "wants", "topic", "part", "off", "k", "v"};
+    public static final RowTypeInfo OUTPUT_TYPE = new RowTypeInfo(new TypeInformation<?>[] {
+        BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO,
+        BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
+        BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
+        BasicTypeInfo.BOOLEAN_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.INT_TYPE_INFO,
+        BasicTypeInfo.LONG_TYPE_INFO, PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO,
+        PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO}, OUTPUT_FIELDS);
+
+    /** A pending report in operator state: which window list it is in, the window's end, and the report. */
+    private static final RowTypeInfo PENDING_TYPE = new RowTypeInfo(new TypeInformation<?>[] {
+        BasicTypeInfo.BOOLEAN_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
+        BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO,
+        BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
+        BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.BOOLEAN_TYPE_INFO},
+        new String[] {"metered", "end", "campaign", "server", "seq", "lease", "spend", "served", "eligible",
+            "price", "wants"});
+
+    private SpendWindows() {
+    }
+
+    /**
+     * The reduced stream of {@code input} (budget.spend as raw Kafka rows). {@code options}:
+     * "headerHex,windowMs,serverWindowMs", e.g. "c301...,10000,1000"; the header is the current SpendReport
+     * schema's single-object header.
+     */
+    public static DataStream<Row> apply(DataStream<Row> input, String options) {
+        String[] parts = options.split(",");
+        byte[] header = hex(parts[0].trim());
+        long windowMs = Long.parseLong(parts[1].trim());
+        long serverWindowMs = Long.parseLong(parts[2].trim());
+        return input.transform("spend windows: decode, deduplicate, sum per campaign", OUTPUT_TYPE,
+            new Reduce(header, windowMs, serverWindowMs));
+    }
+
+    static byte[] hex(String text) {
+        byte[] out = new byte[text.length() / 2];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = (byte) Integer.parseInt(text.substring(2 * i, 2 * i + 2), 16);
+        }
+        return out;
+    }
+
+    /** One report's identity: (server, sequence, campaign). */
+    static final class Report {
+        final String server;
+        final long seq;
+        final long campaign;
+
+        Report(String server, long seq, long campaign) {
+            this.server = server;
+            this.seq = seq;
+            this.campaign = campaign;
+        }
+
+        @Override
+        public boolean equals(Object other) {
+            if (!(other instanceof Report)) {
+                return false;
+            }
+            Report r = (Report) other;
+            return seq == r.seq && campaign == r.campaign && server.equals(r.server);
+        }
+
+        @Override
+        public int hashCode() {
+            return Objects.hash(server, seq, campaign);
+        }
+    }
+
+    /** One report's figures, the maximum over its copies. */
+    static final class Figures {
+        String lease;
+        long spend;
+        long served;
+        long eligible;
+        long price;
+        boolean wants;
+
+        Figures(String lease, long spend, long served, long eligible, long price, boolean wants) {
+            this.lease = lease;
+            this.spend = spend;
+            this.served = served;
+            this.eligible = eligible;
+            this.price = price;
+            this.wants = wants;
+        }
+
+        void merge(Figures other) {
+            if (lease == null || (other.lease != null && other.lease.compareTo(lease) > 0)) {
+                lease = other.lease;
+            }
+            spend = Math.max(spend, other.spend);
+            served = Math.max(served, other.served);
+            eligible = Math.max(eligible, other.eligible);
+            price = Math.max(price, other.price);
+            wants = wants || other.wants;
+        }
+    }
+
+    static final class Reduce extends AbstractStreamOperator<Row> implements OneInputStreamOperator<Row, Row> {
+        private final byte[] header;
+        private final long windowMs;
+        private final long serverWindowMs;
+        private transient long watermark;
+        /** 10 s window end -> report -> figures. */
+        private transient TreeMap<Long, Map<Report, Figures>> windows;
+        /** 1 s window end -> metered report -> figures. */
+        private transient TreeMap<Long, Map<Report, Figures>> metered;
+        private transient ListState<Row> pendingState;
+
+        Reduce(byte[] header, long windowMs, long serverWindowMs) {
+            this.header = header;
+            this.windowMs = windowMs;
+            this.serverWindowMs = serverWindowMs;
+        }
+
+        @Override
+        public void initializeState(StateInitializationContext context) throws Exception {
+            super.initializeState(context);
+            watermark = Long.MIN_VALUE;
+            windows = new TreeMap<>();
+            metered = new TreeMap<>();
+            pendingState = context.getOperatorStateStore().getListState(
+                new ListStateDescriptor<>("spend_windows", PENDING_TYPE));
+            for (Row p : pendingState.get()) {
+                TreeMap<Long, Map<Report, Figures>> into = Boolean.TRUE.equals(p.getField(0)) ? metered : windows;
+                Report report = new Report((String) p.getField(3), (Long) p.getField(4), (Long) p.getField(2));
+                Figures figures = new Figures((String) p.getField(5), (Long) p.getField(6), (Long) p.getField(7),
+                    (Long) p.getField(8), (Long) p.getField(9), (Boolean) p.getField(10));
+                into.computeIfAbsent((Long) p.getField(1), k -> new HashMap<>()).merge(report, figures,
+                    (a, b) -> {
+                        a.merge(b);
+                        return a;
+                    });
+            }
+        }
+
+        @Override
+        public void snapshotState(StateSnapshotContext context) throws Exception {
+            super.snapshotState(context);
+            List<Row> entries = new ArrayList<>();
+            snapshot(false, windows, entries);
+            snapshot(true, metered, entries);
+            pendingState.update(entries);
+        }
+
+        private static void snapshot(boolean isMetered, TreeMap<Long, Map<Report, Figures>> from, List<Row> into) {
+            for (Map.Entry<Long, Map<Report, Figures>> window : from.entrySet()) {
+                for (Map.Entry<Report, Figures> e : window.getValue().entrySet()) {
+                    Report r = e.getKey();
+                    Figures f = e.getValue();
+                    into.add(Row.of(isMetered, window.getKey(), r.campaign, r.server, r.seq, f.lease, f.spend,
+                        f.served, f.eligible, f.price, f.wants));
+                }
+            }
+        }
+
+        @Override
+        public void processElement(StreamRecord<Row> element) {
+            Row in = element.getValue();
+            long ts = element.getTimestamp();
+            byte[] value = (byte[]) in.getField("v");
+            Row r = DecodeSpendReport.decode(value, header);
+            if (r == null || ts <= watermark) {  // not readable here, or behind the job's clock
+                if (r != null && (Long) r.getField(2) <= 0) {
+                    return;  // a late heartbeat: nothing to add
+                }
+                Row raw = new Row(OUTPUT_FIELDS.length);
+                raw.setField(0, "spend_raw");
+                raw.setField(10, in.getField("topic"));
+                raw.setField(11, in.getField("partition"));
+                raw.setField(12, in.getField("offset"));
+                raw.setField(13, in.getField("k"));
+                raw.setField(14, value);
+                output.collect(new StreamRecord<>(raw, ts));
+                return;
+            }
+            long campaign = (Long) r.getField(2);
+            if (campaign <= 0) {
+                return;  // a heartbeat: it carried event time forward at the source
+            }
+            Report report = new Report((String) r.getField(0), (Long) r.getField(1), campaign);
+            String lease = (String) r.getField(8);
+            boolean wants = (Boolean) r.getField(10);
+            long spend = (Long) r.getField(5);
+            long served = (Integer) r.getField(6);
+            long eligible = (Integer) r.getField(7);
+            long price = (Long) r.getField(9);
+            add(windows, end(ts, windowMs), report, new Figures(lease, spend, served, eligible, price, wants));
+            if (lease != null || wants) {
+                add(metered, end(ts, serverWindowMs), report,
+                    new Figures(lease, spend, served, eligible, price, wants));
+            }
+        }
+
+        private static long end(long ts, long size) {
+            return ts - Math.floorMod(ts, size) + size;
+        }
+
+        private static void add(TreeMap<Long, Map<Report, Figures>> into, long end, Report report, Figures figures) {
+            Map<Report, Figures> window = into.get(end);
+            if (window == null) {
+                window = new HashMap<>();
+                into.put(end, window);
+            }
+            Figures seen = window.putIfAbsent(report, figures);
+            if (seen != null) {
+                seen.merge(figures);
+            }
+        }
+
+        @Override
+        public void processWatermark(Watermark mark) throws Exception {
+            watermark = Math.max(watermark, mark.getTimestamp());
+            // Every window the watermark has passed, oldest first; at the same end, slices before the window.
+            while (true) {
+                Long nextServer = metered.isEmpty() ? null : metered.firstKey();
+                Long nextWindow = windows.isEmpty() ? null : windows.firstKey();
+                boolean serverDue = nextServer != null && nextServer - 1 <= watermark;
+                boolean windowDue = nextWindow != null && nextWindow - 1 <= watermark;
+                if (serverDue && (!windowDue || nextServer <= nextWindow)) {
+                    emitServers(metered.pollFirstEntry());
+                } else if (windowDue) {
+                    emitWindows(windows.pollFirstEntry());
+                } else {
+                    break;
+                }
+            }
+            super.processWatermark(mark);
+        }
+
+        private void emitServers(Map.Entry<Long, Map<Report, Figures>> window) {
+            long at = window.getKey() - 1;
+            for (Map.Entry<Report, Figures> e : window.getValue().entrySet()) {
+                Figures f = e.getValue();
+                Row row = new Row(OUTPUT_FIELDS.length);
+                row.setField(0, "server");
+                row.setField(1, e.getKey().campaign);
+                row.setField(2, e.getKey().server);
+                row.setField(3, f.lease);
+                row.setField(4, f.spend);
+                row.setField(5, f.served);
+                row.setField(6, f.eligible);
+                row.setField(7, f.price);
+                row.setField(8, 1L);
+                row.setField(9, f.wants);
+                output.collect(new StreamRecord<>(row, at));
+            }
+        }
+
+        private void emitWindows(Map.Entry<Long, Map<Report, Figures>> window) {
+            long at = window.getKey() - 1;
+            Map<Long, long[]> sums = new TreeMap<>();  // campaign -> spend, served, eligible, price
+            Map<Long, Set<String>> servers = new HashMap<>();
+            for (Map.Entry<Report, Figures> e : window.getValue().entrySet()) {
+                Figures f = e.getValue();
+                long[] s = sums.computeIfAbsent(e.getKey().campaign, k -> new long[4]);
+                s[0] += f.spend;
+                s[1] += f.served;
+                s[2] += f.eligible;
+                s[3] = Math.max(s[3], f.price);
+                servers.computeIfAbsent(e.getKey().campaign, k -> new HashSet<>()).add(e.getKey().server);
+            }
+            for (Map.Entry<Long, long[]> e : sums.entrySet()) {
+                long[] s = e.getValue();
+                Row row = new Row(OUTPUT_FIELDS.length);
+                row.setField(0, "window");
+                row.setField(1, e.getKey());
+                row.setField(4, s[0]);
+                row.setField(5, s[1]);
+                row.setField(6, s[2]);
+                row.setField(7, s[3]);
+                row.setField(8, (long) servers.get(e.getKey()).size());
+                row.setField(9, false);
+                output.collect(new StreamRecord<>(row, at));
+            }
+        }
+    }
+}
