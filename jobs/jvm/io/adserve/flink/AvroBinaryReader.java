@@ -11,6 +11,25 @@ final class AvroBinaryReader {
     private final byte[] buf;
     private int pos;
 
+    /** Length of the single-object encoding's header: a 2-byte marker and the schema's 8-byte fingerprint. */
+    static final int HEADER = 10;
+
+    /**
+     * A reader at the body of {@code value}, or null when {@code value} does not start with {@code header} (the
+     * expected schema's single-object header) or has no body: another contract version, or not ours.
+     */
+    static AvroBinaryReader afterHeader(byte[] value, byte[] header) {
+        if (value == null || header == null || header.length != HEADER || value.length <= HEADER) {
+            return null;
+        }
+        for (int i = 0; i < HEADER; i++) {
+            if (value[i] != header[i]) {
+                return null;
+            }
+        }
+        return new AvroBinaryReader(value, HEADER);
+    }
+
     AvroBinaryReader(byte[] buf, int pos) {
         this.buf = buf;
         this.pos = pos;

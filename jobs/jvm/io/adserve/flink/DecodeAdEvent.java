@@ -27,7 +27,6 @@ import org.apache.flink.types.Row;
         + "billing_type STRING, user_id STRING, ip_address STRING, user_agent STRING, token_key_id STRING, "
         + "agent_lower STRING>"))
 public class DecodeAdEvent extends TableFunction<Row> {
-    private static final int HEADER = 10;
     private static final String[] EVENT_TYPES = {"IMPRESSION", "CLICK"};
 
     public void eval(byte[] value, byte[] header) {
@@ -37,16 +36,11 @@ public class DecodeAdEvent extends TableFunction<Row> {
     }
 
     private static Row decode(byte[] value, byte[] header) {
-        if (value == null || header == null || header.length != HEADER || value.length <= HEADER) {
+        AvroBinaryReader in = AvroBinaryReader.afterHeader(value, header);
+        if (in == null) {
             return null;
         }
-        for (int i = 0; i < HEADER; i++) {
-            if (value[i] != header[i]) {
-                return null;
-            }
-        }
         try {
-            AvroBinaryReader in = new AvroBinaryReader(value, HEADER);
             int eventIdAt = in.position();
             in.skipString();  // read below for a click only
             String impressionId = in.string();

@@ -13,7 +13,6 @@ import org.apache.flink.types.Row;
  * Python path, which names the reason on the dead-letter topic.
  */
 final class DecodeSpendReport {
-    private static final int HEADER = 10;
 
     private DecodeSpendReport() {
     }
@@ -24,16 +23,11 @@ final class DecodeSpendReport {
      * max_price_micros BIGINT, wants_slice BOOLEAN), or NULL.
      */
     static Row decode(byte[] value, byte[] header) {
-        if (value == null || header == null || header.length != HEADER || value.length <= HEADER) {
+        AvroBinaryReader in = AvroBinaryReader.afterHeader(value, header);
+        if (in == null) {
             return null;
         }
-        for (int i = 0; i < HEADER; i++) {
-            if (value[i] != header[i]) {
-                return null; // another writer schema (an older or newer contract) or not ours at all
-            }
-        }
         try {
-            AvroBinaryReader in = new AvroBinaryReader(value, HEADER);
             String serverId = in.string();
             long sequence = in.varLong();
             long campaignId = in.varLong();

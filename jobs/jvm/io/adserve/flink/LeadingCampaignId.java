@@ -14,19 +14,14 @@ import org.apache.flink.table.functions.ScalarFunction;
  * the Python decoder's path, which resolves other versions and names the reason of a corrupt one.
  */
 public class LeadingCampaignId extends ScalarFunction {
-    private static final int HEADER = 10;
 
     public Long eval(byte[] value, byte[] header) {
-        if (value == null || header == null || header.length != HEADER || value.length <= HEADER) {
+        AvroBinaryReader in = AvroBinaryReader.afterHeader(value, header);
+        if (in == null) {
             return null;
         }
-        for (int i = 0; i < HEADER; i++) {
-            if (value[i] != header[i]) {
-                return null;
-            }
-        }
         try {
-            long campaignId = new AvroBinaryReader(value, HEADER).varLong();
+            long campaignId = in.varLong();
             return campaignId > 0 ? campaignId : null;
         } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
             return null;
