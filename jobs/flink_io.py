@@ -36,12 +36,14 @@ class KafkaJobSettings:
     bundle_time_ms: int = 1000  # how long a Python operator may buffer records before it processes them
     watermark_interval_ms: int = 200  # how often sources emit watermarks
     buffer_timeout_ms: int = 100  # longest a network buffer waits to fill before it is sent downstream
+    state_changelog: bool = False  # incremental checkpoints: state changes logged, the state written rarely
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_time_ms: int = 1000) -> None:
+def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_time_ms: int = 1000,
+                         state_changelog: bool = False) -> None:
     env = os.environ
     default_bootstrap = env.get("ADSERVE_KAFKA_BOOTSTRAP") or \
         f"{env.get('ADSERVE_HOST', '127.0.0.1')}:{env.get('ADSERVE_KAFKA_PORT', '19092')}"
@@ -70,6 +72,12 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
     parser.add_argument("--bundle-time-ms", type=int, default=bundle_time_ms,
                         help="longest a Python operator buffers records before processing them: lower is "
                              f"fresher, higher is faster (default {bundle_time_ms})")
+    parser.add_argument("--state-changelog", action=argparse.BooleanOptionalAction, default=state_changelog,
+                        help="checkpoint keyed state incrementally through Flink's changelog state backend: each "
+                             "change is appended to the cluster's changelog storage as it happens and a "
+                             "checkpoint only seals the log, instead of writing the whole state every "
+                             "checkpoint (needs `state.changelog.storage: filesystem` on the cluster, as `adserve "
+                             f"up` configures it; default {'on' if state_changelog else 'off'} for this job)")
 
 
 def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSettings:
@@ -80,7 +88,7 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
                             checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism,
                             restart_attempts=args.restart_attempts,
                             bundle_time_ms=args.bundle_time_ms, watermark_interval_ms=args.watermark_interval_ms,
-                            buffer_timeout_ms=args.buffer_timeout_ms)
+                            buffer_timeout_ms=args.buffer_timeout_ms, state_changelog=args.state_changelog)
 
 
 def _default_connector_jar() -> str:
@@ -158,6 +166,8 @@ def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = 
     config.set_string("restart-strategy.type", "fixed-delay")
     config.set_string("restart-strategy.fixed-delay.attempts", str(settings.restart_attempts))
     config.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    if settings.state_changelog:
+        config.set_string("state.changelog.enabled", "true")
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(settings.parallelism)
     env.enable_checkpointing(settings.checkpoint_interval_ms, CheckpointingMode.EXACTLY_ONCE)

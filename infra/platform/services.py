@@ -468,6 +468,11 @@ class Flink(Service):
             "execution.checkpointing.dir": f"file://{checkpoints}",
             "execution.checkpointing.savepoint-dir": f"file://{self.data_dir / 'savepoints'}",
             "state.checkpoints.dir": f"file://{checkpoints}",
+            # Where jobs with --state-changelog append their state changes (a TaskManager-wide setting: the
+            # default 'memory' storage would carry every change since the last materialization in each
+            # checkpoint's metadata).
+            "state.changelog.storage": "filesystem",
+            "state.changelog.dstl.dfs.base-path": f"file://{self.data_dir / 'changelog'}",
             "python.executable": sys.executable,
             "python.client.executable": sys.executable,
             "env.pid.dir": str(s.run_dir),
