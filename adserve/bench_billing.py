@@ -27,13 +27,18 @@ campaign's events of one 10 s window; an event's beacon-to-billed latency is
 the wall time its window's record is read back minus the event's time.
 Figures: p50 and p99 over every billable event.
 
+With --compare-full-snapshots, part 1 runs a second time over the same
+events with the job's state checkpointed whole (--no-state-changelog, the heap
+backend's full snapshot): what the changelog's incremental checkpoints buy.
+
 Same-run baseline: the per-event path in plain Python (decode with the
 project's codec, deduplicate in a dict, tag with core.clicks, sum per campaign
 window) over part 1's events, one core, no Flink.
 
 Figures (--json names): events_per_s, job_run_s, events_per_s_whole_run, events, campaigns,
 checkpoint_interval_ms, recount_s, recount_differences, recount_events, beacon_to_billed_p50_s,
-beacon_to_billed_p99_s, latency_events, baseline_python_events_per_s."""
+beacon_to_billed_p99_s, latency_events, baseline_python_events_per_s; with --compare-full-snapshots
+also events_per_s_full_snapshots, job_run_s_full_snapshots."""
 from __future__ import annotations
 
 import random
@@ -149,8 +154,6 @@ def _campaign_records(producer, topic: str, campaigns: int, at_ms: int) -> None:
 
 def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int, checkpoint_ms: int,
                      log) -> tuple[dict, dict]:
-    from infra.platform.services import Flink
-    from jobs import deploy
     from schemas.codec import AvroCodec
 
     codec = AvroCodec()
@@ -170,20 +173,34 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
                 "user_agent": None, "token_key_id": "k1"}
         _produce(producer, topics["events"], b"1", codec.encode("AdEvent", tick), last + 20_000, partition)
     producer.flush(120)
+    figures = run_throughput(settings, topics, events=events, checkpoint_ms=checkpoint_ms, log=log)
+    figures["campaigns"] = campaigns
+    return figures, topics
+
+
+def run_throughput(settings: PlatformSettings, topics: dict[str, str], *, events: int, checkpoint_ms: int, log,
+                   state_changelog: bool = True) -> dict[str, Any]:
+    """click_aggregator bounded over `topics`' events (a fresh consumer group): events/s and run time."""
+    from infra.platform.services import Flink
+    from jobs import deploy
+
     rest, conf = settings.flink_rest_url, Flink(settings).conf_dir
     group = f"bench-billing-{uuid.uuid4().hex[:6]}"
-    log(f"running click_aggregator bounded over them, checkpointing every {checkpoint_ms / 1000:g} s ...")
+    how = "state changelog" if state_changelog else "full snapshots of the state"
+    log(f"running click_aggregator bounded over them, checkpointing every {checkpoint_ms / 1000:g} s ({how}) ...")
     job_id = deploy.deploy("click_aggregator", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
                            conf_dir=conf, job_args=_job_args(settings, topics, group, checkpoint_ms, "--bounded",
                                                              # a backfill: no partition is quiet, only slow
-                                                             "--idle-timeout-ms", "60000"))
+                                                             "--idle-timeout-ms", "60000",
+                                                             "--state-changelog" if state_changelog
+                                                             else "--no-state-changelog"))
     _wait_started(rest, job_id)
     from adserve.bench import committed_rate
 
     rate, job_run_s = committed_rate(settings, job_id, group, topics["events"], PARTITIONS, events)
-    return ({"events_per_s": round(rate), "job_run_s": round(job_run_s, 1),
-             "events_per_s_whole_run": round(events / job_run_s), "events": events,
-             "campaigns": campaigns, "checkpoint_interval_ms": checkpoint_ms}, topics)
+    return {"events_per_s": round(rate), "job_run_s": round(job_run_s, 1),
+            "events_per_s_whole_run": round(events / job_run_s), "events": events,
+            "checkpoint_interval_ms": checkpoint_ms}
 
 
 def bench_recount(settings: PlatformSettings, topics: dict[str, str], log) -> dict[str, Any]:
@@ -315,7 +332,7 @@ def bench_python_baseline(events: int, campaigns: int) -> dict[str, Any]:
 
 
 def run(*, events: int, campaigns: int, latency_rate: int, latency_s: int, recount: bool = True,
-        checkpoint_ms: int = CHECKPOINT_MS,
+        checkpoint_ms: int = CHECKPOINT_MS, compare_full_snapshots: bool = False,
         log=print) -> dict[str, Any]:
     from adserve.bench import machine
     from infra.platform import control
@@ -328,6 +345,13 @@ def run(*, events: int, campaigns: int, latency_rate: int, latency_s: int, recou
     figures.update(throughput)
     if recount:
         figures.update(bench_recount(settings, topics, log))
+    if compare_full_snapshots:
+        log("the same events again, the job's state written whole at every checkpoint (--no-state-changelog) ...")
+        outputs = _topics(settings, "full")  # its own billed and dead-letter topics
+        full = run_throughput(settings, {**outputs, "events": topics["events"], "campaigns": topics["campaigns"]},
+                              events=events, checkpoint_ms=checkpoint_ms, log=log, state_changelog=False)
+        figures.update({"events_per_s_full_snapshots": full["events_per_s"],
+                        "job_run_s_full_snapshots": full["job_run_s"]})
     figures.update(bench_latency(settings, rate=latency_rate, seconds=latency_s, campaigns=campaigns,
                                  checkpoint_ms=checkpoint_ms, log=log))
     log("baseline: the per-event path in plain Python ...")
@@ -342,6 +366,9 @@ def render(f: dict[str, Any]) -> str:
         f"click aggregator (Flink, checkpoint every {f['checkpoint_interval_ms']} ms): {f['events_per_s']:,} "
         f"events/s ({f['events']:,} events, {f['campaigns']:,} campaigns; whole run {f['job_run_s']} s, "
         f"{f['events_per_s_whole_run']:,} events/s with start-up)",
+        *([f"the same events with the state written whole at every checkpoint (no changelog): "
+           f"{f['events_per_s_full_snapshots']:,} events/s (run {f['job_run_s_full_snapshots']} s)"]
+          if "events_per_s_full_snapshots" in f else []),
         f"baseline, per-event decode + dedupe + tag + window in plain Python: "
         f"{f['baseline_python_events_per_s']:,} events/s "
         f"(x{f['events_per_s'] / max(1, f['baseline_python_events_per_s']):.1f})"]

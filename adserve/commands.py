@@ -125,6 +125,8 @@ def _register_bench(sub) -> None:
     h.add_argument("--latency-rate", type=int, default=2_000, help="events/s in the latency part (default 2,000)")
     h.add_argument("--latency-s", type=int, default=60, help="seconds of the latency part (default 60)")
     h.add_argument("--no-recount", action="store_true", help="skip the archive and the nightly recount")
+    h.add_argument("--compare-full-snapshots", action="store_true",
+                   help="run part 1 again with the job's state written whole at every checkpoint (no changelog)")
     h.add_argument("--checkpoint-interval-ms", type=int, default=bench_billing.CHECKPOINT_MS,
                    help=f"the job's checkpoint interval (default {bench_billing.CHECKPOINT_MS}, the job's own)")
     h.add_argument("--json", action="store_true", help="print one JSON object of the figures")
@@ -178,7 +180,8 @@ def cmd_bench_billing(args: argparse.Namespace) -> int:
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
     figures = bench_billing.run(events=args.events, campaigns=args.campaigns, latency_rate=args.latency_rate,
                                 latency_s=args.latency_s, recount=not args.no_recount,
-                                checkpoint_ms=args.checkpoint_interval_ms, log=log)
+                                checkpoint_ms=args.checkpoint_interval_ms,
+                                compare_full_snapshots=args.compare_full_snapshots, log=log)
     print(json.dumps(figures) if args.json else bench_billing.render(figures))
     return 0
 
