@@ -50,6 +50,14 @@ def _timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return time.monotonic() - began
 
 
+def campaign_record(campaign_id: int, at_ms: int, daily_budget_micros: int) -> dict[str, Any]:
+    """A ServingCampaign record for the job benchmarks: active all day in UTC, odd ids CPC, even CPM."""
+    return {"campaign_id": campaign_id, "advertiser_id": 1, "version": 1, "event_time": at_ms, "status": "ACTIVE",
+            "bid_type": "CPC" if campaign_id % 2 else "CPM", "daily_budget_micros": daily_budget_micros,
+            "currency": "USD", "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [],
+            "cap_per_day": None, "cap_per_week": None, "cpa_target_micros": None}
+
+
 def committed_rate(settings: PlatformSettings, job_id: str, group: str, topic: str, partitions: int,
                    total: int) -> tuple[float, float]:
     """(records/s, run seconds) of a bounded Flink job reading `topic` with consumer group `group`: progress is

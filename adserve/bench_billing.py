@@ -59,13 +59,6 @@ CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
 BOT = "Mozilla/5.0 (compatible; bingbot/2.0)"
 
 
-def _campaign(campaign_id: int, at_ms: int) -> dict[str, Any]:
-    return {"campaign_id": campaign_id, "advertiser_id": 1, "version": 1, "event_time": at_ms, "status": "ACTIVE",
-            "bid_type": "CPC" if campaign_id % 2 else "CPM", "daily_budget_micros": 500 * DOLLAR,
-            "currency": "USD", "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [],
-            "cap_per_day": None, "cap_per_week": None, "cpa_target_micros": None}
-
-
 def _events(count: int, campaigns: int, seed: int, start_ms: int, per_second: int, clock=None):
     """(campaign id, AdEvent) in event-time order: impressions, their clicks (~2 %), repeated beacons (~3 %),
     bots (~0.5 %). `clock`: a function giving the event time (real time for the latency part)."""
@@ -147,9 +140,12 @@ def _wait_started(rest: str, job_id: str) -> None:
 def _campaign_records(producer, topic: str, campaigns: int, at_ms: int) -> None:
     from schemas.codec import AvroCodec
 
+    from adserve.bench import campaign_record
+
     codec = AvroCodec()
     for c in range(1, campaigns + 1):
-        _produce(producer, topic, str(c).encode(), codec.encode("ServingCampaign", _campaign(c, at_ms)), at_ms)
+        _produce(producer, topic, str(c).encode(),
+                 codec.encode("ServingCampaign", campaign_record(c, at_ms, 500 * DOLLAR)), at_ms)
 
 
 def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int, checkpoint_ms: int,

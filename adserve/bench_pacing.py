@@ -3,7 +3,9 @@
 Part 1, the job: --items spend reports (default 4 M) from --servers servers
 (default 200) on --campaigns campaigns (default 2,000), one report per server
 and campaign it served and second, with the heartbeats of every second, are
-produced to a fresh topic; `budget_pacing` then runs bounded over them on the
+produced to a fresh topic, and a campaign record for each campaign ($5,000 a
+day, open through the run, so the controller steps every campaign every 10 s
+and emits its budget states, as in service); `budget_pacing` then runs bounded over them on the
 platform's Flink cluster with checkpointing on (exactly-once state, every
 --checkpoint-interval-ms: by default the job's own default, 5 s). Figure: items per second through the job while it runs (the offsets
 it commits at each checkpoint, from the first checkpoint that moved them to
@@ -35,6 +37,7 @@ from jobs.flink_io import KafkaJobSettings
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
 CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
+BUDGET_MICROS = 5_000 * 1_000_000  # each campaign's daily budget: open through the run
 
 
 def _reports(items: int, servers: int, campaigns: int, seed: int):
@@ -83,6 +86,13 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
     log(f"producing {items:,} spend reports ({servers} servers, {campaigns:,} campaigns) to {topics['spend']} ...")
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000})
+    from adserve.bench import campaign_record
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    for campaign in range(1, campaigns + 1):  # so the controller steps every campaign, as it would in service
+        producer.produce(topics["campaigns"], key=str(campaign).encode(), timestamp=T0 - 60_000,
+                         value=codec.encode("ServingCampaign", campaign_record(campaign, T0 - 60_000, BUDGET_MICROS)))
     for key, value, ts, partition in _reports(items, servers, campaigns, seed=5):
         while True:
             try:
