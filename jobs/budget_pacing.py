@@ -173,6 +173,10 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             self.states = runtime_context.get_map_state(MapStateDescriptor(
                 "pacer_states", Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE())))
             self.shard_count = runtime_context.get_state(ValueStateDescriptor("shards", Types.INT()))
+            # 10 s windows that came since the campaign's last step (core.budget.hold_window), applied at the
+            # next step or before any other change: the whole state is then encoded once per step.
+            self.held = runtime_context.get_map_state(MapStateDescriptor(
+                "held_windows", Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE())))
             # Reports that took the late path, by (campaign, server, sequence), kept an hour: a repeat counts once.
             self.late_seen = runtime_context.get_map_state(MapStateDescriptor("late_reports", Types.STRING(),
                                                                               Types.LONG()))
@@ -206,10 +210,19 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             if members is None:
                 check_shards(JOB_NAME, self.shard_count.value(), shards)
                 self.shard_count.update(shards)
-                members = self.members[shard] = set(self.states.keys())
+                members = self.members[shard] = set(self.states.keys()) | set(self.held.keys())
             return members
 
         def _load(self, campaign_id: int) -> budget.PacerState:
+            """The campaign's state with its held windows applied (the caller saves it)."""
+            state = self._load_saved(campaign_id)
+            held = self.held.get(campaign_id)
+            if held is not None:
+                budget.apply_held(state, bytes(held))
+                self.held.remove(campaign_id)
+            return state
+
+        def _load_saved(self, campaign_id: int) -> budget.PacerState:
             # Decoded states are kept in memory between calls; Flink state stays the truth (written after every
             # change, checkpointed), and a restart rebuilds this operator with an empty cache.
             cached = self.cache.get(campaign_id)
@@ -252,29 +265,29 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
         def process_element(self, row, ctx):
             shard, campaign_id = ctx.get_current_key(), row.campaign_id
             members = self._campaigns(shard)
-            state = self._load(campaign_id)
             event_ms = ctx.timestamp()
             watermark = ctx.timer_service().current_watermark()
             now_ms = max(event_ms, watermark) if watermark is not None and watermark > 0 else event_ms
-            outputs = []
-            if row.kind == "window":
-                budget.on_spend(state, budget.Window(event_ms + 1, row.spend, row.served, row.eligible, row.servers),
-                                row.price or 0)
-            elif row.kind == "server":
-                outputs = budget.on_server_spend(state, row.server_id, row.lease_id, row.spend, row.spend,
-                                                 bool(row.wants), row.price or 0, event_ms + 1)
-            elif row.kind == "spend_raw":
-                report = self.codec.decode(row.v, "SpendReport")
-                key = f"{campaign_id}|{report['server_id']}|{report['sequence']}"
+            if row.kind == "window":  # held until the campaign's next step or change
+                window = budget.Window(event_ms + 1, row.spend, row.served, row.eligible, row.servers)
+                held = self.held.get(campaign_id)
+                self.held.put(campaign_id, budget.hold_window(None if held is None else bytes(held), window,
+                                                              row.price or 0))
+                self._join(campaign_id, members, ctx, now_ms)
+                return
+            # Whatever can turn a row away comes before the state is loaded: a load applies the held windows,
+            # and the state must then be saved.
+            record = None
+            if row.kind == "spend_raw":
+                record = self.codec.decode(row.v, "SpendReport")
+                key = f"{campaign_id}|{record['server_id']}|{record['sequence']}"
                 if self.late_seen.contains(key):
                     return
                 # (late reports are rare: tidy the hour-old ones here, never on the per-step path)
-                for old_key in [k for k, t in self.late_seen.items() if t < report["event_time"] - 3_600_000]:
+                for old_key in [k for k, t in self.late_seen.items() if t < record["event_time"] - 3_600_000]:
                     self.late_seen.remove(old_key)
-                self.late_seen.put(key, report["event_time"])
+                self.late_seen.put(key, record["event_time"])
                 self.late.inc()
-                budget.on_spend(state, budget.Window(now_ms, report["expected_spend_micros"], report["served_ads"],
-                                                     report["eligible_requests"], 1), report["max_price_micros"])
             elif row.kind in ("campaign", "billed"):
                 try:  # its campaign id read in the JVM; the rest may still be corrupt
                     record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
@@ -284,16 +297,29 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                     yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None,
                                                                      key=row.k, value=row.v), self.codec)
                     return
-                if row.kind == "campaign":
-                    outputs = budget.on_campaign(state, record, now_ms, self._shape(campaign_id))
-                else:
-                    budget.on_billed(state, record)
+            state = self._load(campaign_id)
+            outputs = []
+            if row.kind == "server":
+                outputs = budget.on_server_spend(state, row.server_id, row.lease_id, row.spend, row.spend,
+                                                 bool(row.wants), row.price or 0, event_ms + 1)
+            elif row.kind == "spend_raw":
+                budget.on_spend(state, budget.Window(now_ms, record["expected_spend_micros"], record["served_ads"],
+                                                     record["eligible_requests"], 1), record["max_price_micros"])
+            elif row.kind == "campaign":
+                outputs = budget.on_campaign(state, record, now_ms, self._shape(campaign_id))
+            elif row.kind == "billed":
+                budget.on_billed(state, record)
             self._save(state)
-            if campaign_id not in members:  # its first step comes with the shard's next one
+            self._join(campaign_id, members, ctx, now_ms)
+            yield from self._emit(outputs)
+
+        @staticmethod
+        def _join(campaign_id: int, members: set[int], ctx, now_ms: int) -> None:
+            """A campaign new to its shard: its first step comes with the shard's next one."""
+            if campaign_id not in members:
                 if not members:
                     ctx.timer_service().register_event_time_timer(budget.next_step_ms(now_ms))
                 members.add(campaign_id)
-            yield from self._emit(outputs)
 
         def on_timer(self, timestamp: int, ctx):
             for campaign_id in sorted(self._campaigns(ctx.get_current_key())):

@@ -260,6 +260,26 @@ def test_the_state_survives_its_avro_round_trip():
     assert again == state
 
 
+def test_windows_held_until_the_step_leave_the_same_state_as_windows_applied_on_arrival():
+    campaign = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": 50 * DOLLAR}
+    on_arrival, held_then = budget.PacerState(5), budget.PacerState(5)
+    for state in (on_arrival, held_then):
+        budget.on_campaign(state, campaign, DAY0_MS)
+    windows = [(budget.Window(DAY0_MS + 10_001, 3 * DOLLAR, 30, 40, 2), 2 * DOLLAR),
+               (budget.Window(DAY0_MS + 10_001, 7, 1, 9, 1), 3 * DOLLAR),  # a second window of the same end
+               (budget.Window(DAY0_MS + 20_001, 0, 0, 5, 1), 0)]
+    held = None
+    for window, price in windows:
+        budget.on_spend(on_arrival, window, price)
+        held = budget.hold_window(held, window, price)
+    assert len(held) == 3 * 48  # a few bytes per window, whatever the state holds
+    budget.apply_held(held_then, held)
+    assert held_then == on_arrival
+    assert budget.step(held_then, DAY0_MS + 30_000) == budget.step(on_arrival, DAY0_MS + 30_000)
+    budget.apply_held(held_then, None)  # nothing held: nothing changes
+    assert held_then == on_arrival
+
+
 def test_spend_reported_before_the_campaign_record_counts_and_nothing_is_decided_without_it():
     state = budget.PacerState(11)
     budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 5 * DOLLAR, 10, 10, 1), DOLLAR)
