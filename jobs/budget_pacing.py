@@ -55,10 +55,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from core import budget
-from core.dead_letters import from_corrupt
-from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, add_shards_argument, by_campaign_shard,
-                           bytes_row_type, check_shards, create_environment, dead_letter_row, kafka_sink_table,
+from jobs.flink_io import (DeadLetterDecoder, KafkaJobSettings, add_common_arguments, add_shards_argument,
+                           by_campaign_shard, bytes_row_type, check_shards, create_environment, kafka_sink_table,
                            kafka_source_table, parse, settings_from_args)
 
 JOB_NAME = "budget_pacing"
@@ -145,16 +143,14 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
-            self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+            self.decoder = DeadLetterDecoder(JOB_NAME, self.codec,
+                                             runtime_context.get_metrics_group().counter("corrupt_records"))
 
         def process_element(self, row, ctx):
-            try:
-                record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
-                                           offset=row.off)
-            except CorruptRecord as error:
-                self.corrupt.inc()
-                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None, key=row.k,
-                                                                 value=row.v), self.codec)
+            record, dead = self.decoder.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
+                                               offset=row.off, key=row.k)
+            if dead is not None:
+                yield dead_letters, dead
                 return
             if row.kind == "spend_raw" and int(record["campaign_id"]) <= 0:
                 return  # a late heartbeat
@@ -183,7 +179,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             metrics = runtime_context.get_metrics_group()
             self.steps, self.grants = metrics.counter("controller_steps"), metrics.counter("slices_granted")
             self.late = metrics.counter("late_reports")
-            self.corrupt = metrics.counter("corrupt_records")
+            self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, metrics.counter("corrupt_records"))
             self.default_shape, self.shapes = load_shapes(curves)
             self.store = None
             if redis_url:
@@ -289,13 +285,11 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 self.late_seen.put(key, record["event_time"])
                 self.late.inc()
             elif row.kind in ("campaign", "billed"):
-                try:  # its campaign id read in the JVM; the rest may still be corrupt
-                    record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
-                                               offset=row.off)
-                except CorruptRecord as error:
-                    self.corrupt.inc()
-                    yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None,
-                                                                     key=row.k, value=row.v), self.codec)
+                # its campaign id read in the JVM; the rest may still be corrupt
+                record, dead = self.decoder.decode(row.v, record_types[row.kind], topic=row.topic,
+                                                   partition=row.part, offset=row.off, key=row.k)
+                if dead is not None:
+                    yield dead_letters, dead
                     return
             state = self._load(campaign_id)
             outputs = []

@@ -50,10 +50,8 @@ import logging
 from typing import Sequence
 
 from core import clicks
-from core.dead_letters import from_corrupt
-from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, add_shards_argument, by_campaign_shard,
-                           bytes_row_type, check_shards, create_environment, dead_letter_row, kafka_sink_table,
+from jobs.flink_io import (DeadLetterDecoder, KafkaJobSettings, add_common_arguments, add_shards_argument,
+                           by_campaign_shard, bytes_row_type, check_shards, create_environment, kafka_sink_table,
                            kafka_source_table, parse, settings_from_args, timed_bytes_row_type, timed_table)
 
 JOB_NAME = "click_aggregator"
@@ -241,16 +239,14 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
-            self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+            self.decoder = DeadLetterDecoder(JOB_NAME, self.codec,
+                                             runtime_context.get_metrics_group().counter("corrupt_records"))
 
         def process_element(self, row, ctx):
-            try:
-                record = self.codec.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
-                                           offset=row.off)
-            except CorruptRecord as error:
-                self.corrupt.inc()
-                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None, key=row.k,
-                                                                 value=row.v), self.codec)
+            record, dead = self.decoder.decode(row.v, record_types[row.kind], topic=row.topic, partition=row.part,
+                                               offset=row.off, key=row.k)
+            if dead is not None:
+                yield dead_letters, dead
                 return
             if row.kind == "raw":  # another contract version: billed on the late path
                 event = {name: record.get(name) for name in LATE_FIELDS}
@@ -275,7 +271,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
             self.seen = runtime_context.get_map_state(MapStateDescriptor("late_seen", Types.STRING(), Types.LONG()))
             metrics = runtime_context.get_metrics_group()
             self.windows, self.late = metrics.counter("billing_windows"), metrics.counter("late_events")
-            self.corrupt = metrics.counter("corrupt_records")
+            self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, metrics.counter("corrupt_records"))
             self.cache: dict[int, clicks.CampaignBill] = {}
 
         def _load(self, campaign_id: int) -> clicks.CampaignBill:
@@ -316,13 +312,10 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                     self._save(bill)
                     return
             elif row.kind == "campaign":
-                try:
-                    record = self.codec.decode(row.v, "ServingCampaign", topic=row.topic, partition=row.part,
-                                               offset=row.off)
-                except CorruptRecord as error:  # its campaign id read in the JVM, the rest corrupt
-                    self.corrupt.inc()
-                    yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None,
-                                                                     key=row.k, value=row.v), self.codec)
+                record, dead = self.decoder.decode(row.v, "ServingCampaign", topic=row.topic, partition=row.part,
+                                                   offset=row.off, key=row.k)
+                if dead is not None:  # its campaign id read in the JVM, the rest corrupt
+                    yield dead_letters, dead
                     return
                 bill.on_campaign(record)
                 emit_at = event_ms

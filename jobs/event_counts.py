@@ -22,10 +22,10 @@ import logging
 from typing import Sequence
 
 from core import event_counts as rules
-from core.dead_letters import dead_letter, from_corrupt
-from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
-                           dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args)
+from core.dead_letters import dead_letter
+from jobs.flink_io import (DeadLetterDecoder, KafkaJobSettings, add_common_arguments, bytes_row_type,
+                           create_environment, dead_letter_row, kafka_sink_table, kafka_source_table, parse,
+                           settings_from_args)
 
 JOB_NAME = "event_counts"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -55,17 +55,15 @@ def build(env, t_env, settings: KafkaJobSettings, *, input_topic: str, output_to
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
-            self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+            self.decoder = DeadLetterDecoder(JOB_NAME, self.codec,
+                                             runtime_context.get_metrics_group().counter("corrupt_records"))
 
         def process_element(self, row, ctx):
             ts_ms = row.ts.to_epoch_milli() if row.ts is not None else None
-            try:
-                event = self.codec.decode(row.v, "AdEvent", topic=row.topic, partition=row.partition,
-                                          offset=row.offset)
-            except CorruptRecord as error:
-                self.corrupt.inc()
-                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=ts_ms,
-                                                                  key=row.k, value=row.v))
+            event, dead = self.decoder.decode(row.v, "AdEvent", topic=row.topic, partition=row.partition,
+                                              offset=row.offset, key=row.k, timestamp_ms=ts_ms)
+            if dead is not None:
+                yield dead_letters, dead
                 return
             yield (event["campaign_id"], event["event_time"], event["event_type"], event["billing_type"],
                    event["price_micros"], row.topic, row.partition, row.offset)

@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from core.dead_letters import from_corrupt
+from core.errors import CorruptRecord
+
 BYTES_ROW_FIELDS = ["k", "v"]
 
 
@@ -281,6 +284,31 @@ def dead_letter_row(record: dict, codec=None):
 
         codec = AvroCodec()
     return Row(record["job"].encode(), codec.encode("DeadLetter", record))
+
+
+class DeadLetterDecoder:
+    """Decodes a job's Kafka values with the project's codec; a value that does not decode becomes a
+    dead.letters row instead (core.dead_letters.from_corrupt, naming its topic, partition and offset) and is
+    counted in the job's `corrupt_records` metric. Made in a Flink function's `open`; its use there:
+
+        record, dead = self.decoder.decode(row.v, "AdEvent", topic=..., partition=..., offset=..., key=row.k)
+        if dead is not None:
+            yield dead_letters, dead
+            return
+    """
+
+    def __init__(self, job_name: str, codec, corrupt_counter) -> None:
+        self.job_name, self.codec, self.corrupt = job_name, codec, corrupt_counter
+
+    def decode(self, value: bytes, record_type: str, *, topic: str | None, partition: int | None,
+               offset: int | None, key: bytes | None, timestamp_ms: int | None = None):
+        """(record, None), or (None, a dead-letter row) for a corrupt value."""
+        try:
+            return self.codec.decode(value, record_type, topic=topic, partition=partition, offset=offset), None
+        except CorruptRecord as error:
+            self.corrupt.inc()
+            return None, dead_letter_row(from_corrupt(self.job_name, error, timestamp_ms=timestamp_ms, key=key,
+                                                      value=value), self.codec)
 
 
 def timed_bytes_row_type():

@@ -36,10 +36,8 @@ import logging
 from typing import Sequence
 
 from core import training
-from core.dead_letters import from_corrupt
-from core.errors import CorruptRecord
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_type, create_environment,
-                           dead_letter_row, kafka_sink_table, kafka_source_table, parse, settings_from_args,
+from jobs.flink_io import (DeadLetterDecoder, KafkaJobSettings, add_common_arguments, bytes_row_type,
+                           create_environment, kafka_sink_table, kafka_source_table, parse, settings_from_args,
                            timed_bytes_row_type, timed_table)
 
 JOB_NAME = "training_join"
@@ -70,16 +68,15 @@ def build(env, t_env, settings: KafkaJobSettings, *, served_topic: str = "ad.ser
 
         def open(self, runtime_context: RuntimeContext):
             self.codec = AvroCodec()
-            self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+            self.decoder = DeadLetterDecoder(JOB_NAME, self.codec,
+                                             runtime_context.get_metrics_group().counter("corrupt_records"))
 
         def process_element(self, row, ctx):
-            try:
-                record = self.codec.decode(row.v, "ServedRecord" if row.kind == "served" else "AdEvent",
-                                           topic=row.topic, partition=row.partition, offset=row.offset)
-            except CorruptRecord as error:
-                self.corrupt.inc()
-                yield dead_letters, dead_letter_row(from_corrupt(JOB_NAME, error, timestamp_ms=None, key=row.k,
-                                                                 value=row.v), self.codec)
+            record, dead = self.decoder.decode(row.v, "ServedRecord" if row.kind == "served" else "AdEvent",
+                                               topic=row.topic, partition=row.partition, offset=row.offset,
+                                               key=row.k)
+            if dead is not None:
+                yield dead_letters, dead
                 return
             if row.kind == "served":
                 for impression in training.impressions_of(record):
