@@ -50,12 +50,25 @@ def _timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return time.monotonic() - began
 
 
-def campaign_record(campaign_id: int, at_ms: int, daily_budget_micros: int) -> dict[str, Any]:
-    """A ServingCampaign record for the job benchmarks: active all day in UTC, odd ids CPC, even CPM."""
-    return {"campaign_id": campaign_id, "advertiser_id": 1, "version": 1, "event_time": at_ms, "status": "ACTIVE",
-            "bid_type": "CPC" if campaign_id % 2 else "CPM", "daily_budget_micros": daily_budget_micros,
-            "currency": "USD", "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [],
-            "cap_per_day": None, "cap_per_week": None, "cpa_target_micros": None}
+def produce_campaign_records(producer, topic: str, campaigns: int, at_ms: int, daily_budget_micros: int) -> None:
+    """Campaigns 1..`campaigns` as ServingCampaign records on `topic` for the job benchmarks (keyed by campaign
+    id, stamped `at_ms`): active all day in UTC, odd ids CPC, even CPM. The caller flushes `producer`."""
+    from schemas.codec import AvroCodec
+
+    codec = AvroCodec()
+    for campaign_id in range(1, campaigns + 1):
+        record = {"campaign_id": campaign_id, "advertiser_id": 1, "version": 1, "event_time": at_ms,
+                  "status": "ACTIVE", "bid_type": "CPC" if campaign_id % 2 else "CPM",
+                  "daily_budget_micros": daily_budget_micros, "currency": "USD", "timezone": "UTC",
+                  "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
+                  "cap_per_week": None, "cpa_target_micros": None}
+        while True:
+            try:
+                producer.produce(topic, key=str(campaign_id).encode(), timestamp=at_ms,
+                                 value=codec.encode("ServingCampaign", record))
+                break
+            except BufferError:
+                producer.poll(0.05)
 
 
 def committed_rate(settings: PlatformSettings, job_id: str, group: str, topic: str, partitions: int,

@@ -138,14 +138,9 @@ def _wait_started(rest: str, job_id: str) -> None:
 
 
 def _campaign_records(producer, topic: str, campaigns: int, at_ms: int) -> None:
-    from schemas.codec import AvroCodec
+    from adserve.bench import produce_campaign_records
 
-    from adserve.bench import campaign_record
-
-    codec = AvroCodec()
-    for c in range(1, campaigns + 1):
-        _produce(producer, topic, str(c).encode(),
-                 codec.encode("ServingCampaign", campaign_record(c, at_ms, 500 * DOLLAR)), at_ms)
+    produce_campaign_records(producer, topic, campaigns, at_ms, 500 * DOLLAR)
 
 
 def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int, checkpoint_ms: int,

@@ -86,13 +86,10 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
     log(f"producing {items:,} spend reports ({servers} servers, {campaigns:,} campaigns) to {topics['spend']} ...")
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000})
-    from adserve.bench import campaign_record
-    from schemas.codec import AvroCodec
+    from adserve.bench import produce_campaign_records
 
-    codec = AvroCodec()
-    for campaign in range(1, campaigns + 1):  # so the controller steps every campaign, as it would in service
-        producer.produce(topics["campaigns"], key=str(campaign).encode(), timestamp=T0 - 60_000,
-                         value=codec.encode("ServingCampaign", campaign_record(campaign, T0 - 60_000, BUDGET_MICROS)))
+    # so the controller steps every campaign, as it would in service
+    produce_campaign_records(producer, topics["campaigns"], campaigns, T0 - 60_000, BUDGET_MICROS)
     for key, value, ts, partition in _reports(items, servers, campaigns, seed=5):
         while True:
             try:

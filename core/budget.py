@@ -170,23 +170,23 @@ def on_spend(state: PacerState, window: Window, max_price_micros: int) -> None:
                                              -(-window.spend_micros // window.served))
 
 
-_PENDING_ROW = "<6q"  # end_ms, spend, served, eligible, servers, max price
+_HELD_ROW = "<6q"  # end_ms, spend, served, eligible, servers, max price
 
 
-def hold_window(pending: bytes | None, window: Window, max_price_micros: int) -> bytes:
+def hold_window(held: bytes | None, window: Window, max_price_micros: int) -> bytes:
     """`window` appended to a campaign's held windows (packed int64 rows): the job keeps the 10 s windows
     that arrive between two steps here, a few bytes each, and applies them at the next step
     (`apply_held`), so the campaign's whole state is written once per step, not once per window."""
-    row = struct.pack(_PENDING_ROW, window.end_ms, window.spend_micros, window.served, window.eligible,
+    row = struct.pack(_HELD_ROW, window.end_ms, window.spend_micros, window.served, window.eligible,
                       window.servers, max_price_micros)
-    return (pending or b"") + row
+    return (held or b"") + row
 
 
-def apply_held(state: PacerState, pending: bytes | None) -> None:
+def apply_held(state: PacerState, held: bytes | None) -> None:
     """The held windows, in the order they came, exactly as `on_spend` would have applied them on arrival: the
     job applies them before any other change to the campaign (a step, a billed total, a campaign record, a
     server's report), so every rule sees the same state in the same order."""
-    for end_ms, spend, served, eligible, servers, price in struct.iter_unpack(_PENDING_ROW, pending or b""):
+    for end_ms, spend, served, eligible, servers, price in struct.iter_unpack(_HELD_ROW, held or b""):
         on_spend(state, Window(end_ms, spend, served, eligible, servers), price)
 
 
