@@ -8,8 +8,7 @@ per 10 ads (30 % capped). Requests: ~30 terms (location at three levels, age,
 gender, 1-2 languages, device, placement, 15-25 interests, 5-10 audiences).
 
 Figures (--json names; per-size figures are objects keyed by ad count):
-  build_s, index_bytes_per_ad (index + serving columns + campaign table + the satisfied-set cache as the
-  requests left it, by size),
+  build_s, index_bytes_per_ad (index: postings, partitions, term arena; serving columns; campaign table),
   retrieval_p50_ms / retrieval_p99_ms, retrieved_median (ads per request),
   decision_p50_ms / decision_p99_ms (filters + pre-rank + prediction baseline + auction, after retrieval),
   whole_decision_p50_ms / whole_decision_p99_ms (retrieval + the rest, per request),
@@ -225,7 +224,7 @@ def run(sizes: list[int], requests: int = 2_000, baseline_requests: int = 20, lo
             retrieved.append(result.funnel["retrieved"])
             candidates.append(result.funnel["filtered"])
         key = str(n)
-        # After the requests, so the satisfied-set cache they filled is counted.
+        # After the requests, as the index stands while serving.
         memory = index.memory_bytes()
         memory["campaign_table"] = campaigns.nbytes
         figures["memory_breakdown_bytes"][key] = memory

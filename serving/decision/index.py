@@ -11,15 +11,14 @@ An ad satisfies attribute A for a request with values V iff it does not
 constrain A, or it allows some value of V; it fails if the request carries
 any value it excludes.
 
-Retrieval evaluates those set operations on a candidate bitmap that starts
-small: "narrow" ads (those targeting custom audiences, core.targeting.
-NARROW_ATTRIBUTES) are seeded from the request's own audience postings and
-always evaluated completely; "broad" ads are evaluated chunk by chunk of rows
-(best static scores first) and retrieval stops once K of them matched, so
-long broad lists are never read to the end, and no broad ad can crowd out a
-narrow one. For the low-cardinality attributes the set "rows satisfying the
-attribute for these request values" is kept in a bounded LRU cache, so a
-request mostly intersects ready bitmaps in C.
+Retrieval: "narrow" ads (those targeting custom audiences, core.targeting.NARROW_ATTRIBUTES) are seeded
+from the request's own audience postings and evaluated completely with the postings, so no broad ad can
+crowd them out. "Broad" ads are also kept in partitions by (location value, placement, language)
+(serving/decision/partitions.py): a request reads only the entries of its own keys, a row range at a time
+in static-score order, in a compiled scan (serving/decision/kernels.py) that tests the closed-vocabulary
+attributes from bits inside each entry and checks the remaining terms (interests, exclusions) of the rows
+that pass against the term arena; it stops once K broad ads matched, so long broad lists are never read to
+the end.
 
 Updates are in place and versioned: an older or equal version never
 overwrites a newer one. A changed static score keeps its row until the next
@@ -28,7 +27,6 @@ rows. Pure: no I/O, no clock."""
 from __future__ import annotations
 
 import array
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -36,7 +34,9 @@ import numpy as np
 from pyroaring import BitMap
 
 from core.targeting import NARROW_ATTRIBUTES, Targeting
+from serving.decision import kernels
 from serving.decision.columns import Column, IdMap, RowTable, StringArena
+from serving.decision.partitions import ANY, KEY_ATTRIBUTES, Partitions, SigLayout
 
 BID_TYPES = ("CPM", "CPC", "CPA")
 BID_TYPE_CODE = {name: code for code, name in enumerate(BID_TYPES)}
@@ -44,12 +44,8 @@ DEFAULT_K = 10_000
 # Attributes in the order retrieval applies them: the most selective first on typical traffic,
 # interests (many values per request) last when the candidate set is already small.
 EVALUATION_ORDER = ("placement", "location", "language", "device", "age_band", "gender", "interest", "audience")
-# Attributes with few values: the set of ads satisfying "attribute has value v" (ads that allow v, plus ads
-# that do not constrain the attribute) is kept per value, so a request intersects a handful of ready bitmaps
-# in one C-level call. For locations this holds for countries; regions and cities add their own postings.
-SATISFIED_CACHED = ("placement", "language", "device", "age_band", "gender", "location")
-SATISFIED_CACHE_ENTRIES = 256  # at 10 M ads a dense entry is ~1.25 MB: at most ~320 MB, counted in memory_bytes
-CHUNK_ROWS = 1 << 21  # broad ads are evaluated 2 M rows (32 roaring containers) at a time
+CHUNK_ROWS = 1 << 21  # broad ads are scanned 2 M rows at a time; retrieval stops after the range that reached K
+MAX_TERM_ARENA = (1 << 32) - 1  # an entry keeps its row's term-arena start as uint32
 
 
 @dataclass
@@ -96,6 +92,31 @@ def _rows(bitmap: BitMap) -> np.ndarray:
     return np.frombuffer(bitmap.to_array(), dtype=np.uint32).astype(np.int32)
 
 
+def _with_any(rows: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, value) pairs of the wanted rows, sorted by row, with value -1 ("*") for a row that has none."""
+    keep = wanted[rows]
+    rows, values = rows[keep], values[keep]
+    has = np.zeros(len(wanted), dtype=np.bool_)
+    has[rows] = True
+    missing = np.flatnonzero(wanted & ~has)
+    rows = np.concatenate((rows, missing))
+    values = np.concatenate((values, np.full(len(missing), -1, dtype=np.int64)))
+    order = np.argsort(rows, kind="stable")
+    return rows[order], values[order]
+
+
+def _cross(left_rows: np.ndarray, right_rows: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair of a left and a right element of the same row (both sorted by row, every row on both
+    sides): the pairs' rows and, per pair, the left and the right element's position."""
+    right_count = np.bincount(right_rows, minlength=n)
+    right_first = np.concatenate(([0], np.cumsum(right_count)[:-1]))
+    repeat = right_count[left_rows]
+    left = np.repeat(np.arange(len(left_rows)), repeat)
+    rows = left_rows[left]
+    within = np.arange(len(left)) - np.repeat(np.cumsum(repeat) - repeat, repeat)
+    return rows, left, right_first[rows] + within
+
+
 class TargetingIndex:
     """Ads in rows, targeting postings in bitmaps; see the module docstring."""
 
@@ -128,9 +149,52 @@ class TargetingIndex:
         self.constrained: dict[str, BitMap] = {}
         self.alive = BitMap()
         self.narrow = BitMap()
-        # (attribute, request values) -> rows satisfying the attribute for them (rows that do not constrain
-        # it, or allow one of the values); least recently used first, kept current by every update
-        self.satisfied: OrderedDict[tuple[str, frozenset[str]], BitMap] = OrderedDict()
+        # Broad ads by key, and what the compiled scan needs per term id: its kind (kernels.KIND_*, or the
+        # slot of its attribute) and, per request, whether the request carries it.
+        self.partitions = Partitions(capacity)
+        self.sig_layout = SigLayout()
+        self.term_kind = Column(np.uint8, capacity=256)
+        self.hit = Column(np.uint8, capacity=256)
+        self.slots: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ terms
+    def _term_id(self, key: tuple[str, str, bool]) -> int:
+        term = self.terms.ids.get(key)
+        if term is None:
+            term = self.terms.id_of(key)
+            self._set_kind(term, key)
+        return term
+
+    def _set_kind(self, term: int, key: tuple[str, str, bool]) -> None:
+        attribute, _, excluded = key
+        self.term_kind.ensure(term + 1)
+        self.hit.ensure(term + 1)
+        if excluded:
+            kind = kernels.KIND_EXCLUDED
+        elif attribute in KEY_ATTRIBUTES:
+            kind = kernels.KIND_KEY
+        else:
+            kind = self.slots.get(attribute)
+            if kind is None:
+                kind = self.slots[attribute] = len(self.slots) + 1
+                if kind > kernels.MAX_SLOTS:
+                    raise ValueError(f"more than {kernels.MAX_SLOTS} targeting attributes besides "
+                                     f"{', '.join(KEY_ATTRIBUTES)}")
+        self.term_kind.data[term] = kind
+
+    def _needs_check(self, targeting: Targeting) -> bool:
+        """Whether a broad ad's entry passes only after the exact check of its terms: exclusions, or an
+        attribute that is neither a key nor fully in the sig bits."""
+        if any(targeting.exclude.values()):
+            return True
+        for attribute, values in targeting.include.items():
+            if attribute in KEY_ATTRIBUTES:
+                continue
+            if attribute not in self.sig_layout.attributes:
+                return True
+            if any((attribute, v) not in self.sig_layout.value_bit for v in values):
+                return True
+        return False
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -164,7 +228,7 @@ class TargetingIndex:
             index.exclusion_category.data[:n] = exclusion_category
         index.ids.bulk(ad_id, np.arange(n, dtype=np.int32))
         for key in term_keys:
-            index.terms.id_of(key)
+            index._term_id(key)
         terms_flat = np.ascontiguousarray(terms_flat, dtype=np.uint32)
         index.term_count.data[:n] = term_counts
         index.term_start.data[:n] = np.concatenate(([0], np.cumsum(term_counts, dtype=np.int64)[:-1]))
@@ -186,7 +250,68 @@ class TargetingIndex:
             index.narrow |= index.constrained.get(attribute, BitMap())
         for bitmap in (*index.postings, *index.constrained.values(), index.alive, index.narrow):
             bitmap.run_optimize()
+        index._partition_bulk(term_keys, term_counts, terms_flat)
         return index
+
+    def _partition_bulk(self, term_keys: Sequence[tuple[str, str, bool]], term_counts: np.ndarray,
+                        terms_flat: np.ndarray) -> None:
+        """Entries of every broad row at once (from_columns): the same entries _index adds one by one."""
+        n, t = self.size, len(term_keys)
+        if self.term_arena_used > MAX_TERM_ARENA:
+            raise ValueError("term arena beyond 2**32 terms: too many ads for one index")
+        layout = self.sig_layout
+        key_attribute = np.full(t, -1, dtype=np.int8)
+        sig_attribute = np.full(t, -1, dtype=np.int8)
+        sig_bit = np.zeros(t, dtype=np.uint32)
+        check = np.zeros(t, dtype=np.bool_)
+        for term, (attribute, value, excluded) in enumerate(term_keys):
+            if excluded:
+                check[term] = True
+            elif attribute in KEY_ATTRIBUTES:
+                key_attribute[term] = KEY_ATTRIBUTES.index(attribute)
+            elif attribute in layout.attributes:
+                sig_attribute[term] = layout.attributes.index(attribute)
+                sig_bit[term] = layout.value_bit.get((attribute, value), 0)
+                check[term] = sig_bit[term] == 0
+            else:
+                check[term] = True
+        unconstrained = np.array([layout.unconstrained[a] for a in layout.attributes], dtype=np.uint32)
+        sigs = kernels.row_signatures(self.term_start.data[:n], self.term_count.data[:n], terms_flat, sig_attribute,
+                                      sig_bit, check, unconstrained, kernels.SIG_NEEDS_CHECK)
+        broad = np.ones(n, dtype=np.bool_)
+        broad[_rows(self.narrow)] = False
+        rows_flat = np.repeat(np.arange(n, dtype=np.int64), term_counts)
+        attribute_of = key_attribute[terms_flat]
+        rows: np.ndarray | None = None
+        values: list[np.ndarray] = []  # per key attribute, each entry's term id (-1: "*")
+        for a in range(len(KEY_ATTRIBUTES)):
+            chosen = attribute_of == a
+            a_rows, a_values = _with_any(rows_flat[chosen], terms_flat[chosen].astype(np.int64), broad)
+            if rows is None:
+                rows, values = a_rows, [a_values]
+            else:
+                rows, taken, other = _cross(rows, a_rows, n)
+                values = [v[taken] for v in values] + [a_values[other]]
+        del rows_flat, attribute_of
+        code = np.zeros(len(rows), dtype=np.int64)
+        distinct = []
+        for v in values:  # a dense key code: each attribute's distinct term ids numbered
+            terms_of_attribute, dense = np.unique(v, return_inverse=True)
+            code = code * len(terms_of_attribute) + dense
+            distinct.append(terms_of_attribute)
+        unique, key_ids = np.unique(code, return_inverse=True)
+        segment_keys = []
+        for c in unique.tolist():
+            parts = []
+            for terms_of_attribute in reversed(distinct):
+                c, d = divmod(c, len(terms_of_attribute))
+                term = int(terms_of_attribute[d])
+                parts.append(ANY if term < 0 else term_keys[term][1])
+            segment_keys.append(tuple(reversed(parts)))
+        rows32 = rows.astype(np.int32)
+        self.partitions = Partitions.from_entries(
+            segment_keys, key_ids.astype(np.int64), rows32, sigs[rows], self.term_start.data[rows].astype(np.uint32),
+            self.term_count.data[rows].astype(np.uint16))
 
     # ---------------------------------------------------------------- updates
     def upsert(self, record: AdRecord) -> bool:
@@ -242,7 +367,7 @@ class TargetingIndex:
     def _index(self, row: int, targeting: Targeting) -> None:
         keys = [(a, v, False) for a, vs in targeting.include.items() for v in vs]
         keys += [(a, v, True) for a, vs in targeting.exclude.items() for v in vs]
-        term_ids = [self.terms.id_of(k) for k in keys]
+        term_ids = [self._term_id(k) for k in keys]
         while len(self.postings) < len(self.terms.keys):
             self.postings.append(BitMap())
         for term in term_ids:
@@ -252,55 +377,41 @@ class TargetingIndex:
         self.alive.add(row)
         if targeting.narrow:
             self.narrow.add(row)
-        for (attribute, values), rows in self.satisfied.items():
-            allowed = targeting.include.get(attribute)
-            if allowed is None or not allowed.isdisjoint(values):
-                rows.add(row)
         start = self.term_arena_used
+        if start + len(term_ids) > MAX_TERM_ARENA:
+            raise ValueError("term arena beyond 2**32 terms: compact or rebuild the index")
         self.term_arena.ensure(start + len(term_ids))
         self.term_arena.data[start: start + len(term_ids)] = term_ids
         self.term_arena_used += len(term_ids)
         self.term_start.data[row] = start
         self.term_count.data[row] = len(term_ids)
+        if not targeting.narrow:
+            sig = self.sig_layout.of_ad(targeting.include, self._needs_check(targeting))
+            for key in Partitions.keys_of(targeting.include):
+                self.partitions.add(key, row, sig, start, len(term_ids))
 
     def _unindex(self, row: int) -> None:
         start, count = int(self.term_start.data[row]), int(self.term_count.data[row])
+        if row in self.alive and row not in self.narrow:
+            include: dict[str, set[str]] = {}
+            for term in self.term_arena.data[start: start + count]:
+                attribute, value, excluded = self.terms.keys[int(term)]
+                if attribute in KEY_ATTRIBUTES and not excluded:
+                    include.setdefault(attribute, set()).add(value)
+            for key in Partitions.keys_of(include):
+                self.partitions.remove(key, row)
         for term in self.term_arena.data[start: start + count]:
             self.postings[int(term)].discard(row)
         for bitmap in self.constrained.values():
             bitmap.discard(row)
         self.alive.discard(row)
         self.narrow.discard(row)
-        for rows in self.satisfied.values():
-            rows.discard(row)
         self.term_count.data[row] = 0
 
     # -------------------------------------------------------------- retrieval
     def _posting(self, attribute: str, value: str, excluded: bool = False) -> BitMap | None:
         term = self.terms.ids.get((attribute, value, excluded))
         return None if term is None else self.postings[term]
-
-    def _satisfied(self, attribute: str, values: frozenset[str]) -> BitMap:
-        """Rows satisfying the attribute for these request values (LRU-cached): rows that do not constrain
-        it, or allow one of the values."""
-        key = (attribute, values)
-        rows = self.satisfied.get(key)
-        if rows is not None:
-            self.satisfied.move_to_end(key)
-            return rows
-        parts = [self.alive - self.constrained.get(attribute, BitMap())]
-        parts += [p for p in (self._posting(attribute, v) for v in values) if p is not None]
-        rows = BitMap.union(*parts) if len(parts) > 1 else parts[0]
-        rows.run_optimize()
-        self.satisfied[key] = rows
-        while len(self.satisfied) > SATISFIED_CACHE_ENTRIES:
-            self.satisfied.popitem(last=False)
-        return rows
-
-    def _fast_sets(self, terms: Mapping[str, frozenset[str]]) -> tuple[list[BitMap], set[str]]:
-        """Ready bitmaps for the low-cardinality attributes of a request, and the attributes they cover."""
-        sets = [self._satisfied(a, terms.get(a, frozenset())) for a in SATISFIED_CACHED if a in self.constrained]
-        return sets, {a for a in SATISFIED_CACHED if a in self.constrained}
 
     def _apply_rest(self, candidates: BitMap, terms: Mapping[str, frozenset[str]], covered: set[str]) -> BitMap:
         for attribute in EVALUATION_ORDER:
@@ -326,35 +437,42 @@ class TargetingIndex:
 
     def retrieve_bitmap(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> BitMap:
         """Rows of every matching narrow ad and of the best k matching broad ads (by static score)."""
+        return self._retrieve_narrow(terms) | BitMap(self._retrieve_broad(terms, k))
+
+    def _retrieve_narrow(self, terms: Mapping[str, frozenset[str]]) -> BitMap:
+        """Every matching narrow ad: seeded from the request's own audience postings, read completely."""
         result = BitMap()
-        # Narrow ads: seeded from the request's own audience postings, always read completely.
         for attribute in NARROW_ATTRIBUTES:
             seeds = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
             if seeds:
                 result |= self._apply_rest(BitMap.union(*seeds) & self.narrow, terms, covered={attribute})
-        # Broad ads, a chunk of rows at a time (rows are in static-score order): the ready low-cardinality
-        # sets intersected in C, smallest first, then the remaining attributes on what is left; stop once
-        # k matched.
-        fast, covered = self._fast_sets(terms)
-        fast.sort(key=len)
-        broad_found = BitMap()
-        for begin in range(0, self.size, CHUNK_ROWS):
-            chunk = BitMap(range(begin, min(self.size, begin + CHUNK_ROWS)))
-            for rows in fast:
-                chunk &= rows
-                if not chunk:
-                    break
-            chunk = chunk - self.narrow if fast else chunk & self.alive - self.narrow
-            broad_found |= self._apply_rest(chunk, terms, covered)
-            if len(broad_found) >= k:
-                break
-        if len(broad_found) > k:
-            broad_found = broad_found & BitMap(range(0, broad_found[k]))
-        return result | broad_found
+        return result
+
+    def _retrieve_broad(self, terms: Mapping[str, frozenset[str]], k: int) -> np.ndarray:
+        """Rows of the best k matching broad ads, ascending: the compiled scan over the request's segments."""
+        bounds = self.partitions.bounds(terms)
+        if not len(bounds) or k <= 0:
+            return np.empty(0, dtype=np.int32)
+        hits = [t for t in (self.terms.ids.get((a, v, x)) for a, vs in terms.items() for v in vs
+                            for x in (False, True)) if t is not None]
+        hit = self.hit.data
+        hit[hits] = 1
+        try:
+            size = int((bounds[1::2] - bounds[0::2]).sum())
+            out = np.empty(size, dtype=np.int32)
+            found = kernels.scan(bounds, self.partitions.row, self.partitions.sig, self.partitions.start,
+                                 self.partitions.count, self.sig_layout.masks(terms), self.term_arena.data,
+                                 self.term_kind.data, hit, k, CHUNK_ROWS, self.size, out,
+                                 np.empty(size, dtype=np.int64))
+        finally:
+            hit[hits] = 0
+        return out[:found]
 
     def retrieve(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> np.ndarray:
         """Matching rows, ascending (best static score first), as int32."""
-        return _rows(self.retrieve_bitmap(terms, k))
+        narrow = self._retrieve_narrow(terms)
+        broad = self._retrieve_broad(terms, k)
+        return np.union1d(broad, _rows(narrow)).astype(np.int32) if narrow else broad
 
     # ---------------------------------------------------------------- access
     def row_of(self, ad_id: int) -> int | None:
@@ -373,6 +491,6 @@ class TargetingIndex:
         columns = sum(c.nbytes for c in self._row_columns()) + self.hot.nbytes
         bitmaps = sum(len(b.serialize()) for b in (*self.postings, *self.constrained.values(), self.alive,
                                                    self.narrow))
-        cache = sum(len(b.serialize()) for b in self.satisfied.values())
         return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,
-                "strings": self.strings.nbytes, "id_map": self.ids.nbytes, "satisfied_cache": cache}
+                "strings": self.strings.nbytes, "id_map": self.ids.nbytes, "partitions": self.partitions.nbytes,
+                "term_tables": self.term_kind.nbytes + self.hit.nbytes}
