@@ -33,6 +33,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 from pyroaring import BitMap
 
+from core.arrays import distinct_keys
 from core.targeting import NARROW_ATTRIBUTES, Targeting
 from serving.decision import kernels
 from serving.decision.columns import Column, IdMap, RowTable, StringArena
@@ -293,21 +294,8 @@ class TargetingIndex:
                 rows, taken, other = _cross(rows, a_rows, n)
                 values = [v[taken] for v in values] + [a_values[other]]
         del rows_flat, attribute_of
-        code = np.zeros(len(rows), dtype=np.int64)
-        distinct = []
-        for v in values:  # a dense key code: each attribute's distinct term ids numbered
-            terms_of_attribute, dense = np.unique(v, return_inverse=True)
-            code = code * len(terms_of_attribute) + dense
-            distinct.append(terms_of_attribute)
-        unique, key_ids = np.unique(code, return_inverse=True)
-        segment_keys = []
-        for c in unique.tolist():
-            parts = []
-            for terms_of_attribute in reversed(distinct):
-                c, d = divmod(c, len(terms_of_attribute))
-                term = int(terms_of_attribute[d])
-                parts.append(ANY if term < 0 else term_keys[term][1])
-            segment_keys.append(tuple(reversed(parts)))
+        key_terms, key_ids = distinct_keys(values)  # per key, each attribute's term id (-1: "*")
+        segment_keys = [tuple(ANY if term < 0 else term_keys[term][1] for term in key) for key in key_terms]
         rows32 = rows.astype(np.int32)
         self.partitions = Partitions.from_entries(
             segment_keys, key_ids.astype(np.int64), rows32, sigs[rows], self.term_start.data[rows].astype(np.uint32),

@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from core.arrays import distinct_keys
+
 EPSILON = 1e-7
 
 
@@ -59,26 +61,10 @@ def auc(labels, scores, weights=None) -> float:
 
 
 def segment_codes(columns: Sequence[np.ndarray]) -> tuple[list[tuple[str, ...]], np.ndarray]:
-    """The distinct keys of several equally long key columns, and each row's key number (no Python loop per
-    row: each column is np.unique'd and the codes combined)."""
+    """The distinct keys (as strings) of several equally long key columns, and each row's key number."""
     if not columns:
         raise ValueError("segment_codes needs at least one column")
-    n = len(columns[0])
-    code = np.zeros(n, dtype=np.int64)
-    uniques = []
-    for column in columns:
-        values, inverse = np.unique(np.asarray(column).astype(str), return_inverse=True)
-        uniques.append(values)
-        code = code * len(values) + inverse.reshape(-1)
-    distinct, rows = np.unique(code, return_inverse=True)
-    keys = []
-    for c in distinct.tolist():
-        parts = []
-        for values in reversed(uniques):
-            c, i = divmod(c, len(values))
-            parts.append(str(values[i]))
-        keys.append(tuple(reversed(parts)))
-    return keys, rows.reshape(-1)
+    return distinct_keys([np.asarray(column).astype(str) for column in columns])
 
 
 def calibration_by_segment(labels, predictions, weights, segments: Mapping[str, np.ndarray]) -> list[dict]:
