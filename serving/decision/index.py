@@ -423,10 +423,6 @@ class TargetingIndex:
                     candidates -= banned
         return candidates
 
-    def retrieve_bitmap(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> BitMap:
-        """Rows of every matching narrow ad and of the best k matching broad ads (by static score)."""
-        return self._retrieve_narrow(terms) | BitMap(self._retrieve_broad(terms, k))
-
     def _retrieve_narrow(self, terms: Mapping[str, frozenset[str]]) -> BitMap:
         """Every matching narrow ad: seeded from the request's own audience postings, read completely."""
         result = BitMap()

@@ -180,7 +180,7 @@ class Partitions:
         end = begin + length
         for name, value in (("row", row), ("sig", sig), ("start", start), ("count", count)):
             column = getattr(self, name)
-            column[at + 1: end + 1] = column[at: end].copy()
+            column[at + 1: end + 1] = column[at: end]  # numpy copies overlapping slices safely
             column[at] = value
         self.seg_length[segment] = length + 1
 
@@ -195,7 +195,7 @@ class Partitions:
             return
         for name, _ in self.FIELDS:
             column = getattr(self, name)
-            column[at: end - 1] = column[at + 1: end].copy()
+            column[at: end - 1] = column[at + 1: end]
         self.seg_length[segment] = length - 1
         if self.garbage > self.COMPACT_AFTER and 2 * self.garbage > self.used:
             self.compact()
@@ -217,10 +217,6 @@ class Partitions:
         self.seg_start[: len(starts)] = starts
         self.seg_capacity[: len(capacities)] = capacities
         self.used, self.garbage = total, 0
-
-    @property
-    def entries(self) -> int:
-        return int(self.seg_length[: len(self.segment_of)].sum())
 
     @property
     def nbytes(self) -> int:
