@@ -1,8 +1,9 @@
 """A second-by-second model of the pacing loop for unit tests: servers, slices, reports, the budget job's
 pure rules (core.budget) and billing, with scripted traffic. No I/O, seeded, deterministic.
 
-It exercises the loop exactly as the job wires it (10 s spend windows reach the job ~2 s after they close,
-metered servers ask for slices in their per-second report, states and slices reach servers a second
+It exercises the loop exactly as the job wires it (a 10 s spend window reaches the job before the step at its
+end, as in the job, where SpendWindows emits a window before the watermark that fires that step; metered
+servers ask for slices in their per-second report, states and slices reach servers a second
 later, billing reports every 10 s) so the design's cases can be checked in seconds."""
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class Campaign:
     opportunities_per_s: float  # eligible requests per second at the diurnal peak (1.0)
     win_rate: float = 1.0
     changes: dict[int, int] = field(default_factory=dict)  # second of day -> new budget
+    predicted_ctr: float | None = None  # what the servers' expected cost assumes (default: the true ctr)
 
 
 @dataclass
@@ -61,7 +63,7 @@ def run_day(c: Campaign, *, servers: int = 4, seed: int = 7, traffic: Callable[[
         inbox.append((0, kind, rec))
     books = [LeaseBook(f"s{i}") for i in range(servers)]
     view = {"state": "OPEN", "p": 1.0, "seen": False}
-    expected_cost = int(c.price_micros * c.true_ctr)
+    expected_cost = int(c.price_micros * (c.true_ctr if c.predicted_ctr is None else c.predicted_ctr))
     window_spend, window_served, window_eligible = 0, 0, 0
     pending_windows: list[tuple[int, budget.Window]] = []  # (deliver at second, window)
     billed = absorbed = 0
@@ -131,8 +133,8 @@ def run_day(c: Campaign, *, servers: int = 4, seed: int = 7, traffic: Callable[[
             for kind, rec in budget.on_server_spend(state, server_id, lease, spent, spent, wants,
                                                      c.price_micros, now + 2000):
                 inbox.append((sec + 2 + state_delay_s, kind, rec))
-        if (sec + 1) % 10 == 0:
-            pending_windows.append((sec + 2, budget.Window(now + 1000, window_spend, window_served,
+        if (sec + 1) % 10 == 0:  # the window ending at sec + 1 is there for the step at sec + 1
+            pending_windows.append((sec + 1, budget.Window(now + 1000, window_spend, window_served,
                                                            window_eligible, sum(alive))))
             window_spend = window_served = window_eligible = 0
         for due in [w for w in pending_windows if w[0] <= sec]:
