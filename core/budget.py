@@ -31,6 +31,8 @@ from core.pacing import (BID_MULTIPLIER_RANGE, CURVE_END_MINUTE, NEW_CAMPAIGN_P,
 from core.leases import LEASE_LIFETIME_MS
 
 BILLING_SETTLE_MS = 5 * 60_000  # ads served this long before the billed instant may still be billed
+LEVEL_PRIOR_CLICKS = 30  # the billed / expected level starts at 1 and moves as billing brings clicks
+LEVEL_RANGE = (0.5, 2.0)  # a level outside this says the predictions are broken, not that pacing should follow
 HEARTBEAT_MS = 30_000
 COMPACT_MS = 5 * 60_000  # older spend windows are merged into buckets this long  # a state is re-sent at least this often, so servers can tell the job is alive
 P_HISTORY_BUCKETS = 96  # p by quarter-hour of the local day (for tomorrow's first p and dashboards)
@@ -88,6 +90,9 @@ class PacerState:
     last_step_ms: int = 0
     delivery_limit: str | None = None
     spend_per_server_s_micros: int = 0  # last minute's spend per second per reporting server
+    luck_absorbed_micros: int = 0  # the part of billing's luck already spread into the plan (see step)
+    level_spend_micros: int = 0  # reported expected cost, each step's converted at that step's level()
+    level_reported_micros: int = 0  # reported_today_micros when level_spend_micros last took it in
 
     # ---------------------------------------------------------------- derived
 
@@ -95,7 +100,9 @@ class PacerState:
         return SpendPlan(_curve(tuple(self.shape)), self.plan_budget_micros, self.plan_anchor_minute,
                          self.plan_anchor_spend_micros)
 
-    def committed_micros(self) -> int:
+    def unsettled_micros(self) -> tuple[int, int]:
+        """(expected cost reported for windows billing may not cover yet, unreported remainders of expired
+        slices counted as spent until billing covers them); with no billing yet today, everything."""
         if self.billed_until_ms <= 0:
             estimates = self.reported_today_micros
         else:
@@ -103,7 +110,35 @@ class PacerState:
             estimates = sum(w.spend_micros for w in self.windows if w.end_ms > cutoff)
         unreported = sum(w.spend_micros for w in self.expired_unreported
                          if self.billed_until_ms <= 0 or w.end_ms > self.billed_until_ms - BILLING_SETTLE_MS)
+        return estimates, unreported
+
+    def committed_micros(self) -> int:
+        estimates, unreported = self.unsettled_micros()
         return self.billed_micros - self.invalid_credit_micros + estimates + unreported
+
+    def level(self, estimates: int | None = None) -> float:
+        """Billed money per micro of expected cost, over what billing covers today, shrunk toward 1 by a prior
+        worth LEVEL_PRIOR_CLICKS click prices: how far the predictions behind the reported expected cost run
+        above or below the clicks that come (an auction's winners are the ads it over-rated, and a campaign's
+        placements and audience move its true click rate away from the priors). 1 before any billing."""
+        if self.billed_until_ms <= 0:
+            return 1.0
+        if estimates is None:
+            estimates, _ = self.unsettled_micros()
+        prior = LEVEL_PRIOR_CLICKS * max(self.click_price_micros, 1)
+        settled = max(0, self.reported_today_micros - estimates)
+        level = (self.billed_micros - self.invalid_credit_micros + prior) / (settled + prior)
+        return min(LEVEL_RANGE[1], max(LEVEL_RANGE[0], level))
+
+    def billing_luck_micros(self, estimates: int | None = None) -> int:
+        """Billed minus what the level made of the expected cost billing covers (`level_spend_micros`, less
+        the unsettled part at today's level): the clicks the level does not explain. 0 before any billing."""
+        if self.billed_until_ms <= 0:
+            return 0
+        if estimates is None:
+            estimates, _ = self.unsettled_micros()
+        settled_level_spend = self.level_spend_micros - round(self.level(estimates) * estimates)
+        return self.billed_micros - self.invalid_credit_micros - settled_level_spend
 
     def remaining_micros(self) -> int:
         return max(0, self.budget_micros - self.committed_micros())
@@ -133,6 +168,7 @@ def _start_day(state: PacerState, day: str, minute: float, shape: list[float] | 
         state.reported_today_micros, state.windows, state.expired_unreported = 0, [], []
         state.billed_micros, state.billed_until_ms, state.invalid_credit_micros = 0, 0, 0
         state.peak_minute_micros, state.slices = 0, []
+    state.luck_absorbed_micros = state.level_spend_micros = state.level_reported_micros = 0
     state.plan_budget_micros = state.budget_micros
     # A campaign seen for the first time mid-day spreads its budget over the remaining hours.
     state.plan_anchor_minute, state.plan_anchor_spend_micros = (minute if first_day else 0.0), 0
@@ -252,19 +288,30 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     served_minute = sum(w.served for w in last_minute)
     eligible_minute = sum(w.eligible for w in last_minute)
     state.peak_minute_micros = max(state.peak_minute_micros, spend_minute)
+    recent_served = sum(w.served for w in state.windows)
+    cost_per_ad = sum(w.spend_micros for w in state.windows) // recent_served if recent_served else \
+        state.impression_charge_micros
     servers = max((w.servers for w in last_minute), default=0)
     state.spend_per_server_s_micros = spend_minute // (60 * max(1, servers))
     plan = state.plan()
     target_now = plan.target_micros(minute)
     target_minute = target_now - plan.target_micros(max(0.0, minute - 1))
-    committed = state.committed_micros()
+    estimates, unreported = state.unsettled_micros()
+    committed = state.billed_micros - state.invalid_credit_micros + estimates + unreported
+    level = state.level(estimates)
+    state.level_spend_micros += round(level * (state.reported_today_micros - state.level_reported_micros))
+    state.level_reported_micros = state.reported_today_micros
+    committed_at_level = state.billed_micros - state.invalid_credit_micros + round(level * (estimates + unreported))
+    unabsorbed = _absorb_luck(state, plan, minute, now_ms, state.billing_luck_micros(estimates))
     if state.status in LIVE_STATUSES:
         controlled = ControlInput(
             participation_probability=state.bid_multiplier if state.bid_type == "CPA"
             else state.participation_probability,
             spend_last_minute_micros=spend_minute, target_last_minute_micros=target_minute,
-            gap_micros=target_now - committed, minutes_to_curve_end=CURVE_END_MINUTE - minute,
-            served_last_minute=served_minute)
+            gap_micros=target_now - committed_at_level, minutes_to_curve_end=CURVE_END_MINUTE - minute,
+            served_last_minute=served_minute, billing_luck_micros=unabsorbed,
+            plan_remaining_micros=plan.budget_micros - target_now, cost_per_ad_micros=cost_per_ad, level=level,
+            metered=state.last_state == "METERED")
         if state.bid_type == "CPA":  # the system sets CPA bids: steer the bid, keep entering every auction
             low, high = BID_MULTIPLIER_RANGE
             state.bid_multiplier = min(high, max(low, next_participation(controlled)))
@@ -282,6 +329,22 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
                            "participation_probability": state.participation_probability,
                            "state": state.last_state, "budget_micros": state.budget_micros}))
     return out
+
+
+def _absorb_luck(state: PacerState, plan: SpendPlan, minute: float, now_ms: int, luck: int) -> int:
+    """Spread billing's luck over the rest of the plan; returns the part not absorbed yet.
+
+    Each step absorbs the share of the unabsorbed luck that this step's slice of the plan is of everything
+    the plan still asked for before it: luck L seen at a point with R left to spend lowers (or raises) each
+    later minute's rate by L / R of its target, and is fully absorbed when the plan ends at 23:30."""
+    since_ms = now_ms - state.last_step_ms if state.last_step_ms else STEP_MS
+    elapsed = min(max(since_ms, 0), 10 * STEP_MS) / 60_000
+    before = plan.target_micros(max(0.0, minute - elapsed))
+    remaining_before = plan.budget_micros - before
+    step_target = plan.target_micros(minute) - before
+    share = 1.0 if remaining_before <= 0 else min(1.0, step_target / remaining_before)
+    state.luck_absorbed_micros += int((luck - state.luck_absorbed_micros) * share)
+    return luck - state.luck_absorbed_micros
 
 
 def _compact(windows: list[Window], older_than_ms: int) -> list[Window]:

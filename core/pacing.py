@@ -86,6 +86,7 @@ class TargetCurve:
             per_minute = np.ones(CURVE_END_MINUTE)
         cumulative = np.concatenate([[0.0], np.cumsum(per_minute) / per_minute.sum(),
                                      np.ones(MINUTES_PER_DAY - CURVE_END_MINUTE)])
+        cumulative[CURVE_END_MINUTE:] = 1.0  # exactly: the plan lands on the budget, not a rounding below it
         return cls(cumulative)
 
     @classmethod
@@ -157,6 +158,11 @@ class ControlInput:
     gap_micros: int  # target so far minus committed spend (positive: behind)
     minutes_to_curve_end: float  # until 23:30 local
     served_last_minute: int  # ads served in the last minute: the controller's confidence
+    billing_luck_micros: int = 0  # billed minus expected cost over what billing covers, not yet absorbed
+    plan_remaining_micros: int = 0  # what the plan still asks for after now (budget minus target so far)
+    cost_per_ad_micros: int = 0  # recent expected cost of one served ad (0: not known yet)
+    level: float = 1.0  # billed money per micro of expected cost (core.budget.PacerState.level)
+    metered: bool = False  # servers spend only from leased slices: an empty minute may be unused slices
 
 
 def step_gain(ratio: float) -> float:
@@ -174,14 +180,29 @@ def next_participation(step: ControlInput) -> float:
     desired / actual, raised to a gain: step_gain (a share of a small error, all of a large one: the last
     minute's spend answers p with a delay, and correcting all of a delayed error each step overshoots)
     times a factor that grows with the campaign's volume (a $50-a-day campaign is not swung by one
-    click); limited to +-25 % per step, floored at 0.001 and capped at 1."""
+    click); limited to +-25 % per step, floored at 0.001 and capped at 1.
+
+    Billed spend corrects the level, not the loop (design): the part of the gap that is billing's luck
+    (clicks above or below the expected cost they cover, `billing_luck_micros`) is not closed over two
+    hours but spread over the rest of the plan, in proportion to what each minute of it asks for. A
+    campaign with a few clicks an hour is then not swung by each one, and the budget still lands by 23:30."""
     p = step.participation_probability
     close_over = min(GAP_CLOSE_MINUTES, max(10.0, step.minutes_to_curve_end))
-    desired = max(0.0, step.target_last_minute_micros + step.gap_micros / close_over)
-    actual = float(step.spend_last_minute_micros)
+    luck, remaining = step.billing_luck_micros, step.plan_remaining_micros
+    if remaining > 0:  # the loop closes the gap without the luck; the curve's rate carries the luck's share
+        rate = step.target_last_minute_micros * max(0.0, 1.0 - luck / remaining)
+        desired = max(0.0, rate + (step.gap_micros + luck) / close_over)
+    else:  # past the curve's end: whatever is left, luck included, closes now
+        desired = max(0.0, step.target_last_minute_micros + step.gap_micros / close_over)
+    actual = float(step.spend_last_minute_micros) * step.level  # in the money billing will take for it
     if actual <= 0:
         ratio = (1 + P_MAX_CHANGE) if desired > 0 else (1 - P_MAX_CHANGE)
-        gain = 1.0
+        # No ad in the last minute says little when the curve asked for a fraction of one: the evidence is
+        # worth the ads the desired rate expects, with the same volume scaling as a minute that served some.
+        # Metered, an empty minute can be slices the servers did not use at a low p: the full step.
+        expected_ads = desired / (step.cost_per_ad_micros * step.level) \
+            if step.cost_per_ad_micros > 0 and not step.metered else float("inf")
+        gain = 1.0 if expected_ads == float("inf") else expected_ads / (expected_ads + VOLUME_HALF_GAIN)
     else:
         ratio = max(desired, 1e-9) / actual
         gain = step_gain(ratio) * step.served_last_minute / (step.served_last_minute + VOLUME_HALF_GAIN)

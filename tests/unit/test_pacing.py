@@ -93,6 +93,58 @@ def test_gains_scale_with_volume_so_one_click_does_not_swing_a_small_campaign():
     assert big < small < 0.5
 
 
+def test_billing_luck_is_spread_over_the_rest_of_the_plan_not_closed_in_two_hours():
+    # Spend served on the curve, but clicks brought 600 more than expected (1 % of the 60,000 the plan still
+    # asks for): each later minute's rate falls by 1 %, where closing it over two hours would cut 5 %.
+    def with_luck(luck, remaining):
+        return next_participation(ControlInput(0.5, 100_000, 100_000, -600_000, 600, 1000, billing_luck_micros=luck,
+                                               plan_remaining_micros=remaining))
+    spread = with_luck(600_000, 60_000_000)
+    as_gap = with_luck(0, 60_000_000)
+    gain = 1000 / 1006
+    assert spread == pytest.approx(0.5 * 0.99 ** (step_gain(0.99) * gain), rel=1e-9)
+    assert as_gap == pytest.approx(0.5 * 0.95 ** (step_gain(0.95) * gain), rel=1e-9)
+    assert with_luck(600_000, 0) == as_gap  # past 23:30 nothing is left to spread it over: it closes now
+
+
+def test_an_empty_minute_raises_p_by_the_evidence_the_desired_rate_expected():
+    def empty(desired_ads, cost=1000):
+        return next_participation(ControlInput(0.5, 0, desired_ads * 1000, 0, 600, 0, cost_per_ad_micros=cost))
+    assert 0.5 < empty(0.2) < 0.5 * 1.25 ** 0.04  # a fifth of an ad asked for: no ad is no news
+    assert empty(60) == pytest.approx(0.5 * 1.25 ** (60 / 66), rel=1e-9)  # sixty asked for: nearly the full step
+    assert empty(0.2, cost=0) == pytest.approx(0.5 * 1.25)  # no cost seen yet: the full step
+
+
+def test_billing_luck_is_absorbed_in_step_with_the_plan_and_fully_by_half_past_eleven():
+    state = budget.PacerState(1)  # a flat curve: the plan asks for the same every minute
+    budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
+                               "daily_budget_micros": 10_000 * DOLLAR}, DAY0_MS)
+    noon = DAY0_MS + 12 * 3_600_000
+    budget.on_spend(state, budget.Window(noon - 600_000, 4_000 * DOLLAR, 1000, 1000, 1), DOLLAR)
+    budget.step(state, noon - 10_000)  # no billing yet: the spend counts at level 1
+    assert state.level() == 1.0 and state.level_spend_micros == 4_000 * DOLLAR
+    budget.on_billed(state, {"budget_day": state.budget_day, "event_time": noon, "billed_spend_micros": 4_300 * DOLLAR})
+    # the spend was counted at the level known then: what billing adds is luck, spread over the rest of the plan
+    assert state.billing_luck_micros() == 300 * DOLLAR
+    assert state.level() == pytest.approx((4_300 + 30) / (4_000 + 30))  # and later spend counts at the new level
+    absorbed = {}
+    for now in range(noon, DAY0_MS + CURVE_END_MINUTE * 60_000 + 1, 10_000):
+        budget.step(state, now)
+        absorbed[now] = state.luck_absorbed_micros
+    halfway = noon + (CURVE_END_MINUTE - 12 * 60) * 30_000  # half of what the plan asked for after noon
+    assert absorbed[halfway] == pytest.approx(150 * DOLLAR, rel=0.01)
+    assert absorbed[DAY0_MS + CURVE_END_MINUTE * 60_000] == pytest.approx(300 * DOLLAR, abs=DOLLAR)
+    budget.step(state, DAY0_MS + 86_400_000)  # a new day starts with nothing absorbed
+    assert state.luck_absorbed_micros == 0
+
+
+def test_the_level_scales_the_last_minute_into_the_money_billing_takes():
+    # predictions 25 % above the clicks that come: 100 of expected cost is 80 of money, so a curve asking
+    # for 100 a minute is behind, not on target
+    at_level = next_participation(ControlInput(0.5, 100, 100, 0, 600, 1000, level=0.8))
+    assert at_level == pytest.approx(0.5 * 1.25 ** (step_gain(1.25) * 1000 / 1006), rel=1e-9)
+
+
 def test_delivery_limit_names_bid_or_audience_only_at_p_one():
     assert delivery_limit(0.8, 10, 100, 5, 100) is None
     assert delivery_limit(1.0, 10, 100, 5, 100) == "BID"
@@ -301,6 +353,35 @@ def test_sparse_billing_keeps_the_state_small_and_committed_spend_safe():
         budget.step(state, now)
     assert len(state.windows) <= 3 * 12 + 37  # 5-minute buckets, plus up to 6 minutes of 10 s windows
     assert state.committed_micros() >= 2 * DOLLAR + 1_000 * (1080 - 30)  # never less than the truth
+
+
+def _level_corrected_hourly_error(result, expected_cost: int) -> float:
+    """The simulated day's figure: expected cost served per hour x the day's billed / expected, against the
+    plan's hourly target, over hours carrying >= 2 % of the budget, weighted by target."""
+    served = result.served_by_second.reshape(24, 3600).sum(1) * expected_cost
+    level = result.billed_micros / served.sum()
+    target = np.diff(np.concatenate([[0], result.target_by_second.reshape(24, 3600)[:, -1]]))
+    big = target >= 0.02 * target.sum()
+    return float(np.abs(level * served[big] - target[big]).sum() / target[big].sum())
+
+
+def test_a_campaign_whose_clicks_bill_less_than_predicted_still_follows_its_curve_in_money():
+    # The servers' expected cost runs 35 % above the clicks that come (the auction's winners are the ads it
+    # over-rated): the budget job learns the level from billing and paces the money, not the prediction.
+    c = Campaign(8, 5_000 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.03, opportunities_per_s=6.0,
+                 predicted_ctr=0.03 * 1.35)
+    result = run_day(c, state_delay_s=5)
+    assert result.billed_micros >= 0.98 * c.budget_micros
+    # 0.12 when the controller paced the prediction
+    assert _level_corrected_hourly_error(result, int(c.price_micros * c.predicted_ctr)) <= 0.06
+
+
+def test_a_campaign_with_a_few_clicks_an_hour_is_not_swung_by_each_one():
+    # ~25 clicks an hour at the peak: billing's luck is spread over the rest of the day, not closed in two hours
+    c = Campaign(9, 5_000 * DOLLAR, price_micros=2 * DOLLAR, true_ctr=0.03, opportunities_per_s=4.0)
+    errors = [_level_corrected_hourly_error(run_day(c, seed=seed, state_delay_s=5), int(c.price_micros * c.true_ctr))
+              for seed in (1, 2, 3, 4)]
+    assert np.mean(errors) <= 0.03  # 0.034 when the luck was closed over two hours
 
 
 def test_with_a_slow_loop_p_settles_instead_of_swinging_between_its_step_limits():
