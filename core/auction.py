@@ -53,6 +53,16 @@ DEFAULT_EXPLORATION_MARGIN = 0.05  # candidates within 5 % of the best total may
 SAMPLED_LOSERS = 20
 
 
+def cpa_bids(bid_micros: np.ndarray, bid_code: np.ndarray, multiplier: np.ndarray) -> np.ndarray:
+    """The bids an auction sees: a CPA campaign's target bid runs at the budget job's bid multiplier (its
+    pacing lever, 0.1-1: the controller buys the cheaper conversions first and never bids above the target);
+    CPM and CPC bids are the advertiser's own. The multiplier counts in ten-thousandths (the budget job sends
+    4 decimals), so the product is exact integer money, rounded down to a whole micro."""
+    bids = np.asarray(bid_micros, dtype=np.int64)
+    parts = np.rint(np.clip(np.asarray(multiplier, dtype=np.float64), 0.0, 1.0) * 10_000).astype(np.int64)
+    return np.where(np.asarray(bid_code) == CPA, bids * parts // 10_000, bids)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One ad entering the auction, with its predictions per slot position."""

@@ -63,6 +63,7 @@ class ServingState:
     index: TargetingIndex = field(default_factory=TargetingIndex)
     campaigns: CampaignTable = field(default_factory=CampaignTable)
     budget: dict[int, tuple[str, float]] = field(default_factory=dict)  # campaign -> (state, p)
+    bid_multipliers: dict[int, float] = field(default_factory=dict)  # CPA campaign -> the budget job's multiplier
     snapshot_version: int = 0  # highest ad or campaign version applied
     applied: int = 0
     commit_lag_s: float = 0.0  # commit -> applied lag of the latest ad or campaign record applied
@@ -91,6 +92,7 @@ class ServingState:
                 self._apply_budget(campaign.campaign_id, now_ms)
         elif topic == "budget.state":
             self.budget[int(record["campaign_id"])] = (record["state"], float(record["participation_probability"]))
+            self.bid_multipliers[int(record["campaign_id"])] = float(record.get("bid_multiplier") or 1.0)
             if int(record["event_time"]) >= now_ms - BUDGET_SILENCE_MS:  # a live word, not history replayed
                 self.budget_heard_ms = max(self.budget_heard_ms, int(record["event_time"]))
             self._apply_budget(int(record["campaign_id"]), now_ms)
@@ -167,7 +169,8 @@ class ServingState:
         state, p = self.budget.get(campaign_id, ("OPEN", 1.0))
         if state == "OPEN" and self.budget_silent:
             state = "METERED"  # the open margin was sized for seconds of blindness, not minutes
-        self.campaigns.set_budget(campaign_id, state, p, slice_held=self.leases.held(campaign_id, now_ms))
+        self.campaigns.set_budget(campaign_id, state, p, slice_held=self.leases.held(campaign_id, now_ms),
+                                  bid_multiplier=self.bid_multipliers.get(campaign_id, 1.0))
 
     def check_budget_silence(self, now_ms: int) -> bool:
         """Once a second: a server that has heard nothing from the budget job for 60 s treats open campaigns

@@ -42,6 +42,9 @@ class CampaignTable:
         self.ids = IdMap()
         self.size = 0
         self.version = Column(np.int64, capacity=capacity, fill=-1)
+        # CPA campaigns: the budget job's bid multiplier (1.0 for the rest); read for the ~200 candidates an
+        # auction sees, so it stays out of the hot rows every filtered candidate copies
+        self.bid_multiplier = Column(np.float32, capacity=capacity, fill=1.0)
         self.hot = RowTable({
             "campaign_id": (np.int64,), "advertiser_id": (np.int64,), "flight_start": (np.int64,),
             "flight_end": (np.int64, None, NO_END), "participation": (np.float32, None, 1.0),
@@ -54,7 +57,7 @@ class CampaignTable:
 
     @property
     def nbytes(self) -> int:
-        return self.version.nbytes + self.hot.nbytes + self.ids.nbytes
+        return self.version.nbytes + self.bid_multiplier.nbytes + self.hot.nbytes + self.ids.nbytes
 
     def _zone(self, name: str) -> int:
         if name not in self.zones:
@@ -70,6 +73,7 @@ class CampaignTable:
             row = self.size
             self.size += 1
             self.version.ensure(self.size)
+            self.bid_multiplier.ensure(self.size)
             self.hot.ensure(self.size)
             self.ids.put(r.campaign_id, row)
         self.campaign_id.data[row] = r.campaign_id
@@ -89,11 +93,13 @@ class CampaignTable:
         return True
 
     def set_budget(self, campaign_id: int, state: str, participation_probability: float,
-                   slice_held: bool = False) -> None:
-        """The budget service's word on a campaign: OPEN / METERED / STOPPED, its p, and whether we hold a slice."""
+                   slice_held: bool = False, bid_multiplier: float = 1.0) -> None:
+        """The budget service's word on a campaign: OPEN / METERED / STOPPED, its p, whether we hold a slice,
+        and (CPA campaigns) the multiplier its bids run at."""
         row = self.ids.get(campaign_id)
         if row is None:
             return
+        self.bid_multiplier.data[row] = bid_multiplier
         self.budget_state.data[row] = BUDGET_STATES.index(state)
         self.participation.data[row] = participation_probability
         self.slice_held.data[row] = slice_held

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from core.auction import CandidateArrays, run_auction
+from core.auction import CandidateArrays, cpa_bids, run_auction
 from serving.decision.campaigns import CampaignTable
 from serving.decision.filters import FilterContext, apply_filters
 from serving.decision.index import DEFAULT_K, TargetingIndex
@@ -146,8 +146,8 @@ class DecisionEngine:
                             filtered.eligible_campaigns, filtered.slices_wanted)
         lap("prerank")
         funnel["preranked"] = len(pre.rows)
-        participation = filtered.participation[np.searchsorted(filtered.rows, pre.rows)] if len(pre.rows) \
-            else np.empty(0)
+        at = np.searchsorted(filtered.rows, pre.rows)
+        participation = filtered.participation[at] if len(pre.rows) else np.empty(0)
         fallback, model_version, snapshot_version = False, None, None
         try:
             predictions = self.predictor.predict(
@@ -165,7 +165,9 @@ class DecisionEngine:
         rows = pre.rows
         candidates = CandidateArrays(
             ad_id=index.ad_id.data[rows], campaign_id=index.campaign_id.data[rows],
-            bid_code=index.bid_type.data[rows], bid_micros=index.bid_micros.data[rows],
+            bid_code=index.bid_type.data[rows],
+            bid_micros=cpa_bids(index.bid_micros.data[rows], index.bid_type.data[rows],
+                                self.campaigns.bid_multiplier.data[filtered.campaign_rows[at]]),
             pctr=np.asarray(pctr, dtype=np.float64), pcvr=np.asarray(pcvr, dtype=np.float64),
             quality_micros=index.quality_micros.data[rows].astype(np.int64),
             exclusion_category=index.exclusion_category.data[rows].astype(np.int64),

@@ -4,10 +4,11 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.auction import Candidate, exact_total, run_auction
+from core.auction import CPA, CPC, CPM, Candidate, cpa_bids, exact_total, run_auction
 
 
 def cpc(ad, campaign, bid, pctr, quality=0, slots=1, **kw):
@@ -153,3 +154,11 @@ def test_a_slot_filled_after_the_shuffle_is_logged_as_greedy():
     result = run_auction(ads, [1, 2, 3], rng=random.Random(1), exploration_share=1.0)
     assert [w.explanation["exploration_probability"] for w in result.winners] == [0.5, 0.5, 1.0]
     assert result.winners[2].candidate.ad_id == "C"
+
+
+def test_only_cpa_bids_run_at_the_multiplier_rounded_down_and_never_above_the_target():
+    bids = np.array([1_000_001, 1_000_001, 1_000_001, 1_000_001], dtype=np.int64)
+    codes = np.array([CPM, CPC, CPA, CPA])
+    got = cpa_bids(bids, codes, np.array([0.5, 0.5, 0.5, 1.7], dtype=np.float32))
+    assert got.tolist() == [1_000_001, 1_000_001, 500_000, 1_000_001]
+    assert got.dtype == np.int64

@@ -127,6 +127,17 @@ def test_a_decision_fills_slots_with_signed_prices_and_explanations():
     assert decision.funnel == {"retrieved": 6, "filtered": 6, "preranked": 6, "winners": 2}
 
 
+def test_a_cpa_campaign_bids_at_the_budget_jobs_multiplier():
+    index, campaigns = world(ads=[ad(11, 1, "CPA", bid=2_000_000), ad(12, 2, "CPA", bid=1_500_000)])
+    engine = DecisionEngine(index, campaigns, config=EngineConfig(exploration_share=0))
+    assert decide(engine, slots=(1,)).winners[0].campaign_id == 1
+    campaigns.set_budget(1, "OPEN", 1.0, bid_multiplier=0.45)  # the controller holds campaign 1 back
+    winner = decide(engine, slots=(1,)).winners[0]
+    assert winner.campaign_id == 2
+    assert winner.explanation["bid_micros"] == 1_500_000
+    assert winner.explanation["runner_up_bid_micros"] == 900_000  # 2,000,000 x 0.45, rounded down
+
+
 def test_a_model_timeout_falls_back_to_the_prerankers_scores_and_says_so():
     index, campaigns = world()
     decision = decide(DecisionEngine(index, campaigns, predictor=SlowModel(),

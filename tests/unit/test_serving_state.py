@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,6 +104,17 @@ def test_sixty_seconds_without_the_budget_job_turns_open_campaigns_metered_until
     assert _budget_code(state) == METERED
     state.apply("budget.state", _budget_state(170_000), 170_500)
     assert _budget_code(state) == OPEN and not state.budget_silent
+
+
+def test_a_cpa_campaigns_bid_multiplier_reaches_the_campaign_table_and_survives_a_silence():
+    state = ServingState("s1")
+    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
+    row = state.campaigns.row_of(1)
+    assert state.campaigns.bid_multiplier.data[row] == 1.0
+    state.apply("budget.state", dict(_budget_state(100_000), bid_multiplier=0.4), 100_000)
+    assert state.campaigns.bid_multiplier.data[row] == pytest.approx(0.4)
+    assert state.check_budget_silence(160_001)  # re-applied as metered: the multiplier stays
+    assert state.campaigns.bid_multiplier.data[row] == pytest.approx(0.4)
 
 
 def test_spend_reports_carry_eligibility_prices_and_slice_requests():
