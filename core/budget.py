@@ -288,9 +288,7 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     served_minute = sum(w.served for w in last_minute)
     eligible_minute = sum(w.eligible for w in last_minute)
     state.peak_minute_micros = max(state.peak_minute_micros, spend_minute)
-    recent_served = sum(w.served for w in state.windows)
-    cost_per_ad = sum(w.spend_micros for w in state.windows) // recent_served if recent_served else \
-        state.impression_charge_micros
+    cost_per_ad = _cost_per_ad(state) if spend_minute <= 0 else 0  # only an empty minute asks for it
     servers = max((w.servers for w in last_minute), default=0)
     state.spend_per_server_s_micros = spend_minute // (60 * max(1, servers))
     plan = state.plan()
@@ -302,7 +300,7 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     state.level_spend_micros += round(level * (state.reported_today_micros - state.level_reported_micros))
     state.level_reported_micros = state.reported_today_micros
     committed_at_level = state.billed_micros - state.invalid_credit_micros + round(level * (estimates + unreported))
-    unabsorbed = _absorb_luck(state, plan, minute, now_ms, state.billing_luck_micros(estimates))
+    unabsorbed = _absorb_luck(state, plan, minute, target_now, now_ms, state.billing_luck_micros(estimates))
     if state.status in LIVE_STATUSES:
         controlled = ControlInput(
             participation_probability=state.bid_multiplier if state.bid_type == "CPA"
@@ -331,17 +329,29 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     return out
 
 
-def _absorb_luck(state: PacerState, plan: SpendPlan, minute: float, now_ms: int, luck: int) -> int:
+def _cost_per_ad(state: PacerState) -> int:
+    """The expected cost of one served ad over the windows still held (the last minutes, and those billing
+    may not cover), or the largest per-ad charge seen today when they served none."""
+    spend = served = 0
+    for w in state.windows:
+        spend += w.spend_micros
+        served += w.served
+    return spend // served if served else state.impression_charge_micros
+
+
+def _absorb_luck(state: PacerState, plan: SpendPlan, minute: float, target_now: int, now_ms: int, luck: int) -> int:
     """Spread billing's luck over the rest of the plan; returns the part not absorbed yet.
 
     Each step absorbs the share of the unabsorbed luck that this step's slice of the plan is of everything
     the plan still asked for before it: luck L seen at a point with R left to spend lowers (or raises) each
     later minute's rate by L / R of its target, and is fully absorbed when the plan ends at 23:30."""
+    if luck == state.luck_absorbed_micros:
+        return 0  # nothing left to absorb (no billing yet, or billing exactly as the level expects)
     since_ms = now_ms - state.last_step_ms if state.last_step_ms else STEP_MS
     elapsed = min(max(since_ms, 0), 10 * STEP_MS) / 60_000
     before = plan.target_micros(max(0.0, minute - elapsed))
     remaining_before = plan.budget_micros - before
-    step_target = plan.target_micros(minute) - before
+    step_target = target_now - before
     share = 1.0 if remaining_before <= 0 else min(1.0, step_target / remaining_before)
     state.luck_absorbed_micros += int((luck - state.luck_absorbed_micros) * share)
     return luck - state.luck_absorbed_micros
