@@ -15,7 +15,13 @@ Committed spend = billed so far + expected cost reported for windows that
 billing may not cover yet (ending after the billed instant minus
 `BILLING_SETTLE_MS`) + what expired slices did not report (counted as spent
 until billing covers them). An estimate therefore lives for minutes, not all
-day; with no billing yet today every estimate counts."""
+day; with no billing yet today every estimate counts. Committed spend is what
+the budget states (open, metered, stopped) are decided on.
+
+The controller paces money: it reads expected cost x the campaign's level
+(billed / expected over what billing covers, `PacerState.level`), and spreads
+billing's luck (what the level does not explain) over the rest of the plan
+instead of closing it with the loop's gap (docs/pacing.md)."""
 from __future__ import annotations
 
 import struct
@@ -33,8 +39,8 @@ from core.leases import LEASE_LIFETIME_MS
 BILLING_SETTLE_MS = 5 * 60_000  # ads served this long before the billed instant may still be billed
 LEVEL_PRIOR_CLICKS = 30  # the billed / expected level starts at 1 and moves as billing brings clicks
 LEVEL_RANGE = (0.5, 2.0)  # a level outside this says the predictions are broken, not that pacing should follow
-HEARTBEAT_MS = 30_000
-COMPACT_MS = 5 * 60_000  # older spend windows are merged into buckets this long  # a state is re-sent at least this often, so servers can tell the job is alive
+HEARTBEAT_MS = 30_000  # a state is re-sent at least this often, so servers can tell the job is alive
+COMPACT_MS = 5 * 60_000  # older spend windows are merged into buckets this long
 P_HISTORY_BUCKETS = 96  # p by quarter-hour of the local day (for tomorrow's first p and dashboards)
 LIVE_STATUSES = ("ACTIVE",)
 
