@@ -59,19 +59,18 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         seen = day.p_by_minute[~np.isnan(day.p_by_minute)]
         throttled = float(np.mean(seen < 0.999)) if len(seen) else 0.0  # share of the day it was held below p = 1
         allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or throttled >= 0.5)
-        hour_error = hour_error_expected = hour_error_billed = None
+        errors: dict[str, tuple[float, float] | None] = dict.fromkeys(CURVE_ERRORS)
         targets = _hour_targets(pacing.get(campaign_id), c.budget_micros)
         expected_h = day.expected_by_minute.reshape(24, 60).sum(axis=1)
         if targets is not None and size_class(c.planned_budget_micros) != "small" and allowed:
             target_h = np.diff(targets)
             big = target_h >= 0.02 * c.budget_micros
             level = day.bill.billed_micros / max(1.0, float(expected_h.sum()))
+            spend = {"hour_error": level * expected_h, "hour_error_expected": expected_h,
+                     "hour_error_billed": day.billed_by_minute.reshape(24, 60).sum(axis=1)}
             if big.any():
-                hour_error = (float(np.abs(level * expected_h[big] - target_h[big]).sum()), float(target_h[big].sum()))
-                hour_error_expected = (float(np.abs(expected_h[big] - target_h[big]).sum()),
-                                       float(target_h[big].sum()))
-                billed_h = day.billed_by_minute.reshape(24, 60).sum(axis=1)
-                hour_error_billed = (float(np.abs(billed_h[big] - target_h[big]).sum()), float(target_h[big].sum()))
+                errors = {k: (float(np.abs(v[big] - target_h[big]).sum()), float(target_h[big].sum()))
+                          for k, v in spend.items()}
         per_campaign.append({
             "campaign_id": campaign_id, "name": c.name, "class": size_class(c.planned_budget_micros),
             "budget_micros": c.budget_micros, "billed_micros": day.bill.billed_micros,
@@ -80,9 +79,7 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             "final_state": final_state, "throttled_share": round(throttled, 3), "traffic_allowed": allowed,
             "special": special,
             "delivery_pct": 100 * day.bill.billed_micros / c.budget_micros if c.budget_micros else 0.0,
-            "hour_error": hour_error, "hour_error_expected": hour_error_expected,
-            "hour_error_billed": hour_error_billed,
-            "stopped_after_lower_s": day.stopped_after_lower_s,
+            **errors, "stopped_after_lower_s": day.stopped_after_lower_s,
             "hourly_expected_micros": [int(v) for v in expected_h],
             "hourly_target_micros": None if targets is None else [int(v) for v in np.diff(targets)],
             "billed_above_budget_micros": day.bill.billed_above_micros})
@@ -92,25 +89,15 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         allowed = [r for r in rows if r["traffic_allowed"]]
         billed = sum(r["billed_micros"] for r in rows)
         absorbed = sum(r["absorbed_micros"] for r in rows)
-        errors = [r["hour_error"] for r in rows if r["hour_error"]]
-        errors_expected = [r["hour_error_expected"] for r in rows if r["hour_error_expected"]]
-        errors_billed = [r["hour_error_billed"] for r in rows if r["hour_error_billed"]]
         classes[name] = {
             "campaigns": len(rows), "traffic_allowed": len(allowed),
             "delivery_pct": _pct(sum(r["billed_micros"] for r in allowed), sum(r["budget_micros"] for r in allowed)),
             "min_delivery_pct": min((r["delivery_pct"] for r in allowed), default=None),
             "billed_usd": billed / DOLLAR, "absorbed_usd": absorbed / DOLLAR, "absorbed_pct": _pct(absorbed, billed),
-            "curve_error_pct_hourly": _pct(sum(e for e, _ in errors), sum(t for _, t in errors)) if errors else None,
-            "curve_error_pct_hourly_expected": _pct(sum(e for e, _ in errors_expected),
-                                                    sum(t for _, t in errors_expected)) if errors_expected else None,
-            "curve_error_pct_hourly_billed": _pct(sum(e for e, _ in errors_billed),
-                                                  sum(t for _, t in errors_billed)) if errors_billed else None}
+            **_curve_errors(rows)}
     paced = [r for r in per_campaign if r["class"] != "small"]
     small = [r for r in per_campaign if r["class"] == "small"]
     allowed = [r for r in per_campaign if r["traffic_allowed"]]
-    errors = [r["hour_error"] for r in paced if r["hour_error"]]
-    errors_expected = [r["hour_error_expected"] for r in paced if r["hour_error_expected"]]
-    errors_billed = [r["hour_error_billed"] for r in paced if r["hour_error_billed"]]
     lowered = [r for r in per_campaign if r["special"] == "lowered"]
     return {
         "campaigns": len(per_campaign),
@@ -121,15 +108,24 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         "delivery_pct": _pct(sum(r["billed_micros"] for r in allowed), sum(r["budget_micros"] for r in allowed)),
         "campaigns_delivering_95_to_102_pct": _pct(sum(1 for r in allowed if 95 <= r["delivery_pct"] <= 102),
                                                    len(allowed)),
-        "curve_error_pct_hourly": _pct(sum(e for e, _ in errors), sum(t for _, t in errors)) if errors else None,
-        "curve_error_pct_hourly_expected": _pct(sum(e for e, _ in errors_expected),
-                                                sum(t for _, t in errors_expected)) if errors_expected else None,
-        "curve_error_pct_hourly_billed": _pct(sum(e for e, _ in errors_billed),
-                                              sum(t for _, t in errors_billed)) if errors_billed else None,
+        **_curve_errors(paced),
         "lowered_stopped_serving_after_s": lowered[0]["stopped_after_lower_s"] if lowered else None,
         "by_class": classes, "per_campaign": per_campaign,
         "wall_s": round(result["wall_s"], 1), "waited_for_job_s": round(result["waited_s"], 1),
         "lead_s": result["lead_s"], "servers": result["servers"]}
+
+
+CURVE_ERRORS = {"hour_error": "curve_error_pct_hourly", "hour_error_expected": "curve_error_pct_hourly_expected",
+                "hour_error_billed": "curve_error_pct_hourly_billed"}  # per campaign (error, target) -> figure
+
+
+def _curve_errors(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Each hourly curve-error figure over these campaigns: their errors summed over their targets."""
+    out = {}
+    for key, figure in CURVE_ERRORS.items():
+        pairs = [r[key] for r in rows if r[key]]
+        out[figure] = _pct(sum(e for e, _ in pairs), sum(t for _, t in pairs)) if pairs else None
+    return out
 
 
 def _pct(part: float, whole: float) -> float | None:

@@ -118,8 +118,9 @@ class PacerState:
                          if self.billed_until_ms <= 0 or w.end_ms > self.billed_until_ms - BILLING_SETTLE_MS)
         return estimates, unreported
 
-    def committed_micros(self) -> int:
-        estimates, unreported = self.unsettled_micros()
+    def committed_micros(self, unsettled: tuple[int, int] | None = None) -> int:
+        """Billed + the unsettled expected cost and slice remainders (`unsettled_micros`, passed when known)."""
+        estimates, unreported = unsettled if unsettled is not None else self.unsettled_micros()
         return self.billed_micros - self.invalid_credit_micros + estimates + unreported
 
     def level(self, estimates: int | None = None) -> float:
@@ -301,7 +302,7 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     target_now = plan.target_micros(minute)
     target_minute = target_now - plan.target_micros(max(0.0, minute - 1))
     estimates, unreported = state.unsettled_micros()
-    committed = state.billed_micros - state.invalid_credit_micros + estimates + unreported
+    committed = state.committed_micros((estimates, unreported))
     level = state.level(estimates)
     state.level_spend_micros += round(level * (state.reported_today_micros - state.level_reported_micros))
     state.level_reported_micros = state.reported_today_micros

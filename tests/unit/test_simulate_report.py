@@ -1,0 +1,49 @@
+"""The simulated day's figures (adserve.simulate_report): the hourly curve error's three readings."""
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+
+from adserve.simulate_report import figures
+
+
+def _day(expected: np.ndarray, billed: np.ndarray):
+    campaign = NS(name="large-x", budget_micros=int(expected.sum()), planned_budget_micros=20_000_000_000)
+    return NS(campaign=campaign, p_by_minute=np.full(1440, 0.5), state_by_minute=["OPEN"] * 1439 + ["STOPPED"],
+              expected_by_minute=expected, billed_by_minute=billed, served_by_minute=np.ones(1440),
+              bill=NS(billed_micros=int(billed.sum()), absorbed_micros=0, billed_above_micros=0), clicks=3,
+              stopped_after_lower_s=None)
+
+
+def _figures(expected: np.ndarray, billed: np.ndarray, targets_by_minute: np.ndarray):
+    points = [NS(minute=m, target_micros=int(targets_by_minute[:m].sum())) for m in range(0, 1441, 10)]
+    return figures({"days": {1: _day(expected, billed)}, "pacing": {1: NS(points=points)}, "requests": 1,
+                    "filled_slots": 1, "wall_s": 1.0, "waited_s": 0.0, "lead_s": 15, "servers": 3})
+
+
+def test_spend_on_the_curve_at_a_level_below_one_is_on_the_curve_in_money_not_in_expected_cost():
+    # Expected cost served exactly as the curve asks, scaled 1/0.8: the clicks bill 80 % of it, and the
+    # budget (the sum of the targets) is delivered. In money every hour is on the curve.
+    target = np.full(1440, 1_000, dtype=np.int64)
+    expected = target * 5 // 4
+    billed = target.copy()
+    f = _figures(expected, billed, target)
+    assert f["curve_error_pct_hourly"] == pytest.approx(0.0, abs=1e-3)
+    assert f["curve_error_pct_hourly_expected"] == pytest.approx(25.0, abs=0.01)
+    assert f["curve_error_pct_hourly_billed"] == pytest.approx(0.0, abs=1e-3)
+    assert f["by_class"]["large"]["curve_error_pct_hourly"] == f["curve_error_pct_hourly"]
+
+
+def test_the_money_reading_keeps_the_shape_and_drops_the_hours_click_noise():
+    rng = np.random.default_rng(1)
+    target = np.full(1440, 1_000, dtype=np.int64)
+    expected = np.concatenate([np.full(720, 1_100), np.full(720, 900)]).astype(np.int64)  # ahead, then behind
+    billed = rng.poisson(expected).astype(np.int64)  # the clicks' noise, level ~1
+    f = _figures(expected, billed, target)
+    level = billed.sum() / expected.sum()
+    hours = expected.reshape(24, 60).sum(1)
+    want = 100 * np.abs(level * hours - 60_000).sum() / (24 * 60_000)
+    assert f["curve_error_pct_hourly"] == pytest.approx(want, abs=1e-3)
+    assert 9.5 < f["curve_error_pct_hourly"] < 10.5  # the shape's 10 % off, whatever the clicks did
