@@ -79,7 +79,8 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
     from jobs import deploy
 
     suffix = uuid.uuid4().hex[:8]
-    topics = {n: f"bench.pacing.{n}.{suffix}" for n in ("spend", "campaigns", "billed", "state", "leases", "dead")}
+    topics = {n: f"bench.pacing.{n}.{suffix}"
+              for n in ("spend", "campaigns", "ads", "billed", "state", "leases", "dead")}
     ensure_topics(settings.kafka_bootstrap, tuple(TopicSpec(t, key="campaign id", schema="",
                                                             partitions=4 if n == "spend" else 1)
                                                   for n, t in topics.items()))
@@ -109,6 +110,7 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
                                      "--group-id", f"bench-pacing-{suffix}", "--startup-mode", "earliest-offset",
                                      "--bounded", "--checkpoint-interval-ms", str(checkpoint_ms), "--redis-url", "",
                                      "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
+                                     "--ads-topic", topics["ads"],
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"]])
     deploy.wait_running(rest, job_id, timeout_s=300)

@@ -21,7 +21,16 @@ the job.
 
 The day's script: campaigns from $20 a day with $2 clicks to $50,000 a day;
 a budget raised at 14:00, one lowered below its spend at 16:00, one paused
-from 12:00 to 15:00, an ad server killed holding slices at 21:30 and replaced.
+from 12:00 to 15:00, a new campaign launched at 15:00 (no history: its
+placement's shape and a forecast first p), an ad server killed holding slices
+at 21:30 and replaced.
+
+Last week, as the budget job's curve document (`curves`) carries it: the
+diurnal shape for every campaign that ran then and every placement, and per
+placement the values to beat (core.pacing.value_to_beat quantiles) and the
+value of a micro of bid by bid type (core.pacing.value_per_bid_samples) from
+the same fleet's auctions on a sample of last week's requests, each campaign
+entering at the p its budget allowed against its demand (`last_week`).
 
 Output: per budget-size class, delivery where traffic allowed, absorbed
 overspend in money and percent, hourly spend-to-curve error; an HTML picture
@@ -88,6 +97,7 @@ class SimCampaign:
     version: int = 1
     status: str = "ACTIVE"
     planned_budget_micros: int = 0  # the budget the day started with (size class)
+    launch_s: int = 0  # second of the day it is created (0: it ran last week and starts the day)
 
     def __post_init__(self) -> None:
         self.planned_budget_micros = self.planned_budget_micros or self.budget_micros
@@ -113,7 +123,7 @@ class SimCampaign:
 @dataclass
 class Event:
     second: int
-    kind: str  # raise | lower | pause | resume | kill
+    kind: str  # raise | lower | pause | resume | launch | kill
     campaign_id: int = 0
     factor: float = 1.0
 
@@ -141,17 +151,74 @@ def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
         budget = rng.choice([20, 20, 30, 50, 100]) * DOLLAR
         campaigns.append(SimCampaign(base_id + 30 + i, f"small-{i}", budget, "CPC", 2 * DOLLAR, placements,
                                      countries))
+    launched = SimCampaign(base_id + 50, "launched-15h", 2_000 * DOLLAR, "CPC", 12 * DOLLAR, ("video",),
+                           ("US", "GB"), launch_s=15 * 3600)
+    campaigns.append(launched)
     events = [Event(12 * 3600, "pause", base_id + 11), Event(15 * 3600, "resume", base_id + 11),
+              Event(launched.launch_s, "launch", launched.campaign_id),
               Event(14 * 3600, "raise", base_id + 10, 1.5), Event(16 * 3600, "lower", base_id + 12, 0.5),
               Event(21 * 3600 + 1800, "kill")]
     return campaigns, sorted(events, key=lambda e: e.second)
 
 
-def curves(campaigns: list[SimCampaign]) -> dict[str, Any]:
-    """The traffic shapes the budget job starts the day with: last week's hourly request volume (the same
-    diurnal shape; the live event is news to it)."""
+def curves(campaigns: list[SimCampaign], market: dict[str, Any]) -> dict[str, Any]:
+    """The curve document the budget job starts the day with (pipelines.traffic_curves' form): last week's
+    hourly request volume (the same diurnal shape; the live event is news to it) for every campaign that ran
+    then and every placement, and last week's market (`last_week`)."""
     shape = [round(diurnal(h * 3600 + 1800), 6) for h in range(24)]
-    return {"default": shape, "campaigns": {str(c.campaign_id): shape for c in campaigns}}
+    return {"default": shape, "campaigns": {str(c.campaign_id): shape for c in campaigns if not c.launch_s},
+            "placements": {p: shape for p in PLACEMENTS}, "values_to_beat": market["values_to_beat"],
+            "value_per_bid": market["value_per_bid"]}
+
+
+def last_week(campaigns: list[SimCampaign], bootstrap: str, spend_topic: str, *, seed: int, day_requests: int,
+              samples: int = 2_000) -> dict[str, Any]:
+    """Last week's market as the curve pipeline would have read it from the served log: by placement the
+    values to beat and by bid type the value of a micro of bid (its median), from this fleet's auctions on
+    `samples` requests; also the p each campaign ran at. First every campaign that ran last week enters at
+    p = 1 (its demand: expected cost a request x `day_requests`), then each at min(1, budget / demand), and
+    those auctions are recorded."""
+    from core.pacing import VALUE_QUANTILES, value_per_bid_samples, value_to_beat
+    from core.replay import loser_record
+
+    ran = [c for c in campaigns if not c.launch_s]
+    server = SimServer("last-week", ran, bootstrap, spend_topic, seed + 7, DAY0_MS - 7 * DAY_MS)
+    rng = np.random.default_rng(seed + 7)
+    placements, p_weights = list(PLACEMENTS), [w for w, _ in PLACEMENTS.values()]
+    countries, c_weights = list(COUNTRIES), list(COUNTRIES.values())
+    requests = [(placements[int(rng.choice(len(placements), p=p_weights))],
+                 countries[int(rng.choice(len(countries), p=c_weights))]) for _ in range(samples)]
+    at = DAY0_MS - 7 * DAY_MS + 12 * 3_600_000
+    demand: dict[int, int] = {c.campaign_id: 0 for c in ran}
+    for i, (placement, country) in enumerate(requests):
+        for w in server.decide(f"w{i}", placement, country, at).winners:
+            demand[w.campaign_id] += w.expected_cost_micros
+    p_ran = {c.campaign_id: min(1.0, c.budget_micros / max(1.0, demand[c.campaign_id] * day_requests / samples))
+             for c in ran}
+    for campaign_id, p in p_ran.items():
+        server.state.budget[campaign_id] = ("OPEN", p)
+        server.state._apply_budget(campaign_id, at)
+    values: dict[str, list[int]] = {p: [] for p in PLACEMENTS}
+    per_bid: dict[str, list[float]] = {}
+    for i, (placement, country) in enumerate(requests):
+        decision = server.decide(f"v{i}", placement, country, at)
+        values[placement].append(value_to_beat(len(SLOTS), [w.total_value_micros for w in decision.winners],
+                                               RESERVE_MICROS))
+        record = {"placement": placement, "sampled_losers": [loser_record(l) for l in decision.sampled_losers],
+                  "winners": [{"bid_type": w.explanation["bid_type"], "bid_micros": w.explanation["bid_micros"],
+                               "quality_micros": w.explanation["quality_micros"],
+                               "total_value_micros": w.total_value_micros} for w in decision.winners]}
+        for key, ratio in value_per_bid_samples(record):
+            per_bid.setdefault(key, []).append(ratio)
+    server.reporter.close()
+    value_per_bid: dict[str, dict[str, float]] = {}
+    for key, ratios in sorted(per_bid.items()):
+        placement, bid_type = key.rsplit("|", 1)
+        value_per_bid.setdefault(placement, {})[bid_type] = round(float(np.median(ratios)), 8)
+    quantiles = np.linspace(0, 100, VALUE_QUANTILES)
+    return {"values_to_beat": {p: [int(x) for x in np.percentile(v, quantiles, method="lower")]
+                               for p, v in values.items() if v},
+            "value_per_bid": value_per_bid, "p": {str(k): round(v, 4) for k, v in p_ran.items()}}
 
 
 # ------------------------------------------------------------------ one ad server's money path
@@ -168,6 +235,8 @@ class SimServer:
         self.server_id = server_id
         self.state = ServingState(server_id)
         for c in campaigns:
+            if c.launch_s and DAY0_MS + c.launch_s * 1000 > now_ms:
+                continue  # not created yet: the launch event brings it
             self.state.apply("serving.campaigns", c.record(now_ms), now_ms)
             for ad in c.ad_records(now_ms):
                 self.state.apply("serving.ads", ad, now_ms)
@@ -179,15 +248,19 @@ class SimServer:
                                       producer_overrides={"linger.ms": 2})
         self.rng, self.np_rng = random.Random(seed), np.random.default_rng(seed)
 
-    def serve(self, request_id: str, placement: str, country: str, now_ms: int):
-        from serving.adserver.app import account_served
+    def decide(self, request_id: str, placement: str, country: str, now_ms: int):
         from serving.decision.engine import RequestContext
         from serving.decision.filters import FilterContext
 
         context = RequestContext(request_id, placement, SLOTS, request_terms(location=[country], placement=placement),
                                  FilterContext(now_ms), country=country)
-        decision = self.engine.decide(context, clock=time.perf_counter, deadline=time.perf_counter() + 10.0,
-                                      rng=self.rng, np_rng=self.np_rng)
+        return self.engine.decide(context, clock=time.perf_counter, deadline=time.perf_counter() + 10.0,
+                                  rng=self.rng, np_rng=self.np_rng)
+
+    def serve(self, request_id: str, placement: str, country: str, now_ms: int):
+        from serving.adserver.app import account_served
+
+        decision = self.decide(request_id, placement, country, now_ms)
         account_served(self.spend, self.state, decision, now_ms)
         return decision
 
@@ -258,16 +331,18 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
     from streams import kafka
 
     run = uuid.uuid4().hex[:8]
-    topics = {name: f"sim.{run}.{name}" for name in ("spend", "campaigns", "billed", "state", "leases", "dead")}
+    topics = {name: f"sim.{run}.{name}"
+              for name in ("spend", "campaigns", "ads", "billed", "state", "leases", "dead")}
     ensure_topics(platform.kafka_bootstrap, tuple(
         TopicSpec(t, key="campaign id", schema="", partitions=4 if n == "spend" else 1,
-                  compacted=n in ("campaigns", "state")) for n, t in topics.items()))
+                  compacted=n in ("campaigns", "ads", "state")) for n, t in topics.items()))
     base_id = 9_000_000 + int(run[:5], 16) % 900_000 * 100
     campaigns, events = script(base_id, seed)
     by_id = {c.campaign_id: c for c in campaigns}
     out_dir.mkdir(parents=True, exist_ok=True)
+    market = last_week(campaigns, platform.kafka_bootstrap, topics["spend"], seed=seed, day_requests=requests)
     curves_path = out_dir / "curves.json"
-    curves_path.write_text(json.dumps(curves(campaigns)))
+    curves_path.write_text(json.dumps(curves(campaigns, market)))
     codec = AvroCodec()
     producer = kafka.producer(platform.kafka_bootstrap, **{"linger.ms": 2})
 
@@ -276,7 +351,9 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
                          value=codec.encode("ServingCampaign", c.record(at_ms)), timestamp=at_ms)
 
     for c in campaigns:
-        publish_campaign(c, DAY0_MS - 60_000)
+        if not c.launch_s:
+            publish_campaign(c, DAY0_MS - 60_000)
+            _publish_ads(c, producer, codec, topics["ads"], DAY0_MS - 60_000)
     producer.flush(30)
     job_id = deploy.deploy("budget_pacing", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
                            conf_dir=Flink(platform).conf_dir,
@@ -284,6 +361,7 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
                                      "--connector-jar", str(flink_connector_jar(platform)),
                                      "--group-id", f"adserve-simulate-{run}", "--startup-mode", "earliest-offset",
                                      "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
+                                     "--ads-topic", topics["ads"],
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],
                                      "--redis-url", platform.redis_url, "--curves", str(curves_path),
@@ -304,7 +382,7 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
         except Exception:  # noqa: BLE001 - a stuck stop must not hide the day's result
             LOG.exception("stopping the budget job failed; cancelling it")
             deploy.cancel(platform.flink_rest_url, job_id)
-    result.update(run=run, topics=topics, job_id=job_id)
+    result.update(run=run, topics=topics, job_id=job_id, last_week=market)
     return result
 
 
@@ -424,6 +502,12 @@ def _publish_billed(days, producer, codec, topic: str, now_ms: int) -> None:
             "absorbed_overspend_micros": day.bill.absorbed_micros, "invalid_credit_micros": 0}))
 
 
+def _publish_ads(c: SimCampaign, producer, codec, topic: str, at_ms: int) -> None:
+    """The campaign's ads on the run's serving.ads: the pacer learns where they serve and what they are worth."""
+    for ad in c.ad_records(at_ms):
+        producer.produce(topic, key=str(ad["ad_id"]).encode(), value=codec.encode("ServingAd", ad), timestamp=at_ms)
+
+
 def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, platform, campaigns, now_ms, seed,
                  lowered) -> None:
     if event.kind == "kill":
@@ -441,6 +525,15 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
                  replacement.server_id)
         return
     c = by_id[event.campaign_id]
+    if event.kind == "launch":  # created now: the record, then its ads, as the index builder sends them
+        producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(), timestamp=now_ms,
+                         value=codec.encode("ServingCampaign", c.record(now_ms)))
+        _publish_ads(c, producer, codec, topics["ads"], now_ms + 1000)
+        for server in fleet:
+            server.state.apply("serving.campaigns", c.record(now_ms), now_ms)
+            for ad in c.ad_records(now_ms + 1000):
+                server.state.apply("serving.ads", ad, now_ms)
+        return
     if event.kind == "raise":
         c.budget_micros = int(c.budget_micros * event.factor)
     elif event.kind == "lower":

@@ -24,7 +24,10 @@ Definitions (also in docs/pacing.md):
   ~39 % here in every hour, so it measures the predictions as much as the pacing.
 * curve_error_pct_hourly_billed: the same against the clicks billed in the hour (their Poisson noise
   included).
-* billed_above_budget_micros: billed beyond the budget in force, checked at every billed event (must be 0)."""
+* billed_above_budget_micros: billed beyond the budget in force, checked at every billed event (must be 0).
+* launched: the campaign created at 15:00 with no history (its placement's shape, a forecast first p): p as
+  the servers saw it each minute of its first ten, its hourly target and money spend from launch, its
+  delivery; it counts in the figures above like any campaign of its class."""
 from __future__ import annotations
 
 import html
@@ -55,7 +58,7 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         final_p = next((p for p in day.p_by_minute[::-1] if not math.isnan(p)), math.nan)
         final_state = next((s for s in day.state_by_minute[::-1] if s), "")
         special = "paused" if c.name == "medium-1" else "lowered" if c.name == "medium-2" else \
-            "raised" if c.name == "medium-0" else ""
+            "raised" if c.name == "medium-0" else "launched" if c.launch_s else ""
         seen = day.p_by_minute[~np.isnan(day.p_by_minute)]
         throttled = float(np.mean(seen < 0.999)) if len(seen) else 0.0  # share of the day it was held below p = 1
         allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or throttled >= 0.5)
@@ -99,6 +102,7 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
     small = [r for r in per_campaign if r["class"] == "small"]
     allowed = [r for r in per_campaign if r["traffic_allowed"]]
     lowered = [r for r in per_campaign if r["special"] == "lowered"]
+    launched = [_launched(days[r["campaign_id"]], r) for r in per_campaign if r["special"] == "launched"]
     return {
         "campaigns": len(per_campaign),
         "requests": result["requests"], "filled_slots": result["filled_slots"],
@@ -110,9 +114,24 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                                                    len(allowed)),
         **_curve_errors(paced),
         "lowered_stopped_serving_after_s": lowered[0]["stopped_after_lower_s"] if lowered else None,
+        "launched": launched[0] if launched else None, "last_week": result.get("last_week"),
         "by_class": classes, "per_campaign": per_campaign,
         "wall_s": round(result["wall_s"], 1), "waited_for_job_s": round(result["waited_s"], 1),
         "lead_s": result["lead_s"], "servers": result["servers"]}
+
+
+def _launched(day, row: dict[str, Any]) -> dict[str, Any]:
+    """The new campaign's start: p in its first ten minutes, then its hours in money against the target."""
+    start = day.campaign.launch_s // 60
+    level = row["billed_micros"] / max(1, row["expected_micros"])
+    hours = range(day.campaign.launch_s // 3600, 24)
+    targets = row["hourly_target_micros"] or [0] * 24
+    return {"campaign_id": row["campaign_id"], "name": row["name"], "launch_minute": start,
+            "budget_micros": row["budget_micros"], "delivery_pct": round(row["delivery_pct"], 3),
+            "p_first_minutes": [None if math.isnan(p) else round(float(p), 4)
+                                for p in day.p_by_minute[start:start + 10]],
+            "hourly_money_micros": [int(level * row["hourly_expected_micros"][h]) for h in hours],
+            "hourly_target_micros": [int(targets[h]) for h in hours]}
 
 
 CURVE_ERRORS = {"hour_error": "curve_error_pct_hourly", "hour_error_expected": "curve_error_pct_hourly_expected",
@@ -151,6 +170,15 @@ def text(f: dict[str, Any]) -> str:
               f"(in expected cost: {_fmt(f['curve_error_pct_hourly_expected'], '%')}, in clicks billed: "
               f"{_fmt(f['curve_error_pct_hourly_billed'], '%')})",
               f"budget lowered below spend at 16:00: served for {f['lowered_stopped_serving_after_s']} s more"]
+    launched = f.get("launched")
+    if launched:
+        ps = [p for p in launched["p_first_minutes"] if p is not None]
+        first_hour = (launched["hourly_money_micros"] or [0])[0], (launched["hourly_target_micros"] or [0])[0]
+        lines.append(f"new campaign at {launched['launch_minute'] // 60:02d}:{launched['launch_minute'] % 60:02d} "
+                     f"(${launched['budget_micros'] / DOLLAR:,.0f}, no history): p "
+                     f"{' -> '.join(f'{p:g}' for p in ps[:4])} over its first minutes, first hour "
+                     f"${first_hour[0] / DOLLAR:,.2f} against a target of ${first_hour[1] / DOLLAR:,.2f}, "
+                     f"delivered {launched['delivery_pct']:.1f} %")
     return "\n".join(lines)
 
 
@@ -170,7 +198,7 @@ def _polyline(xs, ys, width, height, y_max, color, dash="") -> str:
 def picture(result: dict[str, Any], f: dict[str, Any]) -> str:
     """An HTML page: per campaign, cumulative spend against the job's target curve, and p over the day."""
     days, pacing = result["days"], result["pacing"]
-    wanted = ("large-50k", "large-10k-b", "medium-0", "medium-2", "small-0")
+    wanted = ("large-50k", "large-10k-b", "medium-0", "medium-2", "small-0", "launched-15h")
     panels = []
     for day in days.values():
         c = day.campaign

@@ -6,6 +6,7 @@ the job's only logic, each `(state, input) -> outputs` with the instant as a
 parameter:
 
 * `on_campaign`   a serving.campaigns record (budget, status, time zone, bid type)
+* `on_ads`        the campaign's live ads changed (serving.ads): where they serve, what they are worth
 * `on_spend`      the deduplicated expected spend of one 10 s window (reduced in the JVM)
 * `on_server_spend` one server's spend on a metered campaign in a 1 s window (slices)
 * `on_billed`     billed totals from the click aggregator (replace estimates)
@@ -24,6 +25,7 @@ billing's luck (what the level does not explain) over the rest of the plan
 instead of closing it with the loop's gap (docs/pacing.md)."""
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
@@ -31,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from core.pacing import (BID_MULTIPLIER_RANGE, CURVE_END_MINUTE, NEW_CAMPAIGN_P, P_FLOOR, STEP_MS, ControlInput,
-                         SliceRequest, SpendPlan, TargetCurve, budget_state_kind, delivery_limit, local_day,
-                         next_participation, slice_amounts)
+from core.pacing import (ANY_PLACEMENT, BID_MULTIPLIER_RANGE, CURVE_END_MINUTE, FORECAST_AFTER_MS, NEW_CAMPAIGN_P,
+                         P_FLOOR, STEP_MS, ControlInput, SliceRequest, SpendPlan, TargetCurve, budget_state_kind,
+                         delivery_limit, forecast_participation, local_day, next_participation, slice_amounts)
 from core.leases import LEASE_LIFETIME_MS
 
 BILLING_SETTLE_MS = 5 * 60_000  # ads served this long before the billed instant may still be billed
@@ -99,6 +101,10 @@ class PacerState:
     luck_absorbed_micros: int = 0  # the part of billing's luck already spread into the plan (see step)
     level_spend_micros: int = 0  # reported expected cost, each step's converted at that step's level()
     level_reported_micros: int = 0  # reported_today_micros when level_spend_micros last took it in
+    placements: list[str] = field(default_factory=list)  # where its live ads may serve (ANY_PLACEMENT: anywhere)
+    ad_bid_micros: int = 0  # the highest bid among its live ads (0: none known)
+    forecast_pending: bool = False  # a new campaign's first p waits for a minute of eligible counts
+    first_eligible_ms: int = 0  # end of today's first window with eligible requests (0: none yet)
 
     # ---------------------------------------------------------------- derived
 
@@ -174,7 +180,7 @@ def _start_day(state: PacerState, day: str, minute: float, shape: list[float] | 
     if not first_day:  # spend reported before the campaign's first record still counts for that day
         state.reported_today_micros, state.windows, state.expired_unreported = 0, [], []
         state.billed_micros, state.billed_until_ms, state.invalid_credit_micros = 0, 0, 0
-        state.peak_minute_micros, state.slices = 0, []
+        state.peak_minute_micros, state.slices, state.first_eligible_ms = 0, [], 0
     state.luck_absorbed_micros = state.level_spend_micros = state.level_reported_micros = 0
     state.plan_budget_micros = state.budget_micros
     # A campaign seen for the first time mid-day spreads its budget over the remaining hours.
@@ -182,6 +188,7 @@ def _start_day(state: PacerState, day: str, minute: float, shape: list[float] | 
     bucket = int(minute * P_HISTORY_BUCKETS / 1440)
     yesterday = state.p_yesterday[bucket] if len(state.p_yesterday) == P_HISTORY_BUCKETS else -1.0
     state.participation_probability = yesterday if yesterday > 0 else NEW_CAMPAIGN_P
+    state.forecast_pending = yesterday <= 0  # no p to start from: forecast one (step)
     state.bid_multiplier = 1.0
 
 
@@ -203,8 +210,66 @@ def on_campaign(state: PacerState, record: dict[str, Any], now_ms: int,
     return _emit(state, now_ms, force=True)
 
 
+AdSummary = tuple[int, int, tuple[str, ...], bool]  # (version, bid micros, placements, removed)
+
+
+def ad_summary(record: dict[str, Any]) -> AdSummary:
+    """What the budget job keeps of a serving.ads record: its version, its bid, the placements its targeting
+    allows (ANY_PLACEMENT without a placement clause that allows some), removed."""
+    allowed = [c["values"] for c in record.get("targeting") or []
+               if c["attribute"] == "placement" and not c.get("excluded")]
+    placements = tuple(sorted(set(allowed[0]).intersection(*allowed[1:]))) if allowed else (ANY_PLACEMENT,)
+    return (int(record["version"]), int(record["bid_micros"]), placements, bool(record["removed"]))
+
+
+def apply_ad(ads: dict[int, AdSummary], ad_id: int, record: dict[str, Any]) -> bool:
+    """A campaign's ads (by ad id) with `record` applied; an older version never overwrites a newer one.
+    True when it changed them."""
+    held = ads.get(ad_id)
+    if held is not None and held[0] >= int(record["version"]):
+        return False
+    ads[ad_id] = ad_summary(record)
+    return True
+
+
+def live_ads(ads: dict[int, AdSummary]) -> tuple[list[str], int]:
+    """(the placements the campaign's live ads may serve on, sorted; the highest bid among them)."""
+    live = [a for a in ads.values() if not a[3]]
+    placements = sorted({p for a in live for p in a[2]})
+    return ([ANY_PLACEMENT] if ANY_PLACEMENT in placements else placements), max((a[1] for a in live), default=0)
+
+
+def ads_to_bytes(ads: dict[int, AdSummary]) -> bytes:
+    """A campaign's ad summaries as the job keeps them in Flink state (JSON; written only when an ad changes)."""
+    return json.dumps({str(k): [v, bid, list(placements), removed]
+                       for k, (v, bid, placements, removed) in ads.items()}, separators=(",", ":")).encode()
+
+
+def ads_from_bytes(raw: bytes | None) -> dict[int, AdSummary]:
+    return {int(k): (int(v), int(bid), tuple(placements), bool(removed))
+            for k, (v, bid, placements, removed) in json.loads(raw or b"{}").items()}
+
+
+def on_ads(state: PacerState, placements: list[str], bid_micros: int, now_ms: int,
+           shape: list[float] | None) -> None:
+    """The campaign's live ads changed (`live_ads`): their placements and their highest bid (a new campaign's
+    forecast reads them). `shape`: the shape the campaign's curve should now have (the
+    job's: its own traffic history, else its placements' average); a campaign already in its day whose shape
+    changes (its first ads came after its record) re-plans the rest of the day along it, from where its
+    target stands now."""
+    state.placements, state.ad_bid_micros = list(placements), int(bid_micros)
+    if not state.budget_day or not shape or list(shape) == state.shape:
+        return
+    _, minute = local_day(now_ms, state.timezone)
+    plan = state.plan().reshape(_curve(tuple(shape)), minute)
+    state.shape = list(shape)
+    state.plan_anchor_minute, state.plan_anchor_spend_micros = plan.anchor_minute, plan.anchor_spend_micros
+
+
 def on_spend(state: PacerState, window: Window, max_price_micros: int) -> None:
     """The deduplicated spend of one 10 s window (all servers). Late windows count the same."""
+    if window.eligible and (not state.first_eligible_ms or window.end_ms < state.first_eligible_ms):
+        state.first_eligible_ms = window.end_ms
     state.reported_today_micros += window.spend_micros
     state.windows.append(window)
     state.click_price_micros = max(state.click_price_micros, max_price_micros)
@@ -275,9 +340,13 @@ def on_billed(state: PacerState, record: dict[str, Any]) -> None:
 
 
 def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
-         heartbeat_ms: int = HEARTBEAT_MS) -> list[Output]:
+         heartbeat_ms: int = HEARTBEAT_MS, market: tuple[float, list[int]] | None = None) -> list[Output]:
     """One controller step at `now_ms` (a multiple of 10 s of event time). `shape`: the traffic shape a
-    new day starts with (default: keep the current one)."""
+    new day starts with (default: keep the current one). `market`, read only while `forecast_pending`: what
+    the campaign's best bid is worth per impression where its ads serve, and a sample of what an ad had to be
+    worth to win there (`Curves.value`, `Curves.values`): a campaign with no p to start from takes its first
+    p from a forecast (`forecast_participation`) once it has a minute of eligible-request counts, and the
+    controller goes on from there."""
     if not state.budget_day:
         return []  # no campaign record yet: keep counting its spend, decide nothing about it
     day, minute = local_day(now_ms, state.timezone)
@@ -308,7 +377,17 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     state.level_reported_micros = state.reported_today_micros
     committed_at_level = state.billed_micros - state.invalid_credit_micros + round(level * (estimates + unreported))
     unabsorbed = _absorb_luck(state, plan, minute, target_now, now_ms, state.billing_luck_micros(estimates))
-    if state.status in LIVE_STATUSES:
+    forecast = None
+    if state.forecast_pending and state.first_eligible_ms and now_ms - state.first_eligible_ms >= \
+            FORECAST_AFTER_MS - STEP_MS:  # windows end at their last instant: six of them make the minute
+        state.forecast_pending = False
+        if state.status in LIVE_STATUSES and state.bid_type != "CPA":
+            rate = plan.target_micros(minute + 1) - target_now
+            value, values_to_beat = market or (0.0, [])
+            forecast = forecast_participation(rate, eligible_minute, value, values_to_beat)
+            if forecast is not None:
+                state.participation_probability = forecast
+    if state.status in LIVE_STATUSES and forecast is None:
         controlled = ControlInput(
             participation_probability=state.bid_multiplier if state.bid_type == "CPA"
             else state.participation_probability,

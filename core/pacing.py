@@ -139,6 +139,10 @@ class SpendPlan:
         anchor = min(self.target_micros(minute), budget_micros)
         return SpendPlan(self.curve, budget_micros, minute, anchor)
 
+    def reshape(self, curve: TargetCurve, minute: float) -> "SpendPlan":
+        """The rest of the plan along another curve, from where the target stands at `minute`."""
+        return SpendPlan(curve, self.budget_micros, minute, min(self.target_micros(minute), self.budget_micros))
+
     def peak_minute_micros(self) -> int:
         start = self.curve.share(self.anchor_minute)
         scale = (self.budget_micros - self.anchor_spend_micros) / max(1e-9, 1.0 - start) if start < 1 else 0
@@ -285,3 +289,113 @@ def shape_from_counts(hour_counts: dict[int, int] | Sequence[int], min_requests:
     floor = 0.01 * total / 24
     weights = [max(c, floor) for c in counts]
     return [round(w / sum(weights), 6) for w in weights]
+
+
+# ------------------------------------------------------------------ a new campaign: its curve and its first p
+
+ANY_PLACEMENT = "*"  # an ad without a placement clause (or with only exclusions) may serve on any placement
+FORECAST_SHARE = 0.5  # a new campaign starts at half its forecast p, and the controller raises it
+FORECAST_AFTER_MS = 60_000  # the forecast waits for a whole minute of the campaign's eligible-request counts
+VALUE_QUANTILES = 21  # the values to beat kept per placement: minimum, every 5 %, maximum
+
+
+def placement_shape(placements: Sequence[str], placement_shapes: dict[str, Sequence[float]],
+                    default: Sequence[float] | None) -> list[float] | None:
+    """The traffic shape of a campaign without its own history: the average shape of the placements its ads
+    may serve on (`placement_shapes`: the curve pipeline's, by placement). `default` when its ads may serve
+    anywhere (ANY_PLACEMENT), when it has no ads yet, or when none of its placements has a shape."""
+    if not placements or ANY_PLACEMENT in placements:
+        return list(default) if default else None
+    known = [placement_shapes[p] for p in sorted(placements) if p in placement_shapes]
+    if not known:
+        return list(default) if default else None
+    return known[0] if len(known) == 1 else [round(w, 6) for w in average_shape(known)]
+
+
+def value_to_beat(slots: int, winner_values_micros: Sequence[int], reserve_micros: int | None) -> int:
+    """What an ad's total value per impression had to exceed to win a slot in one auction: the lowest winner's
+    total value when every slot was filled, else the reserve (0 without one)."""
+    if slots > 0 and len(winner_values_micros) >= slots:
+        return int(min(winner_values_micros))
+    return int(reserve_micros or 0)
+
+
+def value_per_bid_samples(record: dict) -> list[tuple[str, float]]:
+    """From one served record: ("<placement>|<bid type>", what a micro of bid was worth per impression there,
+    (total value - quality) / bid: the predicted action rate the auction gave it) for each winner and sampled
+    loser that names its bid. Their median, by placement and bid type, turns a new campaign's bid into a
+    value comparable with the values to beat (`Curves.value`)."""
+    out = []
+    for ad in list(record.get("winners") or []) + list(record.get("sampled_losers") or []):
+        bid, bid_type = ad.get("bid_micros"), ad.get("bid_type")
+        if bid and bid_type and ad.get("total_value_micros") is not None:
+            value = int(ad["total_value_micros"]) - int(ad.get("quality_micros") or 0)
+            out.append((f"{record['placement']}|{str(bid_type).upper()}", value / int(bid)))
+    return out
+
+
+def win_forecast(value_micros: float, values_to_beat: Sequence[int]) -> tuple[float, float]:
+    """(share of auctions won, expected cost per auction entered, in micros) for an ad worth `value_micros` per
+    impression, against a sample of the values to beat where it serves (quantiles from the served log,
+    pipelines.traffic_curves): it wins the auctions whose value to beat is below its own, and pays about that
+    value there (a second price)."""
+    if not values_to_beat:
+        return 0.0, 0.0
+    beaten = [v for v in values_to_beat if v < value_micros]
+    return len(beaten) / len(values_to_beat), sum(beaten) / len(values_to_beat)
+
+
+def forecast_participation(target_per_minute_micros: float, eligible_per_minute: float, value_micros: float,
+                           values_to_beat: Sequence[int]) -> float | None:
+    """A new campaign's first p (design: "A new campaign starts at 15:00 with no history"): eligible requests a
+    minute x the win rate and the cost of a win at its ads' value (`win_forecast`) is what p = 1 would spend a
+    minute; p is solved for the target rate and started at FORECAST_SHARE of that. None when there is nothing
+    to forecast from (no eligible requests, no value, no values to beat) or it forecasts no win at all: the
+    controller then goes on from where p stands."""
+    if eligible_per_minute <= 0 or value_micros <= 0 or not values_to_beat or target_per_minute_micros <= 0:
+        return None
+    _, cost_per_entry = win_forecast(value_micros, values_to_beat)
+    if cost_per_entry <= 0:
+        return None
+    p = FORECAST_SHARE * target_per_minute_micros / (eligible_per_minute * cost_per_entry)
+    return min(1.0, max(P_FLOOR, p))
+
+
+@dataclass(frozen=True)
+class Curves:
+    """The curve pipeline's document (pipelines.traffic_curves) as the budget job reads it: the default shape,
+    each campaign's own, each placement's, and for the forecast of a new campaign's first p, by placement a
+    sample of the values to beat (`value_to_beat` quantiles) and per bid type the median value of a micro of
+    bid (`value_per_bid_samples`)."""
+
+    default: list[float] | None = None
+    campaigns: dict[int, list[float]] | None = None
+    placements: dict[str, list[float]] | None = None
+    values_to_beat: dict[str, list[int]] | None = None
+    value_per_bid: dict[str, dict[str, float]] | None = None
+
+    @classmethod
+    def from_document(cls, doc: dict) -> "Curves":
+        return cls(doc.get("default"), {int(k): v for k, v in (doc.get("campaigns") or {}).items()},
+                   dict(doc.get("placements") or {}),
+                   {k: [int(x) for x in v] for k, v in (doc.get("values_to_beat") or {}).items()},
+                   {k: {t: float(x) for t, x in v.items()} for k, v in (doc.get("value_per_bid") or {}).items()})
+
+    def shape(self, campaign_id: int, placements: Sequence[str] = ()) -> list[float] | None:
+        """The campaign's own shape, else its placements' average (`placement_shape`), else the default."""
+        own = (self.campaigns or {}).get(campaign_id)
+        return own if own else placement_shape(placements, self.placements or {}, self.default)
+
+    def values(self, placements: Sequence[str]) -> list[int]:
+        """The values to beat where the campaign's ads serve, pooled (every placement's for ANY_PLACEMENT)."""
+        by_placement = self.values_to_beat or {}
+        names = by_placement if ANY_PLACEMENT in placements else [p for p in placements if p in by_placement]
+        return sorted(v for name in names for v in by_placement[name])
+
+    def value(self, placements: Sequence[str], bid_type: str, bid_micros: int) -> float:
+        """What an ad bidding `bid_micros` of `bid_type` is worth per impression where the campaign's ads serve,
+        by ads of the same bid type there (mean over its placements); 0 when none is known."""
+        by_placement = self.value_per_bid or {}
+        names = by_placement if ANY_PLACEMENT in placements else placements
+        ratios = [by_placement[p][bid_type] for p in names if bid_type in by_placement.get(p, {})]
+        return bid_micros * sum(ratios) / len(ratios) if ratios else 0.0

@@ -1,5 +1,5 @@
-"""Flink job `budget_pacing`: spend reports, campaign records and billed totals -> budget states, slices
-and the dashboards' pacing curves. Keyed by campaign, on event time.
+"""Flink job `budget_pacing`: spend reports, campaign and ad records and billed totals -> budget states,
+slices and the dashboards' pacing curves. Keyed by campaign, on event time.
 
 Per-item work stays in the JVM. budget.spend (one item per server, campaign
 and second) is decoded, deduplicated by (server, sequence, campaign) and summed
@@ -7,17 +7,17 @@ per campaign in 10 s event-time windows by one project operator chained to the
 Kafka source (jobs/jvm/SpendWindows: no per-report row crosses an exchange);
 reports that draw on a slice or ask for one also leave once per server and 1 s
 window. Python sees only those reduced rows, plus the
-low-volume serving.campaigns and billing.billed_spend records, and calls the
-pure rules of core.budget / core.pacing:
+low-volume serving.campaigns, serving.ads and billing.billed_spend records, and
+calls the pure rules of core.budget / core.pacing:
 
-  reduced windows, campaigns, billed -> keyed by campaign shard -> core.budget.on_*
+  reduced windows, campaigns, ads, billed -> keyed by campaign shard -> core.budget.on_*
   event-time timer every 10 s        -> core.budget.step per campaign (controller, budget state, day rollover)
 
 The rows are keyed in the JVM (jobs/jvm/ByCampaign) by the campaign's shard,
 campaign id modulo --shards (default 16), and the states of a shard's
 campaigns are one map state: PyFlink writes each key's changed state back to
 the JVM once per bundle and waits for it, so fewer keys mean fewer round
-trips. Campaign and billing records get their campaign id in the JVM too
+trips. Campaign, ad and billing records get their campaign id in the JVM too
 (jobs/jvm/LeadingCampaignId) and are keyed where they stand, so the spend
 behind a campaign record cannot overtake it. Only the rows the JVM cannot key
 (late spend reports, records of another contract version or corrupt ones) pass
@@ -27,10 +27,17 @@ Outputs: budget.state (compacted; p, OPEN/METERED/STOPPED, remaining), budget.le
 (slices for metered campaigns), Redis `pacing:{campaign}` (streams.pacing_store),
 dead.letters for anything that does not decode, counted (`corrupt_records`).
 
+Curves (--curves, pipelines.traffic_curves' document, core.pacing.Curves): a
+campaign's own traffic shape, else the average shape of the placements its
+live ads may serve on (kept from serving.ads, so a new campaign gets its
+placements' shape for the rest of its day), else the default; and the values
+to beat by placement, from which a campaign with no p to start its day from
+forecasts its first one (core.pacing.forecast_participation).
+
 Event time: budget.spend's Kafka timestamps (the servers' report instants)
 with a 2 s bound on disorder; every server sends a heartbeat to every
 partition each second, so event time advances even where nothing is spent.
-The campaign and billing topics are side inputs: their watermarks run ahead
+The campaign, ad and billing topics are side inputs: their watermarks run ahead
 of their records and quiet partitions go idle, so they never hold the job's
 clock back (billed totals come only every ~10 s). A report that arrives after its
 window closed (a resend after a long broker outage) is not dropped: it takes
@@ -55,6 +62,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from core import budget
+from core.pacing import Curves
 from jobs.flink_io import (DeadLetterDecoder, KafkaJobSettings, add_common_arguments, add_shards_argument,
                            by_campaign_shard, bytes_row_type, check_shards, create_environment, kafka_sink_table,
                            kafka_source_table, parse, settings_from_args)
@@ -80,17 +88,16 @@ def _row_type():
         Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
 
-def load_shapes(path: str) -> tuple[list[float] | None, dict[int, list[float]]]:
-    """The curve pipeline's output: {"default": [...], "campaigns": {"id": [...]}} (pipelines/traffic_curves)."""
+def load_curves(path: str) -> Curves:
+    """The curve pipeline's document (pipelines/traffic_curves); no curves (flat, no forecast) without one."""
     if not path or not Path(path).exists():
-        return None, {}
-    data = json.loads(Path(path).read_text())
-    return data.get("default"), {int(k): v for k, v in data.get("campaigns", {}).items()}
+        return Curves()
+    return Curves.from_document(json.loads(Path(path).read_text()))
 
 
 def _reduce_spend(t_env, header_hex: str, window_s: int, headers: dict[str, str]) -> None:
     """The JVM part: budget.spend decoded, deduplicated and summed by the project's operator
-    io.adserve.flink.SpendWindows (jobs/jvm), chained to the Kafka source; campaign and billing records get
+    io.adserve.flink.SpendWindows (jobs/jvm), chained to the Kafka source; campaign, ad and billing records get
     their campaign id (`headers`: their record types' single-object headers, hex). View `reduced`."""
     from pyflink.datastream import DataStream
     from pyflink.table import Schema
@@ -116,11 +123,16 @@ def _reduce_spend(t_env, header_hex: str, window_s: int, headers: dict[str, str]
         UNION ALL
         SELECT 'billed', campaign_of(v, X'{headers["BilledSpend"]}'), CAST(NULL AS STRING), CAST(NULL AS STRING),
                {nulls}, CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
-        FROM billed_in""")
+        FROM billed_in
+        UNION ALL
+        SELECT 'ad', campaign_of(v, X'{headers["ServingAd"]}', 1), CAST(NULL AS STRING), CAST(NULL AS STRING),
+               {nulls}, CAST(NULL AS BOOLEAN), `topic`, `partition`, `offset`, k, v, ts
+        FROM ads_in""")
 
 
 def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.spend",
-          campaigns_topic: str = "serving.campaigns", billed_topic: str = "billing.billed_spend",
+          campaigns_topic: str = "serving.campaigns", ads_topic: str = "serving.ads",
+          billed_topic: str = "billing.billed_spend",
           state_topic: str = "budget.state", leases_topic: str = "budget.leases",
           dead_letter_topic: str = "dead.letters", redis_url: str = "", curves: str = "",
           out_of_orderness_ms: int = 2000, idle_timeout_ms: int = 2000,
@@ -134,7 +146,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     header_hex = ("c301" + schema_fingerprint(default_registry().schema("SpendReport")).hex())
     dead_letters = OutputTag("dead-letters", bytes_row_type())
     leases_out = OutputTag("leases", bytes_row_type())
-    record_types = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend"}
+    record_types = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend",
+                    "ad": "ServingAd"}
 
     class Route(ProcessFunction):
         """The rows the JVM could not key (late or undecodable spend reports, campaign and billing records of
@@ -180,7 +193,12 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             self.steps, self.grants = metrics.counter("controller_steps"), metrics.counter("slices_granted")
             self.late = metrics.counter("late_reports")
             self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, metrics.counter("corrupt_records"))
-            self.default_shape, self.shapes = load_shapes(curves)
+            # A campaign's ads as the pacer knows them (core.budget.AdSummary by ad id, JSON), by campaign:
+            # written only when an ad changes; the PacerState keeps what they add up to.
+            self.ads = runtime_context.get_map_state(MapStateDescriptor(
+                "campaign_ads", Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE())))
+            self.curves = load_curves(curves)
+            self.shape_cache: dict[tuple[int, tuple[str, ...]], list[float] | None] = {}
             self.store = None
             if redis_url:
                 from streams.pacing_store import PacingStore
@@ -196,8 +214,16 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             if self.store is not None:
                 self.store.close()
 
-        def _shape(self, campaign_id: int):
-            return self.shapes.get(campaign_id) or self.default_shape
+        def _shape(self, campaign_id: int, placements: list[str]):
+            key = (campaign_id, tuple(placements))
+            if key not in self.shape_cache:
+                self.shape_cache[key] = self.curves.shape(campaign_id, placements)
+            return self.shape_cache[key]
+
+        def _market(self, state: budget.PacerState) -> tuple[float, list[int]]:
+            """For a new campaign's forecast: its best bid's value where its ads serve, and the values to beat."""
+            return (self.curves.value(state.placements, state.bid_type, state.ad_bid_micros),
+                    self.curves.values(state.placements))
 
         def _campaigns(self, shard: int) -> set[int]:
             """The shard's campaigns; the first call of a run reads them from Flink state (after a restart the
@@ -227,7 +253,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
             raw = self.states.get(campaign_id)
             if raw is None:
                 state = budget.PacerState(campaign_id)
-                shape = self._shape(campaign_id)
+                shape = self._shape(campaign_id, [])
                 if shape:
                     state.shape = list(shape)
                 return state
@@ -284,7 +310,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                     self.late_seen.remove(old_key)
                 self.late_seen.put(key, record["event_time"])
                 self.late.inc()
-            elif row.kind in ("campaign", "billed"):
+            elif row.kind in ("campaign", "billed", "ad"):
                 # its campaign id read in the JVM; the rest may still be corrupt
                 record, dead = self.decoder.decode(row.v, record_types[row.kind], topic=row.topic,
                                                    partition=row.part, offset=row.off, key=row.k)
@@ -300,7 +326,13 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 budget.on_spend(state, budget.Window(now_ms, record["expected_spend_micros"], record["served_ads"],
                                                      record["eligible_requests"], 1), record["max_price_micros"])
             elif row.kind == "campaign":
-                outputs = budget.on_campaign(state, record, now_ms, self._shape(campaign_id))
+                outputs = budget.on_campaign(state, record, now_ms, self._shape(campaign_id, state.placements))
+            elif row.kind == "ad":
+                ads = budget.ads_from_bytes(self.ads.get(campaign_id))
+                if budget.apply_ad(ads, int(record["ad_id"]), record):
+                    self.ads.put(campaign_id, budget.ads_to_bytes(ads))
+                    placements, bid = budget.live_ads(ads)
+                    budget.on_ads(state, placements, bid, now_ms, self._shape(campaign_id, placements))
             elif row.kind == "billed":
                 budget.on_billed(state, record)
             self._save(state)
@@ -318,7 +350,9 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
         def on_timer(self, timestamp: int, ctx):
             for campaign_id in sorted(self._campaigns(ctx.get_current_key())):
                 state = self._load(campaign_id)
-                outputs = budget.step(state, timestamp, self._shape(campaign_id), heartbeat_ms=heartbeat_ms)
+                outputs = budget.step(state, timestamp, self._shape(campaign_id, state.placements),
+                                      heartbeat_ms=heartbeat_ms,
+                                      market=self._market(state) if state.forecast_pending else None)
                 self.steps.inc()
                 self._save(state)
                 yield from self._emit(outputs)
@@ -330,6 +364,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                        side_input=True)
     kafka_source_table(t_env, "billed_in", billed_topic, settings, idle_timeout_ms=idle_timeout_ms,
                        side_input=True)
+    kafka_source_table(t_env, "ads_in", ads_topic, settings, idle_timeout_ms=idle_timeout_ms, side_input=True)
     # States and slices are idempotent for their readers (latest state wins; a lease id counts once), so
     # at-least-once sinks: visible at once instead of at the next checkpoint.
     kafka_sink_table(t_env, "state_out", state_topic, settings, exactly_once=False)
@@ -337,7 +372,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
     _reduce_spend(t_env, header_hex, budget.STEP_MS // 1000,
                       {name: "c301" + schema_fingerprint(default_registry().schema(name)).hex()
-                       for name in ("ServingCampaign", "BilledSpend")})
+                       for name in ("ServingCampaign", "BilledSpend", "ServingAd")})
 
     # Keyed by campaign shard in the JVM (io.adserve.flink.ByCampaign). Campaign and billing records are keyed
     # where they stand (their campaign id read in the JVM): a campaign record that went its own way through
@@ -361,6 +396,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     env_ = os.environ
     parser.add_argument("--spend-topic", default="budget.spend")
     parser.add_argument("--campaigns-topic", default="serving.campaigns")
+    parser.add_argument("--ads-topic", default="serving.ads",
+                        help="the ads' serving records: where a campaign's ads serve and what they are worth")
     parser.add_argument("--billed-topic", default="billing.billed_spend")
     parser.add_argument("--state-topic", default="budget.state")
     parser.add_argument("--leases-topic", default="budget.leases")
@@ -368,7 +405,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--redis-url", default=env_.get("ADSERVE_PACING_REDIS_URL", _default_redis_url()),
                         help="where pacing:{campaign} goes (default: the local platform's Redis; '' for none)")
     parser.add_argument("--curves", default=env_.get("ADSERVE_CURVES", ""),
-                        help="traffic shapes from pipelines.traffic_curves (JSON); default: flat until one exists")
+                        help="traffic shapes and values to beat from pipelines.traffic_curves (JSON); default: "
+                             "flat curves and no forecast until one exists")
     parser.add_argument("--out-of-orderness-ms", type=int, default=2000,
                         help="how far a spend report may trail the newest one and still make its window")
     parser.add_argument("--idle-timeout-ms", type=int, default=2000,
@@ -387,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     env, t_env = create_environment(settings, extra_jars=[udf_jar()])
     t_env.create_java_temporary_system_function("campaign_of", "io.adserve.flink.LeadingCampaignId")
     build(env, t_env, settings, spend_topic=args.spend_topic, campaigns_topic=args.campaigns_topic,
-          billed_topic=args.billed_topic, state_topic=args.state_topic, leases_topic=args.leases_topic,
+          ads_topic=args.ads_topic, billed_topic=args.billed_topic, state_topic=args.state_topic, leases_topic=args.leases_topic,
           dead_letter_topic=args.dead_letter_topic, redis_url=args.redis_url, curves=args.curves,
           out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms,
           heartbeat_ms=args.heartbeat_ms, shards=args.shards)

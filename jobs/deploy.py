@@ -42,7 +42,7 @@ JOBS: dict[str, JobSpec] = {
     "index_builder": JobSpec("index_builder", "jobs.index_builder",
                              "campaign store changes (cdc.public.*) -> serving.ads, serving.campaigns"),
     "budget_pacing": JobSpec("budget_pacing", "jobs.budget_pacing",
-                             "spend, campaigns, billed spend -> budget.state, budget.leases, Redis pacing:*"),
+                             "spend, campaigns, ads, billed spend -> budget.state, budget.leases, Redis pacing:*"),
     "click_aggregator": JobSpec("click_aggregator", "jobs.click_aggregator",
                                 "ad.events, campaigns -> deduplicated, tagged, billed: billing.billed_spend"),
     "archiver": JobSpec("archiver", "jobs.archiver",

@@ -6,9 +6,16 @@ placement (a placement's average shape), and for each campaign the requests in
 which it took part in the auction (a winner or a sampled loser: the served log's
 record of eligible traffic). Hours are in UTC unless --timezone names the
 advertisers' zone. Shapes come from core.pacing.shape_from_counts (campaigns
-with too little history fall back to the default). Output: one JSON file,
-{"as_of", "days", "default", "placements": {...}, "campaigns": {id: [24 shares]}},
-which `budget_pacing --curves FILE` reads at the start of each budget day.
+with too little history fall back to the default). Per placement also the
+values to beat (core.pacing.value_to_beat: what an ad had to be worth per
+impression to win a slot), as 21 approximate quantiles (minimum, every 5 %,
+maximum), and per bid type the median value of a micro of bid there
+(core.pacing.value_per_bid_samples, over winners and sampled losers): from
+them the budget job forecasts a new campaign's first p. Output: one JSON file,
+{"as_of", "default", "placements": {...}, "campaigns": {id: [24 shares]},
+"values_to_beat": {placement: [21 micros]}, "value_per_bid": {placement:
+{bid type: ratio}}}, which `budget_pacing --curves FILE` reads
+(core.pacing.Curves).
 
     python -m pipelines.traffic_curves --input 'archive/ad.served/*.avro' --output curves.json
 Every option Beam knows passes through unchanged (Dataflow: --runner=DataflowRunner ...)."""
@@ -24,7 +31,7 @@ from zoneinfo import ZoneInfo
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from core.pacing import shape_from_counts
+from core.pacing import VALUE_QUANTILES, shape_from_counts, value_per_bid_samples, value_to_beat
 from pipelines.avro_files import CORRUPT, unwrap_dofn
 
 
@@ -39,8 +46,18 @@ def hour_keys(record: dict[str, Any], tz: str = "UTC") -> Iterable[tuple[str, in
         yield str(campaign_id), hour
 
 
-def assemble(counts: Iterable[tuple[tuple[str, int], int]]) -> dict[str, Any]:
-    """Per key hourly counts -> the curves document (shapes only where history suffices)."""
+def placement_value(record: dict[str, Any]) -> tuple[str, int]:
+    """(placement, the value an ad had to beat to win a slot in this auction)."""
+    winners = record.get("winners") or []
+    return record["placement"], value_to_beat(len(record.get("slot_positions") or []),
+                                              [int(w.get("total_value_micros", 0)) for w in winners],
+                                              record.get("reserve_micros"))
+
+
+def assemble(counts: Iterable[tuple[tuple[str, int], int]], values: dict[str, list[int]] | None = None,
+             per_bid: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """Per key hourly counts, per placement the values-to-beat quantiles and per "placement|bid type" the
+    quantiles of a micro of bid's value -> the curves document (shapes only where history suffices)."""
     by_key: dict[str, dict[int, int]] = {}
     for (key, hour), n in counts:
         by_key.setdefault(key, {})[hour] = by_key.get(key, {}).get(hour, 0) + n
@@ -49,7 +66,13 @@ def assemble(counts: Iterable[tuple[tuple[str, int], int]]) -> dict[str, Any]:
                   if (s := shape_from_counts(v)) is not None}
     campaigns = {k: s for k, v in by_key.items() if k != "*" and not k.startswith("placement:")
                  if (s := shape_from_counts(v)) is not None}
-    return {"default": default, "placements": placements, "campaigns": campaigns}
+    value_per_bid: dict[str, dict[str, float]] = {}
+    for key, quantiles in sorted((per_bid or {}).items()):
+        placement, bid_type = key.rsplit("|", 1)
+        value_per_bid.setdefault(placement, {})[bid_type] = float(quantiles[len(quantiles) // 2])  # the median
+    return {"default": default, "placements": placements, "campaigns": campaigns,
+            "values_to_beat": {k: [int(v) for v in q] for k, q in sorted((values or {}).items())},
+            "value_per_bid": value_per_bid}
 
 
 class TrafficShapes(beam.PTransform):
@@ -61,11 +84,18 @@ class TrafficShapes(beam.PTransform):
 
     def expand(self, served):
         tz = self.tz
+        values = (served
+                  | "ValueToBeat" >> beam.Map(placement_value)
+                  | "Quantiles" >> beam.ApproximateQuantiles.PerKey(VALUE_QUANTILES))
+        per_bid = (served
+                   | "ValuePerBid" >> beam.FlatMap(value_per_bid_samples)
+                   | "Medians" >> beam.ApproximateQuantiles.PerKey(3))
         return (served
                 | "HourKeys" >> beam.FlatMap(lambda r: [(key, 1) for key in hour_keys(r, tz)])
                 | "Count" >> beam.CombinePerKey(sum)
                 | "All" >> beam.combiners.ToList()
-                | "Assemble" >> beam.Map(assemble))
+                | "Assemble" >> beam.Map(assemble, values=beam.pvalue.AsDict(values),
+                                         per_bid=beam.pvalue.AsDict(per_bid)))
 
 
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> None:

@@ -2,12 +2,14 @@
 slices, dead letters and Redis pacing curves out."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import pytest
 from confluent_kafka import Producer
 
+from core.pacing import SpendPlan, TargetCurve, forecast_participation, local_day
 from jobs import deploy
 from schemas.codec import AvroCodec
 from streams import kafka
@@ -16,6 +18,18 @@ from streams.pacing_store import PacingStore
 T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
 DOLLAR = 1_000_000
 PARTITIONS = 2
+VIDEO_SHAPE = [1.0] * 12 + [20.0] + [1.0] * 11  # the placement's traffic: most of it between 12:00 and 13:00
+VALUES_TO_BEAT = [10_000, 20_000, 30_000, 50_000, 60_000]
+CURVES = {"placements": {"video": VIDEO_SHAPE}, "values_to_beat": {"video": VALUES_TO_BEAT},
+          "value_per_bid": {"video": {"CPC": 0.02}}}  # no default shape: the others stay flat
+
+
+def _ad(ad_id: int, campaign_id: int, placements: list[str] | None, at_ms: int) -> dict:
+    targeting = [{"attribute": "placement", "values": placements, "excluded": False}] if placements else []
+    return {"ad_id": ad_id, "campaign_id": campaign_id, "advertiser_id": 1, "version": 1, "event_time": at_ms,
+            "removed": False, "bid_type": "CPC", "bid_micros": 2 * DOLLAR, "quality_prior": 0.0,
+            "creative_ref": "c", "landing_url": "https://example.test/", "static_score": 20_000.0,
+            "targeting": targeting}
 
 
 def _campaign(campaign_id: int, budget_micros: int, version: int = 1, at_ms: int = T0 - 1000) -> dict:
@@ -51,6 +65,10 @@ class Feed:
         self.producer.produce(self.topics["campaigns"], key=str(record["campaign_id"]).encode(),
                               value=self.codec.encode("ServingCampaign", record), timestamp=record["event_time"])
 
+    def ad(self, record: dict) -> None:
+        self.producer.produce(self.topics["ads"], key=str(record["ad_id"]).encode(),
+                              value=self.codec.encode("ServingAd", record), timestamp=record["event_time"])
+
     def raw(self, topic: str, value: bytes, at_ms: int) -> None:
         self.producer.produce(self.topics[topic], key=b"junk", value=value, timestamp=at_ms)
 
@@ -66,8 +84,10 @@ def pacing(platform, tmp_path_factory):
     from infra.platform.topics import TopicSpec, ensure_topics
 
     suffix = uuid.uuid4().hex[:8]
-    topics = {name: f"test.pacing.{name}.{suffix}" for name in ("spend", "campaigns", "billed", "state", "leases",
-                                                               "dead")}
+    topics = {name: f"test.pacing.{name}.{suffix}" for name in ("spend", "campaigns", "ads", "billed", "state",
+                                                               "leases", "dead")}
+    curves = tmp_path_factory.mktemp("curves") / "curves.json"
+    curves.write_text(json.dumps(CURVES))
     ensure_topics(platform.kafka_bootstrap, tuple(
         TopicSpec(t, key="test", schema="", partitions=PARTITIONS if n == "spend" else 1) for n, t in topics.items()))
     job_id = deploy.deploy("budget_pacing", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
@@ -78,15 +98,19 @@ def pacing(platform, tmp_path_factory):
                                      "--checkpoint-interval-ms", "1000", "--restart-attempts", "50",
                                      "--shards", "2",  # campaigns 101 and 103 share one of the pacer's keys
                                      "--spend-topic", topics["spend"], "--campaigns-topic", topics["campaigns"],
+                                     "--ads-topic", topics["ads"],
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],
-                                     "--redis-url", platform.redis_url])
+                                     "--redis-url", platform.redis_url, "--curves", str(curves)])
     deploy.wait_running(platform.flink_rest_url, job_id)
     feed = Feed(platform.kafka_bootstrap, topics)
     expected = {101: 0}
     feed.campaign(_campaign(101, 10_000 * DOLLAR))  # paced, far from its limit
     feed.campaign(_campaign(102, 20 * DOLLAR))  # $20 with $2 clicks: metered from the start
     feed.campaign(_campaign(103, 1_000 * DOLLAR))  # lowered below its spend at +45 s
+    feed.campaign(_campaign(105, 5_000 * DOLLAR))  # new; its first ad (video only) comes 3 s later
+    feed.campaign(_campaign(106, 3_000 * DOLLAR))  # new; its ad may serve anywhere: p from a forecast
+    feed.ad(_ad(10_601, 106, None, T0 - 1000))  # a $2 CPC bid: worth 2 % of it, 40,000 a view
     sequence = {"s1": 0, "s2": 0}
     for second in range(1, 121):
         now = T0 + second * 1000
@@ -98,6 +122,12 @@ def pacing(platform, tmp_path_factory):
                 expected[101] += spend
             if second <= 30:
                 feed.spend(_report(server, sequence[server], 103, now, 10 * DOLLAR))
+        if second == 3:
+            feed.ad(_ad(10_501, 105, ["video"], now))
+        if second <= 60:  # 106 is eligible for 5 requests a second on each server, and enters none yet
+            for server in ("s1", "s2"):
+                sequence[server] += 1
+                feed.spend(_report(server, sequence[server], 106, now, 0, served=0))
         if second == 20:
             feed.spend(_report("s1", sequence["s1"], 102, now, 0, served=0, wants_slice=True))
         if second == 5:
@@ -218,3 +248,34 @@ def test_a_taskmanager_killed_mid_stream_neither_loses_nor_double_counts_spend(p
     assert latest["committed_spend_micros"] == expected
     history = http_json(f"{platform.flink_rest_url}/jobs/{pacing['job_id']}/exceptions")["exceptionHistory"]
     assert history["entries"], "the job never failed over: the kill did not reach it"
+
+
+def test_a_new_campaign_paces_along_its_placements_shape_once_its_ads_are_known(pacing):
+    """105's record came with no ads (a flat plan from 12:00); its video-only ad 3 s later re-plans the rest of
+    the day along the video placement's shape, from where its target stood."""
+    states = sorted((s for s in pacing["states"] if s["campaign_id"] == 105 and s["event_time"] >= T0 + 20_000),
+                    key=lambda s: s["event_time"])
+    assert len(states) >= 2
+    first, last = states[0], states[-1]
+    minutes = [local_day(s["event_time"], "UTC")[1] for s in (first, last)]
+    video = SpendPlan(TargetCurve.from_shape(VIDEO_SHAPE), 5_000 * DOLLAR, 720.05, 0)
+    flat = SpendPlan(TargetCurve.flat(), 5_000 * DOLLAR, 720.05, 0)
+    rise = last["target_spend_micros"] - first["target_spend_micros"]
+    assert rise == pytest.approx(video.target_micros(minutes[1]) - video.target_micros(minutes[0]), rel=0.02)
+    assert rise > 5 * (flat.target_micros(minutes[1]) - flat.target_micros(minutes[0]))
+
+
+def test_a_new_campaigns_first_p_comes_from_the_forecast_after_a_minute_of_eligible_counts(pacing):
+    """106 reported eligible requests from +1 s (600 in the minute its forecast reads: the reports of +1 s to
+    +60 s, each covering the second before it, two servers, five each); at +60 s its p is half of what its
+    ad's value against the values to beat forecasts."""
+    at = T0 + 60_000
+    plan = SpendPlan(TargetCurve.flat(), 3_000 * DOLLAR, local_day(T0 - 1000, "UTC")[1], 0)
+    minute = local_day(at, "UTC")[1]
+    rate = plan.target_micros(minute + 1) - plan.target_micros(minute)
+    expected = forecast_participation(rate, 600, 40_000, VALUES_TO_BEAT)
+    assert expected is not None and 0.2 < expected < 0.5
+    states = [s for s in pacing["states"] if s["campaign_id"] == 106]
+    before = [s["participation_probability"] for s in states if s["event_time"] < at]
+    assert before and max(before) < expected  # it started low, below the forecast, and waited for the counts
+    assert [s["participation_probability"] for s in states if s["event_time"] == at] == [round(expected, 4)]

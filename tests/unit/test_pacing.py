@@ -306,7 +306,9 @@ def test_the_state_survives_its_avro_round_trip():
                                "daily_budget_micros": 20 * DOLLAR}, DAY0_MS)
     budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 3 * DOLLAR, 30, 40, 2), 2 * DOLLAR)
     budget.on_server_spend(state, "s1", None, 0, 0.0, True, 2 * DOLLAR, DAY0_MS + 11_000)
+    budget.on_ads(state, ["feed", "video"], 40_000, DAY0_MS + 12_000, None)
     budget.step(state, DAY0_MS + 20_000)
+    assert state.forecast_pending and state.first_eligible_ms == DAY0_MS + 10_000
     codec = AvroCodec()
     again = budget.from_record(codec.decode(codec.encode("PacerState", budget.to_record(state))))
     assert again == state
@@ -398,3 +400,144 @@ def test_with_a_slow_loop_p_settles_instead_of_swinging_between_its_step_limits(
     target = np.diff(np.concatenate([[0], result.target_by_second.reshape(24, 3600)[:, -1]]))
     big = target > 0.02 * target.sum()
     assert np.abs(served[big] - target[big]).sum() / target[big].sum() <= 0.08
+
+
+# ------------------------------------------------------------------ a new campaign: its curve and its first p
+
+CAMPAIGN = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": 3_000 * DOLLAR}
+VIDEO = [1.0] * 12 + [20.0] + [1.0] * 11
+FEED = [2.0] * 12 + [1.0] * 12
+
+
+def _ad(version: int, bid: int, placements: list[list[str]] | None = None, removed: bool = False,
+        excluded: list[str] | None = None) -> dict:
+    clauses = [{"attribute": "placement", "values": v, "excluded": False} for v in placements or []]
+    clauses += [{"attribute": "placement", "values": excluded, "excluded": True}] if excluded else []
+    clauses.append({"attribute": "country", "values": ["US"], "excluded": False})
+    return {"version": version, "bid_micros": bid, "removed": removed, "targeting": clauses}
+
+
+def test_a_campaign_without_history_takes_its_placements_average_shape():
+    from core.pacing import ANY_PLACEMENT, average_shape, placement_shape
+
+    shapes = {"video": VIDEO, "feed": FEED}
+    assert placement_shape(["video"], shapes, None) == VIDEO
+    both = placement_shape(["feed", "video"], shapes, None)
+    assert both == pytest.approx(average_shape([VIDEO, FEED]), abs=1e-6)
+    assert both[12] > both[0] > both[13]  # video's noon and feed's morning, each at half weight
+    assert placement_shape([ANY_PLACEMENT], shapes, FEED) == FEED  # may serve anywhere: the default
+    assert placement_shape(["story"], shapes, None) is None  # no shape for it: the job keeps its default
+    assert placement_shape([], shapes, [1.0] * 24) == [1.0] * 24
+
+
+def test_curves_read_the_pipelines_document():
+    from core.pacing import Curves
+
+    curves = Curves.from_document({"default": FEED, "campaigns": {"7": VIDEO}, "placements": {"video": VIDEO},
+                                   "values_to_beat": {"video": [30, 10], "feed": [20]},
+                                   "value_per_bid": {"video": {"CPC": 0.02}, "feed": {"CPC": 0.01, "CPM": 0.001}}})
+    assert curves.shape(7, ["feed"]) == VIDEO  # its own history first
+    assert curves.shape(8, ["video"]) == VIDEO and curves.shape(8, []) == FEED
+    assert curves.values(["video"]) == [10, 30] and curves.values(["*"]) == [10, 20, 30]
+    assert curves.value(["video"], "CPC", 2_000_000) == pytest.approx(40_000)
+    assert curves.value(["*"], "CPC", 2_000_000) == pytest.approx(30_000)  # the mean over the placements
+    assert curves.value(["video"], "CPM", 2_000_000) == 0.0  # no CPM ads seen there
+    assert Curves().shape(8, ["video"]) is None and Curves().values(["video"]) == []
+
+
+def test_the_value_to_beat_is_the_lowest_winner_when_every_slot_filled_else_the_reserve():
+    from core.pacing import value_to_beat
+
+    assert value_to_beat(2, [50_000, 30_000], 1_000) == 30_000
+    assert value_to_beat(3, [50_000, 30_000], 1_000) == 1_000
+    assert value_to_beat(1, [], None) == 0
+
+
+def test_the_forecast_solves_for_the_target_rate_and_starts_at_half():
+    from core.pacing import FORECAST_SHARE, forecast_participation, win_forecast
+
+    values = [10_000, 20_000, 30_000, 50_000, 60_000]
+    assert win_forecast(40_000, values) == (0.6, 12_000.0)  # wins 3 of 5, paying what it beat
+    # 600 eligible a minute at p = 1 would spend 600 x 12,000 = 7.2 M a minute; the target is 1.44 M a minute
+    assert forecast_participation(1_440_000, 600, 40_000, values) == pytest.approx(FORECAST_SHARE * 0.2)
+    assert forecast_participation(1e12, 600, 40_000, values) == 1.0
+    assert forecast_participation(1, 600, 40_000, values) == P_FLOOR
+    for nothing in [(1_440_000, 0, 40_000, values), (1_440_000, 600, 0, values), (1_440_000, 600, 40_000, []),
+                    (1_440_000, 600, 5_000, values)]:  # the last wins nothing at that value
+        assert forecast_participation(*nothing) is None
+
+
+def test_the_pacer_keeps_where_a_campaigns_live_ads_serve_and_what_they_are_worth():
+    from core.pacing import ANY_PLACEMENT
+
+    ads: dict = {}
+    assert budget.apply_ad(ads, 1, _ad(2, 30_000, [["video", "feed"]]))
+    assert not budget.apply_ad(ads, 1, _ad(1, 99_000, [["story"]]))  # an older version never overwrites
+    assert budget.apply_ad(ads, 2, _ad(1, 50_000, [["feed", "story"], ["feed", "video"]]))  # AND of two clauses
+    assert budget.live_ads(ads) == (["feed", "video"], 50_000)
+    assert budget.apply_ad(ads, 2, _ad(2, 50_000, [["feed"]], removed=True))
+    assert budget.live_ads(ads) == (["feed", "video"], 30_000)
+    assert budget.apply_ad(ads, 3, _ad(1, 10_000, excluded=["video"]))  # only an exclusion: anywhere else
+    assert budget.live_ads(ads) == ([ANY_PLACEMENT], 30_000)
+    assert budget.ads_from_bytes(budget.ads_to_bytes(ads)) == ads
+    assert budget.live_ads({}) == ([], 0)
+
+
+def test_a_campaigns_first_ads_replan_the_rest_of_its_day_along_their_shape():
+    state = budget.PacerState(21)
+    budget.on_ads(state, ["video"], 40_000, DAY0_MS, VIDEO)  # before its record: kept, no plan to change
+    assert state.placements == ["video"] and state.budget_day == ""
+    state = budget.PacerState(22)
+    noon = DAY0_MS + 12 * 3_600_000
+    budget.on_campaign(state, CAMPAIGN, noon)  # no ads yet: the default (flat) shape from noon
+    flat_target = state.plan().target_micros(750)
+    budget.on_ads(state, ["video"], 40_000, noon + 60_000, VIDEO)
+    assert state.shape == VIDEO and state.plan_anchor_minute == pytest.approx(721)
+    assert state.plan_anchor_spend_micros == SpendPlan(TargetCurve.flat(), 3_000 * DOLLAR, 720).target_micros(721)
+    assert state.plan().target_micros(750) > 5 * flat_target  # most of video's traffic is before 13:00
+    assert state.plan().target_micros(CURVE_END_MINUTE) == 3_000 * DOLLAR
+    anchor = state.plan_anchor_minute
+    budget.on_ads(state, ["video"], 50_000, noon + 120_000, VIDEO)  # same shape: the plan stays
+    assert state.plan_anchor_minute == anchor and state.ad_bid_micros == 50_000
+
+
+def _eligible_minute(state, start_ms: int, steps: int, market=None, eligible: int = 100):
+    """`steps` 10 s windows of `eligible` requests each (nothing served), each followed by its step."""
+    for i in range(1, steps + 1):
+        budget.on_spend(state, budget.Window(start_ms + i * 10_000, 0, 0, eligible, 2), 2 * DOLLAR)
+        budget.step(state, start_ms + i * 10_000, market=market)
+
+
+def test_a_new_campaign_takes_its_first_p_from_the_forecast_once_it_has_a_minute_of_counts():
+    from core.pacing import forecast_participation
+
+    market = (40_000, [10_000, 20_000, 30_000, 50_000, 60_000])
+    state = budget.PacerState(23)
+    budget.on_campaign(state, CAMPAIGN, DAY0_MS)
+    budget.on_ads(state, ["*"], 2 * DOLLAR, DAY0_MS, None)
+    assert state.forecast_pending and state.participation_probability == NEW_CAMPAIGN_P
+    _eligible_minute(state, DAY0_MS, 5, market)  # 50 s of counts: the controller runs meanwhile
+    assert state.forecast_pending and state.participation_probability != NEW_CAMPAIGN_P
+    _eligible_minute(state, DAY0_MS + 50_000, 1, market)
+    plan, minute = state.plan(), 1.0
+    expected = forecast_participation(plan.target_micros(minute + 1) - plan.target_micros(minute), 600, *market)
+    assert not state.forecast_pending and state.participation_probability == pytest.approx(expected)
+    _eligible_minute(state, DAY0_MS + 60_000, 1, market)  # from there on, the controller
+    assert state.participation_probability != pytest.approx(expected)
+
+
+def test_no_forecast_without_a_market_or_a_value_for_cpa_or_with_yesterdays_p():
+    for bid_type, market in (("CPC", None), ("CPC", (0.0, [10_000])), ("CPA", (40_000, [10_000, 20_000]))):
+        state = budget.PacerState(24)
+        budget.on_campaign(state, {**CAMPAIGN, "bid_type": bid_type}, DAY0_MS)
+        budget.on_ads(state, ["*"], 2 * DOLLAR, DAY0_MS, None)
+        _eligible_minute(state, DAY0_MS, 6, market)
+        assert not state.forecast_pending  # settled: the controller goes on from where p stands
+        assert state.participation_probability == (
+            1.0 if bid_type == "CPA" else pytest.approx(NEW_CAMPAIGN_P * 1.25 ** 6))
+    state = budget.PacerState(25)
+    budget.on_campaign(state, CAMPAIGN, DAY0_MS)
+    state.participation_probability = 0.3
+    budget.step(state, DAY0_MS + 10_000)
+    budget.step(state, DAY0_MS + 86_400_000)  # the next day starts from yesterday's p
+    assert not state.forecast_pending and state.first_eligible_ms == 0

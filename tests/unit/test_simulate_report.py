@@ -9,8 +9,9 @@ import pytest
 from adserve.simulate_report import figures
 
 
-def _day(expected: np.ndarray, billed: np.ndarray):
-    campaign = NS(name="large-x", budget_micros=int(expected.sum()), planned_budget_micros=20_000_000_000)
+def _day(expected: np.ndarray, billed: np.ndarray, launch_s: int = 0):
+    campaign = NS(name="large-x", budget_micros=int(expected.sum()), planned_budget_micros=20_000_000_000,
+                  launch_s=launch_s)
     return NS(campaign=campaign, p_by_minute=np.full(1440, 0.5), state_by_minute=["OPEN"] * 1439 + ["STOPPED"],
               expected_by_minute=expected, billed_by_minute=billed, served_by_minute=np.ones(1440),
               bill=NS(billed_micros=int(billed.sum()), absorbed_micros=0, billed_above_micros=0), clicks=3,
@@ -47,3 +48,17 @@ def test_the_money_reading_keeps_the_shape_and_drops_the_hours_click_noise():
     want = 100 * np.abs(level * hours - 60_000).sum() / (24 * 60_000)
     assert f["curve_error_pct_hourly"] == pytest.approx(want, abs=1e-3)
     assert 9.5 < f["curve_error_pct_hourly"] < 10.5  # the shape's 10 % off, whatever the clicks did
+
+
+def test_a_campaign_launched_mid_day_is_reported_from_its_launch():
+    target = np.concatenate([np.zeros(900), np.full(540, 1_000)]).astype(np.int64)
+    expected = target * 5 // 4
+    day = _day(expected, target.copy(), launch_s=15 * 3600)
+    day.p_by_minute = np.concatenate([np.full(900, np.nan), [0.05, 0.2, 0.25], np.full(537, 0.3)])
+    points = [NS(minute=m, target_micros=int(target[:m].sum())) for m in range(0, 1441, 10)]
+    f = figures({"days": {1: day}, "pacing": {1: NS(points=points)}, "requests": 1, "filled_slots": 1,
+                 "wall_s": 1.0, "waited_s": 0.0, "lead_s": 15, "servers": 3})
+    launched = f["launched"]
+    assert launched["launch_minute"] == 900 and launched["p_first_minutes"][:3] == [0.05, 0.2, 0.25]
+    assert launched["hourly_money_micros"] == launched["hourly_target_micros"] == [60_000] * 9
+    assert f["per_campaign"][0]["special"] == "launched"

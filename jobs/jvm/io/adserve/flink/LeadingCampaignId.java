@@ -4,7 +4,8 @@ import org.apache.flink.table.functions.ScalarFunction;
 
 /**
  * The campaign id of a record whose schema has {@code campaign_id} (an Avro long) as its first field
- * (serving.campaigns, billing.billed_spend), read inside the JVM from the Avro single-object encoding.
+ * (serving.campaigns, billing.billed_spend), or after a number of leading longs (serving.ads: the ad id, then
+ * the campaign id), read inside the JVM from the Avro single-object encoding.
  *
  * <p>It lets a job key a campaign record by its campaign's shard where the record stands in the stream,
  * instead of sending it through a Python decoder first, from which it came back behind rows that followed
@@ -16,11 +17,19 @@ import org.apache.flink.table.functions.ScalarFunction;
 public class LeadingCampaignId extends ScalarFunction {
 
     public Long eval(byte[] value, byte[] header) {
+        return eval(value, header, 0);
+    }
+
+    /** The campaign id after {@code leadingLongs} Avro longs (serving.ads: 1, its ad id). */
+    public Long eval(byte[] value, byte[] header, int leadingLongs) {
         AvroBinaryReader in = AvroBinaryReader.afterHeader(value, header);
         if (in == null) {
             return null;
         }
         try {
+            for (int i = 0; i < leadingLongs; i++) {
+                in.varLong();
+            }
             long campaignId = in.varLong();
             return campaignId > 0 ? campaignId : null;
         } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
