@@ -151,7 +151,8 @@ def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
         budget = rng.choice([20, 20, 30, 50, 100]) * DOLLAR
         campaigns.append(SimCampaign(base_id + 30 + i, f"small-{i}", budget, "CPC", 2 * DOLLAR, placements,
                                      countries))
-    launched = SimCampaign(base_id + 50, "launched-15h", 2_000 * DOLLAR, "CPC", 12 * DOLLAR, ("video",),
+    # $300 from 15:00 on video in the US and GB at $15 a click: about half of what p = 1 would spend there
+    launched = SimCampaign(base_id + 50, "launched-15h", 300 * DOLLAR, "CPC", 15 * DOLLAR, ("video",),
                            ("US", "GB"), launch_s=15 * 3600)
     campaigns.append(launched)
     events = [Event(12 * 3600, "pause", base_id + 11), Event(15 * 3600, "resume", base_id + 11),
