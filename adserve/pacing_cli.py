@@ -1,4 +1,5 @@
-"""`adserve simulate` (the main command: a simulated day through the real budget job) and `adserve pacing show`."""
+"""`adserve simulate` (the main command: a simulated day through the real budget and billing jobs) and
+`adserve pacing show`."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,8 @@ TARGETS = {  # the issue's targets for the simulated day
 def register(sub) -> None:
     from adserve import simulate
 
-    p = sub.add_parser("simulate", help="the main job: a simulated day through the real budget job, with a report",
+    p = sub.add_parser("simulate", help="the main job: a simulated day through the real budget and billing jobs, with a "
+                       "report",
                        description=simulate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=200_000, help="ad requests over the day (default 200,000)")
     p.add_argument("--servers", type=int, default=3, help="simulated ad servers (default 3)")
@@ -64,7 +66,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             print(f"\r  simulated {second // 3600:02d}:{second % 3600 // 60:02d}  requests {requests:,}  "
                   f"({wall_s:.0f} s)", end="", file=sys.stderr, flush=True)
 
-        log(f"simulating {simulate.SIM_DAY} with {args.requests:,} requests through the budget job ...")
+        log(f"simulating {simulate.SIM_DAY} with {args.requests:,} requests through the budget and billing "
+            "jobs ...")
         result = simulate.run_day(settings, requests=args.requests, seed=args.seed, servers=args.servers,
                                   lead_s=args.lead_s, out_dir=args.out, parallelism=args.parallelism,
                                   progress=progress)
@@ -86,7 +89,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     finally:
         if args.down:
             control.down(settings, log=log)
-    return 1 if figures["billed_above_budget_micros"] else 0
+    return 1 if figures["billed_above_budget_micros"] or figures["billing_recount_mismatches"] else 0
 
 
 def cmd_pacing_show(args: argparse.Namespace) -> int:

@@ -1,17 +1,22 @@
 """`adserve simulate`: a compressed day of traffic through the real budget job and the ad servers' money path.
 
-What runs for real: the platform (Kafka, Redis, Flink), the Flink job
-`budget_pacing` (deployed to the platform's cluster on topics of its own for
-this run), and per simulated ad server the serving code that decides and
-spends: ServingState (campaign table, budget states, lease book, the 60 s
-silence rule), the DecisionEngine (retrieval, filters with the pacing coin,
-pre-ranker, auction), the SpendAccumulator and the SpendReporter producing to
-Kafka once a simulated second. What is simulated: users and requests on a
-diurnal curve with a live event tripling traffic at 20:00, clicks drawn from
-known true click probabilities, and billing of those clicks up to each
-budget (core.billing, standing in for the click aggregator, which publishes
-billed totals every 10 s as it will). The HTTP layer, user store and served
-log are left out: they are not on the money path.
+What runs for real: the platform (Kafka, Redis, Flink), the Flink jobs
+`budget_pacing` and `click_aggregator` (deployed to the platform's cluster on
+topics of their own for this run), and per simulated ad server the serving
+code that decides and spends: ServingState (campaign table, budget states,
+lease book, the 60 s silence rule), the DecisionEngine (retrieval, filters
+with the pacing coin, pre-ranker, auction), the SpendAccumulator and the
+SpendReporter producing to Kafka once a simulated second. Every ad served
+sends its impression beacon and every click drawn its click beacon to the
+run's ad.events, as the tracker does; the click aggregator deduplicates, tags
+and bills them up to each budget and publishes billed totals every 10 s, which
+the budget job reads and the report takes its money figures from. At the end
+the same beacons are billed again in one process by core.clicks.recount (the
+nightly recount's rule) and compared with what the job billed. What is
+simulated: users and requests on a diurnal curve with a live event tripling
+traffic at 20:00, and clicks drawn from known true click probabilities. The
+HTTP layer, the tracker's token checks, the user store and the served log are
+left out: they are not on the money path.
 
 Time: every record carries simulated event time (2026-03-10, UTC). The
 servers run at most `--lead-s` seconds of event time ahead of the newest
@@ -54,7 +59,6 @@ from typing import Any
 
 import numpy as np
 
-from core.billing import DayBill
 from core.campaigns import static_score
 from core.targeting import request_terms
 
@@ -98,6 +102,7 @@ class SimCampaign:
     status: str = "ACTIVE"
     planned_budget_micros: int = 0  # the budget the day started with (size class)
     launch_s: int = 0  # second of the day it is created (0: it ran last week and starts the day)
+    history: list[dict[str, Any]] = field(default_factory=list)  # its records published during the day
 
     def __post_init__(self) -> None:
         self.planned_budget_micros = self.planned_budget_micros or self.budget_micros
@@ -275,7 +280,8 @@ class SimServer:
 
 
 class BudgetFeed(threading.Thread):
-    """Reads the run's budget.state and budget.leases topics and queues what it reads."""
+    """Reads the run's budget.state and budget.leases topics and queues what it reads for the servers; keeps
+    the click aggregator's billed totals (the third topic) for the report."""
 
     def __init__(self, bootstrap: str, topics: list[str]):
         super().__init__(name="budget-feed", daemon=True)
@@ -286,9 +292,11 @@ class BudgetFeed(threading.Thread):
         self.consumer = kafka.consumer(bootstrap, group_id=f"adserve-simulate-{uuid.uuid4().hex[:8]}",
                                        **{"auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
         self.consumer.subscribe(topics)
-        self.state_topic = topics[0]
+        self.state_topic, self.billed_topic = topics[0], topics[2] if len(topics) > 2 else None
         self.inbox: queue.Queue = queue.Queue()
         self.progress_ms = 0
+        self.billed: list[dict[str, Any]] = []
+        self.billed_progress_ms = 0
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -297,6 +305,10 @@ class BudgetFeed(threading.Thread):
                 if message.error() is not None:
                     continue
                 record = self.codec.decode(message.value())
+                if message.topic() == self.billed_topic:
+                    self.billed.append(record)
+                    self.billed_progress_ms = max(self.billed_progress_ms, int(record["event_time"]))
+                    continue
                 kind = "budget.state" if message.topic() == self.state_topic else "budget.leases"
                 self.inbox.put((kind, record))
                 if kind == "budget.state":
@@ -308,16 +320,29 @@ class BudgetFeed(threading.Thread):
 
 
 @dataclass
+class JobBill:
+    """What the click aggregator billed a campaign for the day (its last BilledSpend totals), and what of it
+    went above the budget in force when it was billed (checked at every total it published: must be 0)."""
+
+    budget_micros: int
+    billed_micros: int = 0
+    absorbed_micros: int = 0
+    billed_above_micros: int = 0
+    billed_clicks: int = 0
+    billed_impressions: int = 0
+
+
+@dataclass
 class CampaignDay:
     campaign: SimCampaign
-    bill: DayBill
+    budgets: list[tuple[int, int]]  # (from ms, daily budget): the budget in force over the day
+    bill: JobBill | None = None  # the click aggregator's, once the day is over
     served_by_minute: np.ndarray = field(default_factory=lambda: np.zeros(1440, dtype=np.int64))
     expected_by_minute: np.ndarray = field(default_factory=lambda: np.zeros(1440, dtype=np.int64))
     billed_by_minute: np.ndarray = field(default_factory=lambda: np.zeros(1440, dtype=np.int64))
     p_by_minute: np.ndarray = field(default_factory=lambda: np.full(1440, np.nan))
     state_by_minute: list[str] = field(default_factory=lambda: [""] * 1440)
-    events: int = 0
-    clicks: int = 0
+    clicks: int = 0  # clicks drawn (the aggregator's billed count is bill.billed_clicks)
     last_served_s: int = -1
     stopped_after_lower_s: int | None = None
 
@@ -333,7 +358,7 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
 
     run = uuid.uuid4().hex[:8]
     topics = {name: f"sim.{run}.{name}"
-              for name in ("spend", "campaigns", "ads", "billed", "state", "leases", "dead")}
+              for name in ("spend", "campaigns", "ads", "events", "billed", "state", "leases", "dead")}
     ensure_topics(platform.kafka_bootstrap, tuple(
         TopicSpec(t, key="campaign id", schema="", partitions=4 if n == "spend" else 1,
                   compacted=n in ("campaigns", "ads", "state")) for n, t in topics.items()))
@@ -369,21 +394,33 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
                                      "--heartbeat-ms", "10000", "--bundle-time-ms", "20",
                                      "--watermark-interval-ms", "20", "--buffer-timeout-ms", "2",
                                      "--checkpoint-interval-ms", "10000", "--parallelism", str(parallelism)])
-    feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"]])
+    billing_id = deploy.deploy("click_aggregator", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
+                               conf_dir=Flink(platform).conf_dir,
+                               job_args=["--bootstrap", platform.kafka_bootstrap,
+                                         "--connector-jar", str(flink_connector_jar(platform)),
+                                         "--group-id", f"adserve-simulate-billing-{run}",
+                                         "--startup-mode", "earliest-offset",
+                                         "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
+                                         "--billed-topic", topics["billed"], "--dead-letter-topic", topics["dead"],
+                                         "--bundle-time-ms", "20", "--watermark-interval-ms", "20",
+                                         "--buffer-timeout-ms", "2", "--checkpoint-interval-ms", "10000"])
+    feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"], topics["billed"]])
     feed.start()
     try:
         deploy.wait_running(platform.flink_rest_url, job_id)
+        deploy.wait_running(platform.flink_rest_url, billing_id)
         result = _simulate(platform, campaigns, by_id, events, topics, requests=requests, seed=seed,
                            servers=servers, lead_s=lead_s, feed=feed, producer=producer, codec=codec,
                            progress=progress)
     finally:
         feed.halt.set()
-        try:
-            deploy.stop(platform.flink_rest_url, job_id)
-        except Exception:  # noqa: BLE001 - a stuck stop must not hide the day's result
-            LOG.exception("stopping the budget job failed; cancelling it")
-            deploy.cancel(platform.flink_rest_url, job_id)
-    result.update(run=run, topics=topics, job_id=job_id, last_week=market)
+        for name, running in (("budget", job_id), ("click aggregator", billing_id)):
+            try:
+                deploy.stop(platform.flink_rest_url, running)
+            except Exception:  # noqa: BLE001 - a stuck stop must not hide the day's result
+                LOG.exception("stopping the %s job failed; cancelling it", name)
+                deploy.cancel(platform.flink_rest_url, running)
+    result.update(run=run, topics=topics, job_id=job_id, billing_job_id=billing_id, last_week=market)
     return result
 
 
@@ -394,11 +431,20 @@ def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, ser
     rng = np.random.default_rng(seed)
     fleet = [SimServer(f"sim-s{i}", campaigns, platform.kafka_bootstrap, topics["spend"], seed + i, DAY0_MS)
              for i in range(servers)]
-    days = {c.campaign_id: CampaignDay(c, DayBill(c.budget_micros)) for c in campaigns}
+    days = {c.campaign_id: CampaignDay(c, [(0, c.budget_micros)]) for c in campaigns}
+    versions = [c.record(DAY0_MS - 60_000) for c in campaigns if not c.launch_s]  # for the recount
+    beacons: list[dict[str, Any]] = []
+
+    def beacon(event: dict[str, Any]) -> None:
+        """One ad.events record, as the tracker writes it (keyed by campaign, timestamp = event time)."""
+        beacons.append(event)
+        producer.produce(topics["events"], key=str(event["campaign_id"]).encode(), timestamp=event["event_time"],
+                         value=codec.encode("AdEvent", event))
+
     true_ctr_factor = {ad["ad_id"]: float(np.exp(rng.normal(0, 0.15) - 0.15 ** 2 / 2))
                        for c in campaigns for ad in c.ad_records(DAY0_MS)}
     rate_scale = requests / sum(traffic(s) for s in range(0, 86_400, 10)) / 10
-    clicks: list[tuple[int, int, int, int]] = []  # heap of (at ms, campaign, price, seq)
+    clicks: list[tuple[int, int, dict[str, Any]]] = []  # heap of (at ms, seq, the click's beacon)
     placements, p_weights = list(PLACEMENTS), [w for w, _ in PLACEMENTS.values()]
     countries, c_weights = list(COUNTRIES), list(COUNTRIES.values())
     pending_events = list(events)
@@ -434,21 +480,20 @@ def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, ser
                 day.served_by_minute[minute] += 1
                 day.expected_by_minute[minute] += w.expected_cost_micros
                 day.last_served_s = second
-                if w.billing == "cpm":
-                    _bill(day, w.charge_per_event_micros, minute)
-                else:
+                impression = _beacon(f"r{second}-{seq}-{w.slot}", "IMPRESSION", now_ms, now_ms, w, seq)
+                beacon(impression)
+                if w.billing != "cpm":
                     pctr = w.expected_cost_micros / max(1, w.price_micros)
                     if rng.random() < min(1.0, pctr * true_ctr_factor[w.ad_id]):
-                        delay_ms = int(2000 + rng.exponential(10_000))
-                        heapq.heappush(clicks, (now_ms + delay_ms, w.campaign_id, w.charge_per_event_micros, seq))
+                        at = now_ms + int(2000 + rng.exponential(10_000))
+                        heapq.heappush(clicks, (at, seq, {**impression, "event_type": "CLICK", "event_time": at,
+                                                          "event_id": f"{impression['event_id']}-click"}))
         while clicks and clicks[0][0] <= now_ms:
-            _, campaign_id, price, _ = heapq.heappop(clicks)
-            days[campaign_id].clicks += 1
-            _bill(days[campaign_id], price, second // 60)
+            _, _, click = heapq.heappop(clicks)
+            days[int(click["campaign_id"])].clicks += 1
+            beacon(click)
         for server in fleet:
             server.second(now_ms)
-        if second % 10 == 9:
-            _publish_billed(days, producer, codec, topics["billed"], now_ms)
         if second % 60 == 59:
             view = fleet[0].state
             for campaign_id, day in days.items():
@@ -463,11 +508,12 @@ def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, ser
             progress(second, served_requests, time.monotonic() - began)
     for server in fleet:
         server.reporter.close()
-    producer.flush(30)
+    billing = _close_billing(days, feed, producer, codec, topics["events"], beacons, versions, campaigns)
     store = PacingStore(platform.redis_url)
     pacing = {c.campaign_id: store.read(c.campaign_id) for c in campaigns}
     store.close()
     return {"days": days, "pacing": pacing, "requests": served_requests, "filled_slots": filled_slots,
+            "billing": billing,
             "wall_s": time.monotonic() - began, "waited_s": waited_s, "lead_s": lead_s, "servers": len(fleet)}
 
 
@@ -475,10 +521,80 @@ def _clock(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S") if ms else "the start"
 
 
-def _bill(day: CampaignDay, price_micros: int, minute: int) -> None:
-    billed, _ = day.bill.charge(price_micros)
-    day.events += 1
-    day.billed_by_minute[minute] += billed
+def _beacon(impression_id: str, event_type: str, at_ms: int, served_ms: int, w, seq: int) -> dict[str, Any]:
+    """An ad.events record for a served ad: the price and billing type its token would carry."""
+    return {"event_id": f"{impression_id}-{event_type[0].lower()}", "impression_id": impression_id,
+            "event_type": event_type, "event_time": at_ms, "served_time": served_ms, "campaign_id": w.campaign_id,
+            "ad_id": w.ad_id, "price_micros": w.charge_per_event_micros,
+            "billing_type": "IMPRESSION" if w.billing == "cpm" else "CLICK", "user_id": f"sim-user-{seq}",
+            "ip_address": f"10.{seq // 65_536 % 256}.{seq // 256 % 256}.{seq % 256}", "user_agent": "Mozilla/5.0",
+            "token_key_id": "sim"}
+
+
+CLOCK_CAMPAIGN = 1  # the end-of-day beacons that carry the aggregator's event time past midnight
+
+
+def _close_billing(days, feed, producer, codec, events_topic: str, beacons, versions, campaigns,
+                   timeout_s: float = 180) -> dict[str, Any]:
+    """End the day for the click aggregator (a beacon of no campaign after midnight moves its event time past
+    the last window), wait for its last totals, take each campaign's bill from them, and bill the same beacons
+    again with core.clicks.recount to compare."""
+    from core.clicks import progress_key, recount
+
+    for at in (DAY0_MS + DAY_MS + 5_000, DAY0_MS + DAY_MS + 15_000):
+        producer.produce(events_topic, key=b"1", timestamp=at, value=codec.encode("AdEvent", {
+            "event_id": f"clock-{at}", "impression_id": f"clock-{at}", "event_type": "IMPRESSION",
+            "event_time": at, "served_time": at, "campaign_id": CLOCK_CAMPAIGN, "ad_id": CLOCK_CAMPAIGN,
+            "price_micros": 0, "billing_type": "CLICK", "user_id": None, "ip_address": None, "user_agent": None,
+            "token_key_id": "sim"}))
+    producer.flush(30)
+    # Windows close in event-time order: once the window of the last beacon is billed, every earlier one is
+    # (a few seconds more for totals of other shards that closed with it).
+    last_window = (max((int(b["event_time"]) for b in beacons), default=DAY0_MS) // 10_000 + 1) * 10_000
+    began = time.monotonic()
+    while feed.billed_progress_ms < last_window and time.monotonic() - began < timeout_s:
+        time.sleep(0.5)
+    closed = feed.billed_progress_ms >= last_window
+    if not closed:
+        LOG.warning("the click aggregator did not bill the day's last window within %.0f s", timeout_s)
+    time.sleep(3.0)
+    records: dict[int, list[dict[str, Any]]] = {}
+    for r in list(feed.billed):
+        if r["budget_day"] == SIM_DAY and int(r["campaign_id"]) in days:
+            records.setdefault(int(r["campaign_id"]), []).append(r)
+    for campaign_id, day in days.items():
+        day.bill = _job_bill(day, sorted(records.get(campaign_id, []), key=progress_key))
+    versions = versions + [v for c in campaigns for v in c.history]
+    reference = recount(beacons, versions)
+    fields = ("billed_spend_micros", "absorbed_overspend_micros", "billed_clicks", "billed_impressions")
+    mismatched = []
+    for campaign_id, day in days.items():
+        ref = reference.get((campaign_id, SIM_DAY), {})
+        job = (day.bill.billed_micros, day.bill.absorbed_micros, day.bill.billed_clicks, day.bill.billed_impressions)
+        if job != tuple(int(ref.get(f, 0)) for f in fields):
+            mismatched.append({"campaign_id": campaign_id, "job": job,
+                               "recount": tuple(int(ref.get(f, 0)) for f in fields)})
+    return {"by": "click_aggregator", "beacons": len(beacons), "totals_read": len(feed.billed),
+            "last_window_billed": closed, "recount_mismatches": mismatched}
+
+
+def _job_bill(day: CampaignDay, records: list[dict[str, Any]]) -> JobBill:
+    """A campaign's day from the aggregator's totals (oldest first): the last totals, billed money by minute
+    (each total's growth, in the minute its window ended), and whatever growth took the billed total above the
+    budget in force at that instant."""
+    bill = JobBill(day.campaign.budget_micros)
+    previous = 0
+    for r in records:
+        at = int(r["event_time"])
+        billed = int(r["billed_spend_micros"])
+        budget = [b for since, b in day.budgets if since <= at - DAY0_MS][-1]
+        bill.billed_above_micros += max(0, billed - max(previous, budget))
+        minute = min(1439, max(0, (at - 1 - DAY0_MS) // 60_000))
+        day.billed_by_minute[minute] += billed - previous
+        previous = billed
+        bill.billed_micros, bill.absorbed_micros = billed, int(r["absorbed_overspend_micros"])
+        bill.billed_clicks, bill.billed_impressions = int(r["billed_clicks"]), int(r["billed_impressions"])
+    return bill
 
 
 def _drain(feed: BudgetFeed, fleet: list[SimServer], now_ms: int) -> None:
@@ -489,18 +605,6 @@ def _drain(feed: BudgetFeed, fleet: list[SimServer], now_ms: int) -> None:
             return
         for server in fleet:
             server.state.apply(kind, record, now_ms)
-
-
-def _publish_billed(days, producer, codec, topic: str, now_ms: int) -> None:
-    """Every 10 s, billed totals of every campaign that served today (the aggregator sees its impressions,
-    so it reports even when nothing new was billed: that is what settles expired slices)."""
-    for campaign_id, day in days.items():
-        if day.last_served_s < 0:
-            continue
-        producer.produce(topic, key=str(campaign_id).encode(), timestamp=now_ms, value=codec.encode("BilledSpend", {
-            "campaign_id": campaign_id, "event_time": now_ms, "budget_day": SIM_DAY,
-            "billed_spend_micros": day.bill.billed_micros, "billed_impressions": 0, "billed_clicks": day.clicks,
-            "absorbed_overspend_micros": day.bill.absorbed_micros, "invalid_credit_micros": 0}))
 
 
 def _publish_ads(c: SimCampaign, producer, codec, topic: str, at_ms: int) -> None:
@@ -527,6 +631,7 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
         return
     c = by_id[event.campaign_id]
     if event.kind == "launch":  # created now: the record, then its ads, as the index builder sends them
+        c.history.append(c.record(now_ms))
         producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(), timestamp=now_ms,
                          value=codec.encode("ServingCampaign", c.record(now_ms)))
         _publish_ads(c, producer, codec, topics["ads"], now_ms + 1000)
@@ -544,7 +649,8 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
     elif event.kind in ("pause", "resume"):
         c.status = "PAUSED" if event.kind == "pause" else "ACTIVE"
     c.version += 1
-    days[c.campaign_id].bill.budget_micros = c.budget_micros
+    days[c.campaign_id].budgets.append((now_ms - DAY0_MS, c.budget_micros))
+    c.history.append(c.record(now_ms))
     producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(), timestamp=now_ms,
                      value=codec.encode("ServingCampaign", c.record(now_ms)))
     for server in fleet:  # what the index builder would deliver within about a second

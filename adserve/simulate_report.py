@@ -9,8 +9,11 @@ Definitions (also in docs/pacing.md):
   in the last half hour, so the day's p, not its last value, tells traffic-limited campaigns apart.
   Paused and lowered campaigns are left out of delivery.
 * delivery_pct: billed / budget summed over those campaigns; also each campaign's share.
-* absorbed overspend: billable value above the budget, not billed (core.billing), in money and as a share
-  of billed spend; for small campaigns in clicks ($2 each).
+* billed, absorbed: the click_aggregator job's totals for the day (it bills the run's beacons up to each
+  budget); `billing_recount_mismatches`: campaigns whose totals differ from core.clicks.recount of the same
+  beacons (the nightly recount's rule; must be 0).
+* absorbed overspend: billable value above the budget, not billed, in money and as a share of billed
+  spend; for small campaigns in clicks ($2 each).
 * curve_error_pct_hourly: for paced campaigns where traffic allowed (not paused or lowered), |spend in the
   hour - the job's target for the hour| / target, over hours carrying >= 2 % of the budget, weighted by
   target. The hour's spend is money: the expected cost served in the hour x the campaign's billed / expected
@@ -24,7 +27,8 @@ Definitions (also in docs/pacing.md):
   ~39 % here in every hour, so it measures the predictions as much as the pacing.
 * curve_error_pct_hourly_billed: the same against the clicks billed in the hour (their Poisson noise
   included).
-* billed_above_budget_micros: billed beyond the budget in force, checked at every billed event (must be 0).
+* billed_above_budget_micros: growth of a billed total that took it above the budget in force at that
+  instant, checked at every total the aggregator published (must be 0).
 * launched: the campaign created at 15:00 with no history (its placement's shape, a forecast first p): p as
   the servers saw it each minute of its first ten, its hourly target and money spend from launch, its
   delivery; it counts in the figures above like any campaign of its class."""
@@ -115,6 +119,9 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         **_curve_errors(paced),
         "lowered_stopped_serving_after_s": lowered[0]["stopped_after_lower_s"] if lowered else None,
         "launched": launched[0] if launched else None, "last_week": result.get("last_week"),
+        "billed_by": (result.get("billing") or {}).get("by", "core.billing"),
+        "billing_recount_mismatches": len((result.get("billing") or {}).get("recount_mismatches") or []),
+        "billing": result.get("billing"),
         "by_class": classes, "per_campaign": per_campaign,
         "wall_s": round(result["wall_s"], 1), "waited_for_job_s": round(result["waited_s"], 1),
         "lead_s": result["lead_s"], "servers": result["servers"]}
@@ -165,7 +172,9 @@ def text(f: dict[str, Any]) -> str:
               f"({_fmt(f['campaigns_delivering_95_to_102_pct'], '%')} of those campaigns within 95-102 %)",
               f"absorbed overspend, paced campaigns: {_fmt(f['overspend_pct_paced'], '%')} of spend; small campaigns: "
               f"at most {f['max_overspend_clicks_small']:.1f} clicks",
-              f"billed above a budget: {f['billed_above_budget_micros']} micros",
+              f"billed above a budget: {f['billed_above_budget_micros']} micros (billed by {f['billed_by']}; "
+              f"campaigns whose totals differ from the recount of the same beacons: "
+              f"{f['billing_recount_mismatches']})",
               f"hourly spend-to-curve error (paced, weighted): {_fmt(f['curve_error_pct_hourly'], '%')} "
               f"(in expected cost: {_fmt(f['curve_error_pct_hourly_expected'], '%')}, in clicks billed: "
               f"{_fmt(f['curve_error_pct_hourly_billed'], '%')})",

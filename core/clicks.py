@@ -51,6 +51,7 @@ ALLOWED_LATENESS_MS = 10 * 60_000  # an event this late (behind the job's clock)
 DEDUPE_HORIZON_MS = TOKEN_LIFETIME_MS + ALLOWED_LATENESS_MS
 MIN_CLICK_DELAY_MS = 1_000
 MAX_CLICKS_PER_MINUTE = 5
+MAX_VERSIONS = 32  # campaign versions a bill keeps to price windows that close after a later version came
 MINUTE_MS = 60_000
 WINDOW_MS = 10_000  # billed totals go out once per 10 s of event time
 BOT_AGENT_MARKERS = ("bot", "crawler", "spider", "slurp", "headless", "phantomjs", "python-requests",
@@ -176,21 +177,35 @@ class CampaignBill:
     joined_clicks: int = 0
     pending: list[WindowTotals] = field(default_factory=list)  # windows before the first campaign record
     last_window_ms: int = 0
+    # (in force from, ms; budget; time zone) of the versions received, by event time (the last MAX_VERSIONS)
+    versions: list[tuple[int, int, str]] = field(default_factory=list)
 
     def on_campaign(self, record: Mapping[str, Any]) -> None:
-        """A campaign version: its time zone and the budget in force from now on (a raise bills more, a cut
-        bills nothing more once the day's billed total reaches it)."""
-        self.timezone = str(record["timezone"])
-        self.budget_micros = int(record["daily_budget_micros"])
-        self.bill.budget_micros = self.budget_micros
+        """A campaign version, in force from its event time: a window ending at or after it bills under its
+        budget and time zone (a raise bills more, a cut bills nothing more once the day's billed total reaches
+        it), a window ending before it under the version in force then, as the recount does (`version_at`),
+        whenever the window arrives (windows close at the watermark; a campaign record comes as it is
+        written, often ahead of windows that ended before it). The first version takes the windows that
+        waited for a budget."""
+        self.versions.append((int(record.get("event_time") or 0), int(record["daily_budget_micros"]),
+                              str(record["timezone"])))
+        self.versions = sorted(self.versions, key=lambda v: v[0])[-MAX_VERSIONS:]  # stable: a later equal wins
+        self._apply_version(max(self.last_window_ms, self.versions[-1][0]))
         pending, self.pending = self.pending, []
         for window in pending:
             self.add(window)
+
+    def _apply_version(self, at_ms: int) -> None:
+        in_force = [v for v in self.versions if v[0] <= at_ms] or self.versions[:1]
+        _, self.budget_micros, self.timezone = in_force[-1]
+        self.bill.budget_micros = self.budget_micros
 
     def add(self, window: WindowTotals) -> None:
         if self.budget_micros is None:
             self.pending.append(window)
             return
+        if self.versions:
+            self._apply_version(window.end_ms)
         day, _ = local_day(window.end_ms - 1, self.timezone)
         if day != self.budget_day:
             if self.budget_day and day < self.budget_day:
@@ -212,14 +227,18 @@ class CampaignBill:
                            [b.budget_micros, b.billed_micros, b.absorbed_micros, b.billed_events, b.billed_above_micros],
                            self.impressions, self.clicks, self.invalid_micros, self.joined_clicks,
                            [[w.end_ms, w.billable_micros, w.impressions, w.clicks, w.invalid_micros, w.invalid_events,
-                             w.joined_clicks] for w in self.pending], self.last_window_ms])
+                             w.joined_clicks] for w in self.pending], self.last_window_ms,
+                           [list(v) for v in self.versions]])
 
     @classmethod
     def from_json(cls, text: str) -> "CampaignBill":
-        (campaign_id, tz, budget, day, b, impressions, clicks_, invalid, joined, pending,
-         last) = json.loads(text)
+        fields = json.loads(text)
+        (campaign_id, tz, budget, day, b, impressions, clicks_, invalid, joined, pending, last) = fields[:11]
+        versions = [tuple(v) for v in fields[11]] if len(fields) > 11 else []  # state written before versions
+        if not versions and budget is not None:
+            versions = [(0, budget, tz)]
         return cls(campaign_id, tz, budget, day, DayBill(*b), impressions, clicks_, invalid, joined,
-                   [WindowTotals(*w) for w in pending], last)
+                   [WindowTotals(*w) for w in pending], last, versions)
 
     def record(self, event_time_ms: int) -> dict[str, Any] | None:
         """The BilledSpend record (schemas/billed_spend.avsc) for the day so far; None before any bill. Stamped

@@ -17,8 +17,8 @@ the clicks alone (~2 % of events):
                     counted in the click's window when FirstSeen saw the impression first, else an
                     interval join with the impression FirstSeen passes on when it arrives
   10 s windows      clicks per campaign: billable value and count, invalid value, joined clicks
-                    (one-phase; a click already behind the watermark there takes the late path), merged
-                    with FirstSeen's impressions of the same window: one row per campaign and window
+                    (one-phase; a click already behind the watermark there takes the late path); with
+                    FirstSeen's impressions of the same window, up to two rows per campaign and window
   key by shard      jobs/jvm/ByCampaign: campaign id modulo --shards (default 16), in PyFlink's keyed
                     shape (no Python key function per row)
 
@@ -94,14 +94,18 @@ def _first_seen(t_env, source: str, name: str) -> None:
 
 
 def _create_windows(t_env, clicks_view: str, name: str) -> None:
-    """View `name`: per campaign and 10 s window, billable value and counts, invalid value, joined clicks. A
-    window comes in two parts: FirstSeen sums the impressions, and the clicks (`clicks_view`, tagged after two
-    OVER aggregations) are summed in their own window. A cascaded window over both parts' window times merges
-    them in the JVM into one row for Python; each part leaves before the watermark that closes its window, so
-    neither can be late for the merge."""
+    """View `name`: per campaign and 10 s window, billable value and counts, invalid value, joined clicks, in up
+    to two rows: FirstSeen sums the impressions, and the clicks (`clicks_view`, tagged after two OVER
+    aggregations) are summed in their own window. Python bills each part as it comes (billing a window's two
+    parts one after the other bills exactly what billing their sum would: min(a + b, what remains)).
+
+    A cascaded window used to merge the parts in the JVM. It dropped rows without a trace: the parts reach it by
+    two paths, and when the source went from idle to active the click path's watermark could pass the
+    merge window before the impressions' rows came (the simulated day lost a campaign's first window that way,
+    and a burst of beacons right after the job started could lose every window)."""
     seconds = clicks.WINDOW_MS // 1000
     t_env.execute_sql(f"""
-        CREATE TEMPORARY VIEW {name}_parts AS
+        CREATE TEMPORARY VIEW {name} AS
         SELECT campaign_id, billable, impressions, clicks, invalid, invalid_events, CAST(0 AS BIGINT) AS joined, rt
         FROM first_seen WHERE kind = 'window'
         UNION ALL
@@ -114,13 +118,6 @@ def _create_windows(t_env, clicks_view: str, name: str) -> None:
                SUM(CASE WHEN reason IS NOT NULL THEN 1 ELSE 0 END) AS invalid_events,
                SUM(CASE WHEN joined THEN 1 ELSE 0 END) AS joined, window_time AS rt
         FROM TABLE(TUMBLE(TABLE {clicks_view}, DESCRIPTOR(ts), INTERVAL '{seconds}' SECOND))
-        GROUP BY window_start, window_end, window_time, campaign_id""")
-    t_env.execute_sql(f"""
-        CREATE TEMPORARY VIEW {name} AS
-        SELECT campaign_id, SUM(billable) AS billable, SUM(impressions) AS impressions, SUM(clicks) AS clicks,
-               SUM(invalid) AS invalid, SUM(invalid_events) AS invalid_events, SUM(joined) AS joined,
-               window_time AS rt
-        FROM TABLE(TUMBLE(TABLE {name}_parts, DESCRIPTOR(rt), INTERVAL '{seconds}' SECOND))
         GROUP BY window_start, window_end, window_time, campaign_id""")
 
 
@@ -318,7 +315,9 @@ def build(env, t_env, settings: KafkaJobSettings, *, events_topic: str = "ad.eve
                     yield dead_letters, dead
                     return
                 bill.on_campaign(record)
-                emit_at = event_ms
+                # Stamped at the latest window billed, not at the record's own time: a window ending before
+                # that time may still come, and its totals must read as newer than these (progress_key).
+                emit_at = 0
             elif row.kind == "late":
                 event = json.loads(row.event)
                 key = "|".join(clicks.dedupe_key(event))

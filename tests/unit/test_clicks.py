@@ -172,3 +172,31 @@ def test_a_bill_survives_its_json_round_trip():
     again.on_campaign(_campaign(7, 5 * DOLLAR))
     again.add(clicks.WindowTotals(T0 + 20_000, billable_micros=DOLLAR, impressions=1, joined_clicks=1))
     assert clicks.CampaignBill.from_json(again.to_json()) == again
+
+
+def test_a_budget_cut_that_comes_before_a_window_ending_earlier_leaves_that_window_under_the_old_budget():
+    # The cut is written at +60 s and reaches the bill at once; the window of +40-50 s closes at the watermark,
+    # after it. Billed as the recount bills it: under the budget in force when the window ended.
+    bill = clicks.CampaignBill(1)
+    bill.on_campaign(_campaign(1, 10 * DOLLAR))
+    bill.add(clicks.WindowTotals(T0 + 40_000, billable_micros=3 * DOLLAR, impressions=3))
+    bill.on_campaign(_campaign(1, 2 * DOLLAR, at_ms=T0 + 60_000))
+    bill.add(clicks.WindowTotals(T0 + 50_000, billable_micros=DOLLAR, impressions=1))
+    assert (bill.bill.billed_micros, bill.bill.absorbed_micros) == (4 * DOLLAR, 0)
+    bill.add(clicks.WindowTotals(T0 + 70_000, billable_micros=DOLLAR, impressions=1))  # after the cut: absorbed
+    assert (bill.bill.billed_micros, bill.bill.absorbed_micros) == (4 * DOLLAR, DOLLAR)
+    events = [_event(str(i), f"imp-{i}", "IMPRESSION", at, ip=f"10.0.0.{i}")
+              for i, at in enumerate([T0 + 31_000, T0 + 32_000, T0 + 33_000, T0 + 45_000, T0 + 65_000])]
+    recount = clicks.recount([dict(e, billing_type="IMPRESSION", price_micros=DOLLAR) for e in events],
+                             [_campaign(1, 10 * DOLLAR), _campaign(1, 2 * DOLLAR, at_ms=T0 + 60_000)])
+    assert (recount[(1, "2026-01-05")]["billed_spend_micros"],
+            recount[(1, "2026-01-05")]["absorbed_overspend_micros"]) == (4 * DOLLAR, DOLLAR)
+    assert clicks.CampaignBill.from_json(bill.to_json()) == bill
+
+
+def test_a_bill_written_before_it_kept_versions_reads_its_budget_as_in_force_from_the_start():
+    old = '[7, "UTC", 5000000, "2026-01-05", [5000000, 1000000, 0, 1, 0], 0, 1, 0, 0, [], 1767614410000]'
+    bill = clicks.CampaignBill.from_json(old)
+    assert bill.versions == [(0, 5 * DOLLAR, "UTC")]
+    bill.add(clicks.WindowTotals(T0 + 20_000, billable_micros=DOLLAR, clicks=1))
+    assert bill.bill.billed_micros == 2 * DOLLAR

@@ -62,3 +62,21 @@ def test_a_campaign_launched_mid_day_is_reported_from_its_launch():
     assert launched["launch_minute"] == 900 and launched["p_first_minutes"][:3] == [0.05, 0.2, 0.25]
     assert launched["hourly_money_micros"] == launched["hourly_target_micros"] == [60_000] * 9
     assert f["per_campaign"][0]["special"] == "launched"
+
+
+def test_the_days_bill_comes_from_the_aggregators_totals_and_flags_growth_above_the_budget_in_force():
+    from adserve.simulate import DAY0_MS, SIM_DAY, CampaignDay, _job_bill
+
+    campaign = NS(budget_micros=50, campaign_id=7)
+    day = CampaignDay(campaign, budgets=[(0, 100), (3_600_000, 50)])  # lowered to 50 at 01:00
+
+    def total(at_s: int, billed: int, absorbed: int = 0) -> dict:
+        return {"campaign_id": 7, "event_time": DAY0_MS + at_s * 1000, "budget_day": SIM_DAY,
+                "billed_spend_micros": billed, "absorbed_overspend_micros": absorbed, "billed_clicks": 1,
+                "billed_impressions": 2}
+
+    bill = _job_bill(day, [total(10, 40), total(70, 60), total(3_610, 60, 5), total(3_620, 70)])
+    assert (bill.billed_micros, bill.absorbed_micros, bill.budget_micros) == (70, 0, 50)
+    assert bill.billed_above_micros == 10  # 60 -> 70 after the budget fell to 50
+    assert day.billed_by_minute[0] == 40 and day.billed_by_minute[1] == 20 and day.billed_by_minute[60] == 10
+    assert day.billed_by_minute.sum() == 70
