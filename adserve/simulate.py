@@ -72,6 +72,11 @@ COUNTRIES = {"US": 0.5, "GB": 0.2, "DE": 0.2, "CA": 0.1}
 SLOTS = (1, 2)
 SPIKE = (20 * 3600, 22 * 3600, 3.0)  # the live event: from, to (seconds of the day), traffic factor
 RESERVE_MICROS = 20_000  # every placement's reserve: $0.02 of total value per impression (a lone bidder pays it)
+# Wall seconds the day stands still after a campaign record is published. The day runs ~100 simulated seconds
+# per wall second, so without it a record's second or so of transit to the jobs would be minutes of event time:
+# the click aggregator would close the windows after a budget cut before the cut reached it and bill them
+# under the old budget (in service the record arrives long before those windows close).
+CHANGE_TRANSIT_S = 2.0
 
 
 def diurnal(second: float) -> float:
@@ -639,6 +644,8 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
             server.state.apply("serving.campaigns", c.record(now_ms), now_ms)
             for ad in c.ad_records(now_ms + 1000):
                 server.state.apply("serving.ads", ad, now_ms)
+        producer.flush(30)
+        time.sleep(CHANGE_TRANSIT_S)
         return
     if event.kind == "raise":
         c.budget_micros = int(c.budget_micros * event.factor)
@@ -655,3 +662,5 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
                      value=codec.encode("ServingCampaign", c.record(now_ms)))
     for server in fleet:  # what the index builder would deliver within about a second
         server.state.apply("serving.campaigns", c.record(now_ms), now_ms)
+    producer.flush(30)
+    time.sleep(CHANGE_TRANSIT_S)

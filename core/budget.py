@@ -340,13 +340,15 @@ def on_billed(state: PacerState, record: dict[str, Any]) -> None:
 
 
 def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
-         heartbeat_ms: int = HEARTBEAT_MS, market: tuple[float, list[int]] | None = None) -> list[Output]:
+         heartbeat_ms: int = HEARTBEAT_MS, market: tuple[float, list[int]] | None = None,
+         billing_clock_ms: int = 0) -> list[Output]:
     """One controller step at `now_ms` (a multiple of 10 s of event time). `shape`: the traffic shape a
     new day starts with (default: keep the current one). `market`, read only while `forecast_pending`: what
     the campaign's best bid is worth per impression where its ads serve, and a sample of what an ad had to be
     worth to win there (`Curves.value`, `Curves.values`): a campaign with no p to start from takes its first
     p from a forecast (`forecast_participation`) once it has a minute of eligible-request counts, and the
-    controller goes on from there."""
+    controller goes on from there. `billing_clock_ms`: the instant of the newest billed total the job has seen
+    for any campaign (0: none; billing's windows close in event-time order for every campaign at once)."""
     if not state.budget_day:
         return []  # no campaign record yet: keep counting its spend, decide nothing about it
     day, minute = local_day(now_ms, state.timezone)
@@ -357,8 +359,13 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
         now_ms - 60_000
     last_minute = [w for w in state.windows if w.end_ms > now_ms - 60_000]
     state.windows = _compact([w for w in state.windows if w.end_ms > cutoff], now_ms - 60_000)
-    if state.billed_until_ms:  # billing covers these now
-        settled = state.billed_until_ms - BILLING_SETTLE_MS
+    # Billing covers an expired slice's remainder once it has got BILLING_SETTLE_MS past the expiry: by this
+    # campaign's own totals, or by the billing clock (the newest total of any campaign): the aggregator sends a
+    # campaign's totals only for windows with its beacons, so a campaign that stopped serving when its slices
+    # ran out would otherwise never see billing pass them, and stay stopped with money left.
+    settle_clock = max(state.billed_until_ms, billing_clock_ms)
+    if settle_clock:
+        settled = settle_clock - BILLING_SETTLE_MS
         state.expired_unreported = [w for w in state.expired_unreported if w.end_ms > settled]
     spend_minute = sum(w.spend_micros for w in last_minute)
     served_minute = sum(w.served for w in last_minute)

@@ -206,6 +206,9 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 self.store = PacingStore(redis_url)
             self.points: list[dict[str, Any]] = []
             self.cache: dict[int, budget.PacerState] = {}
+            # The newest billed total seen for any campaign (core.budget.step's billing clock). In memory: after
+            # a restart it starts at 0 again, which only keeps expired slices counted as spent a little longer.
+            self.billing_clock_ms = 0
             self.members: dict[int, set[int]] = {}  # shard -> its campaigns, read from state once per run
             self.flushed_at = time.monotonic()
 
@@ -335,6 +338,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                     budget.on_ads(state, placements, bid, now_ms, self._shape(campaign_id, placements))
             elif row.kind == "billed":
                 budget.on_billed(state, record)
+                self.billing_clock_ms = max(self.billing_clock_ms, int(record["event_time"]))
             self._save(state)
             self._join(campaign_id, members, ctx, now_ms)
             yield from self._emit(outputs)
@@ -352,7 +356,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, spend_topic: str = "budget.
                 state = self._load(campaign_id)
                 outputs = budget.step(state, timestamp, self._shape(campaign_id, state.placements),
                                       heartbeat_ms=heartbeat_ms,
-                                      market=self._market(state) if state.forecast_pending else None)
+                                      market=self._market(state) if state.forecast_pending else None,
+                                      billing_clock_ms=self.billing_clock_ms)
                 self.steps.inc()
                 self._save(state)
                 yield from self._emit(outputs)

@@ -205,6 +205,13 @@ def test_an_expired_slice_counts_as_spent_until_billing_covers_it():
     amount = granted[0][1]["amount_micros"]
     budget.step(state, DAY0_MS + 40_000)  # the slice expired unreported
     assert state.committed_micros() == amount
+    # Billing's clock (another campaign's newest total) 4 minutes past the expiry: not settled yet
+    budget.step(state, DAY0_MS + 300_000, billing_clock_ms=DAY0_MS + 31_000 + 240_000)
+    assert state.committed_micros() == amount
+    # 5 minutes past it: billing would have billed what the slice served; this campaign had no beacons, so
+    # no totals of its own ever come, and the remainder is released
+    budget.step(state, DAY0_MS + 400_000, billing_clock_ms=DAY0_MS + 31_000 + 300_000)
+    assert state.committed_micros() == 0 and state.expired_unreported == []
 
 
 def test_the_first_p_of_a_day_is_yesterdays_at_the_same_point():
