@@ -36,6 +36,17 @@ def http_json(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> object:
         return json.loads(resp.read().decode())
 
 
+def kafka_cluster_id(random_bytes=None) -> str:
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding. One that starts with "-" is
+    drawn again: the storage tool reads it as an option and fails ("--cluster-id: expected one argument"),
+    which happened to one clean-clone CI run in about 64."""
+    draw = random_bytes or (lambda: uuid.uuid4().bytes)
+    while True:
+        cluster_id = base64.urlsafe_b64encode(draw()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def java_binary() -> str:
     java_home = os.environ.get("JAVA_HOME")
     if java_home and Path(java_home, "bin", "java").exists():
@@ -295,7 +306,7 @@ class Kafka(Service):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self._write_config()
         if not (self.data_dir / "logs" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = kafka_cluster_id()
             done = subprocess.run(
                 [java, "-cp", self._classpath(), f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                  "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],

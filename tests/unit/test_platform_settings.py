@@ -45,3 +45,11 @@ def test_every_topic_of_the_architecture_table_is_defined():
     names = {line.split("|")[1].strip() for line in table.splitlines()
              if line.startswith("| ") and not line.startswith("| topic") and "cdc.*" not in line}
     assert names <= set(TOPICS_BY_NAME), names - set(TOPICS_BY_NAME)
+
+
+def test_a_kafka_cluster_id_never_starts_with_a_dash():
+    from infra.platform.services import kafka_cluster_id
+
+    draws = iter([b"\xfb" + bytes(15), bytes(16)])  # the first encodes to "-wAA...": drawn again
+    assert kafka_cluster_id(lambda: next(draws)) == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert len(kafka_cluster_id()) == 22
