@@ -189,7 +189,7 @@ def last_week(campaigns: list[SimCampaign], bootstrap: str, spend_topic: str, *,
     `samples` requests; also the p each campaign ran at. First every campaign that ran last week enters at
     p = 1 (its demand: expected cost a request x `day_requests`), then each at min(1, budget / demand), and
     those auctions are recorded."""
-    from core.pacing import VALUE_QUANTILES, value_per_bid_samples, value_to_beat
+    from core.pacing import VALUE_QUANTILES, value_per_bid_samples, value_per_bid_table, value_to_beat
     from core.replay import loser_record
 
     ran = [c for c in campaigns if not c.launch_s]
@@ -222,10 +222,7 @@ def last_week(campaigns: list[SimCampaign], bootstrap: str, spend_topic: str, *,
         for key, ratio in value_per_bid_samples(record):
             per_bid.setdefault(key, []).append(ratio)
     server.reporter.close()
-    value_per_bid: dict[str, dict[str, float]] = {}
-    for key, ratios in sorted(per_bid.items()):
-        placement, bid_type = key.rsplit("|", 1)
-        value_per_bid.setdefault(placement, {})[bid_type] = round(float(np.median(ratios)), 8)
+    value_per_bid = value_per_bid_table({k: round(float(np.median(r)), 8) for k, r in per_bid.items()})
     quantiles = np.linspace(0, 100, VALUE_QUANTILES)
     return {"values_to_beat": {p: [int(x) for x in np.percentile(v, quantiles, method="lower")]
                                for p, v in values.items() if v},

@@ -334,6 +334,16 @@ def value_per_bid_samples(record: dict) -> list[tuple[str, float]]:
     return out
 
 
+def value_per_bid_table(medians: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The curve document's `value_per_bid` ({placement: {bid type: median}}) from medians keyed as
+    `value_per_bid_samples` keys its samples ("<placement>|<bid type>")."""
+    table: dict[str, dict[str, float]] = {}
+    for key, median in sorted(medians.items()):
+        placement, bid_type = key.rsplit("|", 1)
+        table.setdefault(placement, {})[bid_type] = float(median)
+    return table
+
+
 def win_forecast(value_micros: float, values_to_beat: Sequence[int]) -> tuple[float, float]:
     """(share of auctions won, expected cost per auction entered, in micros) for an ad worth `value_micros` per
     impression, against a sample of the values to beat where it serves (quantiles from the served log,

@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from core.pacing import VALUE_QUANTILES, shape_from_counts, value_per_bid_samples, value_to_beat
+from core.pacing import VALUE_QUANTILES, shape_from_counts, value_per_bid_samples, value_per_bid_table, value_to_beat
 from pipelines.avro_files import CORRUPT, unwrap_dofn
 
 
@@ -66,10 +66,7 @@ def assemble(counts: Iterable[tuple[tuple[str, int], int]], values: dict[str, li
                   if (s := shape_from_counts(v)) is not None}
     campaigns = {k: s for k, v in by_key.items() if k != "*" and not k.startswith("placement:")
                  if (s := shape_from_counts(v)) is not None}
-    value_per_bid: dict[str, dict[str, float]] = {}
-    for key, quantiles in sorted((per_bid or {}).items()):
-        placement, bid_type = key.rsplit("|", 1)
-        value_per_bid.setdefault(placement, {})[bid_type] = float(quantiles[len(quantiles) // 2])  # the median
+    value_per_bid = value_per_bid_table({k: q[len(q) // 2] for k, q in (per_bid or {}).items()})  # the medians
     return {"default": default, "placements": placements, "campaigns": campaigns,
             "values_to_beat": {k: [int(v) for v in q] for k, q in sorted((values or {}).items())},
             "value_per_bid": value_per_bid}
