@@ -17,8 +17,8 @@ crowd them out. "Broad" ads are also kept in partitions by (location value, plac
 (serving/decision/partitions.py): a request reads only the entries of its own keys, a row range at a time
 in static-score order, in a compiled scan (serving/decision/kernels.py) that tests the closed-vocabulary
 attributes from bits inside each entry and checks the remaining terms (interests, exclusions) of the rows
-that pass against the term arena; it stops once K broad ads matched, so long broad lists are never read to
-the end.
+that pass against the term arena, where each row keeps those terms first; it stops once K broad ads
+matched, so long broad lists are never read to the end.
 
 Updates are in place and versioned: an older or equal version never
 overwrites a newer one. A changed static score keeps its row until the next
@@ -45,7 +45,7 @@ DEFAULT_K = 10_000
 # Attributes in the order retrieval applies them: the most selective first on typical traffic,
 # interests (many values per request) last when the candidate set is already small.
 EVALUATION_ORDER = ("placement", "location", "language", "device", "age_band", "gender", "interest", "audience")
-CHUNK_ROWS = 1 << 21  # broad ads are scanned 2 M rows at a time; retrieval stops after the range that reached K
+CHUNK_ROWS = 1 << 17  # broad ads are scanned 131,072 rows at a time; retrieval stops after the range that reached K
 MAX_TERM_ARENA = (1 << 32) - 1  # an entry keeps its row's term-arena start as uint32
 
 
@@ -150,12 +150,13 @@ class TargetingIndex:
         self.constrained: dict[str, BitMap] = {}
         self.alive = BitMap()
         self.narrow = BitMap()
-        # Broad ads by key, and what the compiled scan needs per term id: its kind (kernels.KIND_*, or the
-        # slot of its attribute) and, per request, whether the request carries it.
+        # Broad ads by key, and what the compiled scan's exact check needs per term id (kernels.passes): its
+        # word (the constrained bit of its attribute's slot, plus the hit bit while a request carries it) and
+        # the bits a request carrying it sets.
         self.partitions = Partitions(capacity)
         self.sig_layout = SigLayout()
-        self.term_kind = Column(np.uint8, capacity=256)
-        self.hit = Column(np.uint8, capacity=256)
+        self.term_bits = Column(np.uint32, capacity=256)
+        self.hit_bits = Column(np.uint32, capacity=256)
         self.slots: dict[str, int] = {}
 
     # ------------------------------------------------------------------ terms
@@ -168,34 +169,26 @@ class TargetingIndex:
 
     def _set_kind(self, term: int, key: tuple[str, str, bool]) -> None:
         attribute, _, excluded = key
-        self.term_kind.ensure(term + 1)
-        self.hit.ensure(term + 1)
+        self.term_bits.ensure(term + 1)
+        self.hit_bits.ensure(term + 1)
         if excluded:
-            kind = kernels.KIND_EXCLUDED
-        elif attribute in KEY_ATTRIBUTES:
-            kind = kernels.KIND_KEY
-        else:
-            kind = self.slots.get(attribute)
-            if kind is None:
-                kind = self.slots[attribute] = len(self.slots) + 1
-                if kind > kernels.MAX_SLOTS:
+            self.hit_bits.data[term] = kernels.EXCLUDED_HIT
+        elif attribute not in KEY_ATTRIBUTES:  # a key term is settled by the segment: no bits
+            slot = self.slots.get(attribute)
+            if slot is None:
+                slot = self.slots[attribute] = len(self.slots)
+                if slot >= kernels.MAX_SLOTS:
                     raise ValueError(f"more than {kernels.MAX_SLOTS} targeting attributes besides "
                                      f"{', '.join(KEY_ATTRIBUTES)}")
-        self.term_kind.data[term] = kind
+            self.term_bits.data[term] = kernels.constrained_bit(slot)
+            self.hit_bits.data[term] = kernels.hit_bit(slot)
 
-    def _needs_check(self, targeting: Targeting) -> bool:
-        """Whether a broad ad's entry passes only after the exact check of its terms: exclusions, or an
-        attribute that is neither a key nor fully in the sig bits."""
-        if any(targeting.exclude.values()):
-            return True
-        for attribute, values in targeting.include.items():
-            if attribute in KEY_ATTRIBUTES:
-                continue
-            if attribute not in self.sig_layout.attributes:
-                return True
-            if any((attribute, v) not in self.sig_layout.value_bit for v in values):
-                return True
-        return False
+    def _checked_attributes(self, targeting: Targeting) -> set[str]:
+        """The include attributes a broad ad's exact check reads: those neither a key nor fully in the sig
+        bits (its excluded terms are always read too)."""
+        layout = self.sig_layout
+        return {a for a, values in targeting.include.items() if a not in KEY_ATTRIBUTES and (
+            a not in layout.attributes or any((a, v) not in layout.value_bit for v in values))}
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -216,7 +209,9 @@ class TargetingIndex:
         """Bulk build from columns (millions of ads), rows already in descending static-score order.
 
         Targeting comes row-major: row r has term ids terms_flat[start_r : start_r + term_counts[r]],
-        each an index into term_keys ((attribute, value, excluded))."""
+        each an index into term_keys ((attribute, value, excluded)). A uint32 terms_flat becomes the index's
+        term arena without a copy, and each row's terms are reordered within the row (the exact check's
+        terms first)."""
         n = len(ad_id)
         index = cls(embedding.shape[1], capacity=max(1024, n))
         index.size = n
@@ -264,21 +259,23 @@ class TargetingIndex:
         key_attribute = np.full(t, -1, dtype=np.int8)
         sig_attribute = np.full(t, -1, dtype=np.int8)
         sig_bit = np.zeros(t, dtype=np.uint32)
-        check = np.zeros(t, dtype=np.bool_)
+        always_checked = np.zeros(t, dtype=np.bool_)
         for term, (attribute, value, excluded) in enumerate(term_keys):
             if excluded:
-                check[term] = True
+                always_checked[term] = True
             elif attribute in KEY_ATTRIBUTES:
                 key_attribute[term] = KEY_ATTRIBUTES.index(attribute)
             elif attribute in layout.attributes:
                 sig_attribute[term] = layout.attributes.index(attribute)
                 sig_bit[term] = layout.value_bit.get((attribute, value), 0)
-                check[term] = sig_bit[term] == 0
             else:
-                check[term] = True
+                always_checked[term] = True
         unconstrained = np.array([layout.unconstrained[a] for a in layout.attributes], dtype=np.uint32)
-        sigs = kernels.row_signatures(self.term_start.data[:n], self.term_count.data[:n], terms_flat, sig_attribute,
-                                      sig_bit, check, unconstrained, kernels.SIG_NEEDS_CHECK)
+        starts, counts = self.term_start.data[:n], self.term_count.data[:n]
+        sigs = kernels.row_signatures(starts, counts, terms_flat, sig_attribute, sig_bit, always_checked,
+                                      unconstrained, kernels.SIG_NEEDS_CHECK)
+        check_counts = kernels.check_terms_first(starts, counts, terms_flat, sig_attribute, sig_bit, always_checked,
+                                                 len(layout.attributes))
         broad = np.ones(n, dtype=np.bool_)
         broad[_rows(self.narrow)] = False
         rows_flat = np.repeat(np.arange(n, dtype=np.int64), term_counts)
@@ -299,7 +296,7 @@ class TargetingIndex:
         rows32 = rows.astype(np.int32)
         self.partitions = Partitions.from_entries(
             segment_keys, key_ids.astype(np.int64), rows32, sigs[rows], self.term_start.data[rows].astype(np.uint32),
-            self.term_count.data[rows].astype(np.uint16))
+            check_counts[rows])
 
     # ---------------------------------------------------------------- updates
     def upsert(self, record: AdRecord) -> bool:
@@ -353,8 +350,11 @@ class TargetingIndex:
         self.strings.set(row, f"{r.creative_ref}\n{r.landing_url}")
 
     def _index(self, row: int, targeting: Targeting) -> None:
-        keys = [(a, v, False) for a, vs in targeting.include.items() for v in vs]
-        keys += [(a, v, True) for a, vs in targeting.exclude.items() for v in vs]
+        checked = self._checked_attributes(targeting)
+        keys = [(a, v, True) for a, vs in targeting.exclude.items() for v in vs]
+        keys += [(a, v, False) for a, vs in targeting.include.items() if a in checked for v in vs]
+        check_count = len(keys)  # the terms the exact check reads come first
+        keys += [(a, v, False) for a, vs in targeting.include.items() if a not in checked for v in vs]
         term_ids = [self._term_id(k) for k in keys]
         while len(self.postings) < len(self.terms.keys):
             self.postings.append(BitMap())
@@ -374,9 +374,9 @@ class TargetingIndex:
         self.term_start.data[row] = start
         self.term_count.data[row] = len(term_ids)
         if not targeting.narrow:
-            sig = self.sig_layout.of_ad(targeting.include, self._needs_check(targeting))
+            sig = self.sig_layout.of_ad(targeting.include, check_count > 0)
             for key in Partitions.keys_of(targeting.include):
-                self.partitions.add(key, row, sig, start, len(term_ids))
+                self.partitions.add(key, row, sig, start, check_count)
 
     def _unindex(self, row: int) -> None:
         start, count = int(self.term_start.data[row]), int(self.term_count.data[row])
@@ -437,26 +437,28 @@ class TargetingIndex:
         bounds = self.partitions.bounds(terms)
         if not len(bounds) or k <= 0:
             return np.empty(0, dtype=np.int32)
-        hits = [t for t in (self.terms.ids.get((a, v, x)) for a, vs in terms.items() for v in vs
-                            for x in (False, True)) if t is not None]
-        hit = self.hit.data
-        hit[hits] = 1
+        hits = np.array([t for t in (self.terms.ids.get((a, v, x)) for a, vs in terms.items() for v in vs
+                                     for x in (False, True)) if t is not None], dtype=np.int64)
+        words, hit_bits = self.term_bits.data, self.hit_bits.data[hits]
+        words[hits] |= hit_bits
         try:
             size = int((bounds[1::2] - bounds[0::2]).sum())
             out = np.empty(size, dtype=np.int32)
             found = kernels.scan(bounds, self.partitions.row, self.partitions.sig, self.partitions.start,
-                                 self.partitions.count, self.sig_layout.masks(terms), self.term_arena.data,
-                                 self.term_kind.data, hit, k, CHUNK_ROWS, self.size, out,
-                                 np.empty(size, dtype=np.int64))
+                                 self.partitions.count, self.sig_layout.masks(terms), self.term_arena.data, words,
+                                 k, CHUNK_ROWS, self.size, out, np.empty(size, dtype=np.int64))
         finally:
-            hit[hits] = 0
+            words[hits] &= ~hit_bits
         return out[:found]
 
     def retrieve(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> np.ndarray:
         """Matching rows, ascending (best static score first), as int32."""
         narrow = self._retrieve_narrow(terms)
         broad = self._retrieve_broad(terms, k)
-        return np.union1d(broad, _rows(narrow)).astype(np.int32) if narrow else broad
+        if not narrow:
+            return broad
+        extra = _rows(narrow)  # never in the partitions, so never among the broad rows: merged without a sort
+        return np.insert(broad, np.searchsorted(broad, extra), extra)
 
     # ---------------------------------------------------------------- access
     def row_of(self, ad_id: int) -> int | None:
@@ -477,4 +479,4 @@ class TargetingIndex:
                                                    self.narrow))
         return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,
                 "strings": self.strings.nbytes, "id_map": self.ids.nbytes, "partitions": self.partitions.nbytes,
-                "term_tables": self.term_kind.nbytes + self.hit.nbytes}
+                "term_tables": self.term_bits.nbytes + self.hit_bits.nbytes}

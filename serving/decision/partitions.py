@@ -8,8 +8,9 @@ attributes: an ad allows a request's location, placement and language iff one of
 request's keys.
 
 An entry carries what the compiled scan (serving/decision/kernels.py) tests without touching the ad's row:
-the row, `sig` (bits of the ad's closed-vocabulary attributes, see SigLayout) and where the ad's term list
-starts in the index's term arena (for the exact check of interests, exclusions and anything else).
+the row, `sig` (bits of the ad's closed-vocabulary attributes, see SigLayout), and where the terms of the
+exact check (interests, exclusions and anything else; first in the ad's term list) start in the index's term
+arena and how many there are (`count`).
 
 Segments live in one set of entry arrays, each a slice [start, start + length) with spare capacity, ascending
 by row. Updates are in place: an insert shifts the segment's tail by one (a segment that is full moves to

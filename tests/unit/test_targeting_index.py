@@ -171,26 +171,9 @@ def test_a_removal_followed_by_an_older_add_stays_removed():
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_the_bulk_build_from_columns_is_the_same_index(seed):
-    import numpy as np
-
     rng = random.Random(seed)
     ads = sorted(random_ads(rng, 250), key=lambda a: (-a.static_score, a.ad_id))
-    keys, ids, counts, flat = [], {}, [], []
-    for a in ads:
-        terms = [(attr, v, False) for attr, vs in a.targeting.include.items() for v in vs]
-        terms += [(attr, v, True) for attr, vs in a.targeting.exclude.items() for v in vs]
-        for key in terms:
-            if key not in ids:
-                ids[key] = len(keys)
-                keys.append(key)
-        counts.append(len(terms))
-        flat.extend(ids[k] for k in terms)
-    n = len(ads)
-    bulk = TargetingIndex.from_columns(
-        ad_id=np.array([a.ad_id for a in ads]), campaign_id=np.array([a.campaign_id for a in ads]),
-        version=np.ones(n), bid_type=np.zeros(n), bid_micros=np.ones(n), quality_micros=np.zeros(n),
-        static_score=np.array([a.static_score for a in ads]), ctr_prior=np.full(n, 0.01),
-        embedding=np.zeros((n, 8)), term_keys=keys, term_counts=np.array(counts), terms_flat=np.array(flat))
+    bulk = _bulk(ads)
     by_id = {a.ad_id: a for a in ads}
     for _ in range(20):
         terms = random_request(rng)
@@ -211,10 +194,42 @@ def test_values_outside_the_closed_vocabularies_and_other_attributes_are_checked
                                                           "publisher_segment": frozenset({"s1"})}, {}))
     plain = AdRecord(ad_id=2, campaign_id=1, version=1, bid_type="CPM", bid_micros=1, quality_micros=0,
                      static_score=0.5, targeting=Targeting({"gender": frozenset({"female"})}, {}))
-    for index in (TargetingIndex.build([odd, plain]), _upserted([odd, plain])):
+    # One value inside the vocabulary and one outside: the sig cannot decide gender, so the check reads both.
+    mixed = AdRecord(ad_id=3, campaign_id=1, version=1, bid_type="CPM", bid_micros=1, quality_micros=0,
+                     static_score=0.25, targeting=Targeting({"gender": frozenset({"male", "nonbinary"}),
+                                                             "age_band": frozenset({"25-34"})},
+                                                            {"interest": frozenset({"golf"})}))
+    ads = [odd, plain, mixed]
+    for index in (TargetingIndex.build(ads), _upserted(ads), _bulk(ads)):
         assert retrieved_ids(index, request_terms(gender="nonbinary", publisher_segment="s1"), k=10) == {1}
         assert retrieved_ids(index, request_terms(gender="nonbinary"), k=10) == set()
         assert retrieved_ids(index, request_terms(gender="female", publisher_segment="s1"), k=10) == {2}
+        assert retrieved_ids(index, request_terms(gender="nonbinary", age_band="25-34"), k=10) == {3}
+        assert retrieved_ids(index, request_terms(gender="male", age_band="25-34"), k=10) == {3}
+        assert retrieved_ids(index, request_terms(gender="male", age_band="35-44"), k=10) == set()
+        assert retrieved_ids(index, request_terms(gender="male", age_band="25-34", interest=["golf"]), k=10) == set()
+
+
+def _bulk(ads: list[AdRecord]) -> TargetingIndex:
+    """TargetingIndex.from_columns of these ads (rows in the order given)."""
+    import numpy as np
+
+    keys, ids, counts, flat = [], {}, [], []
+    for a in ads:
+        terms = [(attr, v, False) for attr, vs in a.targeting.include.items() for v in vs]
+        terms += [(attr, v, True) for attr, vs in a.targeting.exclude.items() for v in vs]
+        for key in terms:
+            if key not in ids:
+                ids[key] = len(keys)
+                keys.append(key)
+        counts.append(len(terms))
+        flat.extend(ids[k] for k in terms)
+    n = len(ads)
+    return TargetingIndex.from_columns(
+        ad_id=np.array([a.ad_id for a in ads]), campaign_id=np.array([a.campaign_id for a in ads]),
+        version=np.ones(n), bid_type=np.zeros(n), bid_micros=np.ones(n), quality_micros=np.zeros(n),
+        static_score=np.array([a.static_score for a in ads]), ctr_prior=np.full(n, 0.01),
+        embedding=np.zeros((n, 8)), term_keys=keys, term_counts=np.array(counts), terms_flat=np.array(flat))
 
 
 def _upserted(ads: list[AdRecord]) -> TargetingIndex:
