@@ -164,10 +164,10 @@ class TargetingIndex:
         term = self.terms.ids.get(key)
         if term is None:
             term = self.terms.id_of(key)
-            self._set_kind(term, key)
+            self._set_bits(term, key)
         return term
 
-    def _set_kind(self, term: int, key: tuple[str, str, bool]) -> None:
+    def _set_bits(self, term: int, key: tuple[str, str, bool]) -> None:
         attribute, _, excluded = key
         self.term_bits.ensure(term + 1)
         self.hit_bits.ensure(term + 1)
@@ -272,10 +272,10 @@ class TargetingIndex:
                 always_checked[term] = True
         unconstrained = np.array([layout.unconstrained[a] for a in layout.attributes], dtype=np.uint32)
         starts, counts = self.term_start.data[:n], self.term_count.data[:n]
-        sigs = kernels.row_signatures(starts, counts, terms_flat, sig_attribute, sig_bit, always_checked,
-                                      unconstrained, kernels.SIG_NEEDS_CHECK)
+        sigs = kernels.row_signatures(starts, counts, terms_flat, sig_attribute, sig_bit, unconstrained)
         check_counts = kernels.check_terms_first(starts, counts, terms_flat, sig_attribute, sig_bit, always_checked,
                                                  len(layout.attributes))
+        sigs[check_counts > 0] |= kernels.SIG_NEEDS_CHECK
         broad = np.ones(n, dtype=np.bool_)
         broad[_rows(self.narrow)] = False
         rows_flat = np.repeat(np.arange(n, dtype=np.int64), term_counts)

@@ -153,11 +153,11 @@ def _outside(start: int, count: int, arena, sig_attribute, sig_bit, outside) -> 
 
 
 @nb.njit(cache=True, nogil=True)
-def row_signatures(term_start, term_count, arena, sig_attribute, sig_bit, always_checked, unconstrained,
-                   needs_check_flag):
-    """Every row's sig (the bulk build's version of partitions.SigLayout.of_ad): per closed-vocabulary
-    attribute the bits of the values it allows, or its unconstrained bit when the row does not constrain it
-    or allows a value outside the vocabulary; plus needs_check_flag when a term needs the exact check."""
+def row_signatures(term_start, term_count, arena, sig_attribute, sig_bit, unconstrained):
+    """Every row's sig without the needs-check flag (the bulk build's version of partitions.SigLayout.of_ad;
+    the flag comes from check_terms_first's counts): per closed-vocabulary attribute the bits of the values
+    it allows, or its unconstrained bit when the row does not constrain it or allows a value outside the
+    vocabulary."""
     rows = term_start.shape[0]
     attributes = unconstrained.shape[0]
     out = np.zeros(rows, np.uint32)
@@ -166,21 +166,14 @@ def row_signatures(term_start, term_count, arena, sig_attribute, sig_bit, always
     for row in range(rows):
         bits[:] = 0
         _outside(term_start[row], term_count[row], arena, sig_attribute, sig_bit, outside)
-        needs = False
         for q in range(term_start[row], term_start[row] + term_count[row]):
             term = arena[q]
-            if always_checked[term]:
-                needs = True
             a = sig_attribute[term]
             if a >= 0:
                 bits[a] |= sig_bit[term]
         sig = np.uint32(0)
         for a in range(attributes):
-            if outside[a]:
-                needs = True
             sig |= unconstrained[a] if (outside[a] or bits[a] == 0) else bits[a]
-        if needs:
-            sig |= needs_check_flag
         out[row] = sig
     return out
 
