@@ -5,8 +5,8 @@ the trainer and the joins read.
   adserve learning-day --out days/held --requests 30000 --seed 2 --keep-rate 1
   adserve learning-day --out days/day3 --seed 3 --model models/click-v1     (served by the learned model)
 
-The world (ads, users, their true click probabilities) depends only on --world-seed and its sizes, so days
-with other --seed values are the same world on other days: train on one, evaluate on another."""
+The world (ads, users, their true click and conversion probabilities) depends only on --world-seed and its
+sizes, so days with other --seed values are the same world on other days: train on one, evaluate on another."""
 from __future__ import annotations
 
 import argparse
@@ -22,8 +22,9 @@ def register(sub) -> None:
     p = sub.add_parser("learning-day", help="simulate a day of traffic with known click probabilities (the "
                                             "learning loop's data)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="folder for served.avro, events.avro, examples.avro, "
-                                                           "truth.json, ad-features/, day.json")
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for served.avro, events.avro, conversions.avro, examples.avro (click and conversion "
+                        "examples), truth.json, truth_conversions.json, ad-features/, day.json")
     p.add_argument("--requests", type=int, default=60_000, help="requests over the day (default 60,000)")
     p.add_argument("--seed", type=int, default=1, help="the day's seed (default 1)")
     p.add_argument("--world-seed", type=int, default=7, help="the world's seed (default 7)")

@@ -9,7 +9,13 @@ probability of a user on an ad at a slot position is
                + 0.4 x activity - 0.01 x (age - 40) + log(position effect)
 
 so a model that sees the logged user features and the ad's snapshot features can learn what the ad's
-click-rate prior cannot: which users click which ads. The ad's prior (what the index and the priors-only
+click-rate prior cannot: which users click which ads. A click converts with the TRUE conversion probability
+
+    logit(c) = logit(CVR_BASE) + category effect of the ad + ad noise + CVR_AFFINITY x (user . ad embedding)
+               + 0.02 x (age - 40) + device effect
+
+(the category and the embedding are in the snapshot, the ad noise is not), and the advertiser reports the
+conversion minutes to days after the click (now and then twice). The ad's prior (what the index and the priors-only
 baseline know) is its true mean click rate at the top position over the world's users, placement by
 placement folded into the engine's placement multiplier.
 
@@ -17,11 +23,14 @@ The day: requests on a diurnal curve over one UTC day; each picks a user and a p
 DecisionEngine.decide (targeting, filters, pre-ranker, the predictor given, the auction with a reserve and
 1 % exploration) and is logged with serving.served_log.served_record. Each filled slot is rendered with
 probability RENDER_RATE (an impression beacon seconds later) and, when rendered, clicked with its true
-probability (a click beacon a few seconds to minutes later; now and then sent twice). Budgets are open
-all day: pacing is `adserve simulate`'s business, not this one's.
+probability (a click beacon a few seconds to minutes later; now and then sent twice); each click converts
+with its true conversion probability. Budgets are open all day: pacing is `adserve simulate`'s business,
+not this one's.
 
-Outputs (write_day): served.avro (ServedRecord), events.avro (AdEvent), examples.avro (TrainingExample,
-through core.training.join with the keep rate), truth.json (impression id -> true click probability),
+Outputs (write_day): served.avro (ServedRecord), events.avro (AdEvent), conversions.avro (AdConversion),
+examples.avro (TrainingExample, click and conversion examples, through core.training.join with the keep
+rate), truth.json (impression id -> true click probability), truth_conversions.json (clicked impression
+id -> true conversion probability),
 ad-features/ (the ad-feature snapshot the day was served with), day.json (what was run, and counts).
 Pure apart from write_day; seeded, so a day is reproducible."""
 from __future__ import annotations
@@ -57,6 +66,10 @@ COUNTRIES = {"US": 0.45, "GB": 0.2, "DE": 0.2, "CA": 0.15}
 DEVICES = {"ios": (0.35, 0.1), "android": (0.4, 0.0), "desktop": (0.25, -0.3)}  # share, logit effect
 BID_TYPES = (("CPC", 0.6), ("CPM", 0.3), ("CPA", 0.1))
 USER_FEATURES = tuple(f"emb_{i}" for i in range(DIM)) + ("activity", "age")
+CVR_BASE = 0.05  # the mean conversion rate of a click (the pre-ranker's constant prior is the same)
+CVR_AFFINITY = 1.5
+CVR_DEVICE = {"ios": 0.2, "android": -0.1, "desktop": 0.3}
+DUPLICATE_CONVERSION_RATE = 0.03
 
 
 def _logit(p):
@@ -88,6 +101,7 @@ class World:
     user_activity: np.ndarray
     user_age: np.ndarray
     ctr_prior: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cvr_logit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per ad: base + category + ad noise
 
     @property
     def ads(self) -> int:
@@ -103,6 +117,12 @@ class World:
                  + AFFINITY * (self.ad_embedding[ad_rows] @ self.user_embedding[user])
                  + 0.4 * self.user_activity[user] - 0.01 * (self.user_age[user] - 40)
                  + math.log(float(position_effect([position])[0])))
+        return _sigmoid(logit)
+
+    def true_cvr(self, user: int, ad_rows: np.ndarray) -> np.ndarray:
+        """The true probability that a click of one user on ad rows converts."""
+        logit = (self.cvr_logit[ad_rows] + CVR_AFFINITY * (self.ad_embedding[ad_rows] @ self.user_embedding[user])
+                 + 0.02 * (self.user_age[user] - 40) + CVR_DEVICE[str(self.user_device[user])])
         return _sigmoid(logit)
 
     def user_features(self, user: int) -> dict[str, float]:
@@ -155,6 +175,9 @@ def make_world(seed: int = 7, campaigns: int = 100, ads_per_campaign: int = 4, u
              + AFFINITY * world.user_embedding[sample] @ world.ad_embedding.T
              + (0.4 * world.user_activity[sample] - 0.01 * (world.user_age[sample] - 40))[:, None])
     world.ctr_prior = _sigmoid(logit).mean(axis=0)
+    cvr_rng = np.random.default_rng(seed + 1_000)  # its own stream: the click world stays as it was
+    category_effect = cvr_rng.normal(0, 0.6, CATEGORIES)
+    world.cvr_logit = float(_logit(CVR_BASE)) + category_effect[world.category] + cvr_rng.normal(0, 0.2, n)
     return world
 
 
@@ -214,6 +237,8 @@ class DayLog:
     snapshot: AdFeatureSnapshot
     counts: dict[str, int]
     prerank_samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    conversions: list[dict[str, Any]] = field(default_factory=list)
+    conversion_truth: dict[str, float] = field(default_factory=dict)  # clicked impression id -> true pCVR
 
 
 def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: int = 1, predictor=None,
@@ -233,10 +258,11 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
     monitor = recall.RecallMonitor()
     snapshot = world.snapshot(day_ms)
     rng, np_rng, rnd = np.random.default_rng(seed), np.random.default_rng(seed + 1), random.Random(seed)
+    conversion_rng = np.random.default_rng(seed + 2)  # its own stream: the clicks stay as they were
     row_of = {int(a): i for i, a in enumerate(world.ad_id)}
-    served, events, truth, samples = [], [], {}, []
-    counts = {"requests": 0, "filled_slots": 0, "impressions": 0, "clicks": 0, "fallback": 0, "explored": 0,
-              "recall_checked": 0, "recall_hits": 0}
+    served, events, truth, samples, conversions, conversion_truth = [], [], {}, [], [], {}
+    counts = {"requests": 0, "filled_slots": 0, "impressions": 0, "clicks": 0, "conversions": 0, "fallback": 0,
+              "explored": 0, "recall_checked": 0, "recall_hits": 0}
     names, shares = list(PLACEMENTS), [s for s, _, _ in PLACEMENTS.values()]
     for n, now_ms in enumerate(request_times_ms(day_ms, requests, rng).tolist()):
         user = int(rng.integers(world.users))
@@ -268,11 +294,34 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
             counts["filled_slots"] += 1
             p = float(world.true_ctr(user, np.array([row_of[w.ad_id]]), placement, w.position)[0])
             truth[logged["impression_id"]] = p
-            events.extend(_beacons(logged, w, now_ms, user, p, rng, counts))
+            beacons = _beacons(logged, w, now_ms, user, p, rng, counts)
+            events.extend(beacons)
+            clicks = [b for b in beacons if b["event_type"] == "CLICK"]
+            if clicks:
+                c = float(world.true_cvr(user, np.array([row_of[w.ad_id]]))[0])
+                conversion_truth[logged["impression_id"]] = c
+                conversions.extend(_conversions(clicks[0], c, conversion_rng, counts))
         if progress is not None and n % 1000 == 999:
             progress(1000)
     events.sort(key=lambda e: (e["event_time"], e["event_id"]))
-    return DayLog(day, seed, served, events, truth, snapshot, counts, samples)
+    conversions.sort(key=lambda c: (c["event_time"], c["conversion_id"]))
+    return DayLog(day, seed, served, events, truth, snapshot, counts, samples, conversions, conversion_truth)
+
+
+def _conversions(click: dict[str, Any], c: float, rng: np.random.Generator,
+                 counts: dict[str, int]) -> list[dict[str, Any]]:
+    """The conversion reports of one click: none, or one minutes to days later (median 20 minutes), now and
+    then sent twice."""
+    if rng.random() >= c:
+        return []
+    at_ms = int(click["event_time"]) + int(math.exp(rng.normal(math.log(1_200), 1.5)) * 1000)
+    report = {"conversion_id": f"{click['impression_id']}:v", "impression_id": click["impression_id"],
+              "event_time": at_ms, "served_time": click["served_time"], "click_time": click["event_time"],
+              "campaign_id": click["campaign_id"], "ad_id": click["ad_id"], "token_key_id": "sim"}
+    counts["conversions"] += 1
+    if rng.random() < DUPLICATE_CONVERSION_RATE:
+        return [report, {**report, "conversion_id": f"{click['impression_id']}:v2"}]
+    return [report]
 
 
 def _beacons(logged: dict[str, Any], winner, served_ms: int, user: int, p: float, rng: np.random.Generator,
@@ -304,18 +353,23 @@ def write_day(log: DayLog, out: Path, keep_rate: float = training.DEFAULT_KEEP_R
 
     out.mkdir(parents=True, exist_ok=True)
     registry = default_registry()
-    examples = training.join(log.served, log.events, keep_rate)
+    examples = training.join(log.served, log.events, keep_rate, log.conversions)
     for name, record_type, records in (("served.avro", "ServedRecord", log.served),
                                        ("events.avro", "AdEvent", log.events),
+                                       ("conversions.avro", "AdConversion", log.conversions),
                                        ("examples.avro", "TrainingExample", examples)):
         schema = fastavro.parse_schema(plain_timestamps(registry.schema(record_type)))
         with open(out / name, "wb") as f:
             fastavro.writer(f, schema, records, codec="deflate")
     (out / "truth.json").write_text(json.dumps(log.truth))
+    (out / "truth_conversions.json").write_text(json.dumps(log.conversion_truth))
     log.snapshot.write(out / "ad-features")
-    positives = sum(e["label"] for e in examples)
+    clicks = [e for e in examples if e["task"] == training.CLICK]
+    converted = [e for e in examples if e["task"] == training.CONVERSION]
+    positives = sum(e["label"] for e in clicks)
     meta = {"day": log.day, "seed": log.seed, "keep_rate": keep_rate, "snapshot_version": log.snapshot.version,
-            **log.counts, "examples": len(examples), "positives": positives, "negatives_kept": len(examples) - positives}
+            **log.counts, "examples": len(clicks), "positives": positives, "negatives_kept": len(clicks) - positives,
+            "conversion_examples": len(converted), "conversions_labelled": sum(e["label"] for e in converted)}
     (out / "day.json").write_text(json.dumps(meta, indent=2))
     return meta
 

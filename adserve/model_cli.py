@@ -55,6 +55,9 @@ def register(sub) -> None:
                    help="share of requests held out for early stopping and calibration (default 0.3)")
     p.add_argument("--min-segment-clicks", type=int, default=50,
                    help="clicks (and non-clicks) a calibration segment needs to be fitted (default 50)")
+    p.add_argument("--min-segment-conversions", type=int, default=30,
+                   help="conversions (and non-conversions) a segment of the conversion model's calibration needs "
+                        "(default 30)")
     p.add_argument("--seed", type=int, default=1, help="random seed of the initialisation and shuffling")
     p.add_argument("--no-saved-model", action="store_true",
                    help="skip the TensorFlow SavedModel export (model.keras is always written)")
@@ -71,6 +74,11 @@ def register(sub) -> None:
                                               "probability (adds the oracle's NE)")
     p.add_argument("--min-segment-clicks", type=int, default=100,
                    help="clicks a segment needs to count in calibration_min/max (default 100)")
+    p.add_argument("--conversion-truth", type=Path,
+                   help="truth_conversions.json of a simulated day: clicked impression id -> true conversion "
+                        "probability (adds the conversion oracle's NE)")
+    p.add_argument("--min-segment-conversions", type=int, default=50,
+                   help="conversions a segment needs to count in cvr_calibration_min/max (default 50)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (ne_model, ne_baseline, ne_oracle, calibration_min, "
                         "calibration_max, log_loss, auc, segments, ...)")
@@ -139,7 +147,7 @@ def _train(args: argparse.Namespace) -> int:
     began = time.monotonic()
     model = train_click_model(records, _snapshots(args.ad_features, records), keep_rate, config,
                               validation_share=args.validation_share, min_segment_clicks=args.min_segment_clicks,
-                              log=_log)
+                              min_segment_conversions=args.min_segment_conversions, log=_log)
     model.metadata["training_seconds"] = round(time.monotonic() - began, 1)
     model.metadata["trained_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     model.metadata["examples_files"] = [str(p) for p in args.examples]
@@ -149,7 +157,9 @@ def _train(args: argparse.Namespace) -> int:
                "keep_rate": keep_rate, "training_rows": meta["training_rows"],
                "validation_rows": meta["validation_rows"], "epochs_run": meta["epochs_run"],
                "training_seconds": meta["training_seconds"], "snapshot_version": meta["snapshot_version"],
-               "validation_metrics": meta["validation_metrics"]}
+               "validation_metrics": meta["validation_metrics"], "pcvr": meta["pcvr"],
+               "conversion_validation_metrics": None if model.conversion is None else
+               model.conversion.metadata["validation_metrics"]}
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -160,6 +170,13 @@ def _train(args: argparse.Namespace) -> int:
                                                           "model before segment calibration"),
                         ("priors_baseline", "priors-only baseline")):
         m = v[name]
+        print(f"  validation {label:<34} NE {m['ne']:.4f}  log loss {m['log_loss']:.4f}  AUC {m['auc']:.4f}  "
+              f"predicted/observed {m['calibration']:.3f}")
+    if model.conversion is None:
+        print(f"  pCVR: {meta['pcvr']}")
+        return 0
+    for name, label in (("model", "conversion model (calibrated)"), ("constant_prior", "constant pCVR prior")):
+        m = model.conversion.metadata["validation_metrics"][name]
         print(f"  validation {label:<34} NE {m['ne']:.4f}  log loss {m['log_loss']:.4f}  AUC {m['auc']:.4f}  "
               f"predicted/observed {m['calibration']:.3f}")
     return 0
@@ -179,15 +196,19 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     model = ClickModel.load(args.model)
     records = [r for part in _read(args.examples) for r in part]
-    truth = None
-    if args.truth is not None:
+    truths = {}
+    for flag, path in (("--truth", args.truth), ("--conversion-truth", args.conversion_truth)):
+        if path is None:
+            continue
         try:
-            truth = json.loads(args.truth.read_text())
+            truths[flag] = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            print(f"adserve model evaluate: cannot read --truth {args.truth}: {exc}", file=sys.stderr)
+            print(f"adserve model evaluate: cannot read {flag} {path}: {exc}", file=sys.stderr)
             return 2
-    result = evaluate_click_model(model, records, _snapshots(args.ad_features, records), truth,
-                                  min_segment_clicks=args.min_segment_clicks)
+    result = evaluate_click_model(model, records, _snapshots(args.ad_features, records), truths.get("--truth"),
+                                  min_segment_clicks=args.min_segment_clicks,
+                                  conversion_truth=truths.get("--conversion-truth"),
+                                  min_segment_conversions=args.min_segment_conversions)
     print(json.dumps(result) if args.json else render_evaluation(result))
     return 0
 
@@ -219,6 +240,22 @@ def render_evaluation(r: dict[str, Any]) -> str:
     for s in r["segments"]:
         key = "/".join(v or "-" for v in s["segment"].values())
         lines.append(f"    {key:<42} {s['impressions']:>11,.0f} {s['clicks']:>8,}  {_fmt(s['ratio'], '.3f')}")
+    c = r.get("conversion")
+    if c is None:
+        lines.append("  pCVR: no conversion examples here, or the model has no conversion model (constant prior)")
+        return "\n".join(lines)
+    lines += [f"  pCVR on {c['clicks']:,} clicked impressions ({c['conversions']:,} converted, "
+              f"rate {c['base_rate']:.4f})",
+              f"    NE      conversion model {_fmt(c['ne_cvr_model'])}   constant prior {_fmt(c['ne_cvr_baseline'])}   "
+              f"oracle {_fmt(c['ne_cvr_oracle'])}",
+              f"    AUC {_fmt(c['auc_cvr_model'])}; predicted/observed conversions "
+              f"{_fmt(c['cvr_calibration'], '.3f')}; "
+              f"per segment with >= {c['min_segment_conversions']} conversions ({c['cvr_segments_judged']}): min "
+              f"{_fmt(c['cvr_calibration_min'], '.3f')} max {_fmt(c['cvr_calibration_max'], '.3f')}"]
+    if c.get("cvr_calibration_expected") is not None:
+        lines.append(f"    against the true probabilities: overall {_fmt(c['cvr_calibration_expected'], '.3f')}, per "
+                     f"segment min {_fmt(c['cvr_calibration_expected_min'], '.3f')} max "
+                     f"{_fmt(c['cvr_calibration_expected_max'], '.3f')}")
     return "\n".join(lines)
 
 

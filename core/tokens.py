@@ -13,7 +13,12 @@ a parameter.
 
     keys = TokenKeys({"k2": b"...", "k1": b"..."}, active="k2")
     token = keys.sign(TokenClaims("imp-1", 7, 3, 1_400_000, "CLICK", "https://x.test", expires_ms=...))
-    claims = keys.verify(token, now_ms)   # raises InvalidToken(reason) if forged, tampered or expired"""
+    claims = keys.verify(token, now_ms)   # raises InvalidToken(reason) if forged, tampered or expired
+
+A click id is the same kind of signed object with other claims (ClickIdClaims: the impression, the ad, the
+campaign, when it was served and clicked, a 7-day expiry): the tracker appends it to the landing URL of a
+click, and the advertiser sends it back with a conversion. Neither verifies as the other (their claims differ,
+and a click id names its kind), so a beacon token cannot report a conversion nor a click id bill a click."""
 from __future__ import annotations
 
 import base64
@@ -26,6 +31,8 @@ from typing import Mapping
 from core.errors import AdserveError
 
 TOKEN_LIFETIME_MS = 3_600_000  # a beacon or click more than an hour after serving is not billed
+CLICK_ID_LIFETIME_MS = 7 * 86_400_000  # a conversion reported more than 7 days after its click is refused
+CLICK_ID_KIND = "click_id"
 BILLING_TYPES = ("IMPRESSION", "CLICK")
 
 
@@ -48,6 +55,20 @@ class TokenClaims:
     expires_ms: int
     key_id: str = ""
     served_ms: int = 0
+
+
+@dataclass(frozen=True)
+class ClickIdClaims:
+    """What a click id carries: the clicked impression, for the conversion that may follow."""
+
+    impression_id: str
+    ad_id: int
+    campaign_id: int
+    served_ms: int
+    click_ms: int
+    expires_ms: int
+    key_id: str = ""
+    kind: str = CLICK_ID_KIND
 
 
 def _b64(data: bytes) -> str:
@@ -77,15 +98,33 @@ class TokenKeys:
             raise ValueError("token keys must look like 'id1:secret1,id2:secret2'")
         return cls({k.strip(): v.strip().encode() for k, v in pairs}, active=pairs[0][0].strip())
 
-    def sign(self, claims: TokenClaims) -> str:
-        if claims.billing not in BILLING_TYPES:
-            raise ValueError(f"billing must be one of {BILLING_TYPES}, got {claims.billing!r}")
+    def _sign(self, claims: TokenClaims | ClickIdClaims) -> str:
         body = {**asdict(claims), "key_id": self.active}
         payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
         signature = hmac.new(self.keys[self.active], payload, hashlib.sha256).digest()
         return f"{_b64(payload)}.{_b64(signature)}"
 
+    def sign(self, claims: TokenClaims) -> str:
+        if claims.billing not in BILLING_TYPES:
+            raise ValueError(f"billing must be one of {BILLING_TYPES}, got {claims.billing!r}")
+        return self._sign(claims)
+
+    def sign_click_id(self, claims: ClickIdClaims) -> str:
+        """A click id for a clicked impression (the tracker's redirect appends it to the landing URL)."""
+        return self._sign(claims)
+
     def verify(self, token: str, now_ms: int) -> TokenClaims:
+        """The claims of a beacon or click token; InvalidToken if forged, tampered, unknown-keyed or expired."""
+        return self._verify(token, now_ms, TokenClaims)
+
+    def verify_click_id(self, click_id: str, now_ms: int) -> ClickIdClaims:
+        """The claims of a click id; InvalidToken as for verify (a beacon token is malformed here)."""
+        claims = self._verify(click_id, now_ms, ClickIdClaims)
+        if claims.kind != CLICK_ID_KIND:
+            raise InvalidToken("malformed", f"not a click id (kind {claims.kind!r})")
+        return claims
+
+    def _verify(self, token: str, now_ms: int, kind):
         try:
             payload_text, signature_text = token.split(".")
             payload, signature = _unb64(payload_text), _unb64(signature_text)
@@ -100,7 +139,7 @@ class TokenKeys:
         if not hmac.compare_digest(expected, signature):
             raise InvalidToken("bad_signature", "the signature does not match the claims")
         try:
-            claims = TokenClaims(**body)
+            claims = kind(**body)
         except TypeError as e:
             raise InvalidToken("malformed", f"unexpected claims: {e}") from e
         if now_ms > claims.expires_ms:

@@ -7,6 +7,11 @@ Label rule (design, "Impression and click", step 6): an impression that was rend
 positive; rendered and not clicked within LABEL_WINDOW_MS of its render is a negative; never rendered is
 dropped (nobody saw it). A click proves a render, even when the impression beacon is lost or late.
 
+Conversion rule (design, step 6: "Conversions arrive days later and join on the same id"): an impression
+whose click example is a positive also gets a conversion example once CONVERSION_WINDOW_MS have passed since
+it was served: label 1 when a conversion of that impression came within the window, else 0. The conversion
+model learns P(conversion | click) from them. Conversion examples are never down-sampled.
+
 Down-sampling: every positive is kept; a negative is kept with probability w (default 10 %) decided by a
 hash of its impression id, so the streaming and batch joins keep exactly the same negatives, and carries
 sample_weight 1 / w. A model trained on the kept examples without weights predicts p for a population with
@@ -23,6 +28,8 @@ import numpy as np
 
 DEFAULT_KEEP_RATE = 0.1
 LABEL_WINDOW_MS = 3_600_000  # a render not clicked within an hour is a negative
+CONVERSION_WINDOW_MS = 7 * 86_400_000  # a click not converted within 7 days of serving is a conversion negative
+CLICK, CONVERSION = "CLICK", "CONVERSION"  # the two tasks a TrainingExample labels
 
 
 def recalibrate(p, keep_rate: float):
@@ -46,22 +53,39 @@ def final_at_ms(served_time_ms: int) -> int:
     return served_time_ms + LABEL_WINDOW_MS
 
 
+def conversion_final_at_ms(served_time_ms: int, window_ms: int = CONVERSION_WINDOW_MS) -> int:
+    """When a clicked impression's conversion label is final: the conversion window after it was served."""
+    return served_time_ms + window_ms
+
+
+def _earliest(known: int | None, new: int) -> int:
+    return new if known is None else min(known, new)
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """What the beacons of one impression said so far."""
+    """What the beacons and conversions of one impression said so far."""
 
     rendered: bool = False
     first_click_ms: int | None = None  # earliest click within the label window
+    first_conversion_ms: int | None = None  # earliest conversion within the conversion window
 
 
 def observe(outcome: Outcome, event_type: str, event_time_ms: int, served_time_ms: int) -> Outcome:
     """Fold one beacon into the outcome; a click after the window is not a positive (nor a render proof)."""
     if event_type == "IMPRESSION":
-        return Outcome(True, outcome.first_click_ms)
+        return replace(outcome, rendered=True)
     if event_type == "CLICK" and event_time_ms <= final_at_ms(served_time_ms):
-        first = event_time_ms if outcome.first_click_ms is None else min(outcome.first_click_ms, event_time_ms)
-        return Outcome(True, first)
+        return replace(outcome, rendered=True, first_click_ms=_earliest(outcome.first_click_ms, event_time_ms))
     return outcome
+
+
+def observe_conversion(outcome: Outcome, event_time_ms: int, served_time_ms: int,
+                       window_ms: int = CONVERSION_WINDOW_MS) -> Outcome:
+    """Fold one conversion into the outcome; one after the conversion window does not count."""
+    if event_time_ms > conversion_final_at_ms(served_time_ms, window_ms):
+        return outcome
+    return replace(outcome, first_conversion_ms=_earliest(outcome.first_conversion_ms, event_time_ms))
 
 
 def label(outcome: Outcome) -> int | None:
@@ -103,37 +127,68 @@ def example(impression: dict[str, Any], outcome: Outcome, keep_rate: float = DEF
     if value == 0 and not keeps_negative(impression["impression_id"], keep_rate):
         return None
     event_time = outcome.first_click_ms if value == 1 else final_at_ms(impression["served_time"])
-    return {**impression, "event_time": int(event_time), "label": value,
+    return {**impression, "task": CLICK, "event_time": int(event_time), "label": value,
             "sample_weight": 1.0 if value == 1 else 1.0 / keep_rate}
 
 
-def example_of_impression(contexts: Sequence[dict[str, Any]], events: Iterable[dict[str, Any]],
-                          keep_rate: float = DEFAULT_KEEP_RATE) -> dict[str, Any] | None:
-    """The example of one impression id from everything known of it: its served contexts (impressions_of; a
-    repeat of the served record is the same context, the first counts; none: nothing to join) and its beacons."""
-    if not contexts:
+def conversion_example(impression: dict[str, Any], outcome: Outcome,
+                       window_ms: int = CONVERSION_WINDOW_MS) -> dict[str, Any] | None:
+    """The conversion example of an impression once its conversion label is final, or None (its click example
+    is not a positive). Event time: the conversion, or the end of the window."""
+    if label(outcome) != 1:
         return None
+    converted = outcome.first_conversion_ms is not None
+    event_time = outcome.first_conversion_ms if converted else conversion_final_at_ms(impression["served_time"],
+                                                                                       window_ms)
+    return {**impression, "task": CONVERSION, "event_time": int(event_time), "label": int(converted),
+            "sample_weight": 1.0}
+
+
+def examples_of_impression(contexts: Sequence[dict[str, Any]], events: Iterable[dict[str, Any]],
+                           conversions: Iterable[dict[str, Any]] = (), keep_rate: float = DEFAULT_KEEP_RATE,
+                           conversion_window_ms: int = CONVERSION_WINDOW_MS) -> list[dict[str, Any]]:
+    """The examples of one impression id from everything known of it: its served contexts (impressions_of; a
+    repeat of the served record is the same context, the first counts; none: nothing to join), its beacons and
+    its conversions. The click example (if any), then the conversion example (if any)."""
+    if not contexts:
+        return []
     context = contexts[0]
     outcome = Outcome()
     for event in events:
         outcome = observe(outcome, event["event_type"], int(event["event_time"]), int(event["served_time"]))
-    return example(context, outcome, keep_rate)
+    for conversion in conversions:
+        outcome = observe_conversion(outcome, int(conversion["event_time"]), int(conversion["served_time"]),
+                                     conversion_window_ms)
+    made = (example(context, outcome, keep_rate), conversion_example(context, outcome, conversion_window_ms))
+    return [e for e in made if e is not None]
+
+
+def _by_impression(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        grouped.setdefault(record["impression_id"], []).append(record)
+    return grouped
+
+
+def example_order(example_record: dict[str, Any]) -> tuple[str, str]:
+    """The order the joins write examples in: by impression id, the click example before the conversion one."""
+    return example_record["impression_id"], example_record.get("task", CLICK)
 
 
 def join(served_records: Iterable[dict[str, Any]], events: Iterable[dict[str, Any]],
-         keep_rate: float = DEFAULT_KEEP_RATE) -> list[dict[str, Any]]:
+         keep_rate: float = DEFAULT_KEEP_RATE, conversions: Iterable[dict[str, Any]] = (),
+         conversion_window_ms: int = CONVERSION_WINDOW_MS) -> list[dict[str, Any]]:
     """The whole join over complete inputs in memory (the reference both joins must equal): examples in
-    impression-id order."""
+    example_order."""
     contexts: dict[str, list[dict[str, Any]]] = {}
     for served in served_records:
         for impression in impressions_of(served):
             contexts.setdefault(impression["impression_id"], []).append(impression)
-    beacons: dict[str, list[dict[str, Any]]] = {}
-    for event in events:
-        beacons.setdefault(event["impression_id"], []).append(event)
-    made = (example_of_impression(found, beacons.get(impression_id, ()), keep_rate)
-            for impression_id, found in contexts.items())
-    return sorted((e for e in made if e is not None), key=lambda e: e["impression_id"])
+    beacons, converted = _by_impression(events), _by_impression(conversions)
+    made = [e for impression_id, found in contexts.items()
+            for e in examples_of_impression(found, beacons.get(impression_id, ()), converted.get(impression_id, ()),
+                                            keep_rate, conversion_window_ms)]
+    return sorted(made, key=example_order)
 
 
 # ------------------------------------------------------------------ the streaming join's per-impression steps
@@ -143,34 +198,59 @@ CLEANUP_MS = 600_000  # how long an impression's state outlives its final label 
 
 @dataclass(frozen=True)
 class LabelState:
-    """What a streaming join holds of one impression between its first record and its cleanup."""
+    """What a streaming join holds of one impression between its first record and its cleanup. An impression
+    whose click example is a positive is held on until its conversion label is final."""
 
     served_ms: int
     outcome: Outcome = field(default_factory=Outcome)
     context: dict[str, Any] | None = None  # the served record's training context (impressions_of), once seen
-    done: bool = False  # its label was final and decided (an example emitted or dropped)
+    done: bool = False  # its click label was final and decided (an example emitted or dropped)
+    conversion_done: bool = False  # its conversion label was decided (a conversion example emitted)
+
+    @property
+    def awaits_conversion(self) -> bool:
+        """Its click example was a positive and its conversion label is not decided yet."""
+        return self.done and not self.conversion_done and label(self.outcome) == 1
 
     def text(self) -> str:
         return json.dumps({"served_ms": self.served_ms, "rendered": self.outcome.rendered,
-                           "click_ms": self.outcome.first_click_ms, "context": self.context, "done": self.done})
+                           "click_ms": self.outcome.first_click_ms, "conversion_ms": self.outcome.first_conversion_ms,
+                           "context": self.context, "done": self.done, "conversion_done": self.conversion_done})
 
     @classmethod
     def parse(cls, text: str | None) -> "LabelState | None":
         if text is None:
             return None
         raw = json.loads(text)
-        return cls(raw["served_ms"], Outcome(raw["rendered"], raw["click_ms"]), raw["context"], raw["done"])
+        return cls(raw["served_ms"], Outcome(raw["rendered"], raw["click_ms"], raw.get("conversion_ms")),
+                   raw["context"], raw["done"], raw.get("conversion_done", False))
+
+
+@dataclass(frozen=True)
+class JoinRules:
+    """The parameters of a join: the negatives' keep rate and the conversion window."""
+
+    keep_rate: float = DEFAULT_KEEP_RATE
+    conversion_window_ms: int = CONVERSION_WINDOW_MS
+
+    def __post_init__(self) -> None:
+        if not 0 < self.keep_rate <= 1:
+            raise ValueError(f"keep rate must be in (0, 1], got {self.keep_rate}")
+        if self.conversion_window_ms < LABEL_WINDOW_MS:
+            raise ValueError(f"the conversion window ({self.conversion_window_ms} ms) must be at least the click "
+                             f"label's window ({LABEL_WINDOW_MS} ms)")
 
 
 @dataclass(frozen=True)
 class LabelStep:
-    """What one step asks of the job: keep `state` (None: clear it), emit `example`, set `timers`, count."""
+    """What one step asks of the job: keep `state` (None: clear it), emit `examples`, set `timers`, count."""
 
     state: LabelState | None
-    example: dict[str, Any] | None = None
+    examples: tuple[dict[str, Any], ...] = ()
     timers: tuple[int, ...] = ()
     changed: bool = True  # False: the state is as it was, nothing to write
-    late_beacon: bool = False  # a beacon after the impression's label was decided: ignored
+    late_beacon: bool = False  # a beacon after the impression's click label was decided: ignored
+    late_conversion: bool = False  # a conversion after the impression's conversion label (or no click): ignored
     unjoined: bool = False  # cleaned up without ever seeing the served record
 
 
@@ -178,13 +258,27 @@ def _timers(served_ms: int) -> tuple[int, ...]:
     return final_at_ms(served_ms), final_at_ms(served_ms) + CLEANUP_MS
 
 
-def _decide(state: LabelState, keep_rate: float) -> LabelStep:
+def _conversion_timers(served_ms: int, rules: JoinRules) -> tuple[int, ...]:
+    final = conversion_final_at_ms(served_ms, rules.conversion_window_ms)
+    return final, final + CLEANUP_MS
+
+
+def _decide(state: LabelState, rules: JoinRules, at_ms: int) -> LabelStep:
+    """The click label at its final moment and, for a positive, the conversion label too when at_ms (a timer or
+    the watermark) has passed its final moment already; a positive otherwise waits with its conversion timers."""
     assert state.context is not None
-    return LabelStep(replace(state, done=True), example(state.context, state.outcome, keep_rate))
+    made = example(state.context, state.outcome, rules.keep_rate)
+    state = replace(state, done=True)
+    if not state.awaits_conversion:
+        return LabelStep(state, tuple(e for e in (made,) if e is not None))
+    if at_ms >= conversion_final_at_ms(state.served_ms, rules.conversion_window_ms):
+        return LabelStep(replace(state, conversion_done=True),
+                         (made, conversion_example(state.context, state.outcome, rules.conversion_window_ms)))
+    return LabelStep(state, (made,), _conversion_timers(state.served_ms, rules))
 
 
 def on_served(state: LabelState | None, context: dict[str, Any], watermark_ms: int | None,
-              keep_rate: float = DEFAULT_KEEP_RATE) -> LabelStep:
+              rules: JoinRules = JoinRules()) -> LabelStep:
     """A served record's context for this impression. The first one counts (the served log is at-least-once);
     one that arrives after the label was final (a late served record) decides the label at once."""
     timers = _timers(int(context["served_time"])) if state is None else ()
@@ -193,12 +287,13 @@ def on_served(state: LabelState | None, context: dict[str, Any], watermark_ms: i
         return LabelStep(state, changed=False)
     state = replace(state, context=context)
     if watermark_ms is not None and watermark_ms >= final_at_ms(state.served_ms):  # (not done: no context yet)
-        return replace(_decide(state, keep_rate), timers=timers)
+        step = _decide(state, rules, watermark_ms)
+        return replace(step, timers=timers + step.timers)
     return LabelStep(state, timers=timers)
 
 
 def on_beacon(state: LabelState | None, served_ms: int, event_type: str, event_ms: int) -> LabelStep:
-    """An impression or click beacon; one after the label was decided is counted and ignored."""
+    """An impression or click beacon; one after the click label was decided is counted and ignored."""
     timers = _timers(served_ms) if state is None else ()
     state = state or LabelState(served_ms)
     if state.done:
@@ -206,13 +301,33 @@ def on_beacon(state: LabelState | None, served_ms: int, event_type: str, event_m
     return LabelStep(replace(state, outcome=observe(state.outcome, event_type, event_ms, served_ms)), timers=timers)
 
 
-def on_timer(state: LabelState | None, timestamp_ms: int, keep_rate: float = DEFAULT_KEEP_RATE) -> LabelStep:
-    """An event-time timer: at final_at_ms the label is decided (if the served record came); CLEANUP_MS later
-    the state goes (counted unjoined if the served record never came)."""
+def on_conversion(state: LabelState | None, served_ms: int, event_ms: int, rules: JoinRules = JoinRules()) -> LabelStep:
+    """A conversion of this impression; one after its conversion label was decided, or after its click label was
+    decided as anything but a positive, is counted and ignored."""
+    timers = _timers(served_ms) if state is None else ()
+    state = state or LabelState(served_ms)
+    if state.conversion_done or (state.done and not state.awaits_conversion):
+        return LabelStep(state, changed=False, late_conversion=True)
+    outcome = observe_conversion(state.outcome, event_ms, served_ms, rules.conversion_window_ms)
+    return LabelStep(replace(state, outcome=outcome), timers=timers)
+
+
+def on_timer(state: LabelState | None, timestamp_ms: int, rules: JoinRules = JoinRules()) -> LabelStep:
+    """An event-time timer: at final_at_ms the click label is decided (if the served record came); CLEANUP_MS
+    later the state goes (counted unjoined if the served record never came) unless it awaits a conversion; a
+    positive's conversion label is decided at conversion_final_at_ms and its state goes CLEANUP_MS later."""
     if state is None:
         return LabelStep(None, changed=False)
-    if timestamp_ms >= final_at_ms(state.served_ms) + CLEANUP_MS:
+    if timestamp_ms >= conversion_final_at_ms(state.served_ms, rules.conversion_window_ms) + CLEANUP_MS:
+        return LabelStep(None, unjoined=state.context is None)
+    if state.awaits_conversion:
+        if timestamp_ms >= conversion_final_at_ms(state.served_ms, rules.conversion_window_ms):
+            assert state.context is not None
+            return LabelStep(replace(state, conversion_done=True),
+                             (conversion_example(state.context, state.outcome, rules.conversion_window_ms),))
+        return LabelStep(state, changed=False)
+    if timestamp_ms >= final_at_ms(state.served_ms) + CLEANUP_MS and not state.conversion_done:
         return LabelStep(None, unjoined=state.context is None)
     if state.context is not None and not state.done and timestamp_ms >= final_at_ms(state.served_ms):
-        return _decide(state, keep_rate)
+        return _decide(state, rules, timestamp_ms)
     return LabelStep(state, changed=False)

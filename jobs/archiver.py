@@ -31,7 +31,8 @@ from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_enviro
 
 JOB_NAME = "archiver"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-DEFAULT_TOPICS = ("ad.served", "ad.events", "billing.billed_spend", "serving.campaigns", "training.examples")
+DEFAULT_TOPICS = ("ad.served", "ad.events", "ad.conversions", "billing.billed_spend", "serving.campaigns",
+                  "training.examples")
 
 
 def folder_name(topic: str) -> str:

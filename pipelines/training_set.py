@@ -1,18 +1,21 @@
 """Beam pipeline `training_set`: the training join as a backfill over the archive (or any files of served
-records and beacons), for a range of days. The same label rule and down-sampling as the streaming job
+records, beacons and conversions), for a range of days. The same label rule and down-sampling as the streaming job
 `training_join`, from the same module (core.training), so on the same data both give the same examples.
 
-Reads archived ad.served for the days asked and ad.events for those days and the day after (a label is
-final an hour after serving, so a click after midnight still counts), groups everything by impression
-id, and keeps one example per impression served in the range (core.training.example_of_impression).
+Reads archived ad.served for the days asked, ad.events for those days and the day after (a label is
+final an hour after serving, so a click after midnight still counts) and ad.conversions for those days and
+the conversion window's days after, groups everything by impression id, and keeps one click example per
+impression served in the range and one conversion example per positive (core.training.examples_of_impression).
 
 Output: `<output>/examples-SSSSS-of-NNNNN.avro` (TrainingExample, the contract of training.examples) and
-`<output>/summary.json` ({"from_day", "to_day", "keep_rate", "served_records", "events", "examples",
-"positives", "negatives_kept", "corrupt_records"}).
+`<output>/summary.json` ({"from_day", "to_day", "keep_rate", "conversion_window_ms", "served_records", "events",
+"conversions", "examples", "positives", "negatives_kept", "conversion_examples", "conversions_labelled",
+"corrupt_records"}; "examples", "positives" and "negatives_kept" count the click examples).
 
     python -m pipelines.training_set --archive .platform/archive --from-day 2026-03-10 --to-day 2026-03-11 \\
         --output out/training-set
-    python -m pipelines.training_set --served 'day/served.avro' --events 'day/events.avro' --output out/ts
+    python -m pipelines.training_set --served 'day/served.avro' --events 'day/events.avro' \
+        --conversions 'day/conversions.avro' --output out/ts
 Every option Beam knows passes through (Dataflow: --runner=DataflowRunner --project=... --region=...)."""
 from __future__ import annotations
 
@@ -32,23 +35,24 @@ from pipelines.avro_files import (add_served_log_arguments, archive_pattern, cou
 
 
 class JoinExamples(beam.PTransform):
-    """(ServedRecord records, AdEvent records) -> TrainingExample records, by core.training's rules."""
+    """(ServedRecord, AdEvent, AdConversion records) -> TrainingExample records, by core.training's rules."""
 
-    def __init__(self, keep_rate: float = training.DEFAULT_KEEP_RATE):
+    def __init__(self, rules: training.JoinRules = training.JoinRules()):
         super().__init__()
-        self.keep_rate = keep_rate
+        self.rules = rules
 
     def expand(self, inputs):
-        served, events = inputs
+        served, events, conversions = inputs
         contexts = served | "Impressions" >> beam.FlatMap(
             lambda r: [(i["impression_id"], i) for i in training.impressions_of(r)])
         beacons = events | "KeyBeacons" >> beam.Map(lambda e: (str(e["impression_id"]), e))
-        keep_rate = self.keep_rate
-        return ({"served": contexts, "events": beacons}
+        converted = conversions | "KeyConversions" >> beam.Map(lambda c: (str(c["impression_id"]), c))
+        rules = self.rules
+        return ({"served": contexts, "events": beacons, "conversions": converted}
                 | "GroupByImpression" >> beam.CoGroupByKey()
-                | "Label" >> beam.FlatMap(lambda kv: [made for made in [training.example_of_impression(
-                    sorted(kv[1]["served"], key=lambda c: c["served_time"]), kv[1]["events"], keep_rate)]
-                    if made is not None]))
+                | "Label" >> beam.FlatMap(lambda kv: training.examples_of_impression(
+                    sorted(kv[1]["served"], key=lambda c: c["served_time"]), kv[1]["events"],
+                    kv[1]["conversions"], rules.keep_rate, rules.conversion_window_ms)))
 
 
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
@@ -57,48 +61,74 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     add_served_log_arguments(parser)
     parser.add_argument("--events", action="append", default=[],
                         help="instead of --archive: Avro files (glob) of beacons; repeatable")
+    parser.add_argument("--conversions", action="append", default=[],
+                        help="with --events: Avro files (glob) of conversions (AdConversion); repeatable; none: no "
+                             "conversion happened")
     parser.add_argument("--keep-rate", type=float, default=training.DEFAULT_KEEP_RATE,
                         help=f"share of negatives kept (default {training.DEFAULT_KEEP_RATE}); every click is kept")
+    parser.add_argument("--conversion-window-ms", type=int, default=training.CONVERSION_WINDOW_MS,
+                        help="a click's conversion counts within this long of serving (default 7 days)")
     parser.add_argument("--output", required=True, help="folder for the examples and summary.json")
     parser.add_argument("--events-topic", default="ad.events", help="archive folder of the beacons")
+    parser.add_argument("--conversions-topic", default="ad.conversions", help="archive folder of the conversions")
     known, pipeline_args = parser.parse_known_args(argv)
     if not known.archive and not known.events:
         parser.error("give --archive with --from-day, or --served and --events files")
+    try:
+        rules = training.JoinRules(known.keep_rate, known.conversion_window_ms)
+    except ValueError as exc:
+        parser.error(str(exc))
     days, served_files = served_log_files(parser, known)
     if known.archive:  # a label is final an hour after serving: beacons of the day after count too
         after = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
         event_files = matching_files([archive_pattern(known.archive, known.events_topic, d) for d in days + [after]])
+        window_days = -(-rules.conversion_window_ms // 86_400_000)  # and conversions until the window closes
+        later = [(date.fromisoformat(days[-1]) + timedelta(days=n)).isoformat() for n in range(1, window_days + 1)]
+        conversion_files = matching_files([archive_pattern(known.archive, known.conversions_topic, d)
+                                           for d in days + later])
     else:
-        event_files = matching_files(known.events)
-    logging.info("training set: %d served files, %d event files, keep rate %s", len(served_files),
-                 len(event_files), known.keep_rate)
+        event_files, conversion_files = matching_files(known.events), matching_files(known.conversions)
+    logging.info("training set: %d served files, %d event files, %d conversion files, %s", len(served_files),
+                 len(event_files), len(conversion_files), rules)
     out = output_folder(known.output)
-    first_day, last_day, keep_rate = days[0], days[-1], known.keep_rate
+    first_day, last_day, keep_rate = days[0], days[-1], rules.keep_rate
     options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
     with beam.Pipeline(options=options) as pipeline:
         served, bad_served = read_records(pipeline, "Served", served_files)
         if known.archive:
             served = of_days(served, days)
         events, bad_events = read_records(pipeline, "Events", event_files)
-        examples = (served, events) | "Join" >> JoinExamples(keep_rate)
+        conversions, bad_conversions = read_records(pipeline, "Conversions", conversion_files)
+        examples = (served, events, conversions) | "Join" >> JoinExamples(rules)
         examples | "WriteExamples" >> beam.io.WriteToAvro(
             f"{out}/examples", schema=_example_schema(), file_name_suffix=".avro", codec="deflate")
-        positives = examples | "Positives" >> beam.Filter(lambda e: e["label"] == 1)
-        corrupt = (bad_served, bad_events) | "AllCorrupt" >> beam.Flatten()
+        clicks = examples | "ClickExamples" >> beam.Filter(lambda e: e["task"] == training.CLICK)
+        conversion_examples = examples | "ConversionExamples" >> beam.Filter(
+            lambda e: e["task"] == training.CONVERSION)
+        positives = clicks | "Positives" >> beam.Filter(lambda e: e["label"] == 1)
+        converted = conversion_examples | "Converted" >> beam.Filter(lambda e: e["label"] == 1)
+        corrupt = (bad_served, bad_events, bad_conversions) | "AllCorrupt" >> beam.Flatten()
         (pipeline | "One" >> beam.Create([None])
-         | "Summary" >> beam.Map(lambda _, served_n, events_n, examples_n, positives_n, corrupt_n: json.dumps({
-             "from_day": first_day, "to_day": last_day, "keep_rate": keep_rate, "served_records": served_n,
-             "events": events_n, "examples": examples_n, "positives": positives_n,
-             "negatives_kept": examples_n - positives_n, "corrupt_records": corrupt_n}, indent=2),
+         | "Summary" >> beam.Map(lambda _, served_n, events_n, conversions_n, examples_n, positives_n,
+                                 conversion_examples_n, converted_n, corrupt_n: json.dumps({
+             "from_day": first_day, "to_day": last_day, "keep_rate": keep_rate,
+             "conversion_window_ms": rules.conversion_window_ms, "served_records": served_n, "events": events_n,
+             "conversions": conversions_n, "examples": examples_n, "positives": positives_n,
+             "negatives_kept": examples_n - positives_n, "conversion_examples": conversion_examples_n,
+             "conversions_labelled": converted_n, "corrupt_records": corrupt_n}, indent=2),
              served_n=count_of("Served", served), events_n=count_of("Events", events),
-             examples_n=count_of("Examples", examples), positives_n=count_of("Positives", positives),
-             corrupt_n=count_of("Corrupt", corrupt))
+             conversions_n=count_of("ConversionsIn", conversions), examples_n=count_of("Examples", clicks),
+             positives_n=count_of("Positives", positives),
+             conversion_examples_n=count_of("ConversionExamplesN", conversion_examples),
+             converted_n=count_of("ConvertedN", converted), corrupt_n=count_of("Corrupt", corrupt))
          | "WriteSummary" >> beam.io.WriteToText(f"{out}/summary", file_name_suffix=".json",
                                                  shard_name_template=""))
     with FileSystems.open(f"{out}/summary.json") as f:
         summary = json.loads(f.read())
-    logging.info("training set: %d examples (%d positives) from %d served records, %d corrupt records",
-                 summary["examples"], summary["positives"], summary["served_records"], summary["corrupt_records"])
+    logging.info("training set: %d click examples (%d positives), %d conversion examples (%d converted) from %d "
+                 "served records, %d corrupt records", summary["examples"], summary["positives"],
+                 summary["conversion_examples"], summary["conversions_labelled"], summary["served_records"],
+                 summary["corrupt_records"])
     return summary
 
 

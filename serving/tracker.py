@@ -1,35 +1,51 @@
-"""The tracker: impression beacons and click redirects, trusting only signed tokens.
+"""The tracker: impression beacons, click redirects and conversion reports, trusting only signed tokens.
 
     GET /v1/impression?t=TOKEN   -> 204, an IMPRESSION event on ad.events
-    GET /v1/click?t=TOKEN        -> 302 to the landing URL inside the signed token, a CLICK event
+    GET /v1/click?t=TOKEN        -> 302 to the landing URL inside the signed token, with a signed click id
+                                    appended as `adclid`; a CLICK event
+    GET /v1/conversion?c=CLICKID -> 204, an AdConversion on ad.conversions (the advertiser reports a
+                                    conversion with the click id its landing page received)
 
 The landing URL comes only from the token's signed claims, never from an
 unsigned parameter, so the tracker cannot be used as an open redirect. A
-forged, tampered, unknown-key or expired (older than an hour) token gets a 4xx
-(400 malformed, 403 bad signature or unknown key, 410 expired) and is counted
-by reason. Events are produced keyed by campaign; the answer does not wait
-for the broker's acknowledgement (delivery failures are counted and logged).
-Also: GET /metrics (Prometheus)."""
+forged, tampered, unknown-key or expired token (a beacon token older than an
+hour, a click id older than 7 days) gets a 4xx (400 malformed, 403 bad
+signature or unknown key, 410 expired) and is counted by reason. Events are
+produced keyed by campaign, conversions by impression id; the answer does not
+wait for the broker's acknowledgement (delivery failures are counted and
+logged). Conversions are not billed (a CPA target bills clicks): they label
+the conversion model (core.training). Also: GET /metrics (Prometheus)."""
 from __future__ import annotations
 
 import logging
 import time
 import uuid
 from typing import Any, Callable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from core.tokens import InvalidToken, TokenKeys
+from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenKeys
 from schemas.codec import AvroCodec
 
 LOG = logging.getLogger("adserve.tracker")
 STATUS_OF = {"malformed": 400, "bad_signature": 403, "unknown_key": 403, "expired": 410}
+EVENTS_TOPIC, CONVERSIONS_TOPIC = "ad.events", "ad.conversions"
+CLICK_ID_PARAMETER = "adclid"
+
+
+def with_click_id(landing_url: str, click_id: str) -> str:
+    """The landing URL with the click id added to its query (any parameter of that name replaced)."""
+    parts = urlsplit(landing_url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != CLICK_ID_PARAMETER]
+    return urlunsplit(parts._replace(query=urlencode(query + [(CLICK_ID_PARAMETER, click_id)])))
 
 
 class Tracker:
-    def __init__(self, keys: TokenKeys, produce: Callable[[bytes, bytes], None],
+    def __init__(self, keys: TokenKeys, produce: Callable[[str, bytes, bytes], None],
                  clock: Callable[[], float] = time.time):
+        """produce(topic, key, value) queues one record (ad.events or ad.conversions)."""
         self.keys, self.produce, self.clock = keys, produce, clock
         self.codec = AvroCodec()
         self.registry = CollectorRegistry()
@@ -42,23 +58,32 @@ class Tracker:
     def app(self) -> web.Application:
         app = web.Application()
         app.add_routes([web.get("/v1/impression", self.impression), web.get("/v1/click", self.click),
-                        web.get("/metrics", self.metrics)])
+                        web.get("/v1/conversion", self.conversion), web.get("/metrics", self.metrics)])
         return app
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), content_type="text/plain")
 
-    def _verify(self, request: web.Request):
-        token = request.query.get("t")
+    def _verify(self, request: web.Request, parameter: str = "t", what: str = "the signed token"):
+        token = request.query.get(parameter)
         now_ms = int(self.clock() * 1000)
         if not token:
             self.rejected.labels("malformed").inc()
-            raise web.HTTPBadRequest(text="t: the signed token is missing")
+            raise web.HTTPBadRequest(text=f"{parameter}: {what} is missing")
+        verify = self.keys.verify if parameter == "t" else self.keys.verify_click_id
         try:
-            return self.keys.verify(token, now_ms), now_ms
+            return verify(token, now_ms), now_ms
         except InvalidToken as e:
             self.rejected.labels(e.reason).inc()
-            raise _http_error(STATUS_OF[e.reason], f"token rejected: {e}") from None
+            raise _http_error(STATUS_OF[e.reason], f"{what} rejected: {e}") from None
+
+    def _queue(self, topic: str, key: str, record_type: str, record: dict[str, Any], kind: str) -> None:
+        try:
+            self.produce(topic, key.encode(), self.codec.encode(record_type, record))
+            self.events.labels(kind).inc()
+        except Exception:  # noqa: BLE001 - counted; the user still gets the answer
+            self.delivery_failures.inc()
+            LOG.exception("could not queue a %s record", kind)
 
     def _event(self, claims, event_type: str, now_ms: int, request: web.Request) -> None:
         event: dict[str, Any] = {
@@ -67,12 +92,7 @@ class Tracker:
             "ad_id": claims.ad_id, "price_micros": claims.price_micros, "billing_type": claims.billing,
             "user_id": None, "ip_address": request.remote, "user_agent": request.headers.get("User-Agent"),
             "token_key_id": claims.key_id}
-        try:
-            self.produce(str(claims.campaign_id).encode(), self.codec.encode("AdEvent", event))
-            self.events.labels(event_type).inc()
-        except Exception:  # noqa: BLE001 - counted; the user still gets the redirect
-            self.delivery_failures.inc()
-            LOG.exception("could not queue a %s event", event_type)
+        self._queue(EVENTS_TOPIC, str(claims.campaign_id), "AdEvent", event, event_type)
 
     async def impression(self, request: web.Request) -> web.Response:
         claims, now_ms = self._verify(request)
@@ -85,7 +105,18 @@ class Tracker:
             self.rejected.labels("bad_landing_url").inc()
             raise _http_error(400, "the ad's landing URL is not http(s)")
         self._event(claims, "CLICK", now_ms, request)
-        raise web.HTTPFound(claims.landing_url)
+        click_id = self.keys.sign_click_id(ClickIdClaims(
+            claims.impression_id, claims.ad_id, claims.campaign_id, claims.served_ms or now_ms, now_ms,
+            expires_ms=now_ms + CLICK_ID_LIFETIME_MS))
+        raise web.HTTPFound(with_click_id(claims.landing_url, click_id))
+
+    async def conversion(self, request: web.Request) -> web.Response:
+        claims, now_ms = self._verify(request, "c", "the click id")
+        record = {"conversion_id": uuid.uuid4().hex, "impression_id": claims.impression_id, "event_time": now_ms,
+                  "served_time": claims.served_ms, "click_time": claims.click_ms, "campaign_id": claims.campaign_id,
+                  "ad_id": claims.ad_id, "token_key_id": claims.key_id}
+        self._queue(CONVERSIONS_TOPIC, claims.impression_id, "AdConversion", record, "CONVERSION")
+        return web.Response(status=204)
 
 
 def _http_error(status: int, text: str) -> web.HTTPException:
@@ -104,8 +135,8 @@ async def start_tracker(*, bootstrap: str, keys: TokenKeys, host: str = "127.0.0
             tracker.delivery_failures.inc()
             LOG.warning("event not delivered: %s", err)
 
-    def produce(key: bytes, value: bytes) -> None:
-        producer.produce("ad.events", key=key, value=value, on_delivery=delivered)
+    def produce(topic: str, key: bytes, value: bytes) -> None:
+        producer.produce(topic, key=key, value=value, on_delivery=delivered)
         producer.poll(0)
 
     tracker = Tracker(keys, produce)

@@ -40,6 +40,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec("serving.campaigns", key="campaign id", schema="serving_campaign.avsc", compacted=True),
     TopicSpec("ad.served", key="request id", schema="ad_served.avsc"),
     TopicSpec("ad.events", key="campaign id", schema="ad_event.avsc"),
+    TopicSpec("ad.conversions", key="impression id", schema="ad_conversion.avsc"),
     TopicSpec("budget.spend", key="campaign id", schema="spend_report.avsc"),
     TopicSpec("budget.state", key="campaign id", schema="budget_state.avsc", compacted=True),
     TopicSpec("budget.leases", key="server id", schema="budget_lease.avsc"),

@@ -102,17 +102,26 @@ class DecisionEngine:
         pre-ranker's base, prior x placement multiplier), when the predictor offers one
         (serving.model.predictor.ModelPredictor.affinity); None without, or if it fails (the pre-ranker then
         ranks on its other features, and the prediction that follows reports its own error)."""
-        affinity = getattr(self.predictor, "affinity", None)
-        if affinity is None or len(rows) == 0:
+        return self._offered("affinity", request, rows, multiplier, np.float32)
+
+    def _conversion_rates(self, request: RequestContext, rows: np.ndarray, multiplier: float) -> np.ndarray | None:
+        """The learned conversion model's pCVR of each candidate for the pre-ranker's value of conversion bids,
+        when the predictor offers one (ModelPredictor.conversion_rates); None without (the constant prior)."""
+        return self._offered("conversion_rates", request, rows, multiplier, np.float64)
+
+    def _offered(self, name: str, request: RequestContext, rows: np.ndarray, multiplier: float,
+                 dtype) -> np.ndarray | None:
+        offered = getattr(self.predictor, name, None)
+        if offered is None or len(rows) == 0:
             return None
         try:
-            values = affinity(PredictionRequest(
+            values = offered(PredictionRequest(
                 rows, self.index.ctr_prior.data[rows] * multiplier, request.slot_positions, request.placement,
                 request.user_features, ad_ids=self.index.ad_id.data[rows], country=request.country,
                 device=request.device, request_id=request.request_id))
         except Exception:  # noqa: BLE001 - a cheap feature missing must not cost the request
             return None
-        return None if values is None else np.asarray(values, dtype=np.float32)
+        return None if values is None else np.asarray(values, dtype=dtype)
 
     def decide(self, request: RequestContext, *, clock: Callable[[], float], deadline: float,
                rng: random.Random, np_rng: np.random.Generator) -> Decision:
@@ -135,10 +144,12 @@ class DecisionEngine:
             np.zeros(index.embedding_dim, dtype=np.float32)
         multiplier = cfg.placement_ctr_multiplier.get(request.placement, 1.0)
         affinity = self._affinity(request, filtered.rows, multiplier)
+        conversion_rates = self._conversion_rates(request, filtered.rows, multiplier)
         try:
             pre = prerank(index, filtered.rows, filtered.participation, user_embedding=user_embedding,
                           placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
-                          keep=cfg.keep, cvr_prior=cfg.cvr_prior, affinity=affinity,
+                          keep=cfg.keep, cvr_prior=cfg.cvr_prior if conversion_rates is None else conversion_rates,
+                          affinity=affinity,
                           weights=cfg.prerank_weights if cfg.prerank_weights is not None else
                           DEFAULT_WEIGHTS if affinity is None else DEFAULT_MODEL_WEIGHTS)
         except Exception:  # noqa: BLE001 - no scores at all: an unscored ad has no fair price, slots stay empty

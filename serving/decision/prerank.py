@@ -69,8 +69,10 @@ def _features(hot: np.ndarray, participation: np.ndarray, user_embedding: np.nda
 
 def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, *, user_embedding: np.ndarray,
             placement_ctr_multiplier: float = 1.0, slot_count: int = 1, keep: int = DEFAULT_KEEP,
-            weights: np.ndarray = DEFAULT_WEIGHTS, cvr_prior: float = DEFAULT_CVR_PRIOR,
+            weights: np.ndarray = DEFAULT_WEIGHTS, cvr_prior: float | np.ndarray = DEFAULT_CVR_PRIOR,
             affinity: np.ndarray | None = None) -> Preranked:
+    """The `keep` candidates of highest approximate value per impression. `cvr_prior`: the pCVR of conversion
+    bids, one for all, or one per row (the learned conversion model's, when the predictor offers it)."""
     if len(rows) == 0:
         empty = np.empty(0, dtype=np.float32)
         return Preranked(rows, empty, empty)

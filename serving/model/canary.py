@@ -144,6 +144,8 @@ def arm_figures(served: Iterable[Mapping[str, Any]],
         for w in record.get("winners", []):
             version_of_impression[w["impression_id"]] = version
     for example in examples:
+        if example.get("task", "CLICK") != "CLICK":  # a conversion example judges the conversion model
+            continue
         version = version_of_impression.get(example["impression_id"])
         if version is None:
             other["fallback_examples" if example.get("scored_by_fallback") else "unmatched_examples"] += 1

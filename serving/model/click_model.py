@@ -17,7 +17,12 @@ Training is unweighted binary cross-entropy on the down-sampled examples (every 
 non-clicks), so the network predicts for a population with w times fewer non-clicks; ClickModel maps its
 output back with core.training.recalibrate (q = p / (p + (1 - p) / w)) and then the per-segment
 calibration. Never called on the request path except through serving.model.predictor (a compiled
-tf.function, never `model.predict`)."""
+tf.function, never `model.predict`).
+
+The bundle may carry a conversion model (ConversionModel, trained by serving.model.conversion): the same
+architecture on the same inputs with the position fixed at 1, trained on conversion examples (clicked
+impressions, never down-sampled) to predict pCVR, with its own calibration per segment. It is saved in the
+bundle's `conversion/` folder; a bundle without one serves the constant pCVR prior."""
 from __future__ import annotations
 
 import json
@@ -40,7 +45,7 @@ from keras import layers  # noqa: E402
 from core import training
 from core.errors import AdserveError
 from serving.model.calibration import SegmentCalibration
-from serving.model.features import AD_NUMERIC, AdFeatureTable, FeatureSpec, example_inputs
+from serving.model.features import AD_NUMERIC, AdFeatureTable, FeatureSpec, conversion_inputs, example_inputs
 from serving.model.student import STUDENT_FILE, Student
 
 MODEL_FILE = "model.keras"
@@ -48,6 +53,7 @@ SPEC_FILE = "feature_spec.json"
 CALIBRATION_FILE = "calibration.json"
 METADATA_FILE = "metadata.json"
 SAVED_MODEL_DIR = "saved_model"
+CONVERSION_DIR = "conversion"
 DIRECTORY_PREFIX = "click-v"
 
 
@@ -72,7 +78,7 @@ class TrainConfig:
     architecture: Architecture = field(default_factory=Architecture)
 
 
-def build(spec: FeatureSpec, architecture: Architecture = Architecture()):
+def build(spec: FeatureSpec, architecture: Architecture = Architecture(), name: str = "click_model"):
     """The Keras model for a feature spec (inputs named as features.request_inputs names them)."""
     e = architecture.embedding_dim
     inputs = {
@@ -100,7 +106,7 @@ def build(spec: FeatureSpec, architecture: Architecture = Architecture()):
                                      name="position_bias")(inputs["position"])
     logit = layers.Add(name="logit")([mlp_logit, interaction, position_bias])
     pctr = layers.Activation("sigmoid", name="pctr")(logit)
-    return keras.Model(inputs=inputs, outputs=pctr, name="click_model")
+    return keras.Model(inputs=inputs, outputs=pctr, name=name)
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -138,6 +144,62 @@ def stderr_log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _batched(network, inputs: Mapping[str, np.ndarray], batch_size: int = 8192) -> np.ndarray:
+    """A network's output over many rows (offline: batched calls, not model.predict)."""
+    n = len(next(iter(inputs.values())))
+    out = np.empty(n, dtype=np.float64)
+    for begin in range(0, n, batch_size):
+        chunk = {k: v[begin: begin + batch_size] for k, v in inputs.items()}
+        out[begin: begin + batch_size] = np.asarray(network(chunk, training=False)).reshape(-1)
+    return out
+
+
+def _export(network, folder: Path) -> None:
+    """A TensorFlow SavedModel of a network, for a service that does not import this project."""
+    tf_log = logging.getLogger("tensorflow")
+    level = tf_log.level
+    tf_log.setLevel(logging.WARNING)  # "Assets written to ..." is not news
+    try:
+        network.export(str(folder), format="tf_saved_model", verbose=False)
+    finally:
+        tf_log.setLevel(level)
+
+
+@dataclass
+class ConversionModel:
+    """The pCVR network of a bundle (trained on conversion examples, never down-sampled) and its calibration
+    per segment; it shares the click model's FeatureSpec."""
+
+    network: Any  # keras.Model
+    calibration: SegmentCalibration
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def raw_probabilities(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        return _batched(self.network, inputs)
+
+    def predict_examples(self, spec: FeatureSpec, examples, ad_tables: Mapping[int, AdFeatureTable]) -> np.ndarray:
+        """Calibrated conversion probabilities of examples (offline evaluation)."""
+        raw = self.raw_probabilities(conversion_inputs(spec, examples, ad_tables))
+        return self.calibration.apply(raw, examples.placement, examples.country, examples.billing_type)
+
+    def save(self, folder: Path, *, export_saved_model: bool = True) -> None:
+        folder.mkdir(parents=True)
+        self.network.save(folder / MODEL_FILE)
+        (folder / CALIBRATION_FILE).write_text(self.calibration.to_json())
+        (folder / METADATA_FILE).write_text(json.dumps(self.metadata, indent=2))
+        if export_saved_model:
+            _export(self.network, folder / SAVED_MODEL_DIR)
+
+    @classmethod
+    def load(cls, folder: Path) -> "ConversionModel":
+        missing = [n for n in (MODEL_FILE, CALIBRATION_FILE, METADATA_FILE) if not (folder / n).exists()]
+        if missing:
+            raise ModelInvalid(f"{folder} is not a conversion model directory: missing {', '.join(missing)}")
+        return cls(keras.models.load_model(folder / MODEL_FILE, compile=False),
+                   SegmentCalibration.from_json((folder / CALIBRATION_FILE).read_text()),
+                   json.loads((folder / METADATA_FILE).read_text()))
+
+
 @dataclass
 class ClickModel:
     """A trained network with everything needed to turn its output into calibrated click probabilities."""
@@ -148,6 +210,7 @@ class ClickModel:
     keep_rate: float  # the negatives' keep rate of the training data (the q correction's w)
     metadata: dict[str, Any] = field(default_factory=dict)
     student: Student | None = None  # the pre-ranker's bilinear copy (serving.model.student); None in old bundles
+    conversion: ConversionModel | None = None  # pCVR; None: the constant prior cvr_prior
 
     @property
     def version(self) -> str:
@@ -159,12 +222,7 @@ class ClickModel:
 
     def raw_probabilities(self, inputs: Mapping[str, np.ndarray], batch_size: int = 8192) -> np.ndarray:
         """The network's output on the down-sampled scale (offline: batched calls, not model.predict)."""
-        n = len(next(iter(inputs.values())))
-        out = np.empty(n, dtype=np.float64)
-        for begin in range(0, n, batch_size):
-            chunk = {k: v[begin: begin + batch_size] for k, v in inputs.items()}
-            out[begin: begin + batch_size] = np.asarray(self.network(chunk, training=False)).reshape(-1)
-        return out
+        return _batched(self.network, inputs, batch_size)
 
     def corrected(self, raw: np.ndarray) -> np.ndarray:
         """The down-sampling correction q = p / (p + (1 - p) / w)."""
@@ -178,8 +236,8 @@ class ClickModel:
     # persistence -------------------------------------------------------------------------------------
     def save(self, folder: Path, *, export_saved_model: bool = True) -> Path:
         """Write the bundle into `folder` (created; must not exist): the Keras model, feature_spec.json,
-        calibration.json, metadata.json, the pre-ranker's student (prerank_student.npz) when there is one
-        and, unless told not to, a TensorFlow SavedModel of the network
+        calibration.json, metadata.json, the pre-ranker's student (prerank_student.npz) and the conversion
+        model (conversion/) when there are, and, unless told not to, a TensorFlow SavedModel of the network
         with a `serve` signature for a prediction service that does not import this project."""
         folder.mkdir(parents=True)
         self.network.save(folder / MODEL_FILE)
@@ -188,14 +246,10 @@ class ClickModel:
         (folder / METADATA_FILE).write_text(json.dumps({**self.metadata, "keep_rate": self.keep_rate}, indent=2))
         if self.student is not None:
             (folder / STUDENT_FILE).write_bytes(self.student.to_bytes())
+        if self.conversion is not None:
+            self.conversion.save(folder / CONVERSION_DIR, export_saved_model=export_saved_model)
         if export_saved_model:
-            tf_log = logging.getLogger("tensorflow")
-            level = tf_log.level
-            tf_log.setLevel(logging.WARNING)  # "Assets written to ..." is not news
-            try:
-                self.network.export(str(folder / SAVED_MODEL_DIR), format="tf_saved_model", verbose=False)
-            finally:
-                tf_log.setLevel(level)
+            _export(self.network, folder / SAVED_MODEL_DIR)
         return folder
 
     @classmethod
@@ -207,9 +261,10 @@ class ClickModel:
         network = keras.models.load_model(folder / MODEL_FILE, compile=False)
         metadata = json.loads((folder / METADATA_FILE).read_text())
         student = Student.from_bytes((folder / STUDENT_FILE).read_bytes()) if (folder / STUDENT_FILE).exists() else None
+        conversion = ConversionModel.load(folder / CONVERSION_DIR) if (folder / CONVERSION_DIR).is_dir() else None
         return cls(network, FeatureSpec.load(folder / SPEC_FILE),
                    SegmentCalibration.from_json((folder / CALIBRATION_FILE).read_text()),
-                   float(metadata["keep_rate"]), metadata, student)
+                   float(metadata["keep_rate"]), metadata, student, conversion)
 
 
 def next_version(models_root: Path) -> int:

@@ -107,10 +107,18 @@ def write_examples(path: Path, records: Iterable[dict[str, Any]]) -> None:
         fastavro.writer(f, _schema(), records, codec="deflate")
 
 
+def by_task(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(click examples, conversion examples); a record without a task (schema version 1) is a click example."""
+    clicks, conversions = [], []
+    for r in records:
+        (conversions if r.get("task", training.CLICK) == training.CONVERSION else clicks).append(r)
+    return clicks, conversions
+
+
 def keep_rate_of(records: Sequence[dict[str, Any]]) -> float:
     """The keep rate w the negatives were down-sampled at, read from their sample weight (1 / w).
     1.0 when nothing was down-sampled; raises when the negatives disagree (use harmonise_keep_rate)."""
-    weights = {round(float(r["sample_weight"]), 9) for r in records if r["label"] == 0}
+    weights = {round(float(r["sample_weight"]), 9) for r in by_task(records)[0] if r["label"] == 0}
     if not weights:
         return 1.0
     if len(weights) > 1:
@@ -132,7 +140,7 @@ def harmonise_keep_rate(parts: Sequence[Sequence[dict[str, Any]]]) -> tuple[list
             merged.extend(part)
             continue
         for r in part:
-            if r["label"] == 1:
+            if r["label"] == 1 or r.get("task", training.CLICK) == training.CONVERSION:  # never down-sampled
                 merged.append(r)
             elif training.keeps_negative(r["impression_id"], keep_rate):
                 merged.append({**r, "sample_weight": 1.0 / keep_rate})

@@ -231,6 +231,15 @@ def packed_width(spec: FeatureSpec) -> int:
     return spec.user_dim + spec.ad_embedding_dim + len(AD_NUMERIC)
 
 
+def conversion_inputs(spec: FeatureSpec, examples: ExampleTable,
+                      ad_tables: Mapping[int, AdFeatureTable]) -> dict[str, np.ndarray]:
+    """The conversion model's inputs for examples: example_inputs with every position at 1 (whether a click
+    converts does not depend on the slot it was shown in; the serving path scores position 1 too)."""
+    inputs = example_inputs(spec, examples, ad_tables)
+    inputs["position"] = np.full(len(examples), min(1, spec.max_slot_position), dtype=np.int32)
+    return inputs
+
+
 def packed_request_inputs(spec: FeatureSpec, ads: AdFeatureTable, rows: np.ndarray, positions: Sequence[int], *,
                           user_features: Mapping[str, float], placement: str, country: str | None,
                           device: str | None, padded_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:

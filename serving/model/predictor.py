@@ -5,8 +5,11 @@ the candidates are tiled over the slot positions (serving.model.features.packed_
 the smallest fixed bucket that holds candidates x slots, and scored by a tf.function traced once per bucket
 at load (a fixed input signature: no tracing, no `model.predict`, on the request path). The network's
 output is corrected for the training data's down-sampling (core.training.recalibrate) and calibrated for
-the request's segment (placement, country, the candidate's billing type). pCVR is a constant prior: the
-training examples carry no conversion labels yet.
+the request's segment (placement, country, the candidate's billing type). pCVR: when the bundle has a
+conversion model, the request's conversion-bid (CPA) candidates are scored by it at position 1 (a second
+compiled call, on those candidates only) and calibrated for the request's segment; every other candidate,
+and every candidate of a bundle without one, gets the constant prior (the auction reads pCVR of CPA bids
+only).
 
 `affinity` gives the pre-ranker the model's bilinear student (serving.model.student) for any number of
 candidates, numpy only: each ad's student vector is precomputed with the snapshot's table.
@@ -38,6 +41,9 @@ from serving.model.student import StudentAffinity
 # Input rows: one request of 200 candidates x 1-4 slots (200-800; x 8 slots 1,600), or a batch of requests
 # (predict_many: the prediction service's dynamic batches, up to 3,200 rows per call).
 DEFAULT_BUCKETS = (200, 400, 600, 800, 1_600, 2_400, 3_200)
+# The conversion model's rows: a request's CPA candidates only (a share of its 200), one row each.
+CONVERSION_BUCKETS = (64, 200, 800, 3_200)
+CPA_CODE = 3  # AdFeatureTable.bid_type of a CPA ad (the snapshot's code 2, plus 1)
 
 
 class PredictionUnavailable(AdserveError):
@@ -54,9 +60,9 @@ class ModelPredictor:
         self.spec = model.spec
         self.buckets = tuple(sorted(buckets))
         self.use_snapshot(snapshot)
-        network, spec = model.network, self.spec
+        spec = self.spec
 
-        def compiled(rows: int):
+        def compiled(network, rows: int):
             @tf.function(input_signature=[tf.TensorSpec((rows, packed_width(spec)), tf.float32, name="floats"),
                                           tf.TensorSpec((rows, len(INDEX_INPUTS)), tf.int32, name="indexes")])
             def score(floats, indexes):
@@ -68,7 +74,9 @@ class ModelPredictor:
         quiet = tf.get_logger().level
         tf.get_logger().setLevel("ERROR")  # a trace per bucket in a row is intended, not a retracing problem
         try:
-            self._score = {rows: compiled(rows) for rows in self.buckets}
+            self._score = {rows: compiled(model.network, rows) for rows in self.buckets}
+            self._score_conversion = {} if model.conversion is None else {
+                rows: compiled(model.conversion.network, rows) for rows in CONVERSION_BUCKETS}
         finally:
             tf.get_logger().setLevel(quiet)
         if warm_up:
@@ -98,25 +106,30 @@ class ModelPredictor:
         affinity = self._ads[2]
         return None if affinity is None else affinity(request)
 
+    def conversion_rates(self, request: PredictionRequest) -> np.ndarray | None:
+        """pCVR of each candidate, for the pre-ranker's value of conversion bids: the conversion model's for the
+        CPA candidates (one compiled call on those rows; the auction later gets the same numbers for the 200
+        kept), the constant prior for the others. None when the bundle has no conversion model."""
+        if self.model.conversion is None or request.ad_ids is None:
+            return None
+        table = self._ads[0]
+        return self._pcvr(table, [table.rows(request.ad_ids)], [request])[0]
+
     @property
     def snapshot_version(self) -> int:
         return self._ads[0].version
 
     def warm_up(self) -> None:
         """Run every bucket once (the first run of a graph allocates), so no request pays for it."""
-        for rows in self.buckets:
-            self._run(rows, *packed_request_inputs(self.spec, self._ads[0], np.full(1, -1), [1], user_features={},
-                                                   placement="", country=None, device=None, padded_to=rows))
+        for functions in (self._score, self._score_conversion):
+            for rows in functions:
+                self._run(functions, rows, *packed_request_inputs(
+                    self.spec, self._ads[0], np.full(1, -1), [1], user_features={}, placement="", country=None,
+                    device=None, padded_to=rows))
 
-    def _run(self, bucket: int, floats: np.ndarray, indexes: np.ndarray) -> np.ndarray:
+    def _run(self, functions, bucket: int, floats: np.ndarray, indexes: np.ndarray) -> np.ndarray:
         tf = self._tf
-        return self._score[bucket](tf.constant(floats), tf.constant(indexes)).numpy()
-
-    def _bucket(self, rows: int) -> int:
-        for size in self.buckets:
-            if size >= rows:
-                return size
-        return self.buckets[-1]
+        return functions[bucket](tf.constant(floats), tf.constant(indexes)).numpy()
 
     def predict(self, request: PredictionRequest, deadline: float, clock: Callable[[], float]) -> Predictions:
         if clock() > deadline:
@@ -138,8 +151,9 @@ class ModelPredictor:
         table, bills_clicks, _ = self._ads  # one reference: a snapshot swapped meanwhile applies from the next call
         rows = [table.rows(r.ad_ids) for r in requests]
         raw = self._raw_scores(table, rows, requests)
-        return [self._calibrated(r, ad_rows, scores, bills_clicks, table.version)
-                for r, ad_rows, scores in zip(requests, rows, raw)]
+        pcvr = self._pcvr(table, rows, requests)
+        return [self._calibrated(r, ad_rows, scores, bills_clicks, table.version, cvr)
+                for r, ad_rows, scores, cvr in zip(requests, rows, raw, pcvr)]
 
     def _raw_scores(self, table: AdFeatureTable, rows: Sequence[np.ndarray],
                     requests: Sequence[PredictionRequest]) -> list[np.ndarray]:
@@ -160,23 +174,52 @@ class ModelPredictor:
             begin += size
         return out
 
-    def score_rows(self, floats: np.ndarray, indexes: np.ndarray) -> np.ndarray:
-        """The network's output for any number of packed input rows: parts of the largest bucket, each
-        zero-padded to the smallest bucket that holds it (a request or batch is never retraced)."""
-        total, largest = len(floats), self.buckets[-1]
+    def _pcvr(self, table: AdFeatureTable, rows: Sequence[np.ndarray],
+              requests: Sequence[PredictionRequest]) -> list[np.ndarray]:
+        """Each request's pCVR per candidate: the conversion model's calibrated output for its CPA candidates
+        (scored together in one compiled call), the constant prior for the others."""
+        prior = self.model.cvr_prior
+        out = [np.full(len(ad_rows), prior) for ad_rows in rows]
+        conversion = self.model.conversion
+        if conversion is None:
+            return out
+        picked = [np.flatnonzero(table.bid_type[ad_rows] == CPA_CODE) for ad_rows in rows]
+        packed = [packed_request_inputs(self.spec, table, ad_rows[p], [1], user_features=r.user_features,
+                                        placement=r.placement, country=r.country, device=r.device)
+                  for r, ad_rows, p in zip(requests, rows, picked) if len(p)]
+        if not packed:
+            return out
+        scores = self.score_rows(np.concatenate([f for f, _ in packed]), np.concatenate([i for _, i in packed]),
+                                 conversion=True).astype(np.float64)
+        begin = 0
+        for r, p, cvr in zip(requests, picked, out):
+            if len(p):
+                platt = conversion.calibration.lookup(r.placement, r.country, "CLICK")  # a CPA bid bills clicks
+                cvr[p] = platt.apply(scores[begin: begin + len(p)])
+                begin += len(p)
+        return out
+
+    def score_rows(self, floats: np.ndarray, indexes: np.ndarray, conversion: bool = False) -> np.ndarray:
+        """The network's output (the conversion network's with conversion=True) for any number of packed input
+        rows: parts of the largest bucket, each zero-padded to the smallest bucket that holds it (a request or
+        batch is never retraced)."""
+        functions = self._score_conversion if conversion else self._score
+        buckets = tuple(functions)
+        total, largest = len(floats), buckets[-1]
         out = np.empty(total, dtype=np.float32)
         for begin in range(0, total, largest):
             end = min(total, begin + largest)
-            size, bucket = end - begin, self._bucket(end - begin)
+            size = end - begin
+            bucket = next((b for b in buckets if b >= size), largest)
             part_floats, part_indexes = floats[begin:end], indexes[begin:end]
             if size < bucket:
                 part_floats = np.concatenate([part_floats, np.zeros((bucket - size, floats.shape[1]), np.float32)])
                 part_indexes = np.concatenate([part_indexes, np.zeros((bucket - size, indexes.shape[1]), np.int32)])
-            out[begin:end] = self._run(bucket, part_floats, part_indexes)[:size]
+            out[begin:end] = self._run(functions, bucket, part_floats, part_indexes)[:size]
         return out
 
     def _calibrated(self, request: PredictionRequest, rows: np.ndarray, raw: np.ndarray,
-                    bills_clicks: np.ndarray, snapshot_version: int) -> Predictions:
+                    bills_clicks: np.ndarray, snapshot_version: int, pcvr: np.ndarray) -> Predictions:
         """The down-sampling correction, then the calibration of the request's segment (placement, country, the
         candidate's billing type)."""
         q = training.recalibrate(raw, self.model.keep_rate)
@@ -187,4 +230,4 @@ class ModelPredictor:
         a = np.where(clicks, by_click.a, by_impression.a)
         b = np.where(clicks, by_click.b, by_impression.b)
         pctr = sigmoid(a * logit(q) + b)
-        return Predictions(pctr, np.full(len(rows), self.model.cvr_prior), self.model.version, int(snapshot_version))
+        return Predictions(pctr, pcvr, self.model.version, int(snapshot_version))

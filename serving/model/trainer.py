@@ -7,6 +7,9 @@ training side, fit the network unweighted on the down-sampled examples with earl
 validation side, then on the validation side (examples the network never trained on) correct for the
 down-sampling with q = p / (p + (1 - p) / w) and fit the per-segment calibration with sample weights.
 
+Both also handle the CONVERSION examples in the records, if any (serving.model.conversion): training fits
+the bundle's conversion model on them, evaluation adds its figures under "conversion".
+
 evaluate_click_model: the model's calibrated predictions on other examples (a held-out day) against the
 priors-only baseline (PriorPredictor's formula: the snapshot's ctr prior x position effect), the logged
 pCTR (whatever served that day) and, when the true click probabilities are known (a simulated day), the
@@ -24,7 +27,7 @@ from serving.model.ad_features import AdFeatureSnapshot
 from serving.model.calibration import SegmentCalibration, fit_segment_calibration
 from serving.model.student import fit_student
 from serving.model.click_model import ClickModel, TrainConfig, build, fit, stderr_log
-from serving.model.dataset import ExamplesInvalid, ExampleTable, validation_mask
+from serving.model.dataset import ExamplesInvalid, ExampleTable, by_task, validation_mask
 from serving.model.features import AdFeatureTable, FeatureSpec, ad_table, example_inputs
 
 SEGMENTS = ("placement", "country", "billing_type")
@@ -62,8 +65,13 @@ def summary(labels: np.ndarray, predictions: np.ndarray, weights: np.ndarray) ->
 
 def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int, AdFeatureSnapshot],
                       keep_rate: float, config: TrainConfig = TrainConfig(), *, validation_share: float = 0.3,
-                      min_segment_clicks: int = 50, log: Callable[[str], None] = stderr_log) -> ClickModel:
-    """A trained, calibrated ClickModel (unsaved) with its training metadata."""
+                      min_segment_clicks: int = 50, min_segment_conversions: int = 30,
+                      log: Callable[[str], None] = stderr_log) -> ClickModel:
+    """A trained, calibrated ClickModel (unsaved) with its training metadata, and its conversion model when the
+    records hold enough CONVERSION examples."""
+    from serving.model.conversion import train_conversion_model
+
+    records, conversion_records = by_task(records)
     everything = ExampleTable.from_records(records)
     examples = everything.take(~everything.scored_by_fallback)
     validation = validation_mask(examples.request_id, validation_share)
@@ -89,6 +97,13 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
         min_positives=min_segment_clicks, min_negatives=min_segment_clicks)
     calibrated = model.calibration.apply(corrected, held.placement, held.country, held.billing_type)
     model.student = fit_student(model, examples, tables[newest], seed=config.seed)
+    if conversion_records:
+        conversion_tables = _ad_tables(spec, ExampleTable.from_records(conversion_records), snapshots)
+        model.conversion, pcvr = train_conversion_model(
+            conversion_records, spec, conversion_tables, config, validation_share=validation_share,
+            min_segment_conversions=min_segment_conversions, log=log)
+    else:
+        pcvr = f"no conversion examples: pCVR is the constant prior {DEFAULT_CVR_PRIOR}"
     log(f"pre-ranker student: {model.student.fit_pairs:,} user-ad pairs, rms error of log pCTR "
         f"{model.student.fit_rmse:.3f}")
     validation_metrics = {
@@ -108,17 +123,22 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
                          "learning_rate": config.learning_rate, "patience": config.patience, "seed": config.seed},
         "validation_metrics": validation_metrics, "calibration_segments": len(model.calibration.coefficients),
         "prerank_student": {"fit_pairs": model.student.fit_pairs, "fit_rmse_log_pctr": model.student.fit_rmse},
-        "cvr_prior": DEFAULT_CVR_PRIOR,
-        "pcvr": "constant prior (the training examples carry no conversion labels yet)"}
+        "cvr_prior": DEFAULT_CVR_PRIOR, "pcvr": pcvr,
+        "conversion_examples": len(conversion_records)}
     return model
 
 
 def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
                          snapshots: Mapping[int, AdFeatureSnapshot], truth: Mapping[str, float] | None = None, *,
-                         min_segment_clicks: int = 100) -> dict[str, Any]:
+                         min_segment_clicks: int = 100, conversion_truth: Mapping[str, float] | None = None,
+                         min_segment_conversions: int = 50) -> dict[str, Any]:
     """NE, log loss, AUC and calibration per segment of the model, beside the baselines (see the module
     docstring). calibration_min/max are over segments with at least min_segment_clicks clicks (raw clicks:
-    a ratio over n clicks is only good to about +-2/sqrt(n))."""
+    a ratio over n clicks is only good to about +-2/sqrt(n)). With CONVERSION examples and a conversion
+    model, "conversion" holds serving.model.conversion.evaluate_conversion_model's figures (None otherwise)."""
+    from serving.model.conversion import evaluate_conversion_model
+
+    records, conversion_records = by_task(records)
     examples = ExampleTable.from_records(records)
     if len(examples) == 0 or examples.positives == 0:
         raise ExamplesInvalid(f"nothing to evaluate: {len(examples)} examples, {examples.positives} clicks")
@@ -142,7 +162,16 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
         "ne_oracle": None, "auc_oracle": None,
         "calibration_min": min(judged) if judged else None, "calibration_max": max(judged) if judged else None,
         "calibration_segments_judged": len(judged), "min_segment_clicks": min_segment_clicks,
-        "segments": segments}
+        "segments": segments, "conversion": None}
+    if conversion_records and model.conversion is not None:
+        converted = ExampleTable.from_records(conversion_records)
+        try:
+            result["conversion"] = evaluate_conversion_model(
+                model.conversion, model.spec, conversion_records, _ad_tables(model.spec, converted, snapshots),
+                conversion_truth,
+                min_segment_conversions=min_segment_conversions)
+        except ValueError as exc:
+            raise ExamplesInvalid(str(exc)) from exc
     if truth is not None:
         missing = [i for i in examples.impression_id if i not in truth]
         if missing:

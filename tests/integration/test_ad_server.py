@@ -113,10 +113,20 @@ def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(plat
             # no open redirect: an unsigned destination is ignored, the signed landing URL wins
             async with s.http.get(slot["click_url"] + "&url=https%3A%2F%2Fevil.example%2F",
                                   allow_redirects=False) as r:
-                assert r.status == 302 and r.headers["Location"] == LANDING
+                assert r.status == 302
+                landed = urlparse(r.headers["Location"])
+            # the signed landing URL, with the click id the advertiser reports a conversion with
+            assert landed._replace(query="").geturl() == LANDING
+            click_id = parse_qs(landed.query)["adclid"][0]
+            clicked = KEYS.verify_click_id(click_id, int(time.time() * 1000))
+            assert (clicked.impression_id, clicked.campaign_id) == (slot["impression_id"], base)
             token = parse_qs(urlparse(slot["click_url"]).query)["t"][0]
-            tampered = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
             tracker = slot["click_url"].split("/v1/")[0]
+            async with s.http.get(f"{tracker}/v1/conversion", params={"c": click_id}) as r:
+                assert r.status == 204
+            async with s.http.get(f"{tracker}/v1/conversion", params={"c": token}) as r:
+                assert r.status == 400  # a beacon token is not a click id
+            tampered = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
             async with s.http.get(f"{tracker}/v1/click", params={"t": tampered}, allow_redirects=False) as r:
                 assert r.status == 403
             expired = KEYS.sign(dataclasses.replace(claims, expires_ms=int(time.time() * 1000) - 1))
@@ -127,13 +137,17 @@ def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(plat
             async with s.http.post(f"{s.url}/v1/ads", data=b"{not json") as r:
                 assert r.status == 400
             rejected = {labels["reason"]: value for labels, value in _samples(s.tracker.rejected)}
-            assert rejected == {"bad_signature": 1.0, "expired": 1.0}
+            assert rejected == {"bad_signature": 1.0, "expired": 1.0, "malformed": 1.0}
             return [a["request_id"] for a in answers], slot["impression_id"]
 
     request_ids, impression_id = asyncio.run(scenario())
     events = _decoded(platform, "ad.events")
     mine = [e for e in events if e["impression_id"] == impression_id]
     assert sorted(e["event_type"] for e in mine) == ["CLICK", "IMPRESSION"]
+    (converted,) = [c for c in _decoded(platform, "ad.conversions") if c["impression_id"] == impression_id]
+    click = next(e for e in mine if e["event_type"] == "CLICK")
+    assert (converted["campaign_id"], converted["served_time"], converted["click_time"]) == \
+        (base, click["served_time"], click["event_time"])
     served = {r["request_id"]: r for r in _decoded(platform, "ad.served")}
     assert set(request_ids) <= set(served)
     expected = sum(w["expected_cost_micros"] for rid in request_ids for w in served[rid]["winners"])

@@ -1,8 +1,10 @@
 """The learning loop end to end without servers: a simulated day served by the priors baseline, its examples
-(core.training.join, down-sampled to 10 %), the click model trained on them, evaluated on another day of the
-same world against the priors-only baseline and the simulator's true click probabilities."""
+(core.training.join, down-sampled to 10 %, with the conversion examples of its clicks), the click and
+conversion models trained on them, evaluated on another day of the same world against the priors-only
+baseline, the constant pCVR prior and the simulator's true click and conversion probabilities."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from adserve.learning_day import DAY, day_start_ms, make_world, simulate_day
@@ -16,11 +18,12 @@ def trained():
     world = make_world(seed=7)
     train_day = simulate_day(world, requests=60_000, seed=1)
     held_day = simulate_day(world, requests=30_000, seed=2)
-    examples = training.join(train_day.served, train_day.events, keep_rate=0.1)
-    held = training.join(held_day.served, held_day.events, keep_rate=1.0)
+    examples = training.join(train_day.served, train_day.events, 0.1, train_day.conversions)
+    held = training.join(held_day.served, held_day.events, 1.0, held_day.conversions)
     model = train_click_model(examples, {train_day.snapshot.version: train_day.snapshot}, keep_rate=0.1,
                               log=lambda line: None)
-    return model, evaluate_click_model(model, held, {held_day.snapshot.version: held_day.snapshot}, held_day.truth)
+    return model, evaluate_click_model(model, held, {held_day.snapshot.version: held_day.snapshot}, held_day.truth,
+                                       conversion_truth=held_day.conversion_truth)
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +63,40 @@ def test_the_pre_ranker_keeps_the_models_winner_over_95_percent_of_the_time(trai
     checked, hits = day.counts["recall_checked"], day.counts["recall_hits"]
     assert checked >= 150
     assert hits / checked > 0.95
+
+
+def test_the_conversion_model_beats_the_constant_prior_and_is_calibrated_overall(evaluation):
+    converted = evaluation["conversion"]
+    assert converted["conversions"] > 200
+    assert converted["ne_cvr_model"] < converted["ne_cvr_baseline"] - 0.1
+    assert converted["ne_cvr_model"] > converted["ne_cvr_oracle"] - 0.01
+    # predicted conversions over the sum of the true probabilities, on ~1,000 training conversions
+    assert 0.85 <= converted["cvr_calibration_expected"] <= 1.15
+
+
+def test_the_predictor_serves_the_conversion_models_pcvr_to_conversion_bids_only(trained):
+    from serving.decision.prediction import PredictionRequest
+    from serving.model.dataset import ExampleTable
+    from serving.model.features import ad_table
+
+    model, _ = trained
+    world = make_world(seed=7)
+    snapshot = world.snapshot(day_start_ms(DAY))
+    predictor = ModelPredictor(model, snapshot)
+    cpa = np.flatnonzero(world.bid_type == "CPA")[:5]
+    others = np.flatnonzero(world.bid_type != "CPA")[:5]
+    ad_ids = world.ad_id[np.concatenate([cpa, others])].astype(np.int64)
+    features = world.user_features(3)
+    request = PredictionRequest(rows=np.arange(len(ad_ids)), ctr_prior=np.full(len(ad_ids), 0.01), positions=(1, 2),
+                                placement="feed", user_features=features, ad_ids=ad_ids, country="US", device="ios")
+    got = predictor.predict_many([request])[0].pcvr
+    assert np.all(got[5:] == model.cvr_prior)
+    # the same number the offline path gives for a clicked impression of those ads in that context
+    records = [{"impression_id": f"i{a}", "request_id": "r", "label": 0, "sample_weight": 1.0, "ad_id": int(a),
+                "slot_position": 2, "placement": "feed", "country": "US", "device": "ios", "billing_type": "CLICK",
+                "user_features": features, "ad_snapshot_version": snapshot.version, "logged_pctr": 0.0}
+               for a in ad_ids[:5]]
+    offline = model.conversion.predict_examples(model.spec, ExampleTable.from_records(records),
+                                                {snapshot.version: ad_table(model.spec, snapshot)})
+    assert np.allclose(got[:5], offline, rtol=1e-4)
+    assert np.ptp(got[:5]) > 0 and not np.allclose(got[:5], model.cvr_prior)

@@ -7,7 +7,7 @@ import pytest
 from core.frequency import DAY_MS, JustServed, field_name, fields_to_drop
 from core.leases import LeaseBook
 from core.spend import SpendAccumulator, SpendDedupe
-from core.tokens import InvalidToken, TokenClaims, TokenKeys
+from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenClaims, TokenKeys
 from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
 
 NOW = 1_800_000_000_000
@@ -53,6 +53,38 @@ def test_an_expired_token_is_rejected():
     with pytest.raises(InvalidToken) as e:
         KEYS.verify(token, NOW)
     assert e.value.reason == "expired"
+
+
+def click_id_claims(**over) -> ClickIdClaims:
+    base = dict(impression_id="r1:1", ad_id=7, campaign_id=3, served_ms=NOW - 5_000, click_ms=NOW,
+                expires_ms=NOW + CLICK_ID_LIFETIME_MS)
+    return ClickIdClaims(**{**base, **over})
+
+
+def test_a_click_id_verifies_for_a_week_and_is_not_a_beacon_token_nor_the_reverse():
+    click_id = KEYS.sign_click_id(click_id_claims())
+    got = KEYS.verify_click_id(click_id, NOW + CLICK_ID_LIFETIME_MS)
+    assert (got.impression_id, got.campaign_id, got.click_ms, got.key_id) == ("r1:1", 3, NOW, "k2")
+    with pytest.raises(InvalidToken) as e:
+        KEYS.verify_click_id(click_id, NOW + CLICK_ID_LIFETIME_MS + 1)
+    assert e.value.reason == "expired"
+    for wrong in (lambda: KEYS.verify(click_id, NOW), lambda: KEYS.verify_click_id(KEYS.sign(claims()), NOW),
+                  lambda: KEYS.verify_click_id(KEYS.sign_click_id(click_id_claims(kind="beacon")), NOW)):
+        with pytest.raises(InvalidToken) as e:
+            wrong()
+        assert e.value.reason == "malformed"
+    tampered = click_id[:-2] + ("A" if click_id[-2] != "A" else "B") + click_id[-1]
+    with pytest.raises(InvalidToken) as e:
+        KEYS.verify_click_id(tampered, NOW)
+    assert e.value.reason == "bad_signature"
+
+
+def test_the_click_id_is_added_to_the_landing_urls_own_query():
+    from serving.tracker import with_click_id
+
+    assert with_click_id("https://shop.example/a", "CID") == "https://shop.example/a?adclid=CID"
+    assert with_click_id("https://shop.example/a?utm=x&adclid=old#top", "CID") == \
+        "https://shop.example/a?utm=x&adclid=CID#top"
 
 
 def test_keys_rotate_old_tokens_verify_until_the_old_key_is_retired():
