@@ -104,6 +104,22 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (verdict, reasons, versions, ...)")
     p.set_defaults(handler=cmd_model_canary_report)
 
+    p = msub.add_parser("promote", help="make a prediction service's canary its current model, only if the canary "
+                                        "report on the served traffic says promote",
+                        description=PROMOTE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--service", required=True, help="the prediction service's URL (http://127.0.0.1:8090)")
+    p.add_argument("--served", type=Path, action="append", required=True,
+                   help="ServedRecord Avro file of the traffic the canary served (repeat for several)")
+    p.add_argument("--examples", type=Path, action="append", required=True,
+                   help="TrainingExample Avro file of the same traffic (repeat for several)")
+    p.add_argument("--tolerance", type=float, default=0.02,
+                   help="how far below the current's revenue per request the candidate's may be (default 0.02)")
+    p.add_argument("--min-clicks", type=int, default=canary.PromotionRule.min_clicks,
+                   help=f"labelled clicks the candidate needs before a verdict (default "
+                        f"{canary.PromotionRule.min_clicks:,})")
+    p.add_argument("--json", action="store_true", help="print one JSON object (promoted, report, service answer)")
+    p.set_defaults(handler=cmd_model_promote)
+
 
 def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -283,6 +299,74 @@ def _served_records(paths: list[Path]) -> list[dict[str, Any]]:
         except (ValueError, EOFError, KeyError) as exc:
             raise AdserveError(f"{path} is not an Avro file of ServedRecord records: {exc}") from exc
     return records
+
+
+PROMOTE_HELP = """`adserve model promote --service URL --served served.avro --examples examples.avro`: the gate
+before a new model version takes all traffic (design: "ships nothing until a canary passes").
+
+It asks the service which model is current and which is its canary (GET /v1/model), judges the canary on the
+served log and its labelled examples exactly as `adserve model canary-report --current C --candidate K` does
+(calibration within 0.95-1.05 over at least --min-clicks clicks, revenue per request not more than
+--tolerance below the current model's), prints the report and, only on a "promote" verdict, posts it to the
+service (POST /v1/promote), which swaps the canary in as the current model and re-checks that the report is
+for exactly its two versions. Exit 0 when promoted; 1 when the verdict is "hold" or "not enough data", or the
+service refused (nothing changes); 2 when the files or the service cannot be read."""
+
+
+def _http_json(url: str, body: dict[str, Any] | None = None, timeout_s: float = 10.0) -> tuple[int, Any]:
+    """(status, decoded JSON answer) of a GET, or of a POST of `body`; OSError when the service cannot be reached."""
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
+                                     method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def cmd_model_promote(args: argparse.Namespace) -> int:
+    from serving.model.canary import PROMOTE, PromotionRule, canary_report, render_report
+
+    service = args.service.rstrip("/")
+    try:
+        served = _served_records(args.served)
+        examples = [r for part in _read(args.examples) for r in part]
+        status, described = _http_json(f"{service}/v1/model")
+    except (AdserveError, OSError, ValueError) as exc:
+        print(f"adserve model promote: {exc}", file=sys.stderr)
+        return 2
+    if status != 200 or not described.get("canary"):
+        print(f"adserve model promote: the service at {service} has no canary model to promote "
+              f"(GET /v1/model answered {status}: {json.dumps(described)[:300]})", file=sys.stderr)
+        return 1
+    rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks)
+    report = canary_report(served, examples, current=described["model_version"],
+                           candidate=described["canary"]["model_version"], rule=rule)
+    answer: Any = None
+    promoted = False
+    if report["verdict"] == PROMOTE:
+        try:
+            status, answer = _http_json(f"{service}/v1/promote",
+                                        {"model_version": report["candidate"], "report": report})
+        except (OSError, ValueError) as exc:
+            print(f"adserve model promote: the service could not be asked to promote: {exc}", file=sys.stderr)
+            return 2
+        promoted = status == 200
+    if args.json:
+        print(json.dumps({"promoted": promoted, "report": report, "service_answer": answer}))
+    else:
+        print(render_report(report))
+        if promoted:
+            print(f"promoted {answer['promoted']} over {answer['previous']} at {service}")
+        elif answer is not None:
+            print(f"the service refused: {answer.get('error')}")
+        else:
+            print(f"not promoted: the verdict is {report['verdict']}")
+    return 0 if promoted else 1
 
 
 def cmd_model_canary_report(args: argparse.Namespace) -> int:

@@ -8,6 +8,11 @@ requests and an optional canary model (design: "Prediction service").
                    remaining budget, counted from arrival) passed before the answer (the caller falls back)
   GET  /healthz    200 {ok, model_version}
   GET  /v1/model   the model and canary versions, their snapshot versions, the canary share, batching settings
+  POST /v1/promote {model_version, report}: the canary becomes the current model, only when `report` is a
+                   canary report (serving.model.canary.canary_report) whose verdict is "promote" for exactly
+                   this candidate against exactly this current model -> 200 {promoted, previous}; 409 with the
+                   reason otherwise (no canary, another version, a "hold" or "not enough data" verdict); the
+                   gate `adserve model promote` builds the report from the served log and calls this
   GET  /metrics    Prometheus: requests by outcome and model version, batch sizes, latency, deadline misses
 
 Dynamic batching: the handler parses the body, picks the arm (serving.model.canary.routes_to_candidate on the
@@ -255,6 +260,10 @@ def _resolve(pairs: list[tuple[asyncio.Future, Any]]) -> None:
 
 # ------------------------------------------------------------------------------------------ the service
 
+class PromotionRefused(Exception):
+    """A promotion the canary's report does not allow."""
+
+
 @dataclass
 class ServiceConfig:
     max_wait_ms: float = DEFAULT_MAX_WAIT_MS
@@ -305,7 +314,32 @@ class PredictionService:
                                       on_batch=self._batch_done)
 
     def predictor(self, arm: str):
-        return self.candidate if arm == CANDIDATE else self.current
+        candidate = self.candidate  # one read: a promotion may clear it meanwhile (the batch then scores current)
+        return candidate if arm == CANDIDATE and candidate is not None else self.current
+
+    def promote(self, version: str, report: dict[str, Any]) -> dict[str, str]:
+        """Make the canary the current model, if the report's verdict allows it (see the module docstring);
+        raises PromotionRefused with the reason otherwise. New requests route to the promoted model at once;
+        a batch already queued for either arm is scored by it too."""
+        from serving.model.canary import PROMOTE
+
+        candidate, current = self.candidate, self.current
+        if candidate is None:
+            raise PromotionRefused("no canary model is loaded")
+        names = {"candidate": candidate.model.version, "current": current.model.version}
+        if version != names["candidate"]:
+            raise PromotionRefused(f"the canary is {names['candidate']}, not {version}")
+        if not isinstance(report, dict) or report.get("verdict") != PROMOTE:
+            verdict = report.get("verdict") if isinstance(report, dict) else None
+            raise PromotionRefused(f"the canary report's verdict is {verdict!r}, not {PROMOTE!r}")
+        for arm, name in names.items():
+            if report.get(arm) != name:
+                raise PromotionRefused(f"the report judges {arm} {report.get(arm)!r}, but the {arm} model here is "
+                                       f"{name}")
+        self.config.canary_share = 0.0
+        self.current, self.candidate = candidate, None
+        LOG.info("promoted %s over %s: %s", names["candidate"], names["current"], "; ".join(report.get("reasons", [])))
+        return {"promoted": names["candidate"], "previous": names["current"]}
 
     def arm_of(self, request_id: str) -> str:
         share = self.config.canary_share if self.candidate is not None else 0.0
@@ -325,7 +359,8 @@ class PredictionService:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1024 * 1024)
         app.add_routes([web.post("/v1/score", self.handle_score), web.get("/healthz", self.handle_health),
-                        web.get("/v1/model", self.handle_model), web.get("/metrics", self.handle_metrics)])
+                        web.get("/v1/model", self.handle_model), web.get("/metrics", self.handle_metrics),
+                        web.post("/v1/promote", self.handle_promote)])
         return app
 
     def _error(self, status: int, message: str, field: str | None = None) -> web.Response:
@@ -383,6 +418,18 @@ class PredictionService:
 
     async def handle_model(self, request: web.Request) -> web.Response:
         return web.json_response(self.describe())
+
+    async def handle_promote(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json(loads=json.loads)
+        except ValueError:
+            return self._error(400, "body: not valid JSON", "body")
+        if not isinstance(body, dict) or not isinstance(body.get("model_version"), str):
+            return self._error(400, "model_version: the canary's version (a string) is required", "model_version")
+        try:
+            return web.json_response(self.promote(body["model_version"], body.get("report")))
+        except PromotionRefused as exc:
+            return self._error(409, f"not promoted: {exc}")
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")

@@ -174,23 +174,28 @@ def _full_served(record: dict) -> dict:
             "scored_by_fallback": record["scored_by_fallback"], "winners": winners}
 
 
-def test_canary_report_command_reads_the_files_and_exits_on_the_verdict(tmp_path: Path, capsys):
+def _write_day(folder: Path, records: list[dict], examples: list[dict]) -> list[str]:
+    """The day as served.avro and examples.avro in `folder`; the --served and --examples arguments."""
     import fastavro
 
-    from adserve.cli import main
     from schemas.codec import default_registry, plain_timestamps
     from serving.model.dataset import write_examples
 
-    records, examples = day(candidate_pctr=0.07)
+    folder.mkdir(parents=True, exist_ok=True)
     schema = fastavro.parse_schema(plain_timestamps(default_registry().schema("ServedRecord")))
-    with open(tmp_path / "served.avro", "wb") as f:
+    with open(folder / "served.avro", "wb") as f:
         fastavro.writer(f, schema, [_full_served(r) for r in records])
     full = [{**e, "event_time": 1_800_000_060_000, "served_time": 1_800_000_000_000, "ad_id": 1, "campaign_id": 1,
              "slot_position": 1, "device": "ios", "user_features": {}, "ad_snapshot_version": 1, "exploration": False}
             for e in examples]
-    write_examples(tmp_path / "examples.avro", full)
-    args = ["model", "canary-report", "--served", str(tmp_path / "served.avro"), "--examples",
-            str(tmp_path / "examples.avro"), "--min-clicks", "40"]
+    write_examples(folder / "examples.avro", full)
+    return ["--served", str(folder / "served.avro"), "--examples", str(folder / "examples.avro")]
+
+
+def test_canary_report_command_reads_the_files_and_exits_on_the_verdict(tmp_path: Path, capsys):
+    from adserve.cli import main
+
+    args = ["model", "canary-report", *_write_day(tmp_path, *day(candidate_pctr=0.07)), "--min-clicks", "40"]
     assert main([*args, "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["verdict"] == HOLD and report["versions"]["click-v2"]["calibration"] == pytest.approx(1.4)
@@ -198,3 +203,57 @@ def test_canary_report_command_reads_the_files_and_exits_on_the_verdict(tmp_path
     assert "HOLD" in capsys.readouterr().out
     assert main(["model", "canary-report", "--served", str(tmp_path / "nothing.avro"), "--examples",
                  str(tmp_path / "examples.avro")]) == 2
+
+
+def test_a_canary_is_promoted_only_when_its_report_says_promote(tmp_path: Path, capsys):
+    """`adserve model promote` against a running prediction service (a tiny trained model as click-v1, the
+    same network as the canary click-v2): a "hold" day changes nothing, a "promote" day makes click-v2 the
+    current model, and the service itself refuses a report for other versions or another verdict."""
+    import dataclasses
+    import http.client
+
+    from adserve.cli import main
+    from serving.model.predictor import ModelPredictor
+    from serving.model.service import PredictionService, ServiceConfig, ServiceThread
+    from tests.tiny_model import tiny_model
+
+    model, snapshot = tiny_model("click-v1")
+    current = ModelPredictor(model, snapshot)
+    candidate = ModelPredictor(dataclasses.replace(model, metadata={**model.metadata, "model_version": "click-v2"}),
+                               snapshot)
+
+    def ask(url: str, method: str, path: str, body=None) -> tuple[int, dict]:
+        host, port = url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request(method, path, body=None if body is None else json.dumps(body).encode(),
+                               headers={"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            return answer.status, json.loads(answer.read())
+        finally:
+            connection.close()
+
+    held = _write_day(tmp_path / "hold", *day(candidate_pctr=0.07))
+    passed = _write_day(tmp_path / "promote", *day(candidate_pctr=0.05))
+    with ServiceThread(PredictionService(current, candidate, ServiceConfig(canary_share=0.01))) as running:
+        promote = ["model", "promote", "--service", running.url, "--min-clicks", "40", "--json"]
+        assert main([*promote, *held]) == 1
+        outcome = json.loads(capsys.readouterr().out)
+        assert (outcome["promoted"], outcome["report"]["verdict"], outcome["service_answer"]) == (False, HOLD, None)
+        assert ask(running.url, "GET", "/v1/model")[1]["canary"]["model_version"] == "click-v2"
+
+        promoting = canary_report(*day(candidate_pctr=0.05), rule=RULE)
+        for wrong, reason in (({**promoting, "current": "click-v0"}, "judges current"),
+                              ({**promoting, "verdict": HOLD}, "verdict")):
+            status, answer = ask(running.url, "POST", "/v1/promote", {"model_version": "click-v2", "report": wrong})
+            assert status == 409 and reason in answer["error"]
+        status, answer = ask(running.url, "POST", "/v1/promote", {"model_version": "click-v3", "report": promoting})
+        assert status == 409 and "not click-v3" in answer["error"]
+
+        assert main([*promote, *passed]) == 0
+        outcome = json.loads(capsys.readouterr().out)
+        assert outcome["promoted"] and outcome["service_answer"] == {"promoted": "click-v2", "previous": "click-v1"}
+        described = ask(running.url, "GET", "/v1/model")[1]
+        assert (described["model_version"], described["canary"], described["canary_share"]) == ("click-v2", None, 0.0)
+        assert main([*promote, *passed]) == 1  # nothing left to promote
+
