@@ -514,16 +514,19 @@ def _ads_predictor(args: argparse.Namespace):
         if args.prerank_model:  # the service's model bundle: its student for the pre-ranker, numpy only
             if not args.ad_features:
                 raise ValueError("--prerank-model needs --ad-features (the snapshot folder of its student's ads)")
-            from serving.model.student import StudentAffinity, WithStudent
+            from serving.model.student import StudentAffinity, StudentConversionRates, WithStudent
 
             affinity = StudentAffinity.load(args.prerank_model, args.ad_features)
             if affinity is None:
                 print(f"ad server: {args.prerank_model} has no pre-ranker student; the pre-ranker uses its own "
                       f"features", flush=True)
             else:
+                rates = StudentConversionRates.load(args.prerank_model, args.ad_features)
                 print(f"ad server: the pre-ranker ranks with {args.prerank_model.name}'s student (ad-feature "
-                      f"snapshot v{affinity.table.version})", flush=True)
-                return WithStudent(predictor, affinity)
+                      f"snapshot v{affinity.table.version}); conversion bids at "
+                      + ("its conversion student's pCVR" if rates is not None else "the constant pCVR prior"),
+                      flush=True)
+                return WithStudent(predictor, affinity, rates)
         return predictor
     if args.model:
         if not args.ad_features:

@@ -173,6 +173,7 @@ class ConversionModel:
     network: Any  # keras.Model
     calibration: SegmentCalibration
     metadata: dict[str, Any] = field(default_factory=dict)
+    student: Student | None = None  # the pre-ranker's bilinear copy of its log pCVR (student.fit_conversion_student)
 
     def raw_probabilities(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         return _batched(self.network, inputs)
@@ -187,6 +188,8 @@ class ConversionModel:
         self.network.save(folder / MODEL_FILE)
         (folder / CALIBRATION_FILE).write_text(self.calibration.to_json())
         (folder / METADATA_FILE).write_text(json.dumps(self.metadata, indent=2))
+        if self.student is not None:
+            (folder / STUDENT_FILE).write_bytes(self.student.to_bytes())
         if export_saved_model:
             _export(self.network, folder / SAVED_MODEL_DIR)
 
@@ -195,9 +198,10 @@ class ConversionModel:
         missing = [n for n in (MODEL_FILE, CALIBRATION_FILE, METADATA_FILE) if not (folder / n).exists()]
         if missing:
             raise ModelInvalid(f"{folder} is not a conversion model directory: missing {', '.join(missing)}")
+        student = Student.from_bytes((folder / STUDENT_FILE).read_bytes()) if (folder / STUDENT_FILE).exists() else None
         return cls(keras.models.load_model(folder / MODEL_FILE, compile=False),
                    SegmentCalibration.from_json((folder / CALIBRATION_FILE).read_text()),
-                   json.loads((folder / METADATA_FILE).read_text()))
+                   json.loads((folder / METADATA_FILE).read_text()), student)
 
 
 @dataclass

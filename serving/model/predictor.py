@@ -36,7 +36,7 @@ from serving.model.calibration import logit, sigmoid
 from serving.model.click_model import ClickModel
 from serving.model.features import (INDEX_INPUTS, AdFeatureTable, ad_table, packed_request_inputs, packed_width,
                                      unpack)
-from serving.model.student import StudentAffinity
+from serving.model.student import StudentAffinity, StudentConversionRates
 
 # Input rows: one request of 200 candidates x 1-4 slots (200-800; x 8 slots 1,600), or a batch of requests
 # (predict_many: the prediction service's dynamic batches, up to 3,200 rows per call).
@@ -94,8 +94,12 @@ class ModelPredictor:
         table = ad_table(self.spec, snapshot)
         student = self.model.student
         affinity = None if student is None else StudentAffinity(self.spec, student, table)
+        conversion = self.model.conversion
+        rates = None if conversion is None or conversion.student is None else \
+            StudentConversionRates(self.spec, conversion.student, table, self.model.cvr_prior)
         self._ads: tuple[AdFeatureTable, np.ndarray, StudentAffinity | None] = (
             table, table.billing_type == "CLICK", affinity)
+        self._conversion_rates = rates
 
     def affinity(self, request: PredictionRequest) -> np.ndarray | None:
         """The pre-ranker's `model_affinity` of each candidate: the model's student (serving.model.student)
@@ -107,11 +111,15 @@ class ModelPredictor:
         return None if affinity is None else affinity(request)
 
     def conversion_rates(self, request: PredictionRequest) -> np.ndarray | None:
-        """pCVR of each candidate, for the pre-ranker's value of conversion bids: the conversion model's for the
-        CPA candidates (one compiled call on those rows; the auction later gets the same numbers for the 200
-        kept), the constant prior for the others. None when the bundle has no conversion model."""
+        """pCVR of each candidate, for the pre-ranker's value of conversion bids: the conversion model's student
+        (serving.model.student.StudentConversionRates: numpy, ~0.3 ms for 5,000 candidates) for the CPA
+        candidates, or without one the conversion network on those rows (one compiled call); the constant prior
+        for the others. None when the bundle has no conversion model."""
         if self.model.conversion is None or request.ad_ids is None:
             return None
+        rates = self._conversion_rates
+        if rates is not None:
+            return rates(request)
         table = self._ads[0]
         return self._pcvr(table, [table.rows(request.ad_ids)], [request])[0]
 

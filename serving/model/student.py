@@ -16,7 +16,11 @@ costs per request one (r x W) product and per candidate one dot product with a v
 snapshot (StudentAffinity). On the simulated world it took the pre-ranker's recall (the model's winner among
 its 200) from 57 % with its own defaults and 88 % refitted to the model to 96-99 % (benchmarks/RESULTS.md).
 
-Pure numpy apart from `fit_student`, which calls the network (offline, in batches)."""
+The conversion model has a student too (`fit_conversion_student`: log pCVR of the conversion network at
+position 1, fitted over users crossed with CPA ads): `StudentConversionRates` gives the pre-ranker each
+candidate's pCVR for conversion bids the same cheap way, in process and beside the prediction service.
+
+Pure numpy apart from the fits, which call the networks (offline, in batches)."""
 from __future__ import annotations
 
 import io
@@ -124,12 +128,55 @@ class StudentAffinity:
         return log_pctr - np.log(np.maximum(np.asarray(request.ctr_prior, dtype=np.float64), LOG_FLOOR))
 
 
-class WithStudent:
-    """A predictor (the prediction service's RemotePredictor) with a local student for the pre-ranker:
-    `predict` is the predictor's, `affinity` the student's; anything else is the predictor's."""
+class StudentConversionRates:
+    """The pre-ranker's pCVR per candidate from the conversion model's student: exp(r' W a) at position 1 for
+    the CPA candidates, the constant prior for the others (their pCVR prices nothing). Numpy, no TensorFlow;
+    ad vectors precomputed per snapshot, like StudentAffinity."""
 
-    def __init__(self, predictor: Predictor, affinity: Callable[[PredictionRequest], np.ndarray]):
-        self.predictor, self._affinity = predictor, affinity
+    def __init__(self, spec: FeatureSpec, student: Student, table: AdFeatureTable, prior: float):
+        self.spec, self.student, self.table, self.prior = spec, student, table, prior
+        self.ad_vectors = ad_matrix(spec, table)
+        self.is_cpa = table.bid_type == CPA_TABLE_CODE
+
+    @classmethod
+    def load(cls, model_dir: Path, ad_features_dir: Path, snapshot_version: int | None = None
+             ) -> "StudentConversionRates | None":
+        """From a model bundle's conversion/prerank_student.npz (None without one) and metadata's cvr_prior, over
+        an ad-feature snapshot. Reads no Keras file."""
+        import json
+
+        from serving.model.click_model import CONVERSION_DIR, METADATA_FILE, SPEC_FILE
+
+        path = model_dir / CONVERSION_DIR / STUDENT_FILE
+        if not path.exists():
+            return None
+        spec = FeatureSpec.load(model_dir / SPEC_FILE)
+        prior = float(json.loads((model_dir / METADATA_FILE).read_text()).get("cvr_prior", 0.05))
+        snapshot = ad_features.load(ad_features_dir, snapshot_version)
+        return cls(spec, Student.from_bytes(path.read_bytes()), ad_table(spec, snapshot), prior)
+
+    def __call__(self, request: PredictionRequest) -> np.ndarray:
+        rows = self.table.rows(request.ad_ids)
+        out = np.full(len(rows), self.prior)
+        cpa = np.flatnonzero(self.is_cpa[rows])
+        if len(cpa):
+            r = self.student.request_vector(self.spec, request.user_features, request.placement, request.country,
+                                            request.device, 1)
+            out[cpa] = np.clip(np.exp(self.ad_vectors[rows[cpa]] @ r), 0.0, 1.0)
+        return out
+
+
+class WithStudent:
+    """A predictor (the prediction service's RemotePredictor) with local students for the pre-ranker:
+    `predict` is the predictor's, `affinity` the click student's, `conversion_rates` the conversion student's
+    (None: the pre-ranker's constant prior); anything else is the predictor's."""
+
+    def __init__(self, predictor: Predictor, affinity: Callable[[PredictionRequest], np.ndarray],
+                 conversion_rates: Callable[[PredictionRequest], np.ndarray] | None = None):
+        self.predictor, self._affinity, self._conversion_rates = predictor, affinity, conversion_rates
+
+    def conversion_rates(self, request: PredictionRequest) -> np.ndarray | None:
+        return None if self._conversion_rates is None else self._conversion_rates(request)
 
     def predict(self, request: PredictionRequest, deadline: float, clock: Callable[[], float]) -> Predictions:
         return self.predictor.predict(request, deadline, clock)
@@ -151,16 +198,55 @@ def fit_student(model, examples: ExampleTable, table: AdFeatureTable, *, users: 
     over the chunk's mean, so the fit is closest where the auction's winners come from (unweighted, the
     pre-ranker's recall on the simulated world was 96.6-99 % for two trainings; weighted, 98.1-100 % for
     five). fit_rmse is the plain (unweighted) rms error over the pairs."""
-    rng = np.random.default_rng(seed)
-    spec = model.spec
-    picked = rng.choice(len(examples), size=min(users, len(examples)), replace=False)
-    r_all = request_matrix(spec, user_matrix(spec, [examples.user_features[i] for i in picked]),
-                           examples.placement[picked], examples.country[picked], examples.device[picked],
-                           examples.slot_position[picked])
-    a_all = ad_matrix(spec, table)
+    def pctr(inputs: dict, examples_of_pairs: np.ndarray, ads: np.ndarray) -> np.ndarray:
+        q = model.corrected(model.raw_probabilities(inputs))
+        return model.calibration.apply(q, examples.placement[examples_of_pairs], examples.country[examples_of_pairs],
+                                       table.billing_type[ads])
+
     known = len(table.embedding) - 1  # the last row is the unknown ad, which no candidate of the index is
+    return _fit_bilinear(model.spec, examples, table, pctr, np.arange(max(known, 1)), users=users,
+                         ads_per_user=ads_per_user, ridge=ridge, seed=seed, chunk=chunk)
+
+
+CPA_TABLE_CODE = 3  # AdFeatureTable.bid_type of a CPA ad (the snapshot's code 2, plus 1)
+
+
+def fit_conversion_student(spec: FeatureSpec, conversion, examples: ExampleTable, table: AdFeatureTable, *,
+                           users: int = 1_000, ads_per_user: int = 100, ridge: float = 1.0, seed: int = 1,
+                           chunk: int = 20_000) -> Student | None:
+    """W fitted to the conversion model's (a ConversionModel's) calibrated log pCVR at position 1, over users
+    of `examples` crossed with random CPA ads of `table` (the only bids pCVR prices), weighted as fit_student
+    weighs. None when the snapshot has no CPA ad."""
+    from serving.model.features import conversion_inputs
+
+    cpa = np.flatnonzero(table.bid_type[:-1] == CPA_TABLE_CODE)
+    if len(cpa) == 0:
+        return None
+
+    def pcvr(pairs: ExampleTable, examples_of_pairs: np.ndarray, ads: np.ndarray) -> np.ndarray:
+        raw = conversion.raw_probabilities(conversion_inputs(spec, pairs, {table.version: table}))
+        return conversion.calibration.apply(raw, examples.placement[examples_of_pairs],
+                                            examples.country[examples_of_pairs], table.billing_type[ads])
+
+    return _fit_bilinear(spec, examples, table, pcvr, cpa, users=users, ads_per_user=ads_per_user, ridge=ridge,
+                         seed=seed, chunk=chunk, position=1, raw_pairs=True)
+
+
+def _fit_bilinear(spec: FeatureSpec, examples: ExampleTable, table: AdFeatureTable, probability: Callable,
+                  ad_pool: np.ndarray, *, users: int, ads_per_user: int, ridge: float, seed: int, chunk: int,
+                  position: int | None = None, raw_pairs: bool = False) -> Student:
+    """The weighted ridge fit of r' W a to log probability(pairs) (see fit_student) over users of `examples`
+    (at their own slot position, or `position`) crossed with random ads of `ad_pool`. `probability` gets the
+    pairs' model inputs (or, with raw_pairs, the pairs as an ExampleTable), the example row of each pair and
+    its ad row."""
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(len(examples), size=min(users, len(examples)), replace=False)
+    positions = examples.slot_position[picked] if position is None else np.full(len(picked), position)
+    r_all = request_matrix(spec, user_matrix(spec, [examples.user_features[i] for i in picked]),
+                           examples.placement[picked], examples.country[picked], examples.device[picked], positions)
+    a_all = ad_matrix(spec, table)
     pairs_user = np.repeat(np.arange(len(picked)), ads_per_user)
-    pairs_ad = rng.integers(0, max(known, 1), size=len(pairs_user))
+    pairs_ad = ad_pool[rng.integers(0, len(ad_pool), size=len(pairs_user))]
     dr, da = r_all.shape[1], a_all.shape[1]
     gram = np.zeros((dr * da, dr * da))
     rhs = np.zeros(dr * da)
@@ -171,11 +257,9 @@ def fit_student(model, examples: ExampleTable, table: AdFeatureTable, *, users: 
         # the example's user and context with another ad: the model's inputs through the one encoder
         pairs = replace(examples.take(ex), ad_id=table.snapshot.ad_id[a],
                         ad_snapshot_version=np.full(len(a), table.version, dtype=np.int64))
-        inputs = example_inputs(spec, pairs, {table.version: table})
-        q = model.corrected(model.raw_probabilities(inputs))
-        pctr = model.calibration.apply(q, examples.placement[ex], examples.country[ex], table.billing_type[a])
-        target = np.log(np.maximum(pctr, LOG_FLOOR))
-        wt = pctr / max(float(pctr.mean()), LOG_FLOOR)
+        p = probability(pairs if raw_pairs else example_inputs(spec, pairs, {table.version: table}), ex, a)
+        target = np.log(np.maximum(p, LOG_FLOOR))
+        wt = p / max(float(p.mean()), LOG_FLOOR)
         z = (r_all[u][:, :, None] * a_all[a][:, None, :]).reshape(len(u), dr * da).astype(np.float64)
         gram += (z * wt[:, None]).T @ z
         rhs += (z * wt[:, None]).T @ target

@@ -25,7 +25,7 @@ from serving.decision.prerank import DEFAULT_CVR_PRIOR
 from serving.model import metrics
 from serving.model.ad_features import AdFeatureSnapshot
 from serving.model.calibration import SegmentCalibration, fit_segment_calibration
-from serving.model.student import fit_student
+from serving.model.student import fit_conversion_student, fit_student
 from serving.model.click_model import ClickModel, TrainConfig, build, fit, stderr_log
 from serving.model.dataset import ExamplesInvalid, ExampleTable, by_task, validation_mask
 from serving.model.features import AdFeatureTable, FeatureSpec, ad_table, example_inputs
@@ -102,6 +102,12 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
         model.conversion, pcvr = train_conversion_model(
             conversion_records, spec, conversion_tables, config, validation_share=validation_share,
             min_segment_conversions=min_segment_conversions, log=log)
+        if model.conversion is not None:
+            model.conversion.student = fit_conversion_student(spec, model.conversion, examples, tables[newest],
+                                                              seed=config.seed)
+            if model.conversion.student is not None:
+                log(f"conversion student: {model.conversion.student.fit_pairs:,} user x CPA-ad pairs, rms error of "
+                    f"log pCVR {model.conversion.student.fit_rmse:.3f}")
     else:
         pcvr = f"no conversion examples: pCVR is the constant prior {DEFAULT_CVR_PRIOR}"
     log(f"pre-ranker student: {model.student.fit_pairs:,} user-ad pairs, rms error of log pCTR "

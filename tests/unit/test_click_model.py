@@ -203,6 +203,7 @@ def test_an_ad_server_on_the_prediction_service_loads_the_same_student_without_t
     assert isinstance(wrapped, WithStudent) and isinstance(wrapped.predictor, RemotePredictor)
     assert np.allclose(wrapped.affinity(asked), predictor.affinity(asked), atol=1e-5)
     assert wrapped.url == wrapped.predictor.url  # anything else is the service predictor's
+    assert model.conversion is None and wrapped.conversion_rates(asked) is None  # no conversion student: the prior
     (folder / "prerank_student.npz").unlink()  # a bundle from before the student: no wrapper, no affinity
     assert isinstance(_ads_predictor(args), RemotePredictor)
     with pytest.raises(ValueError, match="--prediction-url"):
