@@ -13,7 +13,11 @@ and expected cost) joined with labelled TrainingExamples by impression id it com
 requests, revenue per request (the winners' expected cost over the requests, micros) and calibration
 (predicted over observed clicks, sum of logged pCTR x weight over sum of label x weight) overall and per
 (placement, country, billing type), then a verdict: "promote", "hold" (with the reasons) or
-"not enough data" (with how many clicks are needed). Requests scored on fallback carry no model version;
+"not enough data" (with how many clicks are needed). Conversion bids are judged too: over the CONVERSION
+examples of CPA winners, predicted conversions (the logged pCVR of each clicked impression) over observed
+ones; once the candidate has min_conversions of them, a conversion calibration outside its band holds the
+candidate, and before that the report says it was not judged (conversions are rare: they do not stall a
+click model's promotion). Requests scored on fallback carry no model version;
 they are counted apart and their impressions judge no model. Never reads files or the clock."""
 from __future__ import annotations
 
@@ -88,6 +92,10 @@ class PromotionRule:
     revenue_tolerance: float = 0.02  # the candidate's revenue per request may be this much below the current's
     # A ratio of predicted over observed clicks over n clicks is good to about +-2/sqrt(n): +-5 % needs 1,600.
     min_clicks: int = 1_600
+    # pCVR of conversion bids: predicted over observed conversions, judged from 400 conversions (+-10 %)
+    conversion_low: float = 0.9
+    conversion_high: float = 1.1
+    min_conversions: int = 400
 
 
 @dataclass
@@ -99,6 +107,9 @@ class _Arm:
     clicks: int = 0
     predicted_clicks: float = 0.0
     observed_weighted: float = 0.0
+    conversion_clicks: int = 0  # clicked CPA impressions with a conversion label
+    conversions: int = 0
+    predicted_conversions: float = 0.0
 
     def figures(self) -> dict[str, Any]:
         per_request = self.revenue_micros // self.requests if self.requests else None
@@ -112,7 +123,10 @@ class _Arm:
                 "revenue_per_request_micros": per_request, "revenue_per_request_standard_error_micros": standard_error,
                 "impressions": round(self.impressions, 1), "clicks": self.clicks,
                 "predicted_clicks": round(self.predicted_clicks, 2), "calibration": _ratio(self.predicted_clicks,
-                                                                                          self.observed_weighted)}
+                                                                                          self.observed_weighted),
+                "conversion_clicks": self.conversion_clicks, "conversions": self.conversions,
+                "predicted_conversions": round(self.predicted_conversions, 2),
+                "conversion_calibration": _ratio(self.predicted_conversions, self.conversions)}
 
 
 def _ratio(predicted: float, observed: float) -> float | None:
@@ -126,6 +140,7 @@ def arm_figures(served: Iterable[Mapping[str, Any]],
     arms: dict[str, _Arm] = {}
     segments: dict[str, dict[tuple, _Arm]] = {}
     version_of_impression: dict[str, str] = {}
+    logged_pcvr: dict[str, float] = {}  # CPA winners' logged pCVR by impression id
     other = {"fallback_requests": 0, "unmatched_examples": 0, "fallback_examples": 0}
     seen: set[str] = set()
     for record in served:
@@ -143,8 +158,16 @@ def arm_figures(served: Iterable[Mapping[str, Any]],
         arm.revenue_squares += revenue * revenue
         for w in record.get("winners", []):
             version_of_impression[w["impression_id"]] = version
+            if w.get("bid_type") == "CPA" and w.get("pcvr") is not None:
+                logged_pcvr[w["impression_id"]] = float(w["pcvr"])
     for example in examples:
-        if example.get("task", "CLICK") != "CLICK":  # a conversion example judges the conversion model
+        if example.get("task", "CLICK") != "CLICK":  # a conversion example: pCVR of a CPA winner, if it is one
+            impression = example["impression_id"]
+            if impression in logged_pcvr and version_of_impression.get(impression) in arms:
+                arm = arms[version_of_impression[impression]]
+                arm.conversion_clicks += 1
+                arm.conversions += int(example["label"])
+                arm.predicted_conversions += logged_pcvr[impression]
             continue
         version = version_of_impression.get(example["impression_id"])
         if version is None:
@@ -207,11 +230,21 @@ def verdict(current: Mapping[str, Any] | None, candidate: Mapping[str, Any] | No
         reasons.append(f"revenue per request {candidate['revenue_per_request_micros']:,} micros is {-change:.1f} % "
                        f"below the current model's {current['revenue_per_request_micros']:,} (tolerance "
                        f"{rule.revenue_tolerance * 100:g} %)")
+    conversions, conversion_calibration = candidate.get("conversions", 0), candidate.get("conversion_calibration")
+    if conversions >= rule.min_conversions:
+        if conversion_calibration is None or not rule.conversion_low <= conversion_calibration <= rule.conversion_high:
+            reasons.append(f"pCVR calibration {conversion_calibration} (predicted "
+                           f"{candidate['predicted_conversions']:,.0f} conversions for {conversions:,}) is outside "
+                           f"{rule.conversion_low:g}-{rule.conversion_high:g}")
+        conversion_note = f"pCVR calibration {conversion_calibration} over {conversions:,} conversions"
+    else:
+        conversion_note = (f"pCVR not judged: {conversions:,} conversions of CPA winners (judged from "
+                           f"{rule.min_conversions:,})")
     if reasons:
         return HOLD, reasons
     return PROMOTE, [f"calibration {calibration} within {rule.calibration_low:g}-{rule.calibration_high:g} over "
                      f"{candidate['clicks']:,} clicks; revenue per request {candidate['revenue_per_request_micros']:,} "
-                     f"micros against {current['revenue_per_request_micros']:,} ({change:+.1f} %)"]
+                     f"micros against {current['revenue_per_request_micros']:,} ({change:+.1f} %); {conversion_note}"]
 
 
 def canary_report(served: Iterable[Mapping[str, Any]], examples: Iterable[Mapping[str, Any]], *,
@@ -236,6 +269,10 @@ def render_report(report: Mapping[str, Any]) -> str:
         per_request += f" +- {se:,.0f}" if se is not None else ""
         lines.append(f"  {version:<18} {f['requests']:>9,}   {per_request:>24}   {f['clicks']:>6,}   "
                      f"{'-' if f['calibration'] is None else format(f['calibration'], '.3f')}")
+        if f.get("conversion_clicks"):
+            cal = f["conversion_calibration"]
+            lines.append(f"      conversion bids: {f['conversion_clicks']:,} clicks, {f['conversions']:,} conversions, "
+                         f"predicted/observed {'-' if cal is None else format(cal, '.3f')}")
         for s in f["segments"]:
             key = "/".join(str(v or "-") for v in (s["placement"], s["country"], s["billing_type"]))
             lines.append(f"      {key:<40} clicks {s['clicks']:>6,}   "

@@ -132,6 +132,37 @@ def test_too_few_clicks_is_not_enough_data_and_says_how_many_are_needed():
     assert default["verdict"] == NOT_ENOUGH_DATA and "needs 1,600" in default["reasons"][0]
 
 
+def with_conversions(records: list[dict], examples: list[dict], version: str, *, clicked: int, converted: int,
+                     pcvr: float) -> tuple[list[dict], list[dict]]:
+    """The first `clicked` clicked impressions of `version` become CPA winners logged at `pcvr`, each with a
+    conversion example; the first `converted` of them converted."""
+    mine = {r["request_id"] for r in records if r["model_version"] == version}
+    clicks = [e for e in examples if e["label"] == 1 and e["request_id"] in mine][:clicked]
+    chosen = {e["impression_id"] for e in clicks}
+    records = [{**r, "winners": [{**w, "bid_type": "CPA", "pcvr": pcvr} if w["impression_id"] in chosen else w
+                                 for w in r["winners"]]} for r in records]
+    conversions = [{**e, "task": "CONVERSION", "label": int(i < converted), "sample_weight": 1.0}
+                   for i, e in enumerate(clicks)]
+    return records, examples + conversions
+
+
+def test_conversion_bids_are_judged_on_their_pcvr_once_there_are_enough_conversions():
+    rule = PromotionRule(min_clicks=40, min_conversions=10)
+    records, examples = day(candidate_pctr=0.05)
+    over = with_conversions(records, examples, "click-v2", clicked=40, converted=10, pcvr=0.4)  # 16 for 10
+    report = canary_report(*over, rule=rule)
+    v2 = report["versions"]["click-v2"]
+    assert (v2["conversion_clicks"], v2["conversions"], v2["predicted_conversions"]) == (40, 10, 16.0)
+    assert report["verdict"] == HOLD and "pCVR calibration 1.6" in report["reasons"][0]
+    assert report["versions"]["click-v2"]["clicks"] == 40  # conversion examples do not count as clicks
+    right = with_conversions(records, examples, "click-v2", clicked=40, converted=10, pcvr=0.25)
+    report = canary_report(*right, rule=rule)
+    assert report["verdict"] == PROMOTE and "pCVR calibration 1.0 over 10 conversions" in report["reasons"][0]
+    few = with_conversions(records, examples, "click-v2", clicked=40, converted=5, pcvr=0.4)
+    report = canary_report(*few, rule=rule)
+    assert report["verdict"] == PROMOTE and "pCVR not judged: 5 conversions" in report["reasons"][0]
+
+
 def test_calibration_is_reported_per_placement_country_and_billing_type():
     records = [served("a1", "click-v1"), served("a2", "click-v1"), served("b1", "click-v2")]
     examples = [example("a1", 1, 0.5, placement="feed", country="US"),
