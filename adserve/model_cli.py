@@ -89,18 +89,9 @@ def register(sub) -> None:
     p = msub.add_parser("canary-report", help="whether a canary model may replace the current one (calibration, "
                                               "revenue per request)",
                         description=CANARY_HELP + canary.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--served", type=Path, action="append", required=True,
-                   help="ServedRecord Avro file: a container of ServedRecord records (learning-day's served.avro) or "
-                        "an archive file of ad.served (repeat for several)")
-    p.add_argument("--examples", type=Path, action="append", required=True,
-                   help="TrainingExample Avro file of the same traffic (repeat for several)")
+    _canary_arguments(p, canary.PromotionRule.min_clicks)
     p.add_argument("--current", help="the current model version (default: the most served one)")
     p.add_argument("--candidate", help="the candidate's version (default: the next most served one)")
-    p.add_argument("--tolerance", type=float, default=0.02,
-                   help="how far below the current's revenue per request the candidate's may be (default 0.02)")
-    p.add_argument("--min-clicks", type=int, default=canary.PromotionRule.min_clicks,
-                   help=f"labelled clicks the candidate needs before a verdict (default "
-                        f"{canary.PromotionRule.min_clicks:,}: +-5 %% calibration)")
     p.add_argument("--json", action="store_true", help="print one JSON object (verdict, reasons, versions, ...)")
     p.set_defaults(handler=cmd_model_canary_report)
 
@@ -108,17 +99,23 @@ def register(sub) -> None:
                                         "report on the served traffic says promote",
                         description=PROMOTE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--service", required=True, help="the prediction service's URL (http://127.0.0.1:8090)")
+    _canary_arguments(p, canary.PromotionRule.min_clicks)
+    p.add_argument("--json", action="store_true", help="print one JSON object (promoted, report, service answer)")
+    p.set_defaults(handler=cmd_model_promote)
+
+
+def _canary_arguments(p: argparse.ArgumentParser, min_clicks: int) -> None:
+    """The traffic a canary report judges, and its rule (canary-report and promote)."""
     p.add_argument("--served", type=Path, action="append", required=True,
-                   help="ServedRecord Avro file of the traffic the canary served (repeat for several)")
+                   help="ServedRecord Avro file: a container of ServedRecord records (learning-day's served.avro) or "
+                        "an archive file of ad.served (repeat for several)")
     p.add_argument("--examples", type=Path, action="append", required=True,
                    help="TrainingExample Avro file of the same traffic (repeat for several)")
     p.add_argument("--tolerance", type=float, default=0.02,
                    help="how far below the current's revenue per request the candidate's may be (default 0.02)")
-    p.add_argument("--min-clicks", type=int, default=canary.PromotionRule.min_clicks,
-                   help=f"labelled clicks the candidate needs before a verdict (default "
-                        f"{canary.PromotionRule.min_clicks:,})")
-    p.add_argument("--json", action="store_true", help="print one JSON object (promoted, report, service answer)")
-    p.set_defaults(handler=cmd_model_promote)
+    p.add_argument("--min-clicks", type=int, default=min_clicks,
+                   help=f"labelled clicks the candidate needs before a verdict (default {min_clicks:,}: +-5 %% "
+                        f"calibration)")
 
 
 def _log(line: str) -> None:

@@ -22,7 +22,7 @@ from serving.decision.prerank import DEFAULT_CVR_PRIOR
 from serving.model import metrics
 from serving.model.calibration import SegmentCalibration, fit_segment_calibration
 from serving.model.click_model import ConversionModel, TrainConfig, build, fit, stderr_log
-from serving.model.dataset import ExampleTable, validation_mask
+from serving.model.dataset import ExamplesInvalid, ExampleTable, truth_column, validation_mask
 from serving.model.features import AdFeatureTable, FeatureSpec, conversion_inputs
 
 SEGMENTS = ("placement", "country", "billing_type")
@@ -53,7 +53,7 @@ def train_conversion_model(records: Sequence[dict[str, Any]], spec: FeatureSpec,
         return None, why
     missing = sorted(set(int(v) for v in np.unique(examples.ad_snapshot_version)) - set(tables))
     if missing:
-        raise ValueError(f"conversion examples name ad-feature snapshot(s) {missing[:5]}, not loaded")
+        raise ExamplesInvalid(f"conversion examples name ad-feature snapshot(s) {missing[:5]}, not loaded")
     log(f"conversion model: training on {len(train):,} clicks ({train.positives:,} converted), validating on "
         f"{len(held):,} ({held.positives:,} converted)")
     train_inputs, held_inputs = conversion_inputs(spec, train, tables), conversion_inputs(spec, held, tables)
@@ -102,11 +102,7 @@ def evaluate_conversion_model(model: ConversionModel, spec: FeatureSpec, records
         "cvr_segments_judged": len(judged), "min_segment_conversions": min_segment_conversions,
         "cvr_segments": segments}
     if truth is not None:
-        missing = [i for i in examples.impression_id if i not in truth]
-        if missing:
-            raise ValueError(f"the conversion truth file lacks {len(missing):,} of {len(examples):,} clicked "
-                             f"impressions (first: {missing[0]}); is it the same day's?")
-        oracle = np.array([truth[i] for i in examples.impression_id], dtype=np.float64)
+        oracle = truth_column(examples.impression_id, truth, "conversion truth")
         result["ne_cvr_oracle"] = metrics.normalised_entropy(y, oracle)
         result["auc_cvr_oracle"] = metrics.auc(y, oracle)
         expected = metrics.calibration_by_segment(oracle, predicted, ones, columns)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -105,6 +105,16 @@ def write_examples(path: Path, records: Iterable[dict[str, Any]]) -> None:
 
     with open(path, "wb") as f:
         fastavro.writer(f, _schema(), records, codec="deflate")
+
+
+def truth_column(impression_ids: Sequence[str], truth: Mapping[str, float], what: str) -> np.ndarray:
+    """The true probability of each impression from a simulated day's truth file (impression id -> p);
+    ExamplesInvalid naming `what` when the file lacks any of them."""
+    missing = [i for i in impression_ids if i not in truth]
+    if missing:
+        raise ExamplesInvalid(f"the {what} file lacks {len(missing):,} of {len(impression_ids):,} impressions "
+                              f"(first: {missing[0]}); is it the same day's?")
+    return np.array([truth[i] for i in impression_ids], dtype=np.float64)
 
 
 def by_task(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

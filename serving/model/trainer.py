@@ -27,7 +27,7 @@ from serving.model.ad_features import AdFeatureSnapshot
 from serving.model.calibration import SegmentCalibration, fit_segment_calibration
 from serving.model.student import fit_conversion_student, fit_student
 from serving.model.click_model import ClickModel, TrainConfig, build, fit, stderr_log
-from serving.model.dataset import ExamplesInvalid, ExampleTable, by_task, validation_mask
+from serving.model.dataset import ExamplesInvalid, ExampleTable, by_task, truth_column, validation_mask
 from serving.model.features import AdFeatureTable, FeatureSpec, ad_table, example_inputs
 
 SEGMENTS = ("placement", "country", "billing_type")
@@ -171,19 +171,11 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
         "segments": segments, "conversion": None}
     if conversion_records and model.conversion is not None:
         converted = ExampleTable.from_records(conversion_records)
-        try:
-            result["conversion"] = evaluate_conversion_model(
-                model.conversion, model.spec, conversion_records, _ad_tables(model.spec, converted, snapshots),
-                conversion_truth,
-                min_segment_conversions=min_segment_conversions)
-        except ValueError as exc:
-            raise ExamplesInvalid(str(exc)) from exc
+        result["conversion"] = evaluate_conversion_model(
+            model.conversion, model.spec, conversion_records, _ad_tables(model.spec, converted, snapshots),
+            conversion_truth, min_segment_conversions=min_segment_conversions)
     if truth is not None:
-        missing = [i for i in examples.impression_id if i not in truth]
-        if missing:
-            raise ExamplesInvalid(f"the truth file lacks {len(missing):,} of {len(examples):,} impressions "
-                                  f"(first: {missing[0]}); is it the same day's?")
-        oracle = np.array([truth[i] for i in examples.impression_id], dtype=np.float64)
+        oracle = truth_column(examples.impression_id, truth, "truth")
         result["ne_oracle"] = metrics.normalised_entropy(y, oracle, w)
         result["auc_oracle"] = metrics.auc(y, oracle, w)
         result["calibration_oracle"] = float((w * oracle).sum() / max((w * y).sum(), 1e-12))
