@@ -273,7 +273,8 @@ def _decide(state: LabelState, rules: JoinRules, at_ms: int) -> LabelStep:
         return LabelStep(state, tuple(e for e in (made,) if e is not None))
     if at_ms >= conversion_final_at_ms(state.served_ms, rules.conversion_window_ms):
         return LabelStep(replace(state, conversion_done=True),
-                         (made, conversion_example(state.context, state.outcome, rules.conversion_window_ms)))
+                         (made, conversion_example(state.context, state.outcome, rules.conversion_window_ms)),
+                         _conversion_timers(state.served_ms, rules)[1:])  # its cleanup
     return LabelStep(state, (made,), _conversion_timers(state.served_ms, rules))
 
 

@@ -287,6 +287,16 @@ def test_a_positive_waits_for_its_conversion_label_and_a_conversion_after_it_is_
     assert len(job.examples) == 2 and job.late_conversions == 1 and job.state == {}
 
 
+def test_a_served_record_after_the_conversion_window_gives_both_examples_and_its_state_goes():
+    job = StreamingLabels()
+    job.advance(training.conversion_final_at_ms(SERVED_MS) + LABEL_WINDOW_MS)  # the clock is days past r1:1
+    job.beacon(beacon("r1:1", "CLICK", 1_000))  # its click and its served record come now, between two ticks
+    job.served(served())
+    assert [(e["task"], e["label"]) for e in job.examples] == [("CLICK", 1), ("CONVERSION", 0)]
+    job.advance(training.conversion_final_at_ms(SERVED_MS) + LABEL_WINDOW_MS + 1)  # the next tick fires its timers
+    assert job.state == {} and len(job.examples) == 2
+
+
 def test_a_conversion_of_an_impression_that_was_not_clicked_is_counted_and_gives_no_example():
     job = StreamingLabels(keep_rate=1.0)
     job.served(served())
