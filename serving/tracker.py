@@ -64,13 +64,15 @@ class Tracker:
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), content_type="text/plain")
 
-    def _verify(self, request: web.Request, parameter: str = "t", what: str = "the signed token"):
+    def _verify(self, request: web.Request, parameter: str = "t", what: str = "the signed token", verify=None):
+        """(claims, now) of the request's token (`verify`: TokenKeys.verify by default; verify_click_id for a
+        click id); a 4xx, counted by reason, when it is missing or does not verify."""
+        verify = verify or self.keys.verify
         token = request.query.get(parameter)
         now_ms = int(self.clock() * 1000)
         if not token:
             self.rejected.labels("malformed").inc()
             raise web.HTTPBadRequest(text=f"{parameter}: {what} is missing")
-        verify = self.keys.verify if parameter == "t" else self.keys.verify_click_id
         try:
             return verify(token, now_ms), now_ms
         except InvalidToken as e:
@@ -111,7 +113,7 @@ class Tracker:
         raise web.HTTPFound(with_click_id(claims.landing_url, click_id))
 
     async def conversion(self, request: web.Request) -> web.Response:
-        claims, now_ms = self._verify(request, "c", "the click id")
+        claims, now_ms = self._verify(request, "c", "the click id", self.keys.verify_click_id)
         record = {"conversion_id": uuid.uuid4().hex, "impression_id": claims.impression_id, "event_time": now_ms,
                   "served_time": claims.served_ms, "click_time": claims.click_ms, "campaign_id": claims.campaign_id,
                   "ad_id": claims.ad_id, "token_key_id": claims.key_id}

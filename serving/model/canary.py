@@ -258,6 +258,23 @@ def canary_report(served: Iterable[Mapping[str, Any]], examples: Iterable[Mappin
             "versions": figures, **other, "rule": asdict(rule)}
 
 
+def promotion_refusal(report: Any, asked: str, candidate: str | None, current: str) -> str | None:
+    """Why a promotion of `asked` must be refused where `candidate` is the canary and `current` the current
+    model, given a canary report (canary_report's dict); None when the report allows it: its verdict is
+    promote, for exactly this candidate against exactly this current model."""
+    if candidate is None:
+        return "no canary model is loaded"
+    if asked != candidate:
+        return f"the canary is {candidate}, not {asked}"
+    verdict = report.get("verdict") if isinstance(report, dict) else None
+    if verdict != PROMOTE:
+        return f"the canary report's verdict is {verdict!r}, not {PROMOTE!r}"
+    for arm, name in (("candidate", candidate), ("current", current)):
+        if report.get(arm) != name:
+            return f"the report judges {arm} {report.get(arm)!r}, but the {arm} model here is {name}"
+    return None
+
+
 def render_report(report: Mapping[str, Any]) -> str:
     lines = [f"canary: candidate {report['candidate']} against current {report['current']}: "
              f"{report['verdict'].upper()}"]

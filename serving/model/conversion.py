@@ -14,7 +14,7 @@ The baseline is the constant prior every ad had before (serving.decision.prerank
 simulated day the oracle is the true conversion probability (truth_conversions.json)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -22,26 +22,20 @@ from serving.decision.prerank import DEFAULT_CVR_PRIOR
 from serving.model import metrics
 from serving.model.calibration import SegmentCalibration, fit_segment_calibration
 from serving.model.click_model import ConversionModel, TrainConfig, build, fit, stderr_log
-from serving.model.dataset import ExamplesInvalid, ExampleTable, truth_column, validation_mask
+from serving.model.dataset import ExampleTable, truth_column, validation_mask
 from serving.model.features import AdFeatureTable, FeatureSpec, conversion_inputs
 
 SEGMENTS = ("placement", "country", "billing_type")
 MIN_CONVERSIONS = 20  # conversions each side of the split needs before a model is trained at all
 
 
-def summary(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-    return {"ne": metrics.normalised_entropy(labels, predictions), "log_loss": metrics.log_loss(labels, predictions),
-            "auc": metrics.auc(labels, predictions),
-            "calibration": float(predictions.sum() / max(float(labels.sum()), 1e-12))}
-
-
-def train_conversion_model(records: Sequence[dict[str, Any]], spec: FeatureSpec,
+def train_conversion_model(everything: ExampleTable, spec: FeatureSpec,
                            tables: Mapping[int, AdFeatureTable], config: TrainConfig = TrainConfig(), *,
                            validation_share: float = 0.3, min_segment_conversions: int = 30,
                            log: Callable[[str], None] = stderr_log) -> tuple[ConversionModel | None, str]:
     """(the trained, calibrated ConversionModel, what was done); (None, why not) when the examples are too few
-    (fewer than MIN_CONVERSIONS conversions on either side of the split): pCVR then stays the constant prior."""
-    everything = ExampleTable.from_records(records)
+    (fewer than MIN_CONVERSIONS conversions on either side of the split): pCVR then stays the constant prior.
+    `tables`: the ad-feature tables of every snapshot version the examples name (trainer._ad_tables)."""
     examples = everything.take(~everything.scored_by_fallback)
     validation = validation_mask(examples.request_id, validation_share)
     train, held = examples.take(~validation), examples.take(validation)
@@ -51,9 +45,6 @@ def train_conversion_model(records: Sequence[dict[str, Any]], spec: FeatureSpec,
                f"side needs {MIN_CONVERSIONS}); pCVR stays the constant prior {DEFAULT_CVR_PRIOR}")
         log(why)
         return None, why
-    missing = sorted(set(int(v) for v in np.unique(examples.ad_snapshot_version)) - set(tables))
-    if missing:
-        raise ExamplesInvalid(f"conversion examples name ad-feature snapshot(s) {missing[:5]}, not loaded")
     log(f"conversion model: training on {len(train):,} clicks ({train.positives:,} converted), validating on "
         f"{len(held):,} ({held.positives:,} converted)")
     train_inputs, held_inputs = conversion_inputs(spec, train, tables), conversion_inputs(spec, held, tables)
@@ -72,25 +63,25 @@ def train_conversion_model(records: Sequence[dict[str, Any]], spec: FeatureSpec,
         "validation_conversions": held.positives, "dropped_fallback_rows": len(everything) - len(examples),
         "epochs_run": len(history.get("loss", [])), "history": history, "parameters": int(network.count_params()),
         "calibration_segments": len(model.calibration.coefficients),
-        "validation_metrics": {"model": summary(y, calibrated), "model_before_segment_calibration": summary(y, raw),
-                               "constant_prior": summary(y, np.full(len(held), DEFAULT_CVR_PRIOR))}}
+        "validation_metrics": {
+            "model": metrics.summary(y, calibrated), "model_before_segment_calibration": metrics.summary(y, raw),
+            "constant_prior": metrics.summary(y, np.full(len(held), DEFAULT_CVR_PRIOR))}}
     v = model.metadata["validation_metrics"]
     log(f"conversion model: validation NE {v['model']['ne']:.4f} (constant prior {v['constant_prior']['ne']:.4f}), "
         f"predicted/observed conversions {v['model']['calibration']:.3f}")
     return model, "trained"
 
 
-def evaluate_conversion_model(model: ConversionModel, spec: FeatureSpec, records: Sequence[dict[str, Any]],
+def evaluate_conversion_model(model: ConversionModel, spec: FeatureSpec, examples: ExampleTable,
                               tables: Mapping[int, AdFeatureTable], truth: Mapping[str, float] | None = None, *,
                               min_segment_conversions: int = 50) -> dict[str, Any]:
     """NE, log loss, AUC and calibration per segment of the conversion model on conversion examples, beside the
     constant prior and, with the true conversion probabilities, the oracle. cvr_calibration_min/max are over
     segments with at least min_segment_conversions conversions."""
-    examples = ExampleTable.from_records(records)
     y = examples.label.astype(np.float64)
     predicted = model.predict_examples(spec, examples, tables)
     ones = np.ones(len(examples))
-    mine, prior = summary(y, predicted), summary(y, np.full(len(examples), DEFAULT_CVR_PRIOR))
+    mine, prior = metrics.summary(y, predicted), metrics.summary(y, np.full(len(examples), DEFAULT_CVR_PRIOR))
     columns = {n: getattr(examples, n) for n in SEGMENTS}
     segments = metrics.calibration_by_segment(y, predicted, ones, columns)
     judged = [s["ratio"] for s in segments if s["clicks"] >= min_segment_conversions]

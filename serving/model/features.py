@@ -29,6 +29,7 @@ FLOAT_INPUTS = ("user", "ad_embedding", "ad_numeric")
 INDEX_INPUTS = ("ad_category", "bid_type", "placement", "country", "device", "position")
 AD_NUMERIC = ("log_ctr_prior", "quality_prior", "known_ad")
 BID_TYPES = 3  # snapshot bid_type codes 0 cpm, 1 cpc, 2 cpa; index code + 1, 0 for an unknown ad
+CPA_INDEX = 2 + 1  # AdFeatureTable.bid_type of a CPA ad
 BILLING_OF_BID_TYPE = ("IMPRESSION", "CLICK", "CLICK")  # cpm bills impressions; cpc and cpa bill clicks
 CTR_FLOOR = 1e-6
 

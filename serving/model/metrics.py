@@ -67,6 +67,15 @@ def segment_codes(columns: Sequence[np.ndarray]) -> tuple[list[tuple[str, ...]],
     return distinct_keys([np.asarray(column).astype(str) for column in columns])
 
 
+def summary(labels, predictions, weights=None) -> dict[str, float]:
+    """NE, log loss, AUC and calibration (predicted over observed, weighted) of one set of predictions."""
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.asarray(predictions, dtype=np.float64)
+    w = _weights(y, weights)
+    return {"ne": normalised_entropy(y, p, w), "log_loss": log_loss(y, p, w), "auc": auc(y, p, w),
+            "calibration": float((w * p).sum() / max(float((w * y).sum()), 1e-12))}
+
+
 def calibration_by_segment(labels, predictions, weights, segments: Mapping[str, np.ndarray]) -> list[dict]:
     """Predicted over observed clicks per segment (the segment columns named in `segments`), with the
     weighted impressions, predicted and observed clicks and the raw clicks behind each ratio (None for a

@@ -34,7 +34,7 @@ from serving.decision.prediction import PredictionRequest, Predictions, Predicti
 from serving.model import ad_features
 from serving.model.calibration import logit, sigmoid
 from serving.model.click_model import ClickModel
-from serving.model.features import (INDEX_INPUTS, AdFeatureTable, ad_table, packed_request_inputs, packed_width,
+from serving.model.features import (CPA_INDEX, INDEX_INPUTS, AdFeatureTable, ad_table, packed_request_inputs, packed_width,
                                      unpack)
 from serving.model.student import StudentAffinity, StudentConversionRates
 
@@ -43,7 +43,6 @@ from serving.model.student import StudentAffinity, StudentConversionRates
 DEFAULT_BUCKETS = (200, 400, 600, 800, 1_600, 2_400, 3_200)
 # The conversion model's rows: a request's CPA candidates only (a share of its 200), one row each.
 CONVERSION_BUCKETS = (64, 200, 800, 3_200)
-CPA_CODE = 3  # AdFeatureTable.bid_type of a CPA ad (the snapshot's code 2, plus 1)
 
 
 class PredictionUnavailable(AdserveError):
@@ -191,7 +190,7 @@ class ModelPredictor:
         conversion = self.model.conversion
         if conversion is None:
             return out
-        picked = [np.flatnonzero(table.bid_type[ad_rows] == CPA_CODE) for ad_rows in rows]
+        picked = [np.flatnonzero(table.bid_type[ad_rows] == CPA_INDEX) for ad_rows in rows]
         packed = [packed_request_inputs(self.spec, table, ad_rows[p], [1], user_features=r.user_features,
                                         placement=r.placement, country=r.country, device=r.device)
                   for r, ad_rows, p in zip(requests, rows, picked) if len(p)]

@@ -321,25 +321,19 @@ class PredictionService:
         """Make the canary the current model, if the report's verdict allows it (see the module docstring);
         raises PromotionRefused with the reason otherwise. New requests route to the promoted model at once;
         a batch already queued for either arm is scored by it too."""
-        from serving.model.canary import PROMOTE
+        from serving.model.canary import promotion_refusal
 
         candidate, current = self.candidate, self.current
-        if candidate is None:
-            raise PromotionRefused("no canary model is loaded")
-        names = {"candidate": candidate.model.version, "current": current.model.version}
-        if version != names["candidate"]:
-            raise PromotionRefused(f"the canary is {names['candidate']}, not {version}")
-        if not isinstance(report, dict) or report.get("verdict") != PROMOTE:
-            verdict = report.get("verdict") if isinstance(report, dict) else None
-            raise PromotionRefused(f"the canary report's verdict is {verdict!r}, not {PROMOTE!r}")
-        for arm, name in names.items():
-            if report.get(arm) != name:
-                raise PromotionRefused(f"the report judges {arm} {report.get(arm)!r}, but the {arm} model here is "
-                                       f"{name}")
+        refusal = promotion_refusal(report, version, None if candidate is None else candidate.model.version,
+                                    current.model.version)
+        if refusal is not None:
+            raise PromotionRefused(refusal)
+        assert candidate is not None  # (promotion_refusal refuses without one)
         self.config.canary_share = 0.0
         self.current, self.candidate = candidate, None
-        LOG.info("promoted %s over %s: %s", names["candidate"], names["current"], "; ".join(report.get("reasons", [])))
-        return {"promoted": names["candidate"], "previous": names["current"]}
+        LOG.info("promoted %s over %s: %s", candidate.model.version, current.model.version,
+                 "; ".join(report.get("reasons", [])))
+        return {"promoted": candidate.model.version, "previous": current.model.version}
 
     def arm_of(self, request_id: str) -> str:
         share = self.config.canary_share if self.candidate is not None else 0.0

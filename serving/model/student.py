@@ -33,7 +33,7 @@ import numpy as np
 from serving.decision.prediction import PredictionRequest, Predictions, Predictor
 from serving.model import ad_features
 from serving.model.dataset import ExampleTable
-from serving.model.features import BID_TYPES, AdFeatureTable, FeatureSpec, ad_table, example_inputs, user_matrix
+from serving.model.features import BID_TYPES, CPA_INDEX, AdFeatureTable, FeatureSpec, ad_table, example_inputs, user_matrix
 
 STUDENT_FILE = "prerank_student.npz"
 LOG_FLOOR = 1e-6
@@ -136,7 +136,7 @@ class StudentConversionRates:
     def __init__(self, spec: FeatureSpec, student: Student, table: AdFeatureTable, prior: float):
         self.spec, self.student, self.table, self.prior = spec, student, table, prior
         self.ad_vectors = ad_matrix(spec, table)
-        self.is_cpa = table.bid_type == CPA_TABLE_CODE
+        self.is_cpa = table.bid_type == CPA_INDEX
 
     @classmethod
     def load(cls, model_dir: Path, ad_features_dir: Path, snapshot_version: int | None = None
@@ -198,17 +198,14 @@ def fit_student(model, examples: ExampleTable, table: AdFeatureTable, *, users: 
     over the chunk's mean, so the fit is closest where the auction's winners come from (unweighted, the
     pre-ranker's recall on the simulated world was 96.6-99 % for two trainings; weighted, 98.1-100 % for
     five). fit_rmse is the plain (unweighted) rms error over the pairs."""
-    def pctr(inputs: dict, examples_of_pairs: np.ndarray, ads: np.ndarray) -> np.ndarray:
-        q = model.corrected(model.raw_probabilities(inputs))
+    def pctr(pairs: ExampleTable, examples_of_pairs: np.ndarray, ads: np.ndarray) -> np.ndarray:
+        q = model.corrected(model.raw_probabilities(example_inputs(model.spec, pairs, {table.version: table})))
         return model.calibration.apply(q, examples.placement[examples_of_pairs], examples.country[examples_of_pairs],
                                        table.billing_type[ads])
 
     known = len(table.embedding) - 1  # the last row is the unknown ad, which no candidate of the index is
     return _fit_bilinear(model.spec, examples, table, pctr, np.arange(max(known, 1)), users=users,
                          ads_per_user=ads_per_user, ridge=ridge, seed=seed, chunk=chunk)
-
-
-CPA_TABLE_CODE = 3  # AdFeatureTable.bid_type of a CPA ad (the snapshot's code 2, plus 1)
 
 
 def fit_conversion_student(spec: FeatureSpec, conversion, examples: ExampleTable, table: AdFeatureTable, *,
@@ -219,7 +216,7 @@ def fit_conversion_student(spec: FeatureSpec, conversion, examples: ExampleTable
     weighs. None when the snapshot has no CPA ad."""
     from serving.model.features import conversion_inputs
 
-    cpa = np.flatnonzero(table.bid_type[:-1] == CPA_TABLE_CODE)
+    cpa = np.flatnonzero(table.bid_type[:-1] == CPA_INDEX)
     if len(cpa) == 0:
         return None
 
@@ -229,16 +226,15 @@ def fit_conversion_student(spec: FeatureSpec, conversion, examples: ExampleTable
                                             examples.country[examples_of_pairs], table.billing_type[ads])
 
     return _fit_bilinear(spec, examples, table, pcvr, cpa, users=users, ads_per_user=ads_per_user, ridge=ridge,
-                         seed=seed, chunk=chunk, position=1, raw_pairs=True)
+                         seed=seed, chunk=chunk, position=1)
 
 
 def _fit_bilinear(spec: FeatureSpec, examples: ExampleTable, table: AdFeatureTable, probability: Callable,
                   ad_pool: np.ndarray, *, users: int, ads_per_user: int, ridge: float, seed: int, chunk: int,
-                  position: int | None = None, raw_pairs: bool = False) -> Student:
+                  position: int | None = None) -> Student:
     """The weighted ridge fit of r' W a to log probability(pairs) (see fit_student) over users of `examples`
     (at their own slot position, or `position`) crossed with random ads of `ad_pool`. `probability` gets the
-    pairs' model inputs (or, with raw_pairs, the pairs as an ExampleTable), the example row of each pair and
-    its ad row."""
+    pairs (each example with another ad, an ExampleTable), the example row of each pair and its ad row."""
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(examples), size=min(users, len(examples)), replace=False)
     positions = examples.slot_position[picked] if position is None else np.full(len(picked), position)
@@ -257,7 +253,7 @@ def _fit_bilinear(spec: FeatureSpec, examples: ExampleTable, table: AdFeatureTab
         # the example's user and context with another ad: the model's inputs through the one encoder
         pairs = replace(examples.take(ex), ad_id=table.snapshot.ad_id[a],
                         ad_snapshot_version=np.full(len(a), table.version, dtype=np.int64))
-        p = probability(pairs if raw_pairs else example_inputs(spec, pairs, {table.version: table}), ex, a)
+        p = probability(pairs, ex, a)
         target = np.log(np.maximum(p, LOG_FLOOR))
         wt = p / max(float(p.mean()), LOG_FLOOR)
         z = (r_all[u][:, :, None] * a_all[a][:, None, :]).reshape(len(u), dr * da).astype(np.float64)

@@ -56,13 +56,6 @@ def priors_baseline(examples: ExampleTable, snapshots: Mapping[int, AdFeatureSna
     return np.clip(prior * position_effect(examples.slot_position), 0.0, 1.0)
 
 
-def summary(labels: np.ndarray, predictions: np.ndarray, weights: np.ndarray) -> dict[str, float]:
-    return {"ne": metrics.normalised_entropy(labels, predictions, weights),
-            "log_loss": metrics.log_loss(labels, predictions, weights),
-            "auc": metrics.auc(labels, predictions, weights),
-            "calibration": float((weights * predictions).sum() / max((weights * labels).sum(), 1e-12))}
-
-
 def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int, AdFeatureSnapshot],
                       keep_rate: float, config: TrainConfig = TrainConfig(), *, validation_share: float = 0.3,
                       min_segment_clicks: int = 50, min_segment_conversions: int = 30,
@@ -98,9 +91,9 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
     calibrated = model.calibration.apply(corrected, held.placement, held.country, held.billing_type)
     model.student = fit_student(model, examples, tables[newest], seed=config.seed)
     if conversion_records:
-        conversion_tables = _ad_tables(spec, ExampleTable.from_records(conversion_records), snapshots)
+        converted = ExampleTable.from_records(conversion_records)
         model.conversion, pcvr = train_conversion_model(
-            conversion_records, spec, conversion_tables, config, validation_share=validation_share,
+            converted, spec, _ad_tables(spec, converted, snapshots), config, validation_share=validation_share,
             min_segment_conversions=min_segment_conversions, log=log)
         if model.conversion is not None:
             model.conversion.student = fit_conversion_student(spec, model.conversion, examples, tables[newest],
@@ -113,9 +106,9 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
     log(f"pre-ranker student: {model.student.fit_pairs:,} user-ad pairs, rms error of log pCTR "
         f"{model.student.fit_rmse:.3f}")
     validation_metrics = {
-        "model": summary(held.label, calibrated, held.sample_weight),
-        "model_before_segment_calibration": summary(held.label, corrected, held.sample_weight),
-        "priors_baseline": summary(held.label, priors_baseline(held, snapshots), held.sample_weight)}
+        "model": metrics.summary(held.label, calibrated, held.sample_weight),
+        "model_before_segment_calibration": metrics.summary(held.label, corrected, held.sample_weight),
+        "priors_baseline": metrics.summary(held.label, priors_baseline(held, snapshots), held.sample_weight)}
     model.metadata = {
         "keep_rate": keep_rate, "training_rows": len(train), "training_clicks": train.positives,
         "validation_rows": len(held), "validation_clicks": held.positives,
@@ -152,9 +145,9 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
     tables = _ad_tables(model.spec, examples, snapshots)
     corrected = model.corrected(model.raw_probabilities(example_inputs(model.spec, examples, tables)))
     predicted = model.calibration.apply(corrected, examples.placement, examples.country, examples.billing_type)
-    model_summary = summary(y, predicted, w)
-    baseline = summary(y, priors_baseline(examples, snapshots), w)
-    logged = summary(y, examples.logged_pctr, w)
+    model_summary = metrics.summary(y, predicted, w)
+    baseline = metrics.summary(y, priors_baseline(examples, snapshots), w)
+    logged = metrics.summary(y, examples.logged_pctr, w)
     segments = metrics.calibration_by_segment(y, predicted, w, {n: getattr(examples, n) for n in SEGMENTS})
     judged = [s["ratio"] for s in segments if s["clicks"] >= min_segment_clicks]
     result: dict[str, Any] = {
@@ -172,7 +165,7 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
     if conversion_records and model.conversion is not None:
         converted = ExampleTable.from_records(conversion_records)
         result["conversion"] = evaluate_conversion_model(
-            model.conversion, model.spec, conversion_records, _ad_tables(model.spec, converted, snapshots),
+            model.conversion, model.spec, converted, _ad_tables(model.spec, converted, snapshots),
             conversion_truth, min_segment_conversions=min_segment_conversions)
     if truth is not None:
         oracle = truth_column(examples.impression_id, truth, "truth")
