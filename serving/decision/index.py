@@ -27,6 +27,7 @@ rows. Pure: no I/O, no clock."""
 from __future__ import annotations
 
 import array
+import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -158,6 +159,9 @@ class TargetingIndex:
         self.term_bits = Column(np.uint32, capacity=256)
         self.hit_bits = Column(np.uint32, capacity=256)
         self.slots: dict[str, int] = {}
+        # The hit bits are set in the shared per-term words while one request is scanned; the compiled scan
+        # releases the GIL, so a second thread's request waits here instead of reading the first one's hits.
+        self._scan_lock = threading.Lock()
 
     # ------------------------------------------------------------------ terms
     def _term_id(self, key: tuple[str, str, bool]) -> int:
@@ -439,16 +443,18 @@ class TargetingIndex:
             return np.empty(0, dtype=np.int32)
         hits = np.array([t for t in (self.terms.ids.get((a, v, x)) for a, vs in terms.items() for v in vs
                                      for x in (False, True)) if t is not None], dtype=np.int64)
-        words, hit_bits = self.term_bits.data, self.hit_bits.data[hits]
-        words[hits] |= hit_bits
-        try:
-            size = int((bounds[1::2] - bounds[0::2]).sum())
-            out = np.empty(size, dtype=np.int32)
-            found = kernels.scan(bounds, self.partitions.row, self.partitions.sig, self.partitions.start,
-                                 self.partitions.count, self.sig_layout.masks(terms), self.term_arena.data, words,
-                                 k, CHUNK_ROWS, self.size, out, np.empty(size, dtype=np.int64))
-        finally:
-            words[hits] &= ~hit_bits
+        masks = self.sig_layout.masks(terms)
+        size = int((bounds[1::2] - bounds[0::2]).sum())
+        out = np.empty(size, dtype=np.int32)
+        with self._scan_lock:
+            words, hit_bits = self.term_bits.data, self.hit_bits.data[hits]
+            words[hits] |= hit_bits
+            try:
+                found = kernels.scan(bounds, self.partitions.row, self.partitions.sig, self.partitions.start,
+                                     self.partitions.count, masks, self.term_arena.data, words,
+                                     k, CHUNK_ROWS, self.size, out, np.empty(size, dtype=np.int64))
+            finally:
+                words[hits] &= ~hit_bits
         return out[:found]
 
     def retrieve(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> np.ndarray:

@@ -237,3 +237,30 @@ def _upserted(ads: list[AdRecord]) -> TargetingIndex:
     for ad in ads:
         index.upsert(ad)
     return index
+
+
+def test_retrievals_on_several_threads_at_once_stay_exact():
+    # The compiled scan releases the GIL, and a retrieval marks the request's terms as hit in the index's
+    # per-term words while it scans: without the index's scan lock a second thread's request would see the
+    # first's hits and get ads it does not match.
+    import threading
+
+    rng = random.Random(11)
+    ads = random_ads(rng, 3_000)
+    index = _bulk(sorted(ads, key=lambda a: -a.static_score))
+    requests = [random_request(rng) for _ in range(60)]
+    expected = [retrieved_ids(index, terms, k=10**9) for terms in requests]
+    wrong: list[int] = []
+
+    def work(offset: int) -> None:
+        for round_ in range(40):
+            i = (offset + round_) % len(requests)
+            if retrieved_ids(index, requests[i], k=10**9) != expected[i]:
+                wrong.append(i)
+
+    threads = [threading.Thread(target=work, args=(offset,)) for offset in (0, 30, 15)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
