@@ -12,8 +12,8 @@ constrain A, or it allows some value of V; it fails if the request carries
 any value it excludes.
 
 Retrieval: "narrow" ads (those targeting custom audiences, core.targeting.NARROW_ATTRIBUTES) are seeded
-from the request's own audience postings and evaluated completely with the postings, so no broad ad can
-crowd them out. "Broad" ads are also kept in partitions by (location value, placement, language)
+from the request's own audience postings and checked completely (every term of the row, by the compiled
+check the broad ads use), so no broad ad can crowd them out. "Broad" ads are also kept in partitions by (location value, placement, language)
 (serving/decision/partitions.py): a request reads only the entries of its own keys, a row range at a time
 in static-score order, in a compiled scan (serving/decision/kernels.py) that tests the closed-vocabulary
 attributes from bits inside each entry and checks the remaining terms (interests, exclusions) of the rows
@@ -43,9 +43,6 @@ from serving.decision.partitions import ANY, KEY_ATTRIBUTES, Partitions, SigLayo
 BID_TYPES = ("CPM", "CPC", "CPA")
 BID_TYPE_CODE = {name: code for code, name in enumerate(BID_TYPES)}
 DEFAULT_K = 10_000
-# Attributes in the order retrieval applies them: the most selective first on typical traffic,
-# interests (many values per request) last when the candidate set is already small.
-EVALUATION_ORDER = ("placement", "location", "language", "device", "age_band", "gender", "interest", "audience")
 CHUNK_ROWS = 1 << 17  # broad ads are scanned 131,072 rows at a time; retrieval stops after the range that reached K
 MAX_TERM_ARENA = (1 << 32) - 1  # an entry keeps its row's term-arena start as uint32
 
@@ -177,13 +174,12 @@ class TargetingIndex:
         self.hit_bits.ensure(term + 1)
         if excluded:
             self.hit_bits.data[term] = kernels.EXCLUDED_HIT
-        elif attribute not in KEY_ATTRIBUTES:  # a key term is settled by the segment: no bits
+        else:  # key terms too: the broad check never reads them (their segment settles them), the narrow one does
             slot = self.slots.get(attribute)
             if slot is None:
                 slot = self.slots[attribute] = len(self.slots)
                 if slot >= kernels.MAX_SLOTS:
-                    raise ValueError(f"more than {kernels.MAX_SLOTS} targeting attributes besides "
-                                     f"{', '.join(KEY_ATTRIBUTES)}")
+                    raise ValueError(f"more than {kernels.MAX_SLOTS} targeting attributes")
             self.term_bits.data[term] = kernels.constrained_bit(slot)
             self.hit_bits.data[term] = kernels.hit_bit(slot)
 
@@ -405,66 +401,51 @@ class TargetingIndex:
         term = self.terms.ids.get((attribute, value, excluded))
         return None if term is None else self.postings[term]
 
-    def _apply_rest(self, candidates: BitMap, terms: Mapping[str, frozenset[str]], covered: set[str]) -> BitMap:
-        for attribute in EVALUATION_ORDER:
-            if not candidates:
-                return candidates
-            constrained = self.constrained.get(attribute)
-            if attribute in covered or constrained is None:
-                continue
-            allowed = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
-            kept = candidates - constrained
-            if allowed:
-                kept |= BitMap.union(*(candidates & p for p in allowed))
-            candidates = kept
-        return self._drop_excluded(candidates, terms)
-
-    def _drop_excluded(self, candidates: BitMap, terms: Mapping[str, frozenset[str]]) -> BitMap:
-        for attribute, values in terms.items():
-            for value in values:
-                banned = self._posting(attribute, value, excluded=True)
-                if banned is not None and candidates:
-                    candidates -= banned
-        return candidates
-
-    def _retrieve_narrow(self, terms: Mapping[str, frozenset[str]]) -> BitMap:
-        """Every matching narrow ad: seeded from the request's own audience postings, read completely."""
-        result = BitMap()
-        for attribute in NARROW_ATTRIBUTES:
-            seeds = [p for p in (self._posting(attribute, v) for v in terms.get(attribute, ())) if p is not None]
-            if seeds:
-                result |= self._apply_rest(BitMap.union(*seeds) & self.narrow, terms, covered={attribute})
-        return result
-
-    def _retrieve_broad(self, terms: Mapping[str, frozenset[str]], k: int) -> np.ndarray:
-        """Rows of the best k matching broad ads, ascending: the compiled scan over the request's segments."""
-        bounds = self.partitions.bounds(terms)
-        if not len(bounds) or k <= 0:
+    def _narrow_seeds(self, terms: Mapping[str, frozenset[str]]) -> np.ndarray:
+        """Narrow rows sharing an audience with the request (only they can match it), ascending."""
+        seeds = [p for a in NARROW_ATTRIBUTES for p in (self._posting(a, v) for v in terms.get(a, ()))
+                 if p is not None]
+        if not seeds:
             return np.empty(0, dtype=np.int32)
-        hits = np.array([t for t in (self.terms.ids.get((a, v, x)) for a, vs in terms.items() for v in vs
+        return _rows(BitMap.union(*seeds) & self.narrow)
+
+    def _request_hits(self, terms: Mapping[str, frozenset[str]]) -> np.ndarray:
+        """Ids of the terms (included and excluded) the request carries."""
+        ids = self.terms.ids
+        return np.array([t for t in (ids.get((a, v, x)) for a, vs in terms.items() for v in vs
                                      for x in (False, True)) if t is not None], dtype=np.int64)
+
+    def retrieve(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> np.ndarray:
+        """Matching rows, ascending (best static score first), as int32.
+
+        Every matching narrow ad (its seeds checked completely: each of its terms, by the same per-term words
+        as the broad check) plus the best k matching broad ads (the compiled scan over the request's
+        segments)."""
+        seeds = self._narrow_seeds(terms)
+        bounds = self.partitions.bounds(terms) if k > 0 else np.empty(0, dtype=np.int64)
+        if not len(seeds) and not len(bounds):
+            return np.empty(0, dtype=np.int32)
+        hits = self._request_hits(terms)
         masks = self.sig_layout.masks(terms)
         size = int((bounds[1::2] - bounds[0::2]).sum())
-        out = np.empty(size, dtype=np.int32)
+        broad = np.empty(size, dtype=np.int32)
+        narrow = np.empty(len(seeds), dtype=np.int32)
         with self._scan_lock:
             words, hit_bits = self.term_bits.data, self.hit_bits.data[hits]
             words[hits] |= hit_bits
             try:
+                kept = kernels.check_rows(seeds, self.term_start.data, self.term_count.data, self.term_arena.data,
+                                          words, narrow) if len(seeds) else 0
                 found = kernels.scan(bounds, self.partitions.row, self.partitions.sig, self.partitions.start,
                                      self.partitions.count, masks, self.term_arena.data, words,
-                                     k, CHUNK_ROWS, self.size, out, np.empty(size, dtype=np.int64))
+                                     k, CHUNK_ROWS, self.size, broad, np.empty(size, dtype=np.int64)) if size else 0
             finally:
                 words[hits] &= ~hit_bits
-        return out[:found]
-
-    def retrieve(self, terms: Mapping[str, frozenset[str]], k: int = DEFAULT_K) -> np.ndarray:
-        """Matching rows, ascending (best static score first), as int32."""
-        narrow = self._retrieve_narrow(terms)
-        broad = self._retrieve_broad(terms, k)
-        if not narrow:
+        broad, narrow = broad[:found], narrow[:kept]
+        if not kept:
             return broad
-        extra = _rows(narrow)  # never in the partitions, so never among the broad rows: merged without a sort
-        return np.insert(broad, np.searchsorted(broad, extra), extra)
+        # narrow rows are never in the partitions, so never among the broad rows: merged without a sort
+        return np.insert(broad, np.searchsorted(broad, narrow), narrow)
 
     # ---------------------------------------------------------------- access
     def row_of(self, ad_id: int) -> int | None:

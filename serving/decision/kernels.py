@@ -72,6 +72,19 @@ def passes(start: int, count: int, arena, term_bits) -> bool:
 
 
 @nb.njit(cache=True, nogil=True)
+def check_rows(rows, term_start, term_count, arena, term_bits, out) -> int:
+    """The rows (ascending) whose whole term list passes the exact check, into out; returns how many. For the
+    narrow ads, which have no partition entries: every term is read, key attributes included."""
+    kept = 0
+    for j in range(rows.shape[0]):
+        row = rows[j]
+        if passes(term_start[row], term_count[row], arena, term_bits):
+            out[kept] = row
+            kept += 1
+    return kept
+
+
+@nb.njit(cache=True, nogil=True)
 def scan(bounds, entry_row, entry_sig, entry_start, entry_count, masks, arena, term_bits,
          k: int, chunk_rows: int, row_limit: int, out, pending):
     """Rows of the entries in the segments `bounds` ([begin0, end0, begin1, end1, ...] into the entry arrays)
