@@ -5,7 +5,6 @@ never as a Python object per ad. Rows are assigned in descending static-score
 order when the index is built (`build`), so "the best K by static score" is
 "the K smallest row numbers". Postings are pyroaring bitmaps of rows:
   include[(attribute, value)]  ads that allow the value
-  constrained[attribute]       ads that constrain the attribute at all
   exclude[(attribute, value)]  ads that exclude the value
 An ad satisfies attribute A for a request with values V iff it does not
 constrain A, or it allows some value of V; it fails if the request carries
@@ -13,8 +12,8 @@ any value it excludes.
 
 Retrieval: "narrow" ads (those targeting custom audiences, core.targeting.NARROW_ATTRIBUTES) are seeded
 from the request's own audience postings and checked completely (every term of the row, by the compiled
-check the broad ads use), so no broad ad can crowd them out. "Broad" ads are also kept in partitions by (location value, placement, language)
-(serving/decision/partitions.py): a request reads only the entries of its own keys, a row range at a time
+check the broad ads use), so no broad ad can crowd them out. "Broad" ads are also kept in partitions by
+(location value, placement, language) (serving/decision/partitions.py): a request reads only the entries of its own keys, a row range at a time
 in static-score order, in a compiled scan (serving/decision/kernels.py) that tests the closed-vocabulary
 attributes from bits inside each entry and checks the remaining terms (interests, exclusions) of the rows
 that pass against the term arena, where each row keeps those terms first; it stops once K broad ads
@@ -145,7 +144,6 @@ class TargetingIndex:
         self.term_arena_used = 0
         self.terms = _Terms()
         self.postings: list[BitMap] = []  # by term id (include and exclude terms alike)
-        self.constrained: dict[str, BitMap] = {}
         self.alive = BitMap()
         self.narrow = BitMap()
         # Broad ads by key, and what the compiled scan's exact check needs per term id (kernels.passes): its
@@ -236,15 +234,11 @@ class TargetingIndex:
         del order
         index.postings = [_bitmap(rows_by_term[boundaries[t]: boundaries[t + 1]]) for t in range(len(term_keys))]
         del rows_by_term
-        by_attribute: dict[str, list[BitMap]] = {}
-        for term, (attribute, _, excluded) in enumerate(term_keys):
-            if not excluded:
-                by_attribute.setdefault(attribute, []).append(index.postings[term])
-        index.constrained = {a: BitMap.union(*maps) for a, maps in by_attribute.items()}
         index.alive = BitMap(range(n))
-        for attribute in NARROW_ATTRIBUTES:
-            index.narrow |= index.constrained.get(attribute, BitMap())
-        for bitmap in (*index.postings, *index.constrained.values(), index.alive, index.narrow):
+        index.narrow = BitMap.union(BitMap(), *(index.postings[term] for term, (attribute, _, excluded)
+                                                 in enumerate(term_keys)
+                                                 if attribute in NARROW_ATTRIBUTES and not excluded))
+        for bitmap in (*index.postings, index.alive, index.narrow):
             bitmap.run_optimize()
         index._partition_bulk(term_keys, term_counts, terms_flat)
         return index
@@ -360,8 +354,6 @@ class TargetingIndex:
             self.postings.append(BitMap())
         for term in term_ids:
             self.postings[term].add(row)
-        for attribute in targeting.include:
-            self.constrained.setdefault(attribute, BitMap()).add(row)
         self.alive.add(row)
         if targeting.narrow:
             self.narrow.add(row)
@@ -390,8 +382,6 @@ class TargetingIndex:
                 self.partitions.remove(key, row)
         for term in self.term_arena.data[start: start + count]:
             self.postings[int(term)].discard(row)
-        for bitmap in self.constrained.values():
-            bitmap.discard(row)
         self.alive.discard(row)
         self.narrow.discard(row)
         self.term_count.data[row] = 0
@@ -462,7 +452,7 @@ class TargetingIndex:
     def memory_bytes(self) -> dict[str, int]:
         """Bytes held, by part: numpy columns, bitmaps (serialized size), term arena, strings, id map."""
         columns = sum(c.nbytes for c in self._row_columns()) + self.hot.nbytes
-        bitmaps = sum(len(b.serialize()) for b in (*self.postings, *self.constrained.values(), self.alive,
+        bitmaps = sum(len(b.serialize()) for b in (*self.postings, self.alive,
                                                    self.narrow))
         return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,
                 "strings": self.strings.nbytes, "id_map": self.ids.nbytes, "partitions": self.partitions.nbytes,
