@@ -20,9 +20,9 @@ that pass against the term arena, where each row keeps those terms first; it sto
 matched, so long broad lists are never read to the end.
 
 Updates are in place and versioned: an older or equal version never
-overwrites a newer one. A changed static score keeps its row until the next
-`compact()` (rows reflect static scores as of the last build); new ads append
-rows. Pure: no I/O, no clock."""
+overwrites a newer one. A changed static score keeps its row until the index
+is rebuilt (rows reflect static scores as of the last build); new ads append
+rows. Retrievals and updates may come from several threads: they take one lock. Pure: no I/O, no clock."""
 from __future__ import annotations
 
 import array
@@ -154,9 +154,11 @@ class TargetingIndex:
         self.term_bits = Column(np.uint32, capacity=256)
         self.hit_bits = Column(np.uint32, capacity=256)
         self.slots: dict[str, int] = {}
-        # The hit bits are set in the shared per-term words while one request is scanned; the compiled scan
-        # releases the GIL, so a second thread's request waits here instead of reading the first one's hits.
-        self._scan_lock = threading.Lock()
+        # The hit bits are set in the shared per-term words while one request is scanned, and the compiled scan
+        # releases the GIL: a second thread's request waits here instead of reading the first one's hits, and an
+        # update waits instead of moving the words or the entries under the scan (a grown word array would keep
+        # the scanning request's hits for good).
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ terms
     def _term_id(self, key: tuple[str, str, bool]) -> int:
@@ -294,7 +296,12 @@ class TargetingIndex:
 
     # ---------------------------------------------------------------- updates
     def upsert(self, record: AdRecord) -> bool:
-        """Apply a record if its version is newer than what the index holds; True if applied."""
+        """Apply a record if its version is newer than what the index holds; True if applied. Safe beside
+        retrievals on other threads (it waits for a running scan)."""
+        with self._lock:
+            return self._upsert(record)
+
+    def _upsert(self, record: AdRecord) -> bool:
         row = self.ids.get(record.ad_id)
         if row is not None and record.version <= self.version.data[row]:
             return False
@@ -420,7 +427,7 @@ class TargetingIndex:
         size = int((bounds[1::2] - bounds[0::2]).sum())
         broad = np.empty(size, dtype=np.int32)
         narrow = np.empty(len(seeds), dtype=np.int32)
-        with self._scan_lock:
+        with self._lock:
             words, hit_bits = self.term_bits.data, self.hit_bits.data[hits]
             words[hits] |= hit_bits
             try:

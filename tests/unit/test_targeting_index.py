@@ -264,3 +264,44 @@ def test_retrievals_on_several_threads_at_once_stay_exact():
     for thread in threads:
         thread.join()
     assert wrong == []
+
+
+def test_updates_on_one_thread_while_another_retrieves_leave_the_index_exact():
+    # An upsert that adds a term can grow the index's per-term words. A retrieval scanning at that moment (the
+    # compiled scan releases the GIL) has set its request's hits in the old array and clears them there, so
+    # the grown array keeps them, and the next requests match ads they do not. Updates wait for the lock.
+    import threading
+
+    rng = random.Random(12)
+    ads = {a.ad_id: a for a in random_ads(rng, 3_000)}
+    index = _bulk(sorted(ads.values(), key=lambda a: -a.static_score))
+    requests = [random_request(rng) for _ in range(40)]
+    expected = [brute_force(ads, terms) for terms in requests]  # the new ads below match none of them
+    done = threading.Event()
+    wrong: list[int] = []
+
+    def retrieve_until_done() -> None:
+        while not done.is_set():
+            for i, terms in enumerate(requests):
+                if retrieved_ids(index, terms, k=10**9) != expected[i]:
+                    wrong.append(i)
+
+    def update() -> None:
+        try:
+            for i in range(3_000):  # each ad brings a term the index has not seen: the per-term words grow
+                ad = AdRecord(ad_id=10_000 + i, campaign_id=1, version=1, bid_type="CPC", bid_micros=1_000,
+                              quality_micros=0, static_score=0.5,
+                              targeting=Targeting({"interest": frozenset({f"new{i}"})}, {}))
+                ads[ad.ad_id] = ad
+                index.upsert(ad)
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=retrieve_until_done), threading.Thread(target=update)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    for terms in requests:
+        assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
