@@ -154,6 +154,13 @@ class TargetingIndex:
         self.term_bits = Column(np.uint32, capacity=256)
         self.hit_bits = Column(np.uint32, capacity=256)
         self.slots: dict[str, int] = {}
+        # Per term id, what decides whether the exact check reads it (kernels.check_terms_first) and its bit in
+        # the sig (kernels.row_signatures): one rule for the bulk build and for updates.
+        self.term_sig_attribute = Column(np.int8, capacity=256, fill=-1)  # its closed-vocabulary attribute
+        self.term_sig_bit = Column(np.uint32, capacity=256)  # its value's sig bit (0: outside the vocabulary)
+        self.term_always_checked = Column(np.bool_, capacity=256)  # excluded, or neither a key nor in the sig
+        self._unconstrained = np.array([self.sig_layout.unconstrained[a] for a in self.sig_layout.attributes],
+                                       dtype=np.uint32)
         # The hit bits are set in the shared per-term words while one request is scanned, and the compiled scan
         # releases the GIL: a second thread's request waits here instead of reading the first one's hits, and an
         # update waits instead of moving the words or the entries under the scan (a grown word array would keep
@@ -169,9 +176,16 @@ class TargetingIndex:
         return term
 
     def _set_bits(self, term: int, key: tuple[str, str, bool]) -> None:
-        attribute, _, excluded = key
-        self.term_bits.ensure(term + 1)
-        self.hit_bits.ensure(term + 1)
+        attribute, value, excluded = key
+        for column in (self.term_bits, self.hit_bits, self.term_sig_attribute, self.term_sig_bit,
+                       self.term_always_checked):
+            column.ensure(term + 1)
+        layout = self.sig_layout
+        if excluded or (attribute not in KEY_ATTRIBUTES and attribute not in layout.attributes):
+            self.term_always_checked.data[term] = True
+        elif attribute in layout.attributes:
+            self.term_sig_attribute.data[term] = layout.attributes.index(attribute)
+            self.term_sig_bit.data[term] = layout.value_bit.get((attribute, value), 0)
         if excluded:
             self.hit_bits.data[term] = kernels.EXCLUDED_HIT
         else:  # key terms too: the broad check never reads them (their segment settles them), the narrow one does
@@ -182,13 +196,6 @@ class TargetingIndex:
                     raise ValueError(f"more than {kernels.MAX_SLOTS} targeting attributes")
             self.term_bits.data[term] = kernels.constrained_bit(slot)
             self.hit_bits.data[term] = kernels.hit_bit(slot)
-
-    def _checked_attributes(self, targeting: Targeting) -> set[str]:
-        """The include attributes a broad ad's exact check reads: those neither a key nor fully in the sig
-        bits (its excluded terms are always read too)."""
-        layout = self.sig_layout
-        return {a for a, values in targeting.include.items() if a not in KEY_ATTRIBUTES and (
-            a not in layout.attributes or any((a, v) not in layout.value_bit for v in values))}
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -248,30 +255,12 @@ class TargetingIndex:
     def _partition_bulk(self, term_keys: Sequence[tuple[str, str, bool]], term_counts: np.ndarray,
                         terms_flat: np.ndarray) -> None:
         """Entries of every broad row at once (from_columns): the same entries _index adds one by one."""
-        n, t = self.size, len(term_keys)
+        n = self.size
         if self.term_arena_used > MAX_TERM_ARENA:
             raise ValueError("term arena beyond 2**32 terms: too many ads for one index")
-        layout = self.sig_layout
-        key_attribute = np.full(t, -1, dtype=np.int8)
-        sig_attribute = np.full(t, -1, dtype=np.int8)
-        sig_bit = np.zeros(t, dtype=np.uint32)
-        always_checked = np.zeros(t, dtype=np.bool_)
-        for term, (attribute, value, excluded) in enumerate(term_keys):
-            if excluded:
-                always_checked[term] = True
-            elif attribute in KEY_ATTRIBUTES:
-                key_attribute[term] = KEY_ATTRIBUTES.index(attribute)
-            elif attribute in layout.attributes:
-                sig_attribute[term] = layout.attributes.index(attribute)
-                sig_bit[term] = layout.value_bit.get((attribute, value), 0)
-            else:
-                always_checked[term] = True
-        unconstrained = np.array([layout.unconstrained[a] for a in layout.attributes], dtype=np.uint32)
-        starts, counts = self.term_start.data[:n], self.term_count.data[:n]
-        sigs = kernels.row_signatures(starts, counts, terms_flat, sig_attribute, sig_bit, unconstrained)
-        check_counts = kernels.check_terms_first(starts, counts, terms_flat, sig_attribute, sig_bit, always_checked,
-                                                 len(layout.attributes))
-        sigs[check_counts > 0] |= kernels.SIG_NEEDS_CHECK
+        key_attribute = np.array([KEY_ATTRIBUTES.index(attribute) if attribute in KEY_ATTRIBUTES and not excluded
+                                  else -1 for attribute, _, excluded in term_keys], dtype=np.int8)
+        sigs, check_counts = self._check_layout(0, n)
         broad = np.ones(n, dtype=np.bool_)
         broad[_rows(self.narrow)] = False
         rows_flat = np.repeat(np.arange(n, dtype=np.int64), term_counts)
@@ -350,12 +339,22 @@ class TargetingIndex:
             self.embedding.data[row] = r.embedding
         self.strings.set(row, f"{r.creative_ref}\n{r.landing_url}")
 
+    def _check_layout(self, begin: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """For rows begin..end-1 (their terms in the arena): reorder each row's terms so the ones the exact check
+        reads come first, and return the rows' sigs (with the needs-check flag) and check-term counts."""
+        n = len(self.terms.keys)
+        tables = (self.term_sig_attribute.data[:n], self.term_sig_bit.data[:n])
+        starts, counts = self.term_start.data[begin:end], self.term_count.data[begin:end]
+        arena = self.term_arena.data
+        sigs = kernels.row_signatures(starts, counts, arena, *tables, self._unconstrained)
+        check_counts = kernels.check_terms_first(starts, counts, arena, *tables, self.term_always_checked.data[:n],
+                                                 len(self.sig_layout.attributes))
+        sigs[check_counts > 0] |= kernels.SIG_NEEDS_CHECK
+        return sigs, check_counts
+
     def _index(self, row: int, targeting: Targeting) -> None:
-        checked = self._checked_attributes(targeting)
         keys = [(a, v, True) for a, vs in targeting.exclude.items() for v in vs]
-        keys += [(a, v, False) for a, vs in targeting.include.items() if a in checked for v in vs]
-        check_count = len(keys)  # the terms the exact check reads come first
-        keys += [(a, v, False) for a, vs in targeting.include.items() if a not in checked for v in vs]
+        keys += [(a, v, False) for a, vs in targeting.include.items() for v in vs]
         term_ids = [self._term_id(k) for k in keys]
         while len(self.postings) < len(self.terms.keys):
             self.postings.append(BitMap())
@@ -373,9 +372,9 @@ class TargetingIndex:
         self.term_start.data[row] = start
         self.term_count.data[row] = len(term_ids)
         if not targeting.narrow:
-            sig = self.sig_layout.of_ad(targeting.include, check_count > 0)
+            sigs, check_counts = self._check_layout(row, row + 1)
             for key in Partitions.keys_of(targeting.include):
-                self.partitions.add(key, row, sig, start, check_count)
+                self.partitions.add(key, row, int(sigs[0]), start, int(check_counts[0]))
 
     def _unindex(self, row: int) -> None:
         start, count = int(self.term_start.data[row]), int(self.term_count.data[row])

@@ -167,10 +167,10 @@ def _outside(start: int, count: int, arena, sig_attribute, sig_bit, outside) -> 
 
 @nb.njit(cache=True, nogil=True)
 def row_signatures(term_start, term_count, arena, sig_attribute, sig_bit, unconstrained):
-    """Every row's sig without the needs-check flag (the bulk build's version of partitions.SigLayout.of_ad;
-    the flag comes from check_terms_first's counts): per closed-vocabulary attribute the bits of the values
-    it allows, or its unconstrained bit when the row does not constrain it or allows a value outside the
-    vocabulary."""
+    """Every row's sig without the needs-check flag (that comes from check_terms_first's counts): per
+    closed-vocabulary attribute the bits of the values it allows (partitions.SigLayout), or its unconstrained
+    bit when the row does not constrain it or allows a value outside the vocabulary. The index calls it for
+    the bulk build and for each updated row."""
     rows = term_start.shape[0]
     attributes = unconstrained.shape[0]
     out = np.zeros(rows, np.uint32)

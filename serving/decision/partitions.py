@@ -24,7 +24,6 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from core.targeting import CLOSED_VOCABULARIES
-from serving.decision.kernels import SIG_NEEDS_CHECK
 
 KEY_ATTRIBUTES = ("location", "placement", "language")
 SIG_ATTRIBUTES = tuple(sorted(CLOSED_VOCABULARIES))  # age_band, device, gender
@@ -53,21 +52,6 @@ class SigLayout:
                 bit += 1
         if bit > 31:
             raise ValueError(f"closed vocabularies need {bit} sig bits; 31 are available")
-
-    def of_ad(self, include: Mapping[str, Iterable[str]], needs_check: bool) -> int:
-        sig = int(SIG_NEEDS_CHECK) if needs_check else 0
-        for attribute in self.attributes:
-            values = include.get(attribute)
-            bits = 0
-            if values is not None:
-                for value in values:
-                    bit = self.value_bit.get((attribute, value))
-                    if bit is None:
-                        bits = 0
-                        break
-                    bits |= bit
-            sig |= bits if bits else self.unconstrained[attribute]
-        return sig
 
     def masks(self, terms: Mapping[str, frozenset[str]]) -> np.ndarray:
         out = np.empty(len(self.attributes), dtype=np.uint32)
