@@ -462,4 +462,5 @@ class TargetingIndex:
                                                    self.narrow))
         return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,
                 "strings": self.strings.nbytes, "id_map": self.ids.nbytes, "partitions": self.partitions.nbytes,
-                "term_tables": self.term_bits.nbytes + self.hit_bits.nbytes}
+                "term_tables": sum(c.nbytes for c in (self.term_bits, self.hit_bits, self.term_sig_attribute,
+                                                       self.term_sig_bit, self.term_always_checked))}
