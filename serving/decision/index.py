@@ -13,16 +13,17 @@ any value it excludes.
 Retrieval: "narrow" ads (those targeting custom audiences, core.targeting.NARROW_ATTRIBUTES) are seeded
 from the request's own audience postings and checked completely (every term of the row, by the compiled
 check the broad ads use), so no broad ad can crowd them out. "Broad" ads are also kept in partitions by
-(location value, placement, language) (serving/decision/partitions.py): a request reads only the entries of its own keys, a row range at a time
-in static-score order, in a compiled scan (serving/decision/kernels.py) that tests the closed-vocabulary
-attributes from bits inside each entry and checks the remaining terms (interests, exclusions) of the rows
-that pass against the term arena, where each row keeps those terms first; it stops once K broad ads
-matched, so long broad lists are never read to the end.
+(location value, placement, language) (serving/decision/partitions.py): a request reads only the entries of
+its own keys, a row range at a time in static-score order, in a compiled scan (serving/decision/kernels.py)
+that tests the closed-vocabulary attributes from bits inside each entry and checks the remaining terms
+(interests, exclusions) of the rows that pass against the term arena, where each row keeps those terms
+first; it stops once K broad ads matched, so long broad lists are never read to the end.
 
 Updates are in place and versioned: an older or equal version never
 overwrites a newer one. A changed static score keeps its row until the index
 is rebuilt (rows reflect static scores as of the last build); new ads append
-rows. Retrievals and updates may come from several threads: they take one lock. Pure: no I/O, no clock."""
+rows. Retrievals and updates may come from several threads: they take one lock.
+Pure: no I/O, no clock."""
 from __future__ import annotations
 
 import array
@@ -458,8 +459,7 @@ class TargetingIndex:
     def memory_bytes(self) -> dict[str, int]:
         """Bytes held, by part: numpy columns, bitmaps (serialized size), term arena, strings, id map."""
         columns = sum(c.nbytes for c in self._row_columns()) + self.hot.nbytes
-        bitmaps = sum(len(b.serialize()) for b in (*self.postings, self.alive,
-                                                   self.narrow))
+        bitmaps = sum(len(b.serialize()) for b in (*self.postings, self.alive, self.narrow))
         return {"columns": columns, "postings": bitmaps, "term_arena": self.term_arena.nbytes,
                 "strings": self.strings.nbytes, "id_map": self.ids.nbytes, "partitions": self.partitions.nbytes,
                 "term_tables": sum(c.nbytes for c in (self.term_bits, self.hit_bits, self.term_sig_attribute,
