@@ -2,7 +2,9 @@
 
 Input:
   {"slots": [{"position": 1}, ...],
-   "reserve_micros": 0,                      minimum total value per impression (optional, default 0)
+   "reserve_micros": 100,                    the reserve per impression: the least bid value and total an ad needs
+                                             and the least it pays (optional; default the platform's, 100)
+   "quality_floor_micros": -500,             an ad whose quality is under it cannot win (optional; default none)
    "exploration_share": 0.0, "seed": 0,      optional; the CLI does not explore unless asked
    "candidates": [{"ad_id": "A", "campaign_id": "a", "bid_type": "cpc" | "cpm" | "cpa",
                    "bid_micros": 2000000, "pctr": [0.015, ...one per slot], "pcvr": 0.0,
@@ -19,6 +21,7 @@ import sys
 from typing import Any, TextIO
 
 from core.auction import BID_TYPES, Candidate, run_auction
+from core.reserves import PLATFORM_TERMS
 
 
 class InputError(ValueError):
@@ -39,7 +42,7 @@ def _rate(value: Any, field: str) -> float:
     return float(value)
 
 
-def parse(document: Any) -> tuple[list[Candidate], list[int], int, float, int]:
+def parse(document: Any) -> tuple[list[Candidate], list[int], int, int | None, float, int]:
     if not isinstance(document, dict):
         raise InputError("input: expected a JSON object with slots and candidates")
     slots = document.get("slots")
@@ -47,7 +50,9 @@ def parse(document: Any) -> tuple[list[Candidate], list[int], int, float, int]:
         raise InputError("slots: expected a list of 1 to 3 slots, e.g. [{\"position\": 1}]")
     positions = [_int(s.get("position") if isinstance(s, dict) else None, f"slots[{i}].position", 1)
                  for i, s in enumerate(slots)]
-    reserve = _int(document.get("reserve_micros", 0), "reserve_micros", 0)
+    reserve = _int(document.get("reserve_micros", PLATFORM_TERMS.reserve_micros), "reserve_micros", 0)
+    floor = document.get("quality_floor_micros")
+    floor = None if floor is None else _int(floor, "quality_floor_micros")
     exploration = _rate(document.get("exploration_share", 0.0), "exploration_share")
     seed = _int(document.get("seed", 0), "seed")
     raw = document.get("candidates")
@@ -74,7 +79,7 @@ def parse(document: Any) -> tuple[list[Candidate], list[int], int, float, int]:
             pcvr=_rate(c.get("pcvr", 0.0), f"{where}.pcvr"),
             quality_micros=_int(c.get("quality_micros", 0), f"{where}.quality_micros"),
             exclusion_category=_int(c.get("exclusion_category", 0), f"{where}.exclusion_category", 0)))
-    return candidates, positions, reserve, exploration, seed
+    return candidates, positions, reserve, floor, exploration, seed
 
 
 def run(stream: TextIO, out: TextIO = sys.stdout) -> int:
@@ -84,12 +89,12 @@ def run(stream: TextIO, out: TextIO = sys.stdout) -> int:
         print(f"adserve auction: input is not valid JSON: {exc}", file=sys.stderr)
         return 2
     try:
-        candidates, positions, reserve, exploration, seed = parse(document)
+        candidates, positions, reserve, floor, exploration, seed = parse(document)
     except InputError as exc:
         print(f"adserve auction: {exc}", file=sys.stderr)
         return 2
-    result = run_auction(candidates, positions, reserve_micros=reserve, rng=random.Random(seed),
-                         exploration_share=exploration)
+    result = run_auction(candidates, positions, reserve_micros=reserve, quality_floor_micros=floor,
+                         rng=random.Random(seed), exploration_share=exploration)
     json.dump({
         "winners": [{"slot": w.slot, "position": w.position, "ad_id": w.candidate.ad_id,
                      "campaign_id": w.candidate.campaign_id, "price_micros": w.price_micros, "billing": w.billing,

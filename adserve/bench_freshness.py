@@ -51,7 +51,8 @@ async def _load_ads(store, n_ads: int, seed: int, log) -> tuple[list[int], list[
     for a in range(advertisers):
         advertiser_id, _ = await store.create_advertiser(f"bench-freshness-{uuid.uuid4().hex[:6]}-{a}")
         plans = [synthetic_campaign(rng, ads_per) for _ in range(campaigns_per)]
-        await store.bulk_load(advertiser_id, [p[0] for p in plans], [p[1] for p in plans])
+        await store.bulk_load(advertiser_id, [p[0] for p in plans], [p[1] for p in plans],
+                              approved_by="bench-freshness")
         advertiser_ids.append(advertiser_id)
     log(f"committed {advertisers * campaigns_per * ads_per:,} ads of {advertisers} advertisers to PostgreSQL")
 

@@ -5,7 +5,10 @@ and commit with a new version; the ad servers see them through CDC and the
 index builder, like any API change.
 
   adserve advertisers create NAME            prints an API key for the advertiser
-  adserve campaigns create FILE.yaml|json    an advertiser's campaigns and ads:
+  adserve advertisers keys ADVERTISER_ID     its keys (ids, first characters, created, revoked)
+  adserve advertisers revoke-key ADVERTISER_ID KEY_ID|--all
+  adserve advertisers rotate-key ADVERTISER_ID   a new key; every older one revoked at once
+  adserve campaigns create FILE.yaml|json [--approve-as NAME]   an advertiser's campaigns and ads:
       advertiser: Acme
       campaigns:
         - {name: Winter sale, bid_type: CPC, daily_budget_micros: 50000000, timezone: America/New_York,
@@ -14,7 +17,10 @@ index builder, like any API change.
   adserve campaigns pause|resume CAMPAIGN_ID
   adserve campaigns set-budget CAMPAIGN_ID MICROS
   adserve campaigns set-bid AD_ID MICROS
-  adserve campaigns bulk-load N [--campaigns-per 5] [--ads-per 20]   N synthetic advertisers"""
+  adserve campaigns bulk-load N [--campaigns-per 5] [--ads-per 20] [--approve-as NAME]   synthetic advertisers
+
+New ads wait for review (`adserve ads review`); --approve-as approves the ads it creates in the same step,
+recording NAME as their reviewer."""
 from __future__ import annotations
 
 import argparse
@@ -58,7 +64,7 @@ def load_file(path: str) -> dict[str, Any]:
     return data
 
 
-def create(path: str) -> dict[str, Any]:
+def create(path: str, approved_by: str | None = None) -> dict[str, Any]:
     data = load_file(path)
     # validate everything before writing anything
     plans = []
@@ -79,8 +85,12 @@ def create(path: str) -> dict[str, Any]:
         for fields, ads in plans:
             campaign = await store.create_campaign(advertiser_id, fields)
             ad_ids = [(await store.create_ad(advertiser_id, campaign["campaign_id"], a))["ad_id"] for a in ads]
+            if approved_by:
+                for ad_id in ad_ids:
+                    await store.review_ad(ad_id, "APPROVED", approved_by)
             created.append({"campaign_id": campaign["campaign_id"], "ad_ids": ad_ids})
-        return {"advertiser_id": advertiser_id, "api_key": key, "campaigns": created}
+        return {"advertiser_id": advertiser_id, "api_key": key, "campaigns": created,
+                "review": f"approved by {approved_by}" if approved_by else "PENDING: `adserve ads review list`"}
     return asyncio.run(_with_store(run))
 
 
@@ -135,12 +145,12 @@ def synthetic_campaign(rng: random.Random, n_ads: int) -> tuple[dict[str, Any], 
                "CPA": rng.randint(5_000_000, 80_000_000)}[bid_type]
         ads.append(validate_ad({"creative_ref": f"cdn://synthetic/{rng.randrange(10**9)}.png",
                                 "landing_url": f"https://advertiser{rng.randrange(10**6)}.example/",
-                                "bid_micros": bid, "quality_prior": float(rng.randint(-500, 500)),
-                                "targeting": targeting}, creating=True))
+                                "bid_micros": bid, "targeting": targeting}, creating=True))
     return campaign, ads
 
 
-def bulk_load(advertisers: int, campaigns_per: int, ads_per: int, seed: int = 1, log=print) -> tuple[int, int]:
+def bulk_load(advertisers: int, campaigns_per: int, ads_per: int, seed: int = 1, log=print,
+              approved_by: str | None = None) -> tuple[int, int]:
     rng = random.Random(seed)
 
     async def run(store):
@@ -151,7 +161,8 @@ def bulk_load(advertisers: int, campaigns_per: int, ads_per: int, seed: int = 1,
         for a in range(advertisers):
             advertiser_id, _ = await store.create_advertiser(f"synthetic-{seed}-{a}")
             plans = [synthetic_campaign(rng, ads_per) for _ in range(campaigns_per)]
-            c, n = await store.bulk_load(advertiser_id, [p[0] for p in plans], [p[1] for p in plans])
+            c, n = await store.bulk_load(advertiser_id, [p[0] for p in plans], [p[1] for p in plans],
+                                         approved_by=approved_by)
             total[0] += c
             total[1] += n
             progress.update(a + 1)
@@ -166,12 +177,28 @@ def register(sub) -> None:
     p = asub.add_parser("create", help="create an advertiser (or reuse one of that name) and print an API key")
     p.add_argument("name")
     p.set_defaults(handler=cmd_advertisers_create)
+    p = asub.add_parser("keys", help="an advertiser's API keys: ids, first characters, created and revoked")
+    p.add_argument("advertiser_id", type=int)
+    p.set_defaults(handler=cmd_keys)
+    p = asub.add_parser("revoke-key", help="revoke an API key (or all of them): refused from the next request on")
+    p.add_argument("advertiser_id", type=int)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("key_id", type=int, nargs="?", help="the key's id (`adserve advertisers keys`)")
+    which.add_argument("--all", action="store_true", help="every active key of the advertiser")
+    p.add_argument("--operator", help="who revokes it (default ADSERVE_OPERATOR, else your login name)")
+    p.set_defaults(handler=cmd_revoke_key)
+    p = asub.add_parser("rotate-key", help="issue a new API key and revoke every older one in the same step")
+    p.add_argument("advertiser_id", type=int)
+    p.add_argument("--operator", help="who rotates it (default ADSERVE_OPERATOR, else your login name)")
+    p.set_defaults(handler=cmd_rotate_key)
 
     c = sub.add_parser("campaigns", help="create and change campaigns in the campaign store",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     csub = c.add_subparsers(dest="action", required=True)
     p = csub.add_parser("create", help="create an advertiser's campaigns and ads from a YAML or JSON file")
     p.add_argument("file")
+    p.add_argument("--approve-as", metavar="NAME", help="approve the new ads, recording NAME as their reviewer "
+                                                        "(default: they wait for `adserve ads review`)")
     p.set_defaults(handler=cmd_create)
     for name, status in (("pause", "PAUSED"), ("resume", "ACTIVE")):
         p = csub.add_parser(name, help=f"set a campaign's status to {status}")
@@ -190,6 +217,8 @@ def register(sub) -> None:
     p.add_argument("--campaigns-per", type=int, default=5, help="campaigns per advertiser (default 5)")
     p.add_argument("--ads-per", type=int, default=20, help="ads per campaign (default 20)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--approve-as", metavar="NAME", help="approve the synthetic ads, recording NAME as their "
+                                                        "reviewer (default: they wait for review)")
     p.set_defaults(handler=cmd_bulk)
 
 
@@ -210,8 +239,34 @@ def cmd_advertisers_create(args) -> int:
     return _guarded(lambda: asyncio.run(_with_store(run)))
 
 
+def cmd_keys(args) -> int:
+    from serving.advertiser.store import to_json
+
+    return _guarded(lambda: [to_json(r) for r in asyncio.run(_with_store(
+        lambda store: store.list_keys(args.advertiser_id)))])
+
+
+def cmd_revoke_key(args) -> int:
+    from adserve.operators_cli import operator_name
+
+    async def run(store):
+        revoked = await store.revoke_keys(args.advertiser_id, args.operator or operator_name(),
+                                          None if args.all else args.key_id)
+        return {"advertiser_id": args.advertiser_id, "revoked_key_ids": revoked}
+    return _guarded(lambda: asyncio.run(_with_store(run)))
+
+
+def cmd_rotate_key(args) -> int:
+    from adserve.operators_cli import operator_name
+
+    async def run(store):
+        key_id, key, revoked = await store.rotate_key(args.advertiser_id, args.operator or operator_name())
+        return {"advertiser_id": args.advertiser_id, "key_id": key_id, "api_key": key, "revoked_key_ids": revoked}
+    return _guarded(lambda: asyncio.run(_with_store(run)))
+
+
 def cmd_create(args) -> int:
-    return _guarded(lambda: create(args.file))
+    return _guarded(lambda: create(args.file, args.approve_as))
 
 
 def cmd_status(args) -> int:
@@ -227,7 +282,8 @@ def cmd_bid(args) -> int:
 
 
 def cmd_bulk(args) -> int:
-    campaigns, ads = bulk_load(args.advertisers, args.campaigns_per, args.ads_per, args.seed)
+    campaigns, ads = bulk_load(args.advertisers, args.campaigns_per, args.ads_per, args.seed,
+                               approved_by=args.approve_as)
     print(json.dumps({"advertisers": args.advertisers, "campaigns": campaigns, "ads": ads}))
     return 0
 

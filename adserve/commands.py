@@ -18,6 +18,9 @@ def register(sub) -> None:
 
     campaigns_cli.register(sub)
     campaigns_cli.register_snapshots(sub)
+    from adserve import operators_cli
+
+    operators_cli.register(sub)
     from adserve import pacing_cli
 
     pacing_cli.register(sub)

@@ -25,6 +25,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Generator, Iterable, Mapping
 
+from core.auction import charge_per_event
 from core.errors import AdserveError, CorruptRecord
 from core.replay import explain_winner
 
@@ -196,10 +197,15 @@ def _next_lines(e: Mapping[str, Any]) -> list[str]:
         return [f"What you had to beat: the next ad, ad {r['ad_id']} of campaign {r['campaign_id']} "
                 f"({r['bid_type']}, bid {money(r['bid_micros'])} {UNIT[r['bid_type']]}):",
                 "  its bid x rate + quality:".ljust(44) + _runner_up_value(r),
-                f"  (the reserve of this placement and country, the least total value it accepts, was {reserve_text})"]
+                f"  (the reserve of this placement and country, the least an impression must bring and pay, was "
+                f"{reserve_text})"]
     if e["price_set_by"] == "runner_up" and r:
         return [f"What you had to beat: the next ad, total {money(r['total_micros'])} per impression "
                 "(a version-1 record logs only that total, rounded down)"]
+    if r and reserve is not None and r["total_micros"] >= reserve:
+        return [f"What you had to beat: the next ad, ad {r['ad_id']}, worth {money(r['total_micros'])} per "
+                f"impression; less your quality that is under the reserve, {reserve_text}, which no impression "
+                "pays less than."]
     if r:
         return [f"What you had to beat: the reserve, {reserve_text}: the next ad, ad {r['ad_id']}, was worth only "
                 f"{money(r['total_micros'])} per impression."]
@@ -209,19 +215,24 @@ def _next_lines(e: Mapping[str, Any]) -> list[str]:
 
 def _price_lines(e: Mapping[str, Any]) -> list[str]:
     a, own, unit = e["arithmetic"], e["bid_type"], UNIT[e["bid_type"]]
-    next_total, quality = money(e["next_total_micros"]), money(e["quality_micros"])
-    if own == "cpm":
-        formula, numbers = "(next total - your quality) x 1,000", f"({next_total} - {quality}) x 1,000"
-    elif own == "cpc":
-        formula, numbers = "(next total - your quality) / your click rate", \
-            f"({next_total} - {quality}) / {rate(e['pctr'])}"
+    if a.get("floored_at_reserve"):
+        lead = ("Your price is the reserve: the next ad less your quality came to less, and no impression pays less "
+                "than the reserve:")
+        top, top_numbers = "reserve", money(e["reserve_micros"] or 0)
     else:
-        formula = "(next total - your quality) / (your click rate x your conversion rate)"
-        numbers = f"({next_total} - {quality}) / ({rate(e['pctr'])} x {rate(e['pcvr'])})"
+        lead = "Your price is the least bid that would still have kept your place:"
+        top = "(next total - your quality)"
+        top_numbers = f"({money(e['next_total_micros'])} - {money(e['quality_micros'])})"
+    if own == "cpm":
+        formula, numbers = f"{top} x 1,000", f"{top_numbers} x 1,000"
+    elif own == "cpc":
+        formula, numbers = f"{top} / your click rate", f"{top_numbers} / {rate(e['pctr'])}"
+    else:
+        formula = f"{top} / (your click rate x your conversion rate)"
+        numbers = f"{top_numbers} / ({rate(e['pctr'])} x {rate(e['pcvr'])})"
     raw = "no rate to divide by: the bid" if a["raw_price_micros"] is None else money(a["raw_price_micros"])
     capped = f"your bid {money(e['bid_micros'])} caps it" + (": it does" if a["capped_at_bid"] else ": not reached")
-    return ["Your price is the least bid that would still have kept your place:",
-            f"  {formula}", f"  = {numbers} = {raw} {unit}",
+    return [lead, f"  {formula}", f"  = {numbers} = {raw} {unit}",
             f"  rounded up to a whole micro: {money(a['rounded_up_micros'])}; {capped}"
             + ("; never below zero" if a["floored_at_zero"] else "")]
 
@@ -235,7 +246,10 @@ def _charge_lines(e: Mapping[str, Any]) -> list[str]:
         check = (f"MISMATCH: recomputed from the logged inputs the price is {money(e['recomputed_price_micros'])} "
                  f"{unit}, but the log says {money(e['logged_price_micros'])}. The log or the pricing changed "
                  "since this impression was served: do not quote this explanation to the advertiser.")
-    per_impression = f" ({money(e['logged_price_micros'] // 1000)} per impression)" if e["bid_type"] == "cpm" else ""
+    per_event = {"cpm": f" ({money(e['logged_price_micros'] // 1000)} per impression)",
+                 "cpa": f" (billed by the click: x your conversion rate {rate(e['pcvr'] or 0.0)} = "
+                        f"{money(charge_per_event('cpa', e['logged_price_micros'], e['pcvr']))} per click)"}
+    per_impression = per_event.get(e["bid_type"], "")
     return [f"Charged: {money(e['logged_price_micros'])} {unit}{per_impression}, never more than your bid.", check,
             f"Expected cost recorded against the budget at serve: {money(e['expected_cost_micros'])}."]
 

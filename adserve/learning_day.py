@@ -190,6 +190,7 @@ def build_engine(world: World, predictor=None, exploration_share: float = 0.01, 
                  prerank_weights: np.ndarray | None = None):
     """The real decision engine over the world's ads (index, campaign table) with the given predictor."""
     from serving.decision.campaigns import CampaignRecord, CampaignTable
+    from core.reserves import ReserveBook
     from serving.decision.engine import DecisionEngine, EngineConfig
     from serving.decision.index import AdRecord, TargetingIndex
 
@@ -209,9 +210,8 @@ def build_engine(world: World, predictor=None, exploration_share: float = 0.01, 
         campaigns.upsert(CampaignRecord(campaign_id=cid, advertiser_id=cid, version=1))
     index = TargetingIndex.build(records, embedding_dim=DIM)
     config = EngineConfig(exploration_share=exploration_share, placement_ctr_multiplier=placement_multipliers(),
-                          default_reserve_micros=RESERVE_MICROS, recall_sample_share=recall_share,
-                          prerank_weights=prerank_weights)
-    return DecisionEngine(index, campaigns, predictor, config)
+                          recall_sample_share=recall_share, prerank_weights=prerank_weights)
+    return DecisionEngine(index, campaigns, predictor, config, reserves=ReserveBook.fixed(RESERVE_MICROS))
 
 
 def day_start_ms(day: str) -> int:
@@ -280,7 +280,8 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
         record = served_record(decision, request_id=request_id, server_id="learning-sim", now_ms=now_ms,
                                placement=placement, location=country, user_id=f"user-{user}", device=device,
                                language="en", page=None, user_features=features, snapshot_version=snapshot.version,
-                               reserve_micros=engine.config.reserve(placement, country), slot_positions=positions)
+                               reserve_micros=decision.terms.reserve_micros,
+                               quality_floor_micros=decision.terms.quality_floor_micros, slot_positions=positions)
         served.append(record)
         counts["requests"] += 1
         counts["fallback"] += decision.scored_by_fallback

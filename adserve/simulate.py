@@ -238,6 +238,7 @@ class SimServer:
         from core.spend import SpendAccumulator
         from serving.adserver.main import SpendReporter
         from serving.adserver.state import ServingState
+        from core.reserves import ReserveBook
         from serving.decision.engine import DecisionEngine, EngineConfig
 
         self.server_id = server_id
@@ -249,8 +250,8 @@ class SimServer:
             for ad in c.ad_records(now_ms):
                 self.state.apply("serving.ads", ad, now_ms)
         self.engine = DecisionEngine(self.state.index, self.state.campaigns, config=EngineConfig(
-            exploration_share=0.0, placement_ctr_multiplier={p: m for p, (_, m) in PLACEMENTS.items()},
-            default_reserve_micros=RESERVE_MICROS))
+            exploration_share=0.0, placement_ctr_multiplier={p: m for p, (_, m) in PLACEMENTS.items()}),
+            reserves=ReserveBook.fixed(RESERVE_MICROS))
         self.spend = SpendAccumulator(server_id)
         self.reporter = SpendReporter(self.spend, bootstrap, self.state.lease_ids, topic=spend_topic,
                                       producer_overrides={"linger.ms": 2})

@@ -1,21 +1,26 @@
-"""The generalised second-price auction on total value, with quality, reserves
-and exploration. Pure: randomness comes in as a `random.Random`.
+"""The generalised second-price auction on total value, with quality, reserves,
+a quality floor and exploration. Pure: randomness comes in as a `random.Random`.
 
 Total value per impression (micro-units) = bid x predicted action rate + quality:
   CPM  bid / 1000          CPC  bid x pCTR          CPA  target x pCTR x pCVR
-Candidates under the reserve (a minimum total value per impression for the
-placement and country) are dropped. Slots are filled in position order, each
-ranked with the pCTR predicted for that slot's position; a campaign wins at
-most once per page, and two ads of the same competitive-exclusion category
-never share a page.
+The reserve is a value per impression for the placement and country
+(core.reserves). A candidate is eligible for a slot only when both its total
+and its bid value (bid x action rate, without quality) reach the reserve, and
+its quality term is not under the quality floor: quality can rank an ad, but it
+cannot let an ad in that does not pay the reserve, and an ad under the floor
+cannot win at any price. Slots are filled in position order, each ranked with
+the pCTR predicted for that slot's position; a campaign wins at most once per
+page, and two ads of the same competitive-exclusion category never share a page.
 
-Price: each winner pays the least that keeps its place. The "next" total is
-the best remaining eligible candidate at that slot whose total does not exceed
-the winner's (another campaign's; an advertiser never bids against its own
-ads), or the reserve if that is higher or there is none. Then, in the bid's
-unit: per click (next - own quality) / own pCTR; per conversion (next -
-quality) / (pCTR x pCVR); per impression (next - quality), i.e. x1000 per
-mille. The price is capped at the bid and never negative.
+Price: each winner pays the least that keeps its place, and never less than
+the reserve. The "next" total is the best remaining eligible candidate at that
+slot whose total does not exceed the winner's (another campaign's; an
+advertiser never bids against its own ads), or the reserve if that is higher
+or there is none. Then, in the bid's unit: per click max(next - own quality,
+reserve) / own pCTR; per conversion the same over (pCTR x pCVR); per
+impression max(next - quality, reserve), i.e. x1000 per mille. Eligibility
+makes that floor at most the bid, so the price lies between the reserve and
+the bid.
 
 Rounding (money is integer micros): the exact price is computed with
 fractions from the predictions' decimal values, rounded UP to a whole micro
@@ -42,7 +47,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -129,13 +134,34 @@ class CandidateArrays:
             exclusion_category=int(self.exclusion_category[i]),
             participation_probability=float(self.participation[i]), row=int(self.row[i]))
 
-    def totals(self, quality_weight: float = 1.0) -> np.ndarray:
-        """Float total value per impression (micros), shape (candidates, slots)."""
+    def bid_values(self) -> np.ndarray:
+        """Float bid x action rate per impression (micros), without quality; shape (candidates, slots)."""
         code = self.bid_code[:, None]
         action = np.where(code == CPM, 1 / 1000, np.where(code == CPC, self.pctr, self.pctr * self.pcvr[:, None]))
+        return self.bid_micros[:, None] * action
+
+    def totals(self, quality_weight: float = 1.0) -> np.ndarray:
+        """Float total value per impression (micros), shape (candidates, slots)."""
         quality = self.quality_micros[:, None]
         # weight 1.0 adds the integers unscaled: the live totals stay bit-for-bit what they always were
-        return self.bid_micros[:, None] * action + (quality if quality_weight == 1.0 else quality_weight * quality)
+        return self.bid_values() + (quality if quality_weight == 1.0 else quality_weight * quality)
+
+    def eligible(self, totals: np.ndarray, reserve_micros: int, quality_floor_micros: int | None) -> np.ndarray:
+        """Which candidates may fill each slot (float check; the winner is checked exactly): total and bid
+        value both reach the reserve, and quality is not under the floor. Shape (candidates, slots)."""
+        ok = (totals >= reserve_micros) & (self.bid_values() >= reserve_micros)
+        if quality_floor_micros is not None:
+            ok &= (self.quality_micros >= quality_floor_micros)[:, None]
+        return ok
+
+
+def charge_per_event(bid_type: str, price_micros: int, pcvr: float | None) -> int:
+    """The charge of one billable event for a price in the bid's unit (see Winner.charge_per_event_micros)."""
+    if bid_type == "cpm":
+        return price_micros // 1000
+    if bid_type == "cpa":
+        return math.floor(price_micros * _exact(pcvr or 0.0))
+    return price_micros
 
 
 @dataclass
@@ -153,8 +179,10 @@ class Winner:
 
     @property
     def charge_per_event_micros(self) -> int:
-        """What one billable event costs: an impression for cpm (price / 1000, rounded down), else the price."""
-        return self.price_micros // 1000 if self.billing == "cpm" else self.price_micros
+        """What one billable event costs, rounded down (never above the bid): an impression for cpm (price /
+        1000), a click for cpc (the price) and for cpa (the price per conversion x pCVR: a conversion bid is
+        billed by the click, at the conversions a click is expected to bring)."""
+        return charge_per_event(self.billing, self.price_micros, self.explanation.get("pcvr"))
 
     def expected_cost_micros(self) -> int:
         """The expected charge recorded as spend at serve: per impression for cpm, price x pCTR for clicks."""
@@ -196,15 +224,29 @@ def exact_total(c: Candidate, slot: int, quality_weight: float = 1.0) -> Fractio
     return c.bid_micros * action + weighted_quality(c.quality_micros, quality_weight)
 
 
+def exact_bid_value(c: Candidate, slot: int) -> Fraction:
+    """Bid x action rate per impression at a slot, exactly, in micros: what a price floor is measured against."""
+    return exact_total(c, slot) - c.quality_micros
+
+
+def exactly_eligible(c: Candidate, slot: int, reserve_micros: int, quality_floor_micros: int | None,
+                     quality_weight: float = 1.0) -> bool:
+    """CandidateArrays.eligible's rule for one candidate, in exact arithmetic."""
+    return exact_total(c, slot, quality_weight) >= reserve_micros and exact_bid_value(c, slot) >= reserve_micros \
+        and (quality_floor_micros is None or c.quality_micros >= quality_floor_micros)
+
+
 def weighted_quality(quality_micros: int, quality_weight: float = 1.0) -> Fraction:
     """The quality term as it enters a total: weight x quality, exactly (the weight as written in decimal)."""
     return quality_micros * _exact(quality_weight) if quality_weight != 1.0 else Fraction(quality_micros)
 
 
-def price_micros(c: Candidate, slot: int, next_total: Fraction, quality_weight: float = 1.0) -> int:
-    """The least whole-micro price (in the bid's unit) that keeps the place, capped at the bid."""
+def price_micros(c: Candidate, slot: int, next_total: Fraction, quality_weight: float = 1.0,
+                 reserve_micros: int = 0) -> int:
+    """The least whole-micro price (in the bid's unit) that keeps the place and pays the reserve, capped at the
+    bid."""
     code = c.bid_code
-    numerator = next_total - weighted_quality(c.quality_micros, quality_weight)
+    numerator = max(next_total - weighted_quality(c.quality_micros, quality_weight), Fraction(reserve_micros))
     if code == CPM:
         raw = numerator * 1000
     elif code == CPC:
@@ -258,8 +300,71 @@ def _loser(columns: CandidateArrays, i: int, value: np.ndarray) -> dict[str, Any
             "exclusion_category": int(columns.exclusion_category[i])}
 
 
+def reserve_sets_price(c: Candidate, next_total: Fraction, reserve_micros: int, quality_weight: float = 1.0) -> bool:
+    """Whether the reserve, not the ad below, set a winner's price (its floor binds)."""
+    return Fraction(reserve_micros) > next_total - weighted_quality(c.quality_micros, quality_weight)
+
+
+def _winner(value: np.ndarray, eligible: np.ndarray, campaigns: np.ndarray, candidate: Callable[[int], Candidate],
+            chosen: int, slot: int, slot_positions: Sequence[int], reserve_micros: int,
+            quality_floor_micros: int | None, quality_weight: float, exploration_probability: float,
+            scores_from_fallback: bool) -> Winner:
+    """The chosen candidate's price (set by the best eligible rival of another campaign at or below it, or by the
+    reserve) and its explanation."""
+    slots = len(slot_positions)
+    own = candidate(chosen)
+    rivals = eligible & (campaigns != campaigns[chosen]) & (value[:, slot] <= value[chosen, slot])
+    runner_up = int(np.argmax(np.where(rivals, value[:, slot], -np.inf))) if rivals.any() else None
+    rival = candidate(runner_up) if runner_up is not None else None
+    runner_total = exact_total(rival, slot, quality_weight) if rival is not None else None
+    next_total = Fraction(reserve_micros) if runner_total is None else max(runner_total, Fraction(reserve_micros))
+    price = price_micros(own, slot, next_total, quality_weight, reserve_micros)
+    own_total = exact_total(own, slot, quality_weight)
+    return Winner(
+        slot=slot + 1, position=int(slot_positions[slot]), candidate=own, price_micros=price,
+        total_value_micros=math.floor(own_total),
+        explanation={
+            "total_value_micros": math.floor(own_total),
+            **_runner_up(rival, runner_up, runner_total, slot, slots),
+            "price_set_by": "reserve" if runner_total is None
+            or reserve_sets_price(own, next_total, reserve_micros, quality_weight) else "runner_up",
+            "pctr": float(own.pctr[slot]), "pcvr": float(own.pcvr) if own.bid_code == CPA else None,
+            "quality_micros": own.quality_micros,
+            "reserve_micros": reserve_micros,
+            "quality_floor_micros": quality_floor_micros,
+            "quality_weight": quality_weight,
+            "bid_micros": own.bid_micros,
+            "bid_type": own.bid_type.lower(),
+            "pctr_by_slot": [float(x) for x in list(own.pctr)[:slots]],
+            "exclusion_category": own.exclusion_category,
+            "candidate_index": chosen,
+            "participation_probability": own.participation_probability,
+            # only a placement the shuffle made has a propensity below 1; slots filled after it are greedy
+            "exploration_probability": exploration_probability,
+            "scored_by_fallback": scores_from_fallback,
+        })
+
+
+def _exploration_order(value: np.ndarray, allowed: np.ndarray, campaigns: np.ndarray, rng: random.Random,
+                       margin: float) -> list[int]:
+    """The exploration slice's shuffle: the candidates eligible for the first slot within `margin` of the best
+    total, one per campaign, in a uniformly random order."""
+    eligible = np.flatnonzero(allowed[:, 0])
+    if not len(eligible):
+        return []
+    best = value[eligible, 0].max()
+    near = [int(i) for i in eligible[np.argsort(-value[eligible, 0], kind="stable")]
+            if value[i, 0] >= best - abs(best) * margin]
+    distinct, seen = [], set()
+    for i in near:
+        if campaigns[i] not in seen:
+            distinct.append(i)
+            seen.add(campaigns[i])
+    return rng.sample(distinct, len(distinct))
+
+
 def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_positions: Sequence[int], *,
-                reserve_micros: int = 0,
+                reserve_micros: int = 0, quality_floor_micros: int | None = None,
                 rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,
                 exploration_margin: float = DEFAULT_EXPLORATION_MARGIN,
                 scores_from_fallback: bool = False, quality_weight: float = 1.0) -> AuctionResult:
@@ -271,6 +376,7 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
     columns = candidates if isinstance(candidates, CandidateArrays) else \
         CandidateArrays.from_candidates(candidates, slots)
     value = columns.totals(quality_weight)
+    allowed = columns.eligible(value, reserve_micros, quality_floor_micros)
     _, campaigns = np.unique(columns.campaign_id.astype(str) if columns.campaign_id.dtype == object
                              else columns.campaign_id, return_inverse=True)
     categories = columns.exclusion_category
@@ -282,69 +388,35 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
             picked[i] = columns.candidate(i)
         return picked[i]
 
+    def exact(i: int, slot: int) -> bool:
+        """The float check passed; money decides in exact arithmetic (a rounding never lets an ad under)."""
+        return exactly_eligible(candidate(i), slot, reserve_micros, quality_floor_micros, quality_weight)
+
     explored = exploration_share > 0 and rng.random() < exploration_share
-    shuffled: list[int] = []
-    if explored:
-        eligible = np.flatnonzero(value[:, 0] >= reserve_micros)
-        if len(eligible):
-            best = value[eligible, 0].max()
-            near = [int(i) for i in eligible[np.argsort(-value[eligible, 0], kind="stable")]
-                    if value[i, 0] >= best - abs(best) * exploration_margin]
-            distinct, seen = [], set()
-            for i in near:
-                if campaigns[i] not in seen:
-                    distinct.append(i)
-                    seen.add(campaigns[i])
-            shuffled = rng.sample(distinct, len(distinct))
+    shuffled = _exploration_order(value, allowed, campaigns, rng, exploration_margin) if explored else []
     propensity = 1.0 / len(shuffled) if len(shuffled) > 1 else 1.0
     explored = explored and len(shuffled) > 1
 
     winners: list[Winner] = []
     won: list[int] = []
     for slot in range(slots):
-        eligible = available & (value[:, slot] >= reserve_micros)
-        if not eligible.any():
-            break
+        eligible = available & allowed[:, slot]
         chosen = None
-        while explored and shuffled:
+        while explored and shuffled and chosen is None:
             i = shuffled.pop(0)
-            if eligible[i]:
-                chosen = i
-                break
+            chosen = i if eligible[i] and exact(i, slot) else None
         from_shuffle = chosen is not None
+        while chosen is None and eligible.any():
+            i = int(np.argmax(np.where(eligible, value[:, slot], -np.inf)))
+            if exact(i, slot):
+                chosen = i
+            else:
+                eligible[i] = False
         if chosen is None:
-            masked = np.where(eligible, value[:, slot], -np.inf)
-            chosen = int(np.argmax(masked))
-        own = candidate(chosen)
-        rivals = eligible & (campaigns != campaigns[chosen]) & (value[:, slot] <= value[chosen, slot])
-        runner_up = int(np.argmax(np.where(rivals, value[:, slot], -np.inf))) if rivals.any() else None
-        rival = candidate(runner_up) if runner_up is not None else None
-        runner_total = exact_total(rival, slot, quality_weight) if rival is not None else None
-        next_total = Fraction(reserve_micros) if runner_total is None else max(runner_total, Fraction(reserve_micros))
-        price = price_micros(own, slot, next_total, quality_weight)
-        own_total = exact_total(own, slot, quality_weight)
-        winners.append(Winner(
-            slot=slot + 1, position=int(slot_positions[slot]), candidate=own, price_micros=price,
-            total_value_micros=math.floor(own_total),
-            explanation={
-                "total_value_micros": math.floor(own_total),
-                **_runner_up(rival, runner_up, runner_total, slot, slots),
-                "price_set_by": "runner_up" if runner_total is not None and runner_total >= reserve_micros
-                else "reserve",
-                "pctr": float(own.pctr[slot]), "pcvr": float(own.pcvr) if own.bid_code == CPA else None,
-                "quality_micros": own.quality_micros,
-                "reserve_micros": reserve_micros,
-                "quality_weight": quality_weight,
-                "bid_micros": own.bid_micros,
-                "bid_type": own.bid_type.lower(),
-                "pctr_by_slot": [float(x) for x in list(own.pctr)[:slots]],
-                "exclusion_category": own.exclusion_category,
-                "candidate_index": chosen,
-                "participation_probability": own.participation_probability,
-                # only a placement the shuffle made has a propensity below 1; slots filled after it are greedy
-                "exploration_probability": propensity if from_shuffle else 1.0,
-                "scored_by_fallback": scores_from_fallback,
-            }))
+            break
+        winners.append(_winner(value, eligible, campaigns, candidate, chosen, slot, slot_positions,
+                               reserve_micros, quality_floor_micros, quality_weight,
+                               propensity if from_shuffle else 1.0, scores_from_fallback))
         won.append(chosen)
         available &= campaigns != campaigns[chosen]
         if categories[chosen]:

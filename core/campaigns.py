@@ -1,5 +1,5 @@
-"""Advertiser objects: validating what the advertiser API accepts, and compiling the campaign store's rows
-into the flat serving records the ad servers index. Pure.
+"""Advertiser objects: validating what the advertiser API accepts, the review rules, and compiling the
+campaign store's rows into the flat serving records the ad servers index. Pure.
 
 Campaign payload (POST /v1/campaigns; PATCH takes any subset of the mutable fields):
     {"name": "Winter sale", "bid_type": "CPC", "daily_budget_micros": 50000000, "currency": "USD",
@@ -8,48 +8,79 @@ Campaign payload (POST /v1/campaigns; PATCH takes any subset of the mutable fiel
      "cap_per_day": 3, "cap_per_week": 10, "cpa_target_micros": null, "status": "ACTIVE"}
 Ad payload (POST /v1/campaigns/{id}/ads; PATCH takes any subset):
     {"creative_ref": "cdn://x/1.png", "landing_url": "https://shop.example/", "bid_micros": 2000000,
-     "quality_prior": 0.0, "targeting": {"location": ["US"], "interest": ["hiking"]}, "status": "ACTIVE"}
+     "targeting": {"location": ["US"], "interest": ["hiking"]}, "status": "ACTIVE"}
+
+Advertisers set only what is theirs. The quality term and the review state are the platform's: a payload that
+names them is refused, like the ids, versions and times the store keeps. What each writable field does in the
+auction, the pacing and the billing, and the guard on it, is in docs/campaign-changes.md. A new ad waits for
+review (PENDING), and a change to what review approved (creative, landing URL, targeting) sends it back.
 
 Every problem raises InvalidField naming the field, with a message an advertiser can act on."""
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timezone
 from typing import Any, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.errors import AdserveError
+from core.errors import AdserveError, InvalidField
+from core.reserves import reserve_serving_record, rule_key
 from core.targeting import InvalidTargeting, compile_targeting
 
 BID_TYPES = ("CPM", "CPC", "CPA")
 CAMPAIGN_STATUSES = ("ACTIVE", "PAUSED", "ENDED", "REMOVED")
 AD_STATUSES = ("ACTIVE", "PAUSED", "REMOVED")
 REVIEW_STATUSES = ("PENDING", "APPROVED", "REJECTED")
+REVIEW_DECISIONS = ("APPROVED", "REJECTED")
+REVIEWED_FIELDS = ("creative_ref", "landing_url", "targeting")  # a change to any sends the ad back to review
 MAX_MICROS = 10**15
+# A bid of $100,000 per event is far above any real one; the cap keeps every product of a bid with the budget
+# job's multiplier (x 10,000) exact in int64.
+MAX_BID_MICROS = 10**11
+# Bids, budgets and charges are micros of one currency, the platform's: the auction compares bids and the click
+# aggregator bills them without conversion, so a campaign in another currency would buy at the wrong price.
+PLATFORM_CURRENCY = "USD"
+MAX_REVIEWER_LEN = 200
 # Priors for the static score (expected value per impression before any model): a click rate and a
 # conversion rate typical of a new ad.
 CTR_PRIOR = 0.01
 CVR_PRIOR = 0.05
 CAMPAIGN_FIELDS = ("name", "bid_type", "daily_budget_micros", "currency", "timezone", "flight_start", "flight_end",
                    "dayparts", "cap_per_day", "cap_per_week", "cpa_target_micros", "status")
-AD_FIELDS = ("creative_ref", "landing_url", "bid_micros", "quality_prior", "targeting", "status", "review_status")
+AD_FIELDS = ("creative_ref", "landing_url", "bid_micros", "targeting", "status")
+FIXED_CAMPAIGN_FIELDS = {"bid_type": "how the campaign bids and is billed",
+                         "timezone": "the day its daily budget, pacing curve and billing run on"}
+# What only the platform writes: refused by name, so a client that read an object and sent it back learns why.
+PLATFORM_FIELDS = {
+    "quality_prior": "the quality term is the platform's estimate of the user experience, not the advertiser's",
+    "review_status": "review belongs to the platform: new and changed ads wait for an operator's approval",
+    "reviewed_by": "review belongs to the platform", "reviewed_at": "review belongs to the platform",
+    "review_note": "review belongs to the platform",
+}
+STORE_FIELDS = ("campaign_id", "ad_id", "advertiser_id", "version", "updated_at")  # kept by the store
 
 
-class InvalidField(AdserveError):
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
-def _micros(value: Any, field: str, *, positive: bool = False) -> int:
+def _micros(value: Any, field: str, *, positive: bool = False, maximum: int = MAX_MICROS) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidField(field, "must be an integer number of micros (1 USD = 1000000)")
     if value < 0 or (positive and value == 0):
         raise InvalidField(field, "must be positive" if positive else "must not be negative")
-    if value > MAX_MICROS:
-        raise InvalidField(field, f"must be at most {MAX_MICROS}")
+    if value > maximum:
+        raise InvalidField(field, f"must be at most {maximum}")
     return value
+
+
+def _refuse_foreign_fields(payload: dict[str, Any], allowed: tuple[str, ...], what: str) -> None:
+    """400 for a field the advertiser may not write: the platform's own, the store's, or one that does not
+    exist."""
+    for name in sorted(payload):
+        if name in allowed:
+            continue
+        if name in PLATFORM_FIELDS:
+            raise InvalidField(name, f"is set by the platform, not by advertisers: {PLATFORM_FIELDS[name]}")
+        if name in STORE_FIELDS:
+            raise InvalidField(name, "is kept by the campaign store and cannot be written")
+        raise InvalidField(name, f"unknown field; {what} have {list(allowed)}")
 
 
 def _timestamp_ms(value: Any, field: str) -> int | None:
@@ -85,16 +116,16 @@ def validate_campaign(payload: Any, *, existing: Mapping[str, Any] | None = None
     Times come back as epoch ms."""
     if not isinstance(payload, dict):
         raise InvalidField("body", "must be a JSON object")
-    unknown = sorted(set(payload) - set(CAMPAIGN_FIELDS))
-    if unknown:
-        raise InvalidField(unknown[0], f"unknown field; campaigns have {list(CAMPAIGN_FIELDS)}")
+    _refuse_foreign_fields(payload, CAMPAIGN_FIELDS, "campaigns")
     creating = existing is None
     if creating:
         for required in ("name", "bid_type", "daily_budget_micros", "timezone"):
             if required not in payload:
                 raise InvalidField(required, "is required")
-    elif "bid_type" in payload and payload["bid_type"] != existing["bid_type"]:
-        raise InvalidField("bid_type", "cannot change after creation; create a new campaign")
+    else:
+        for name, why in FIXED_CAMPAIGN_FIELDS.items():
+            if name in payload and payload[name] != existing[name]:
+                raise InvalidField(name, f"cannot change after creation ({why}); create a new campaign")
     out: dict[str, Any] = {}
     if "name" in payload:
         if not isinstance(payload["name"], str) or not payload["name"].strip() or len(payload["name"]) > 200:
@@ -106,8 +137,9 @@ def validate_campaign(payload: Any, *, existing: Mapping[str, Any] | None = None
         out["daily_budget_micros"] = _micros(payload["daily_budget_micros"], "daily_budget_micros")
     if "currency" in payload:
         currency = payload["currency"]
-        if not isinstance(currency, str) or len(currency) != 3 or not currency.isalpha():
-            raise InvalidField("currency", "must be a three-letter ISO 4217 code, e.g. USD")
+        if not isinstance(currency, str) or currency.upper() != PLATFORM_CURRENCY:
+            raise InvalidField("currency", f"must be {PLATFORM_CURRENCY}: bids, budgets and charges are micros of "
+                                           "the platform's currency, compared and billed without conversion")
         out["currency"] = currency.upper()
     if "timezone" in payload:
         try:
@@ -167,9 +199,7 @@ def validate_ad(payload: Any, *, creating: bool) -> dict[str, Any]:
     """The columns to write for a new ad or a change to one; targeting comes back as its validated form."""
     if not isinstance(payload, dict):
         raise InvalidField("body", "must be a JSON object")
-    unknown = sorted(set(payload) - set(AD_FIELDS))
-    if unknown:
-        raise InvalidField(unknown[0], f"unknown field; ads have {list(AD_FIELDS)}")
+    _refuse_foreign_fields(payload, AD_FIELDS, "ads")
     if creating:
         for required in ("creative_ref", "landing_url", "bid_micros", "targeting"):
             if required not in payload:
@@ -187,12 +217,7 @@ def validate_ad(payload: Any, *, creating: bool) -> dict[str, Any]:
             raise InvalidField("landing_url", "must be an http(s) URL without spaces, at most 2000 characters")
         out["landing_url"] = url
     if "bid_micros" in payload:
-        out["bid_micros"] = _micros(payload["bid_micros"], "bid_micros", positive=True)
-    if "quality_prior" in payload:
-        q = payload["quality_prior"]
-        if not isinstance(q, (int, float)) or isinstance(q, bool) or not math.isfinite(q) or abs(q) > 1_000_000:
-            raise InvalidField("quality_prior", "must be a number of micros between -1000000 and 1000000")
-        out["quality_prior"] = float(q)
+        out["bid_micros"] = _micros(payload["bid_micros"], "bid_micros", positive=True, maximum=MAX_BID_MICROS)
     if "targeting" in payload:
         try:
             compile_targeting(payload["targeting"])
@@ -202,13 +227,53 @@ def validate_ad(payload: Any, *, creating: bool) -> dict[str, Any]:
         out["targeting"] = payload["targeting"]
     if "status" in payload:
         out["status"] = _choice(payload["status"], "status", AD_STATUSES)
-    if "review_status" in payload:
-        out["review_status"] = _choice(payload["review_status"], "review_status", REVIEW_STATUSES)
     if creating:
-        out.setdefault("quality_prior", 0.0)
         out.setdefault("status", "ACTIVE")
-        out.setdefault("review_status", "APPROVED")
+        out["review_status"] = "PENDING"  # nothing serves before an operator approved it
     return out
+
+
+# ---------------------------------------------------------------- review
+
+class ReviewConflict(AdserveError):
+    """A review decision that does not apply to the ad as it is now (it changed since, or is already decided)."""
+
+
+def _same(name: str, a: Any, b: Any) -> bool:
+    if name == "targeting":  # the same expression, whatever the order of its values
+        try:
+            return compile_targeting(_json(a)).clauses() == compile_targeting(_json(b)).clauses()
+        except (InvalidTargeting, TypeError, ValueError):
+            return False
+    return a == b
+
+
+def review_after_change(existing: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    """The review columns an advertiser's change to an ad also writes: back to PENDING, the last decision
+    cleared, when it changes what review approved (creative, landing URL or targeting); else nothing."""
+    if all(name not in change or _same(name, change[name], existing.get(name)) for name in REVIEWED_FIELDS):
+        return {}
+    return {"review_status": "PENDING", "reviewed_by": None, "reviewed_at": None, "review_note": None}
+
+
+def review_decision(ad: Mapping[str, Any], decision: str, reviewer: str, *, seen_version: int | None = None,
+                    note: str | None = None) -> dict[str, Any]:
+    """The columns an operator's decision on an ad writes (the store adds the time). Raises InvalidField for a
+    bad decision or reviewer, ReviewConflict when the ad changed since the version the reviewer saw or the
+    decision is already in force."""
+    decision = _choice(decision, "decision", REVIEW_DECISIONS)
+    if not isinstance(reviewer, str) or not reviewer.strip() or len(reviewer) > MAX_REVIEWER_LEN:
+        raise InvalidField("reviewer", f"must name the operator (1 to {MAX_REVIEWER_LEN} characters)")
+    if note is not None and (not isinstance(note, str) or len(note) > 2000):
+        raise InvalidField("reason", "must be text of at most 2000 characters")
+    if decision == "REJECTED" and not (note or "").strip():
+        raise InvalidField("reason", "a rejection says why, so the advertiser knows what to change")
+    if seen_version is not None and int(seen_version) != int(ad["version"]):
+        raise ReviewConflict(f"ad {ad['ad_id']} changed since version {seen_version} (it is at version "
+                             f"{ad['version']}): look at it again before deciding")
+    if ad["review_status"] == decision:
+        raise ReviewConflict(f"ad {ad['ad_id']} is already {decision}")
+    return {"review_status": decision, "reviewed_by": reviewer.strip(), "review_note": (note or "").strip() or None}
 
 
 def static_score(bid_type: str, bid_micros: int, quality_prior: float) -> float:
@@ -255,7 +320,7 @@ def ad_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
     return {
         "ad_id": int(row["ad_id"]), "campaign_id": int(row["campaign_id"]), "advertiser_id": int(row["advertiser_id"]),
         "version": int(row["version"]), "event_time": int(commit_ms),
-        "removed": row["status"] != "ACTIVE" or row.get("review_status", "APPROVED") != "APPROVED",
+        "removed": row["status"] != "ACTIVE" or row["review_status"] != "APPROVED",  # only approved ads serve
         "bid_type": row["bid_type"], "bid_micros": int(row["bid_micros"]),
         "quality_prior": float(row["quality_prior"]), "creative_ref": row["creative_ref"],
         "landing_url": row["landing_url"],
@@ -266,16 +331,26 @@ def ad_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- Debezium change -> serving record
 
-CDC_TARGETS = {"cdc.public.campaigns": ("serving.campaigns", "campaign_id", "ServingCampaign"),
-               "cdc.public.ads": ("serving.ads", "ad_id", "ServingAd")}
+CDC_TARGETS = {"cdc.public.campaigns": ("serving.campaigns", "ServingCampaign"),
+               "cdc.public.ads": ("serving.ads", "ServingAd"),
+               "cdc.public.reserves": ("serving.reserves", "ServingReserve")}
+COMPILERS = {"ServingCampaign": campaign_serving_record, "ServingAd": ad_serving_record,
+             "ServingReserve": reserve_serving_record}
+
+
+def serving_key(record_type: str, record: Mapping[str, Any]) -> str:
+    """The record key on its serving topic: the ad or campaign id, or placement|country for a reserve rule."""
+    if record_type == "ServingReserve":
+        return rule_key(record["placement"], record["country"])
+    return str(record["ad_id"] if record_type == "ServingAd" else record["campaign_id"])
 
 
 class BadChange(AdserveError):
     """A CDC record that cannot become a serving record (the job dead-letters it)."""
 
 
-def serving_record_from_change(topic: str, value: bytes | str | None) -> tuple[str, int, str, dict[str, Any]] | None:
-    """A Debezium change (plain JSON envelope) -> (serving topic, key id, record type, serving record).
+def serving_record_from_change(topic: str, value: bytes | str | None) -> tuple[str, str, str, dict[str, Any]] | None:
+    """A Debezium change (plain JSON envelope) -> (serving topic, record key, record type, serving record).
 
     None for what produces nothing: a delete (rows are never deleted; a status change retires them) or a
     heartbeat. The record's event_time is the commit time (source.ts_ms); its version is the row's."""
@@ -292,9 +367,9 @@ def serving_record_from_change(topic: str, value: bytes | str | None) -> tuple[s
         raise BadChange(f"not a Debezium change envelope: {e}") from e
     if after is None:
         return None
-    serving_topic, key, record_type = target
+    serving_topic, record_type = target
     try:
-        record = (campaign_serving_record if record_type == "ServingCampaign" else ad_serving_record)(after, commit_ms)
+        record = COMPILERS[record_type](after, commit_ms)
     except (KeyError, TypeError, ValueError, AdserveError) as e:
         raise BadChange(f"row cannot be compiled: {type(e).__name__}: {e}") from e
-    return serving_topic, int(after[key]), record_type, record
+    return serving_topic, serving_key(record_type, record), record_type, record

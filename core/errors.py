@@ -14,6 +14,14 @@ class BadRequest(AdserveError):
         super().__init__(f"{field_name}: {problem}")
 
 
+class InvalidField(AdserveError):
+    """A value a user or an operator may not set (the advertiser API answers 400); names the field."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
 class SchemaMismatch(AdserveError):
     """A record does not fit its schema, or a writer schema is unknown to the reader."""
 

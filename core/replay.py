@@ -13,16 +13,21 @@ category, its index in the candidate list) and the same for its runner-up; 20 lo
 with the same inputs. A replay rebuilds those candidates (deduplicated by ad id, in their logged
 candidate order so ties of total value break as they did) and reruns the auction without exploration.
 
-What a replay can tell, precisely (quality weight 1.0 unless said):
+What a replay can tell, precisely (quality weight 1.0 unless said). An ad may take a slot when its total and
+its bid value (bid x action rate) both reach the reserve and its quality is not under the logged quality
+floor (core.auction); the statements on another reserve assume every candidate of the auction carried the
+same quality term, so that ranking by total is ranking by bid value (the live rule while the quality term is
+the placement's default for every ad: core.reserves). `replay_is_exact` checks that on the logged
+candidates.
 - Unchanged reserve: every winner, every price, the fill and the expected revenue are reproduced
   exactly. A slot's winner and its runner-up were the best eligible candidates, both are in the log,
   and the log keeps their candidate order, so the candidates that were not logged cannot change them.
-- A higher reserve: also exact. A winner whose total clears the new reserve keeps its slot (it was the
-  best available ad); one that does not leaves its slot empty, and every later one too (no other ad
-  could clear it, and the auction stops at the first empty slot). A kept winner's price stays set by
-  its runner-up if the runner-up clears the new reserve (a higher reserve only removes rivals below
-  it); otherwise every rival is under the new reserve and the reserve sets the price. All of it is in
-  the log.
+- A higher reserve: also exact. A winner that clears the new reserve keeps its slot (it was the best
+  available ad); one that does not leaves its slot empty, and every later one too (no other ad could
+  clear it, and the auction stops at the first empty slot). A kept winner's price stays set by its
+  runner-up if the runner-up clears the new reserve (a higher reserve only removes rivals below it);
+  otherwise every rival is under the new reserve and the reserve sets the price. The price never falls
+  below the new reserve. All of it is in the log.
 - A lower reserve: slots the log filled keep their winners, and a price a logged runner-up set stays
   (the ads a lower reserve lets in are all under the old reserve, so under that runner-up): exact when
   every slot was filled and every winner had a runner-up. Where the old reserve set a price, the new
@@ -45,7 +50,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
-from core.auction import CPA, CPM, Candidate, exact_total, price_micros, run_auction
+from core.auction import CPA, CPM, Candidate, exact_total, price_micros, reserve_sets_price, run_auction
 from core.errors import AdserveError
 
 Record = Mapping[str, Any]
@@ -104,11 +109,12 @@ def loser_record(loser: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def request_replay_fields(reserve_micros: int, slot_positions: Sequence[int],
-                          auction_candidates: int | None) -> dict[str, Any]:
-    """The version-2 top-level fields of a ServedRecord."""
+def request_replay_fields(reserve_micros: int, slot_positions: Sequence[int], auction_candidates: int | None,
+                          quality_floor_micros: int | None = None) -> dict[str, Any]:
+    """The top-level replay fields of a ServedRecord (version 2, and the quality floor of version 3)."""
     return {"reserve_micros": int(reserve_micros), "slot_positions": [int(p) for p in slot_positions],
-            "auction_candidates": None if auction_candidates is None else int(auction_candidates)}
+            "auction_candidates": None if auction_candidates is None else int(auction_candidates),
+            "quality_floor_micros": None if quality_floor_micros is None else int(quality_floor_micros)}
 
 
 # reading: the logged candidates ----------------------------------------------------------------------
@@ -250,7 +256,8 @@ def replay(record: Record, reserve_micros: int | None = None, quality_weight: fl
     candidates = logged_candidates(record)
     positions = [int(p) for p in record["slot_positions"]]
     reserve = int(record["reserve_micros"]) if reserve_micros is None else int(reserve_micros)
-    result = run_auction(candidates, positions, reserve_micros=reserve, rng=random.Random(0),
+    result = run_auction(candidates, positions, reserve_micros=reserve,
+                         quality_floor_micros=record.get("quality_floor_micros"), rng=random.Random(0),
                          exploration_share=0.0, quality_weight=quality_weight)
     winners = tuple(SlotOutcome(w.slot, w.position, int(w.candidate.ad_id), int(w.candidate.campaign_id),
                                 w.price_micros, w.expected_cost_micros()) for w in result.winners)
@@ -266,7 +273,11 @@ def replay_is_exact(record: Record, reserve_micros: int, quality_weight: float =
         return True
     if quality_weight != 1.0:
         return False
-    if reserve_micros >= int(record["reserve_micros"]):
+    if reserve_micros == int(record["reserve_micros"]):
+        return True
+    if len({c.quality_micros for c in logged_candidates(record)}) > 1:
+        return False  # ranking by total is not ranking by bid value: an unlogged ad may take a slot
+    if reserve_micros > int(record["reserve_micros"]):
         return True
     winners = record.get("winners") or []
     return len(winners) == len(record["slot_positions"]) and all(
@@ -368,9 +379,11 @@ def _runner_up_candidate(w: Mapping[str, Any], slot_index: int) -> Candidate | N
                       w.get("runner_up_pcvr"), w["runner_up_quality_micros"], 0)
 
 
-def _arithmetic(own: Candidate, slot_index: int, next_total: Fraction) -> dict[str, Any]:
-    """The price formula's steps in the bid's unit: (next - quality) / rate, rounded up, capped at the bid."""
-    numerator = next_total - own.quality_micros
+def _arithmetic(own: Candidate, slot_index: int, next_total: Fraction, reserve_micros: int) -> dict[str, Any]:
+    """The price formula's steps in the bid's unit: max(next - quality, reserve) / rate, rounded up, capped at
+    the bid."""
+    floored = reserve_sets_price(own, next_total, reserve_micros)
+    numerator = Fraction(reserve_micros) if floored else next_total - own.quality_micros
     if own.bid_code == CPM:
         divisor: Fraction | None = Fraction(1, 1000)
     else:
@@ -382,7 +395,7 @@ def _arithmetic(own: Candidate, slot_index: int, next_total: Fraction) -> dict[s
     rounded = math.ceil(raw) if raw is not None else own.bid_micros
     return {"numerator_micros": _number(numerator), "divisor": float(divisor) if divisor is not None else None,
             "raw_price_micros": _number(raw) if raw is not None else None, "rounded_up_micros": rounded,
-            "capped_at_bid": rounded > own.bid_micros, "floored_at_zero": rounded < 0}
+            "capped_at_bid": rounded > own.bid_micros, "floored_at_reserve": floored, "floored_at_zero": rounded < 0}
 
 
 def explain_winner(record: Record, impression_id: str) -> dict[str, Any]:
@@ -409,7 +422,7 @@ def explain_winner(record: Record, impression_id: str) -> dict[str, Any]:
     else:
         runner_total = None
     next_total = reserve_total if runner_total is None else max(runner_total, reserve_total)
-    recomputed = price_micros(own, s, next_total)
+    recomputed = price_micros(own, s, next_total, reserve_micros=int(reserve or 0))
     logged_price = int(w["price_micros"])
     runner_up = None if runner_total is None else {
         "ad_id": w.get("runner_up_ad_id"), "campaign_id": w.get("runner_up_campaign_id"),
@@ -424,10 +437,11 @@ def explain_winner(record: Record, impression_id: str) -> dict[str, Any]:
         "price_unit": PRICE_UNIT[bid_type], "bid_micros": int(w["bid_micros"]), "pctr": float(w["pctr"]),
         "pcvr": None if w.get("pcvr") is None else float(w["pcvr"]), "quality_micros": int(w["quality_micros"]),
         "own_total_micros": _number(own_total),
-        "price_set_by": "runner_up" if runner_total is not None and runner_total >= reserve_total else "reserve",
+        "price_set_by": "reserve" if runner_total is None or reserve_sets_price(own, next_total, int(reserve or 0))
+        else "runner_up",
         "runner_up": runner_up, "reserve_micros": None if reserve is None else int(reserve),
         "next_total_micros": _number(next_total),
-        "arithmetic": _arithmetic(own, s, next_total),
+        "arithmetic": _arithmetic(own, s, next_total, int(reserve or 0)),
         "recomputed_price_micros": recomputed, "logged_price_micros": logged_price,
         "price_matches": recomputed == logged_price,
         "expected_cost_micros": int(w["expected_cost_micros"]),
@@ -435,6 +449,7 @@ def explain_winner(record: Record, impression_id: str) -> dict[str, Any]:
         "exploration": bool(record.get("exploration")),
         "exploration_probability": float(w.get("exploration_probability", 1.0)),
         "scored_by_fallback": bool(record.get("scored_by_fallback")), "model_version": record.get("model_version"),
+        "quality_floor_micros": record.get("quality_floor_micros"),
         "record_version": 1 if reserve is None else 2, "notes": notes,
     }
 

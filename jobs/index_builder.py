@@ -1,12 +1,14 @@
 """Flink job `index_builder`: the campaign store's change streams -> the flat serving records.
 
-Reads Debezium's cdc.public.campaigns and cdc.public.ads (committed changes
-only, in commit order per row), keeps per row the newest version it emitted
-(keyed state), and compiles each newer change into one flat serving record
-(core.campaigns: ids, bid type and amount, quality prior, creative, landing
-URL, compiled targeting, static score; or the campaign's status, schedule,
-budget, caps and time zone), written with its version and commit time to the
-compacted serving.ads / serving.campaigns through at-least-once sinks (every
+Reads Debezium's cdc.public.campaigns, cdc.public.ads and cdc.public.reserves
+(committed changes only, in commit order per row), keeps per row the newest
+version it emitted (keyed state), and compiles each newer change into one flat
+serving record (core.campaigns: ids, bid type and amount, the platform's
+quality adjustment, creative, landing URL, compiled targeting, static score,
+and servable only when active and approved by review; or the campaign's status,
+schedule, budget, caps and time zone; or an operator's reserve rule,
+core.reserves), written with its version and commit time to the compacted
+serving.ads / serving.campaigns / serving.reserves through at-least-once sinks (every
 consumer keeps only newer versions, so a repeat after a restart is harmless,
 and records are visible at once rather than at the next checkpoint). Pausing a
 campaign is one campaign record; a targeting or creative change recompiles the
@@ -33,12 +35,12 @@ from jobs.flink_io import (KafkaJobSettings, add_common_arguments, bytes_row_typ
 
 JOB_NAME = "index_builder"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-SOURCES = ("cdc.public.campaigns", "cdc.public.ads")
+SOURCES = ("cdc.public.campaigns", "cdc.public.ads", "cdc.public.reserves")
 
 
 def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "dead.letters",
           ads_topic: str = "serving.ads", campaigns_topic: str = "serving.campaigns",
-          snapshot_dir: str = "", snapshot_every_s: float = 3600.0) -> None:
+          reserves_topic: str = "serving.reserves", snapshot_dir: str = "", snapshot_every_s: float = 3600.0) -> None:
     from pyflink.common import Row, Types
     from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
     from pyflink.datastream.state import ValueStateDescriptor
@@ -47,6 +49,8 @@ def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "d
 
     dead_letters = OutputTag("dead-letters", bytes_row_type())
     campaigns_out = OutputTag("campaigns", bytes_row_type())
+    reserves_out = OutputTag("reserves", bytes_row_type())
+    side_outputs = {"serving.campaigns": campaigns_out, "serving.reserves": reserves_out}
 
     class Compile(KeyedProcessFunction):
         """Per row (topic, key): compile the change; emit only versions newer than the last emitted."""
@@ -83,9 +87,9 @@ def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "d
                 self.stale.inc()
                 return
             self.emitted.update(record["version"])
-            out = Row(str(key).encode(), self.codec.encode(record_type, record))
-            if serving_topic == "serving.campaigns":
-                yield campaigns_out, out
+            out = Row(key.encode(), self.codec.encode(record_type, record))
+            if serving_topic in side_outputs:
+                yield side_outputs[serving_topic], out
             else:
                 yield out
 
@@ -95,6 +99,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "d
     # (with exactly-once sinks the checkpoint duration, seconds under load, was most of the lag).
     kafka_sink_table(t_env, "ads_out", ads_topic, settings, exactly_once=False)
     kafka_sink_table(t_env, "campaigns_out", campaigns_topic, settings, exactly_once=False)
+    kafka_sink_table(t_env, "reserves_out", reserves_topic, settings, exactly_once=False)
     kafka_sink_table(t_env, "dead_letters_out", dead_letter_topic, settings)
 
     raw = t_env.to_data_stream(t_env.from_path("changes_in"))
@@ -104,6 +109,7 @@ def build(env, t_env, settings: KafkaJobSettings, *, dead_letter_topic: str = "d
     statements = t_env.create_statement_set()
     statements.add_insert("ads_out", t_env.from_data_stream(compiled))
     statements.add_insert("campaigns_out", t_env.from_data_stream(compiled.get_side_output(campaigns_out)))
+    statements.add_insert("reserves_out", t_env.from_data_stream(compiled.get_side_output(reserves_out)))
     statements.add_insert("dead_letters_out", t_env.from_data_stream(compiled.get_side_output(dead_letters)))
     statements.attach_as_datastream()
 
@@ -142,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dead-letter-topic", default="dead.letters")
     parser.add_argument("--ads-topic", default="serving.ads", help="where ad records go (tests, benchmarks)")
     parser.add_argument("--campaigns-topic", default="serving.campaigns", help="where campaign records go")
+    parser.add_argument("--reserves-topic", default="serving.reserves", help="where reserve rules go")
     parser.add_argument("--snapshot-dir", default=os.environ.get("ADSERVE_SNAPSHOT_DIR", ""),
                         help="write full snapshots here (default ADSERVE_SNAPSHOT_DIR; empty: none)")
     parser.add_argument("--snapshot-every-s", type=float, default=3600.0,
@@ -152,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     LOG.info("starting %s: %s", JOB_NAME, settings.describe())
     env, t_env = create_environment(settings)
     build(env, t_env, settings, dead_letter_topic=args.dead_letter_topic, ads_topic=args.ads_topic,
-          campaigns_topic=args.campaigns_topic, snapshot_dir=args.snapshot_dir,
+          campaigns_topic=args.campaigns_topic, reserves_topic=args.reserves_topic, snapshot_dir=args.snapshot_dir,
           snapshot_every_s=args.snapshot_every_s)
     env.execute(JOB_NAME)
 

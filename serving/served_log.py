@@ -19,7 +19,8 @@ def impression_id(request_id: str, slot: int) -> str:
 def served_record(decision, *, request_id: str, server_id: str, now_ms: int, placement: str,
                   location: str | None, user_id: str | None, device: str | None, language: str | None,
                   page: str | None, user_features: Mapping[str, float], snapshot_version: int,
-                  reserve_micros: int, slot_positions: Sequence[int]) -> dict[str, Any]:
+                  reserve_micros: int, slot_positions: Sequence[int],
+                  quality_floor_micros: int | None = None) -> dict[str, Any]:
     """The ServedRecord of one answered request (with what a replay needs: core.replay)."""
     parts = (location or "").split("/")
     winners = []
@@ -48,5 +49,6 @@ def served_record(decision, *, request_id: str, server_id: str, now_ms: int, pla
         "model_version": decision.model_version,
         "scored_by_fallback": bool(decision.scored_by_fallback), "exploration": bool(decision.explored),
         "winners": winners,
-        **request_replay_fields(reserve_micros, slot_positions, decision.funnel.get("preranked", 0)),
+        **request_replay_fields(reserve_micros, slot_positions, decision.funnel.get("preranked", 0),
+                                quality_floor_micros),
         "sampled_losers": [loser_record(l) for l in decision.sampled_losers]}

@@ -7,16 +7,17 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from core.auction import AuctionResult, Candidate, run_auction
+from core.reserves import AuctionTerms, ReserveBook
 from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer
 from serving.adserver.request import parse_ad_request
-from serving.decision.engine import Decision, EngineConfig, SlotDecision
+from serving.decision.engine import Decision, SlotDecision
 
 T0 = 1_800_000_000_000
 CODEC = AvroCodec()
 
 
-def decision_of(result: AuctionResult, request_id: str) -> Decision:
+def decision_of(result: AuctionResult, request_id: str, terms: AuctionTerms | None = None) -> Decision:
     """What serving.decision.engine makes of an auction result (no index: no creatives)."""
     winners = [SlotDecision(
         slot=w.slot, position=w.position, ad_id=int(w.candidate.ad_id), campaign_id=int(w.candidate.campaign_id),
@@ -24,30 +25,35 @@ def decision_of(result: AuctionResult, request_id: str) -> Decision:
         charge_per_event_micros=w.charge_per_event_micros, expected_cost_micros=w.expected_cost_micros(),
         total_value_micros=w.total_value_micros, explanation=w.explanation) for w in result.winners]
     return Decision(request_id, winners, False, result.explored, "model-1", result.sampled_losers,
-                    {"preranked": result.candidate_count, "winners": len(winners)}, {}, {})
+                    {"preranked": result.candidate_count, "winners": len(winners)}, {}, {}, terms=terms)
 
 
 def served(result: AuctionResult, *, request_id: str = "r1", placement: str = "feed",
-           positions: Sequence[int] = (1,), reserve_micros: int = 0, location: str | None = "US/CA",
-           now_ms: int = T0) -> dict[str, Any]:
+           positions: Sequence[int] = (1,), reserve_micros: int = 0, quality_floor_micros: int | None = None,
+           location: str | None = "US/CA", now_ms: int = T0) -> dict[str, Any]:
     """The ad.served record the ad server writes for this result, encoded and decoded as a reader sees it."""
+    terms = AuctionTerms(reserve_micros, quality_floor_micros, 0)
     server = SimpleNamespace(config=SimpleNamespace(server_id="adserver-test"),
                              state=SimpleNamespace(snapshot_version=7),
-                             engine=SimpleNamespace(config=EngineConfig(default_reserve_micros=reserve_micros)))
+                             engine=SimpleNamespace(reserves=ReserveBook(base=terms)))
     ad_request = parse_ad_request({"request_id": request_id, "placement": placement,
                                    "slots": [{"position": p} for p in positions]})
-    record = AdServer.served_record(server, ad_request, decision_of(result, request_id), location, {}, now_ms)
+    record = AdServer.served_record(server, ad_request, decision_of(result, request_id, terms), location, {},
+                                    now_ms)
     return CODEC.decode(CODEC.encode("ServedRecord", record), "ServedRecord")
 
 
 def auction_record(candidates: Sequence[Candidate], positions: Sequence[int] = (1,), *, reserve_micros: int = 0,
-                   request_id: str = "r1", placement: str = "feed", location: str | None = "US/CA",
-                   now_ms: int = T0, exploration_share: float = 0.0, seed: int = 0) -> dict[str, Any]:
+                   quality_floor_micros: int | None = None, request_id: str = "r1", placement: str = "feed",
+                   location: str | None = "US/CA", now_ms: int = T0, exploration_share: float = 0.0,
+                   seed: int = 0) -> dict[str, Any]:
     """Run the auction and log it as the ad server does."""
-    result = run_auction(candidates, list(positions), reserve_micros=reserve_micros, rng=random.Random(seed),
+    result = run_auction(candidates, list(positions), reserve_micros=reserve_micros,
+                         quality_floor_micros=quality_floor_micros, rng=random.Random(seed),
                          exploration_share=exploration_share)
     return served(result, request_id=request_id, placement=placement, positions=positions,
-                  reserve_micros=reserve_micros, location=location, now_ms=now_ms)
+                  reserve_micros=reserve_micros, quality_floor_micros=quality_floor_micros, location=location,
+                  now_ms=now_ms)
 
 
 def design_example(reserve_micros: int = 100) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from infra.platform.errors import PlatformError
 from infra.platform.settings import PlatformSettings
 
 CONNECTOR = "adserve-campaign-store"
-TABLES = ("campaigns", "ads")
+TABLES = ("campaigns", "ads", "reserves")
 CDC_TOPICS = tuple(f"cdc.public.{t}" for t in TABLES)
 
 

@@ -38,6 +38,8 @@ class TopicSpec:
 TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec("serving.ads", key="ad id", schema="serving_ad.avsc", compacted=True),
     TopicSpec("serving.campaigns", key="campaign id", schema="serving_campaign.avsc", compacted=True),
+    TopicSpec("serving.reserves", key="placement|country", schema="serving_reserve.avsc", partitions=1,
+              compacted=True),
     TopicSpec("ad.served", key="request id", schema="ad_served.avsc"),
     TopicSpec("ad.events", key="campaign id", schema="ad_event.avsc"),
     TopicSpec("ad.conversions", key="impression id", schema="ad_conversion.avsc"),
@@ -52,6 +54,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     # here so they are compacted (the latest row per key survives, so the index builder can start over).
     TopicSpec("cdc.public.campaigns", key="campaign_id (JSON)", schema="", compacted=True),
     TopicSpec("cdc.public.ads", key="ad_id (JSON)", schema="", compacted=True),
+    TopicSpec("cdc.public.reserves", key="placement, country (JSON)", schema="", partitions=1, compacted=True),
 )
 
 TOPICS_BY_NAME = {t.name: t for t in TOPICS}

@@ -96,7 +96,8 @@ class AdServer:
         self.config, self.state, self.store, self.keys = config, state, store, keys
         self.produce_served, self.is_ready, self.lag_s = produce_served, ready, lag_s
         self.geo = geo or GeoResolver()
-        self.engine = engine or DecisionEngine(state.index, state.campaigns, config=config.engine)
+        self.engine = engine or DecisionEngine(state.index, state.campaigns, config=config.engine,
+                                               reserves=state.reserves)
         self.clock = clock
         self.codec = AvroCodec()
         self.metrics = Metrics()
@@ -215,9 +216,8 @@ class AdServer:
         for w in decision.winners:
             impression_id = f"{ad_request.request_id}:{w.slot}"
             billing = BILLING_OF[w.billing]
-            price = w.charge_per_event_micros if w.billing != "cpa" else 0  # conversions are not billed here
-            token = self.keys.sign(TokenClaims(impression_id, w.ad_id, w.campaign_id, price, billing,
-                                               w.landing_url, now_ms + TOKEN_LIFETIME_MS, served_ms=now_ms))
+            token = self.keys.sign(TokenClaims(impression_id, w.ad_id, w.campaign_id, w.charge_per_event_micros,
+                                               billing, w.landing_url, now_ms + TOKEN_LIFETIME_MS, served_ms=now_ms))
             quoted = quote(token, safe="")
             slots.append({"slot": w.slot, "position": w.position, "ad_id": w.ad_id, "campaign_id": w.campaign_id,
                           "creative_ref": w.creative_ref, "impression_id": impression_id,
@@ -278,15 +278,13 @@ class AdServer:
                 self.metrics.after_errors.labels("recall_check").inc()
 
     def served_record(self, ad_request, decision, location, features, now_ms: int) -> dict[str, Any]:
-        parts = (location or "").split("/")
-        # the reserve the engine applied (EngineConfig.reserve on the upper-case country, as in _serve)
-        reserve = self.engine.config.reserve(ad_request.placement, parts[0].upper() if parts[0] else None)
+        terms = decision.terms or self.engine.reserves.terms(ad_request.placement, None)  # the auction's own
         return served_log.served_record(
             decision, request_id=ad_request.request_id, server_id=self.config.server_id, now_ms=now_ms,
             placement=ad_request.placement, location=location, user_id=ad_request.user_id, device=ad_request.device,
             language=",".join(ad_request.languages) or None, page=ad_request.page, user_features=features,
-            snapshot_version=int(self.state.snapshot_version), reserve_micros=reserve,
-            slot_positions=ad_request.positions)
+            snapshot_version=int(self.state.snapshot_version), reserve_micros=terms.reserve_micros,
+            quality_floor_micros=terms.quality_floor_micros, slot_positions=ad_request.positions)
 
     async def drain(self) -> None:
         """Wait for the post-response work still running (shutdown, tests)."""

@@ -154,7 +154,8 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
         LOG.info("loaded snapshot %s: %d records in %.1f s", snapshot, boot["snapshot_records"],
                  boot["snapshot_load_s"])
     if engine is None and predictor is not None:  # on the index as loaded: later changes update it in place
-        engine = DecisionEngine(state.index, state.campaigns, predictor, config=config.engine)
+        engine = DecisionEngine(state.index, state.campaigns, predictor, config=config.engine,
+                                reserves=state.reserves)
     served_producer = kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})})
 
     def produce_served(key: bytes, value: bytes) -> None:

@@ -1,14 +1,14 @@
-"""What an ad server holds: the index and campaign table built from the compacted topics, the budget
-word per campaign and the slices it holds; and the thread that follows those topics.
+"""What an ad server holds: the index and campaign table built from the compacted topics, the reserve rules,
+the budget word per campaign and the slices it holds; and the thread that follows those topics.
 
 `ServingState` is plain data plus apply functions (no I/O). `TopicFollower`
-reads serving.ads, serving.campaigns and budget.state from the beginning
-(they are compacted: the latest record per key is the state) and budget.leases
+reads serving.ads, serving.campaigns, serving.reserves and budget.state from
+the beginning (they are compacted: the latest record per key is the state) and budget.leases
 from 30 s ago, decodes the records and hands them, in batches, to a callback
 that the server runs on its event loop, so the index never changes under a
 request. A record that cannot be decoded goes to dead.letters and is counted.
 
-Readiness: the server is ready once every partition of the three state
+Readiness: the server is ready once every partition of the four state
 topics was read to its end once, and stays ready while the follower is within
 5 s of their heads (`lag_s`) or, when behind, while the latest change it applied
 was committed less than a minute before (`commit_lag_s`, measured per record
@@ -28,6 +28,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord
 from core.leases import LEASE_LIFETIME_MS, LeaseBook
+from core.reserves import ReserveBook, reserve_rule, rule_key
 from core.targeting import Targeting
 from schemas.codec import AvroCodec
 from serving.decision.campaigns import CampaignRecord, CampaignTable
@@ -35,7 +36,8 @@ from serving.decision.index import BID_TYPE_CODE, AdRecord, TargetingIndex
 from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver.state")
-STATE_TOPICS = ("serving.ads", "serving.campaigns", "budget.state")
+STATE_TOPICS = ("serving.ads", "serving.campaigns", "serving.reserves", "budget.state")
+CHANGE_TOPICS = ("serving.ads", "serving.campaigns", "serving.reserves")  # compiled from the campaign store
 LEASE_TOPIC = "budget.leases"
 BUDGET_SILENCE_MS = 60_000
 READY_LAG_S = 5.0
@@ -62,26 +64,30 @@ class ServingState:
     server_id: str
     index: TargetingIndex = field(default_factory=TargetingIndex)
     campaigns: CampaignTable = field(default_factory=CampaignTable)
+    reserves: ReserveBook = field(default_factory=ReserveBook)  # the engine reads it on every request
     budget: dict[int, tuple[str, float]] = field(default_factory=dict)  # campaign -> (state, p)
     bid_multipliers: dict[int, float] = field(default_factory=dict)  # CPA campaign -> the budget job's multiplier
     snapshot_version: int = 0  # highest ad or campaign version applied
     applied: int = 0
-    commit_lag_s: float = 0.0  # commit -> applied lag of the latest ad or campaign record applied
+    commit_lag_s: float = 0.0  # commit -> applied lag of the latest ad, campaign or reserve record applied
     budget_heard_ms: int = 0  # event time of the newest budget.state record (0: the job never spoke)
     budget_silent: bool = False  # nothing from the budget job for BUDGET_SILENCE_MS: open counts as metered
 
     def __post_init__(self) -> None:
         self.leases = LeaseBook(self.server_id)
         # (record type, id, version, commit -> applied lag in s) of recent changes (bench freshness)
-        self.recent_lags: collections.deque[tuple[str, int, int, float]] = collections.deque(maxlen=100_000)
+        self.recent_lags: collections.deque[tuple[str, int | str, int, float]] = collections.deque(maxlen=100_000)
 
     def apply(self, topic: str, record: dict[str, Any], now_ms: int) -> None:
         self.applied += 1
-        if topic in ("serving.ads", "serving.campaigns"):
+        if topic in CHANGE_TOPICS:
             self.commit_lag_s = max(0.0, (now_ms - int(record["event_time"])) / 1000)
-            key = "ad_id" if topic == "serving.ads" else "campaign_id"
-            self.recent_lags.append((topic, int(record[key]), int(record["version"]), self.commit_lag_s))
-        if topic == "serving.ads":
+            key = int(record["ad_id"]) if topic == "serving.ads" else int(record["campaign_id"]) \
+                if topic == "serving.campaigns" else rule_key(record["placement"], record["country"])
+            self.recent_lags.append((topic, key, int(record["version"]), self.commit_lag_s))
+        if topic == "serving.reserves":
+            self.reserves.upsert(reserve_rule(record))
+        elif topic == "serving.ads":
             ad = ad_record(record)
             self.index.upsert(ad)
             self.snapshot_version = max(self.snapshot_version, ad.version)

@@ -11,9 +11,15 @@
     GET    /v1/ads/{id}, PATCH /v1/ads/{id}  read, change bid / targeting / creative / status
     GET    /openapi.json                     the OpenAPI description
 
-A rejected request (4xx with {"error", "field"}) writes nothing. Every change
-commits with a new version before the answer; the API never calls an ad server
-(changes reach them through CDC and the index builder)."""
+A rejected request (4xx with {"error", "field"}) writes nothing; a field that
+is the platform's (the quality term, the review state) is refused by name. A
+new ad waits for an operator's review (review_status PENDING), and a change to
+its creative, landing URL or targeting sends it back; only approved ads serve.
+Every change commits with a new version before the answer; the API never calls
+an ad server (changes reach them through CDC and the index builder).
+
+Callers: no key or a revoked key -> 401; another advertiser's object -> 404
+(its existence is not revealed); the owner -> 2xx."""
 from __future__ import annotations
 
 import json
@@ -30,6 +36,15 @@ from serving.advertiser.store import CampaignStore, to_json, with_ms_times
 LOG = logging.getLogger("adserve.advertiser_api")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
 ADVERTISER = web.RequestKey("advertiser_id", int)
+
+
+INTERNAL_COLUMNS = ("reviewed_by",)  # the operator's name stays inside the platform
+
+
+def advertiser_view(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A row as its advertiser sees it: times as ISO-8601 UTC, without the platform's internal columns."""
+    out = to_json(row)
+    return None if out is None else {k: v for k, v in out.items() if k not in INTERNAL_COLUMNS}
 
 
 def _error(status: int, message: str, field: str | None = None) -> web.Response:
@@ -88,19 +103,19 @@ class AdvertiserApi:
     def _found(row: dict[str, Any] | None, what: str, status: int = 200) -> web.Response:
         if row is None:
             return _error(404, f"no such {what} for this advertiser")
-        return web.json_response(to_json(row), status=status)
+        return web.json_response(advertiser_view(row), status=status)
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(yaml.safe_load(OPENAPI.read_text()))
 
     async def list_campaigns(self, request: web.Request) -> web.Response:
         rows = await self.store.list_campaigns(request[ADVERTISER])
-        return web.json_response([to_json(r) for r in rows])
+        return web.json_response([advertiser_view(r) for r in rows])
 
     async def create_campaign(self, request: web.Request) -> web.Response:
         fields = validate_campaign(await self._body(request))
         row = await self.store.create_campaign(request[ADVERTISER], fields)
-        return web.json_response(to_json(row), status=201)
+        return web.json_response(advertiser_view(row), status=201)
 
     async def get_campaign(self, request: web.Request) -> web.Response:
         return self._found(await self.store.get_campaign(request[ADVERTISER], self._id(request)), "campaign")
@@ -129,7 +144,7 @@ class AdvertiserApi:
         advertiser_id, campaign_id = request[ADVERTISER], self._id(request)
         if await self.store.get_campaign(advertiser_id, campaign_id) is None:
             return _error(404, "no such campaign for this advertiser")
-        return web.json_response([to_json(r) for r in await self.store.list_ads(advertiser_id, campaign_id)])
+        return web.json_response([advertiser_view(r) for r in await self.store.list_ads(advertiser_id, campaign_id)])
 
     async def create_ad(self, request: web.Request) -> web.Response:
         fields = validate_ad(await self._body(request), creating=True)

@@ -1,10 +1,13 @@
-"""The campaign store in PostgreSQL: migrations, API keys, and versioned writes of campaigns and ads.
+"""The campaign store in PostgreSQL: migrations, API keys, versioned writes of campaigns and ads, the review of
+ads, and the operators' reserve rules.
 
 Every write is one transaction that commits before the call returns; an
 update bumps the row's `version`, which travels with the change through
 Debezium and the index builder to the ad servers (an older version never
-overwrites a newer one there). Reads and writes are scoped to one advertiser:
-another advertiser's row is simply not found."""
+overwrites a newer one there). An advertiser's reads and writes are scoped to
+that advertiser: another advertiser's row is simply not found. Review
+decisions, key revocation and reserve rules are operator calls; the rules they
+apply are core.campaigns' and core.reserves'."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +21,9 @@ from typing import Any, Iterable
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+
+from core.campaigns import InvalidField, review_after_change, review_decision
+from core.reserves import ANY, merged_rule
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 TIME_COLUMNS = ("flight_start", "flight_end")
@@ -40,8 +46,15 @@ def migrate(dsn: str) -> list[str]:
     return applied_now
 
 
+KEY_PREFIX_LEN = 10  # "ak_" and 7 characters: enough to tell an advertiser's keys apart, useless to an attacker
+
+
 def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
+
+
+def new_key() -> str:
+    return "ak_" + secrets.token_urlsafe(24)
 
 
 def _to_db(fields: dict[str, Any]) -> dict[str, Any]:
@@ -103,16 +116,65 @@ class CampaignStore:
     # ---------------------------------------------------------------- advertisers and keys
     async def create_advertiser(self, name: str) -> tuple[int, str]:
         """A new advertiser (or the existing one of that name) and a fresh API key for it."""
-        key = "ak_" + secrets.token_urlsafe(24)
+        key = new_key()
 
         async def tx(conn):
             row = await (await conn.execute(
                 "INSERT INTO advertisers (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name "
                 "RETURNING advertiser_id", (name,))).fetchone()
-            await conn.execute("INSERT INTO api_keys (key_hash, advertiser_id) VALUES (%s, %s)",
-                               (hash_key(key), row["advertiser_id"]))
+            await self._insert_key(conn, row["advertiser_id"], key)
             return row["advertiser_id"]
         return await self._run(tx), key
+
+    @staticmethod
+    async def _insert_key(conn, advertiser_id: int, key: str) -> int:
+        row = await (await conn.execute(
+            "INSERT INTO api_keys (key_hash, advertiser_id, key_prefix) VALUES (%s, %s, %s) RETURNING key_id",
+            (hash_key(key), advertiser_id, key[:KEY_PREFIX_LEN]))).fetchone()
+        return row["key_id"]
+
+    async def list_keys(self, advertiser_id: int) -> list[dict[str, Any]]:
+        """An advertiser's keys (never the keys themselves: an id, their first characters, when and by whom)."""
+        async def tx(conn):
+            return await (await conn.execute(
+                "SELECT key_id, key_prefix, created_at, revoked_at, revoked_by FROM api_keys "
+                "WHERE advertiser_id = %s ORDER BY key_id", (advertiser_id,))).fetchall()
+        return await self._run(tx)
+
+    async def revoke_keys(self, advertiser_id: int, revoked_by: str, key_id: int | None = None) -> list[int]:
+        """Revoke one of an advertiser's keys (or all of them); returns the ids revoked now. A revoked key is
+        refused from the next request on."""
+        async def tx(conn):
+            if await self._advertiser(conn, advertiser_id) is None:
+                raise InvalidField("advertiser_id", f"no advertiser {advertiser_id}")
+            rows = await (await conn.execute(
+                "UPDATE api_keys SET revoked_at = now(), revoked_by = %s WHERE advertiser_id = %s "
+                "AND revoked_at IS NULL AND (%s::bigint IS NULL OR key_id = %s) RETURNING key_id",
+                (revoked_by, advertiser_id, key_id, key_id))).fetchall()
+            if key_id is not None and not rows:
+                raise InvalidField("key_id", f"advertiser {advertiser_id} has no active key {key_id}")
+            return [r["key_id"] for r in rows]
+        return await self._run(tx)
+
+    async def rotate_key(self, advertiser_id: int, rotated_by: str) -> tuple[int, str, list[int]]:
+        """A fresh key for an advertiser, every older one revoked in the same transaction: (key id, key,
+        revoked ids)."""
+        key = new_key()
+
+        async def tx(conn):
+            if await self._advertiser(conn, advertiser_id) is None:
+                raise InvalidField("advertiser_id", f"no advertiser {advertiser_id}")
+            revoked = await (await conn.execute(
+                "UPDATE api_keys SET revoked_at = now(), revoked_by = %s WHERE advertiser_id = %s "
+                "AND revoked_at IS NULL RETURNING key_id", (rotated_by, advertiser_id))).fetchall()
+            return await self._insert_key(conn, advertiser_id, key), [r["key_id"] for r in revoked]
+        key_id, revoked = await self._run(tx)
+        return key_id, key, revoked
+
+    @staticmethod
+    async def _advertiser(conn, advertiser_id: int) -> dict[str, Any] | None:
+        return await (await conn.execute("SELECT advertiser_id, name FROM advertisers WHERE advertiser_id = %s",
+                                         (advertiser_id,))).fetchone()
 
     async def advertiser_for_key(self, key: str) -> int | None:
         async def tx(conn):
@@ -148,18 +210,22 @@ class CampaignStore:
 
     async def update_campaign(self, advertiser_id: int, campaign_id: int,
                               fields: dict[str, Any]) -> dict[str, Any] | None:
-        return await self._update("campaigns", "campaign_id", advertiser_id, campaign_id, fields)
-
-    async def _update(self, table: str, key: str, advertiser_id: int, row_id: int,
-                      fields: dict[str, Any]) -> dict[str, Any] | None:
-        values = _to_db(fields)
-        sets = ", ".join([f"{c} = %s" for c in values] + ["version = version + 1", "updated_at = now()"])
-
         async def tx(conn):
-            return await (await conn.execute(
-                f"UPDATE {table} SET {sets} WHERE {key} = %s AND advertiser_id = %s RETURNING *",
-                [*values.values(), row_id, advertiser_id])).fetchone()
+            return await self._write(conn, "campaigns", "campaign_id", campaign_id, fields,
+                                     advertiser_id=advertiser_id)
         return await self._run(tx)
+
+    @staticmethod
+    async def _write(conn, table: str, key: str, row_id: int, fields: dict[str, Any], extra_sets: tuple[str, ...] = (),
+                     advertiser_id: int | None = None) -> dict[str, Any] | None:
+        """One versioned update of a row (of that advertiser, when given); the row after it, or None if absent."""
+        values = _to_db(fields)
+        sets = ", ".join([f"{c} = %s" for c in values] + list(extra_sets) +
+                         ["version = version + 1", "updated_at = now()"])
+        scope = "" if advertiser_id is None else " AND advertiser_id = %s"
+        return await (await conn.execute(
+            f"UPDATE {table} SET {sets} WHERE {key} = %s{scope} RETURNING *",
+            [*values.values(), row_id, *([] if advertiser_id is None else [advertiser_id])])).fetchone()
 
     # ---------------------------------------------------------------- ads
     async def create_ad(self, advertiser_id: int, campaign_id: int, fields: dict[str, Any]) -> dict[str, Any] | None:
@@ -191,12 +257,97 @@ class CampaignStore:
         return await self._run(tx)
 
     async def update_ad(self, advertiser_id: int, ad_id: int, fields: dict[str, Any]) -> dict[str, Any] | None:
-        return await self._update("ads", "ad_id", advertiser_id, ad_id, fields)
+        """An advertiser's change to an ad; one to what review approved sends it back to review
+        (core.campaigns.review_after_change), decided on the row as it is under the lock."""
+        async def tx(conn):
+            existing = await (await conn.execute(
+                "SELECT * FROM ads WHERE ad_id = %s AND advertiser_id = %s FOR UPDATE",
+                (ad_id, advertiser_id))).fetchone()
+            if existing is None:
+                return None
+            return await self._write(conn, "ads", "ad_id", ad_id, {**fields, **review_after_change(existing, fields)})
+        return await self._run(tx)
+
+    # ---------------------------------------------------------------- review (operators)
+    async def ads_for_review(self, status: str = "PENDING", limit: int = 100) -> list[dict[str, Any]]:
+        """Ads in a review state, oldest change first, with their advertiser's name."""
+        async def tx(conn):
+            return await (await conn.execute(
+                "SELECT a.ad_id, a.version, a.campaign_id, a.advertiser_id, v.name AS advertiser, a.creative_ref, "
+                "a.landing_url, a.targeting, a.status, a.review_status, a.reviewed_by, a.reviewed_at, "
+                "a.review_note, a.updated_at FROM ads a JOIN advertisers v USING (advertiser_id) "
+                "WHERE %s = 'ALL' OR a.review_status = %s ORDER BY a.updated_at, a.ad_id LIMIT %s",
+                (status, status, limit))).fetchall()
+        return await self._run(tx)
+
+    async def review_ad(self, ad_id: int, decision: str, reviewer: str, *, seen_version: int | None = None,
+                        note: str | None = None) -> dict[str, Any]:
+        """An operator's decision on an ad (core.campaigns.review_decision), recorded with who and when on the ad
+        and in ad_reviews. Raises InvalidField, ReviewConflict."""
+        async def tx(conn):
+            ad = await (await conn.execute("SELECT * FROM ads WHERE ad_id = %s FOR UPDATE", (ad_id,))).fetchone()
+            if ad is None:
+                raise InvalidField("ad_id", f"no ad {ad_id}")
+            columns = review_decision(ad, decision, reviewer, seen_version=seen_version, note=note)
+            row = await self._write(conn, "ads", "ad_id", ad_id, columns, ("reviewed_at = now()",))
+            await conn.execute(
+                "INSERT INTO ad_reviews (ad_id, ad_version, decision, reviewer, note, decided_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s)", (ad_id, ad["version"], columns["review_status"],
+                                                    columns["reviewed_by"], columns["review_note"],
+                                                    row["reviewed_at"]))
+            return row
+        return await self._run(tx)
+
+    async def review_history(self, ad_id: int) -> list[dict[str, Any]]:
+        async def tx(conn):
+            return await (await conn.execute(
+                "SELECT * FROM ad_reviews WHERE ad_id = %s ORDER BY review_id", (ad_id,))).fetchall()
+        return await self._run(tx)
+
+    # ---------------------------------------------------------------- reserve rules (operators)
+    async def set_reserve(self, fields: dict[str, Any], set_by: str, *, remove: bool = False) -> dict[str, Any]:
+        """Set (or, with remove, retire) a reserve rule; validated fields from core.reserves.validate_rule. A
+        value not given keeps the rule's current one (core.reserves.merged_rule)."""
+        async def tx(conn):
+            existing = await (await conn.execute(
+                "SELECT * FROM reserves WHERE placement = %s AND country = %s FOR UPDATE",
+                (fields["placement"], fields["country"]))).fetchone()
+            if remove:
+                if existing is None or existing["removed"]:
+                    raise InvalidField("placement", f"no rule for placement {fields['placement']!r} and country "
+                                                    f"{fields['country']!r}")
+                columns = {"removed": True, "set_by": set_by}
+            else:
+                columns = {**merged_rule(existing, fields), "removed": False, "set_by": set_by}
+            if existing is None:
+                names = ["placement", "country", *columns]
+                return await (await conn.execute(
+                    f"INSERT INTO reserves ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))}) "
+                    "RETURNING *", [fields["placement"], fields["country"], *columns.values()])).fetchone()
+            sets = ", ".join([f"{c} = %s" for c in columns] + ["version = version + 1", "updated_at = now()"])
+            return await (await conn.execute(
+                f"UPDATE reserves SET {sets} WHERE placement = %s AND country = %s RETURNING *",
+                [*columns.values(), fields["placement"], fields["country"]])).fetchone()
+        return await self._run(tx)
+
+    async def list_reserves(self, include_removed: bool = False) -> list[dict[str, Any]]:
+        async def tx(conn):
+            return await (await conn.execute(
+                "SELECT * FROM reserves WHERE %s OR NOT removed ORDER BY placement = %s, placement, country = %s, "
+                "country", (include_removed, ANY, ANY))).fetchall()
+        return await self._run(tx)
 
     # ---------------------------------------------------------------- bulk
     async def bulk_load(self, advertiser_id: int, campaigns: Iterable[dict[str, Any]],
-                        ads_per_campaign: Iterable[list[dict[str, Any]]]) -> tuple[int, int]:
-        """Many campaigns and their ads in one transaction (COPY for the ads); returns the counts."""
+                        ads_per_campaign: Iterable[list[dict[str, Any]]], *,
+                        approved_by: str | None = None) -> tuple[int, int]:
+        """Many campaigns and their ads in one transaction (COPY for the ads); returns the counts. The ads wait
+        for review unless an operator loading them names themself as their reviewer (`approved_by`), which is
+        recorded on every ad like any approval."""
+        review = "APPROVED" if approved_by else "PENDING"
+        reviewed_by = approved_by or None
+        reviewed_at = datetime.now(timezone.utc) if approved_by else None
+
         async def tx(conn):
             n_campaigns = n_ads = 0
             for fields, ads in zip(campaigns, ads_per_campaign):
@@ -207,13 +358,12 @@ class CampaignStore:
                     "RETURNING campaign_id, bid_type", [advertiser_id, *values.values()])).fetchone()
                 n_campaigns += 1
                 async with conn.cursor().copy(
-                        "COPY ads (campaign_id, advertiser_id, bid_type, bid_micros, quality_prior, creative_ref, "
-                        "landing_url, targeting, status, review_status) FROM STDIN") as copy:
+                        "COPY ads (campaign_id, advertiser_id, bid_type, bid_micros, creative_ref, landing_url, "
+                        "targeting, status, review_status, reviewed_by, reviewed_at) FROM STDIN") as copy:
                     for ad in ads:
                         await copy.write_row((row["campaign_id"], advertiser_id, row["bid_type"], ad["bid_micros"],
-                                              ad.get("quality_prior", 0.0), ad["creative_ref"], ad["landing_url"],
-                                              json.dumps(ad["targeting"]), ad.get("status", "ACTIVE"),
-                                              ad.get("review_status", "APPROVED")))
+                                              ad["creative_ref"], ad["landing_url"], json.dumps(ad["targeting"]),
+                                              ad.get("status", "ACTIVE"), review, reviewed_by, reviewed_at))
                         n_ads += 1
             return n_campaigns, n_ads
         return await self._run(tx)

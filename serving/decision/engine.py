@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from core.auction import CandidateArrays, cpa_bids, run_auction
+from core.reserves import AuctionTerms, ReserveBook
 from serving.decision.campaigns import CampaignTable
 from serving.decision.filters import FilterContext, apply_filters
 from serving.decision.index import DEFAULT_K, TargetingIndex
@@ -26,17 +27,11 @@ class EngineConfig:
     k: int = DEFAULT_K
     keep: int = DEFAULT_KEEP
     exploration_share: float = 0.01
-    reserves_micros: Mapping[tuple[str, str | None], int] = field(default_factory=dict)  # (placement, country)
-    default_reserve_micros: int = 0
     placement_ctr_multiplier: Mapping[str, float] = field(default_factory=dict)
     model_budget_s: float = 0.035
     cvr_prior: float = DEFAULT_CVR_PRIOR
     recall_sample_share: float = 0.0  # requests whose full candidate set is scored after the response
     prerank_weights: np.ndarray | None = None  # the pre-ranker's weights (prerank.fit_weights); None: defaults
-
-    def reserve(self, placement: str, country: str | None) -> int:
-        return self.reserves_micros.get((placement, country),
-                                        self.reserves_micros.get((placement, None), self.default_reserve_micros))
 
 
 @dataclass
@@ -85,17 +80,22 @@ class Decision:
     slices_wanted: dict[int, int] = field(default_factory=dict)
     recall_probe: RecallProbe | None = None  # set on the sampled share: check it after the response
     ad_snapshot_version: int | None = None  # the ad-feature snapshot the model scored with, when it says
+    terms: AuctionTerms | None = None  # the reserve, quality floor and default quality the auction ran under
 
 
 class DecisionEngine:
     def __init__(self, index: TargetingIndex, campaigns: CampaignTable, predictor: Predictor | None = None,
                  config: EngineConfig | None = None,
-                 retrieve: Callable[[Mapping[str, frozenset[str]], int], np.ndarray] | None = None):
-        """`retrieve` replaces the index's retrieval (benchmark baselines); rows must be ascending."""
+                 retrieve: Callable[[Mapping[str, frozenset[str]], int], np.ndarray] | None = None,
+                 reserves: ReserveBook | None = None):
+        """`retrieve` replaces the index's retrieval (benchmark baselines); rows must be ascending. `reserves`:
+        the reserve rules (an ad server passes the book its topic follower keeps current); default the
+        platform's built-in terms."""
         self.index, self.campaigns = index, campaigns
         self.retrieve = retrieve or index.retrieve
         self.predictor = predictor or PriorPredictor()
         self.config = config or EngineConfig()
+        self.reserves = reserves if reserves is not None else ReserveBook()
 
     def _affinity(self, request: RequestContext, rows: np.ndarray, multiplier: float) -> np.ndarray | None:
         """The learned model's cheap estimate for the pre-ranker (`model_affinity`: its log pCTR over the
@@ -126,6 +126,7 @@ class DecisionEngine:
     def decide(self, request: RequestContext, *, clock: Callable[[], float], deadline: float,
                rng: random.Random, np_rng: np.random.Generator) -> Decision:
         cfg, index = self.config, self.index
+        terms = self.reserves.terms(request.placement, request.country)
         timings: dict[str, float] = {}
         mark = clock()
 
@@ -154,7 +155,7 @@ class DecisionEngine:
                           DEFAULT_WEIGHTS if affinity is None else DEFAULT_MODEL_WEIGHTS)
         except Exception:  # noqa: BLE001 - no scores at all: an unscored ad has no fair price, slots stay empty
             return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped,
-                            filtered.eligible_campaigns, filtered.slices_wanted)
+                            filtered.eligible_campaigns, filtered.slices_wanted, terms=terms)
         lap("prerank")
         funnel["preranked"] = len(pre.rows)
         at = np.searchsorted(filtered.rows, pre.rows)
@@ -180,11 +181,12 @@ class DecisionEngine:
             bid_micros=cpa_bids(index.bid_micros.data[rows], index.bid_type.data[rows],
                                 self.campaigns.bid_multiplier.data[filtered.campaign_rows[at]]),
             pctr=np.asarray(pctr, dtype=np.float64), pcvr=np.asarray(pcvr, dtype=np.float64),
-            quality_micros=index.quality_micros.data[rows].astype(np.int64),
+            # the ad's own platform adjustment on top of the placement's default (core.reserves)
+            quality_micros=index.quality_micros.data[rows].astype(np.int64) + terms.default_quality_micros,
             exclusion_category=index.exclusion_category.data[rows].astype(np.int64),
             participation=participation.astype(np.float64), row=rows.astype(np.int64))
-        result = run_auction(candidates, request.slot_positions,
-                             reserve_micros=cfg.reserve(request.placement, request.country), rng=rng,
+        result = run_auction(candidates, request.slot_positions, reserve_micros=terms.reserve_micros,
+                             quality_floor_micros=terms.quality_floor_micros, rng=rng,
                              exploration_share=cfg.exploration_share, scores_from_fallback=fallback)
         winners = []
         for w in result.winners:
@@ -201,9 +203,9 @@ class DecisionEngine:
         if cfg.recall_sample_share > 0 and not fallback and rng.random() < cfg.recall_sample_share:
             probe = RecallProbe(filtered.rows, filtered.participation, pre.rows, request.placement,
                                 request.slot_positions, request.user_features, multiplier,
-                                cfg.reserve(request.placement, request.country), request.country, request.device,
+                                terms, request.country, request.device,
                                 user_embedding, affinity, ProbeAds.capture(index, filtered.rows),
                                 request.request_id)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
-                        filtered.slices_wanted, probe, snapshot_version)
+                        filtered.slices_wanted, probe, snapshot_version, terms)

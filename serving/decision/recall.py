@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from core.auction import CandidateArrays
+from core.reserves import AuctionTerms
 from serving.decision.prediction import PredictionRequest, Predictor
 
 DEFAULT_SAMPLE_SHARE = 0.005
@@ -53,7 +54,7 @@ class RecallProbe:
     slot_positions: Sequence[int]
     user_features: dict[str, float]
     ctr_multiplier: float
-    reserve_micros: int
+    terms: AuctionTerms  # the reserve, quality floor and default quality the request's auction ran under
     country: str | None = None
     device: str | None = None
     user_embedding: np.ndarray | None = None  # what the pre-ranker saw (for refitting its weights)
@@ -89,15 +90,19 @@ def model_first_slot(index, rows: np.ndarray, probe: RecallProbe, predictor: Pre
 
 def _score(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
            clock: Callable[[], float]) -> np.ndarray:
-    """Total value per impression at the first slot of each row, from the full model."""
+    """Total value per impression at the first slot of each row, from the full model; -inf where the ad could
+    not take that slot (under the reserve or the quality floor: core.auction's eligibility)."""
     pctr, pcvr = model_first_slot(index, rows, probe, predictor, clock)
     ads = probe.columns(index)
     candidates = CandidateArrays(
         ad_id=ads.ad_id, campaign_id=ads.campaign_id, bid_code=ads.bid_type, bid_micros=ads.bid_micros,
-        pctr=pctr[:, None], pcvr=pcvr, quality_micros=ads.quality_micros.astype(np.int64),
+        pctr=pctr[:, None], pcvr=pcvr,
+        quality_micros=ads.quality_micros.astype(np.int64) + probe.terms.default_quality_micros,
         exclusion_category=ads.exclusion_category.astype(np.int64),
         participation=np.ones(len(rows)), row=rows.astype(np.int64))
-    return candidates.totals()[:, 0]
+    totals = candidates.totals()
+    eligible = candidates.eligible(totals, probe.terms.reserve_micros, probe.terms.quality_floor_micros)
+    return np.where(eligible[:, 0], totals[:, 0], -np.inf)
 
 
 def prerank_sample(index, probe: RecallProbe, predictor: Predictor,
@@ -117,11 +122,10 @@ def prerank_sample(index, probe: RecallProbe, predictor: Predictor,
 
 def check(index, probe: RecallProbe, predictor: Predictor, clock: Callable[[], float] = time.perf_counter
           ) -> bool | None:
-    """Whether the full-set winner was among the kept rows; None when no candidate clears the reserve."""
+    """Whether the full-set winner was among the kept rows; None when no candidate may take the slot."""
     if len(probe.filtered_rows) == 0:
         return None
     values = _score(index, probe.filtered_rows, probe, predictor, clock)
-    values = np.where(values >= probe.reserve_micros, values, -np.inf)
     best = int(np.argmax(values))
     if not np.isfinite(values[best]):
         return None

@@ -39,3 +39,28 @@ def fresh_topics(platform):
         return [s.name for s in specs]
 
     return make
+
+
+@pytest.fixture(scope="module")
+def snapshot_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("index-builder-snapshots")
+
+
+@pytest.fixture(scope="module")
+def index_builder(platform, snapshot_folder):
+    """The index builder deployed to the platform's Flink cluster for one test module (stopped after it, so the
+    cluster's slots are free again for the next), cutting a snapshot every 3 s into snapshot_folder."""
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from jobs import deploy
+
+    job_id = deploy.deploy("index_builder", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
+                           conf_dir=Flink(platform).conf_dir,
+                           job_args=["--bootstrap", platform.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(platform)),
+                                     "--group-id", f"adserve-index-builder-test-{uuid.uuid4().hex[:6]}",
+                                     "--checkpoint-interval-ms", "1000",
+                                     "--snapshot-dir", str(snapshot_folder), "--snapshot-every-s", "3"])
+    deploy.wait_running(platform.flink_rest_url, job_id)
+    yield job_id
+    deploy.stop(platform.flink_rest_url, job_id)

@@ -6,109 +6,11 @@ import asyncio
 import time
 import uuid
 
-import aiohttp
 import psycopg
-import pytest
 
-from core.tokens import TokenKeys
-from jobs import deploy
 from serving.adserver.app import ServerConfig
 from serving.adserver.main import start_ad_server
-from serving.advertiser.api import start_advertiser_api
-
-KEYS = TokenKeys({"cc1": b"campaign-change-test-key-01"}, active="cc1")
-
-
-@pytest.fixture(scope="module")
-def snapshot_folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("index-builder-snapshots")
-
-
-@pytest.fixture(scope="module")
-def index_builder(platform, snapshot_folder):
-    from infra.platform.jars import flink_connector_jar
-    from infra.platform.services import Flink
-
-    job_id = deploy.deploy("index_builder", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
-                           conf_dir=Flink(platform).conf_dir,
-                           job_args=["--bootstrap", platform.kafka_bootstrap,
-                                     "--connector-jar", str(flink_connector_jar(platform)),
-                                     "--group-id", f"adserve-index-builder-test-{uuid.uuid4().hex[:6]}",
-                                     "--checkpoint-interval-ms", "1000",
-                                     "--snapshot-dir", str(snapshot_folder), "--snapshot-every-s", "3"])
-    deploy.wait_running(platform.flink_rest_url, job_id)
-    yield job_id
-    deploy.stop(platform.flink_rest_url, job_id)
-
-
-# These tests are about changes reaching the servers, not latency: on a loaded two-core CI machine (Flink, Kafka
-# and the test client all on it) a Redis read now and then outlasts the production 100 ms deadline and the server
-# rightly answers 503, so the servers here get a deadline that only a hang would miss.
-RELAXED_DEADLINE_MS = 5_000.0
-
-
-class World:
-    """The advertiser API and two ad servers, started inside one event loop."""
-
-    def __init__(self, platform):
-        self.platform = platform
-
-    async def __aenter__(self):
-        p = self.platform
-        self.api_runner, api_port, self.store = await start_advertiser_api(p.postgres_dsn, port=0)
-        self.api = f"http://127.0.0.1:{api_port}"
-        self.servers = [await start_ad_server(bootstrap=p.kafka_bootstrap, redis_host=p.host,
-                                              redis_port=p.redis_port, keys=KEYS, port=0,
-                                              config=ServerConfig(server_id=f"cc-{i}-{uuid.uuid4().hex[:4]}",
-                                                                  deadline_ms=RELAXED_DEADLINE_MS),
-                                              wait_ready_s=300)
-                        for i in range(2)]
-        assert all(s.server.is_ready() for s in self.servers), "an ad server did not catch up with its topics"
-        self.http = aiohttp.ClientSession()
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.http.close()
-        for s in self.servers:
-            await s.stop()
-        await self.api_runner.cleanup()
-        await self.store.close()
-
-    async def advertiser(self) -> dict[str, str]:
-        _, key = await self.store.create_advertiser(f"adv-{uuid.uuid4().hex[:8]}")
-        return {"Authorization": f"Bearer {key}"}
-
-    async def call(self, method: str, path: str, auth, body=None) -> tuple[int, dict]:
-        async with self.http.request(method, self.api + path, json=body, headers=auth) as r:
-            return r.status, await r.json()
-
-    async def campaign_with_ad(self, auth, placement: str, bid: int, **campaign) -> tuple[dict, dict]:
-        status, c = await self.call("POST", "/v1/campaigns", auth, {
-            "name": f"c-{uuid.uuid4().hex[:6]}", "bid_type": "CPM", "daily_budget_micros": 1_000_000_000,
-            "timezone": "UTC", **campaign})
-        assert status == 201, c
-        status, a = await self.call("POST", f"/v1/campaigns/{c['campaign_id']}/ads", auth, {
-            "creative_ref": f"creative-{uuid.uuid4().hex[:6]}", "landing_url": "https://adv.example/",
-            "bid_micros": bid, "targeting": {"placement": [placement]}})
-        assert status == 201, a
-        return c, a
-
-    async def ask(self, server, placement: str) -> dict:
-        body = {"placement": placement, "slots": [{"position": 1}], "user_id": f"u-{uuid.uuid4().hex[:6]}"}
-        async with self.http.post(f"http://127.0.0.1:{server.port}/v1/ads", json=body) as r:
-            assert r.status == 200
-            return await r.json()
-
-    async def until(self, check, what: str, timeout_s: float = 60.0) -> float:
-        began = time.monotonic()
-        while not await check():
-            assert time.monotonic() - began < timeout_s, f"{what}: not within {timeout_s:.0f} s"
-            await asyncio.sleep(0.2)
-        return time.monotonic() - began
-
-
-def _winner(answer: dict) -> dict | None:
-    return next((s for s in answer["slots"] if s.get("ad_id")), None)
+from tests.integration.campaign_world import KEYS, RELAXED_DEADLINE_MS, World, winner as _winner
 
 
 def test_a_pause_stops_both_servers_and_a_bid_change_changes_the_price(platform, index_builder):
@@ -121,18 +23,18 @@ def test_a_pause_stops_both_servers_and_a_bid_change_changes_the_price(platform,
             rival_c, rival_ad = await w.campaign_with_ad(auth, placement, 2_000_000)
 
             async def both_serve_winner() -> bool:
-                # the winner, priced by the rival: the rival's ad was created second and may reach a
-                # server a poll later, and alone the winner pays the reserve (0 here)
+                # the winner, priced by the rival ($2 CPM: 2,000 micros an impression): the rival's ad was
+                # approved second and may reach a server a poll later, and alone the winner pays the reserve
                 now_ms = int(time.time() * 1000)
                 answers = [_winner(await w.ask(s, placement)) or {} for s in w.servers]
-                return all(a.get("ad_id") == winner_ad["ad_id"] and KEYS.verify(a["token"], now_ms).price_micros > 0
-                           for a in answers)
+                return all(a.get("ad_id") == winner_ad["ad_id"]
+                           and KEYS.verify(a["token"], now_ms).price_micros == 2_000 for a in answers)
             await w.until(both_serve_winner, "both servers serving the new ads")
             first_price = KEYS.verify(_winner(await w.ask(w.servers[0], placement))["token"],
                                       int(time.time() * 1000)).price_micros
 
             status, changed = await w.call("PATCH", f"/v1/ads/{rival_ad['ad_id']}", auth, {"bid_micros": 2_500_000})
-            assert status == 200 and changed["version"] == 2
+            assert status == 200 and changed["version"] == 3  # created, approved, changed
 
             async def price_rose() -> bool:
                 slot = _winner(await w.ask(w.servers[1], placement))
@@ -188,7 +90,7 @@ def test_bad_input_is_refused_and_nothing_is_written_and_advertisers_are_isolate
     async def scenario():
         async with World(platform) as w:
             auth, other = await w.advertiser(), await w.advertiser()
-            campaign, ad = await w.campaign_with_ad(auth, "cc-iso", 1_000_000)
+            campaign, ad = await w.campaign_with_ad(auth, "cc-iso", 1_000_000, approve=False)
             cid = campaign["campaign_id"]
             refusals = [
                 await w.call("POST", "/v1/campaigns", auth, {"name": "x", "bid_type": "CPM",

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.auction import CPA, CPC, CPM, Candidate, cpa_bids, exact_total, run_auction
+from core.auction import CPA, CPC, CPM, Candidate, cpa_bids, exact_bid_value, exact_total, run_auction
 
 
 def cpc(ad, campaign, bid, pctr, quality=0, slots=1, **kw):
@@ -44,6 +44,55 @@ def test_a_lone_winner_pays_the_reserve():
     [winner] = run_auction([a], [1], reserve_micros=15_000, exploration_share=0).winners
     assert winner.price_micros == 1_000_000  # 15,000 / 0.015
     assert winner.explanation["price_set_by"] == "reserve"
+
+
+def test_a_lone_winner_with_a_positive_quality_still_pays_the_whole_reserve():
+    a = cpc("A", "a", 2_000_000, 0.015, quality=5_000)  # total 35,000
+    [winner] = run_auction([a], [1], reserve_micros=15_000, exploration_share=0).winners
+    assert winner.price_micros == 1_000_000  # 15,000 / 0.015, not (15,000 - 5,000) / 0.015
+    assert winner.explanation["price_set_by"] == "reserve"
+
+
+def test_quality_cannot_take_a_price_under_the_reserve_when_a_runner_up_sets_it():
+    a = cpc("A", "a", 2_000_000, 0.015, quality=2_000)  # bid value 30,000, total 32,000
+    b = cpc("B", "b", 3_000_000, 0.008, quality=-1_000)  # total 23,000
+    [winner] = run_auction([a, b], [1], reserve_micros=25_000, exploration_share=0).winners
+    # (23,000 - 2,000) / 0.015 = $1.40 would pay 21,000 an impression, under the reserve: it pays 25,000
+    assert winner.price_micros == 1_666_667 and winner.explanation["price_set_by"] == "reserve"
+
+
+def test_the_reserve_floors_each_slots_price_at_that_slots_click_rate():
+    a = Candidate("A", "a", "cpc", 2_000_000, [0.02, 0.01])
+    b = Candidate("B", "b", "cpc", 1_000_000, [0.02, 0.01])
+    winners = run_auction([a, b], [1, 2], reserve_micros=5_000, exploration_share=0).winners
+    assert [(w.candidate.ad_id, w.price_micros) for w in winners] == [("A", 1_000_000), ("B", 500_000)]
+    for w in winners:  # what each pays per impression at its own slot reaches the reserve
+        assert exact_bid_value(replace(w.candidate, bid_micros=w.price_micros), w.slot - 1) >= 5_000
+
+
+def test_a_big_quality_term_cannot_buy_a_slot_whose_reserve_the_bid_does_not_pay():
+    # the advertiser-set quality of the old advertiser API: a $0.01 click bid with +$1 of "quality"
+    cheat = cpc("CHEAT", "a", 10_000, 0.01, quality=1_000_000)  # bid value 100, total 1,000,100
+    honest = cpc("HONEST", "b", 5_000_000, 0.02)  # bid value 100,000
+    [winner] = run_auction([cheat, honest], [1], reserve_micros=1_000, exploration_share=0).winners
+    assert winner.candidate.ad_id == "HONEST" and winner.price_micros == 50_000  # 1,000 / 0.02
+
+
+def test_an_ad_under_the_quality_floor_cannot_win_at_any_price():
+    disliked = cpc("D", "a", 50_000_000, 0.05, quality=-600)  # total 2,499,400
+    fine = cpc("F", "b", 1_000_000, 0.01)  # total 10,000
+    [winner] = run_auction([disliked, fine], [1], quality_floor_micros=-500, exploration_share=0).winners
+    assert winner.candidate.ad_id == "F" and winner.explanation["quality_floor_micros"] == -500
+    assert run_auction([disliked], [1], quality_floor_micros=-500, exploration_share=0).winners == []
+
+
+def test_a_conversion_bid_is_charged_per_click_at_its_price_times_pcvr():
+    a = Candidate("A", "a", "cpa", 40_000_000, [0.02], pcvr=0.05)  # total 40,000
+    b = Candidate("B", "b", "cpa", 20_000_000, [0.02], pcvr=0.05)  # total 20,000
+    [winner] = run_auction([a, b], [1], exploration_share=0).winners
+    assert winner.price_micros == 20_000_000 and winner.billing == "cpa"
+    assert winner.charge_per_event_micros == 1_000_000  # $20 a conversion x 5 % = $1 a click
+    assert winner.expected_cost_micros() == 20_000  # the click's charge x pCTR
 
 
 def test_a_candidate_under_the_reserve_is_dropped_and_the_slot_may_stay_empty():
@@ -110,23 +159,24 @@ candidate_strategy = st.builds(
 
 @settings(max_examples=300, deadline=None)
 @given(candidates=st.lists(candidate_strategy, min_size=1, max_size=12, unique_by=lambda c: c.ad_id),
-       reserve=st.integers(0, 20_000), slots=st.integers(1, 3))
-def test_auction_invariants(candidates, reserve, slots):
-    result = run_auction(candidates, list(range(1, slots + 1)), reserve_micros=reserve, exploration_share=0)
+       reserve=st.integers(0, 20_000), slots=st.integers(1, 3),
+       quality_floor=st.one_of(st.none(), st.integers(-5_000, 5_000)), explore=st.booleans())
+def test_auction_invariants(candidates, reserve, slots, quality_floor, explore):
+    result = run_auction(candidates, list(range(1, slots + 1)), reserve_micros=reserve,
+                         quality_floor_micros=quality_floor, exploration_share=1.0 if explore else 0.0)
     campaigns = [w.candidate.campaign_id for w in result.winners]
     assert len(campaigns) == len(set(campaigns))  # a campaign at most once
     for w in result.winners:
         c, slot = w.candidate, w.slot - 1
         assert 0 <= w.price_micros <= c.bid_micros  # price <= bid
         assert exact_total(c, slot) >= reserve  # only candidates clearing the reserve win
-        # price >= reserve: the charged value per impression plus quality reaches the reserve
-        # (within the one-micro rounding of the price), unless the bid itself caps it.
-        if w.price_micros < c.bid_micros:
-            charged = exact_total(replace(c, bid_micros=w.price_micros + 1), slot)
-            assert charged >= reserve
+        assert quality_floor is None or c.quality_micros >= quality_floor  # none under the quality floor
+        # no price is ever below the reserve for the winner's slot: what it pays per impression there, bid x
+        # action rate at its price, reaches the reserve, whatever its quality
+        assert exact_bid_value(replace(c, bid_micros=w.price_micros), slot) >= reserve
     # winners in total-value order when every slot has the same pCTR ordering
     values = [exact_total(w.candidate, w.slot - 1) for w in result.winners]
-    if all(len(set(c.pctr)) == 1 for c in candidates):
+    if not explore and all(len(set(c.pctr)) == 1 for c in candidates):
         assert values == sorted(values, reverse=True)
 
 

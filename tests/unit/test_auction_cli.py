@@ -41,6 +41,7 @@ def test_reading_a_file(tmp_path):
     (lambda d: d["candidates"][0].update(pctr=[1.5]), "candidates[0].pctr[0]"),
     (lambda d: d.update(slots=[]), "slots"),
     (lambda d: d.update(reserve_micros=-1), "reserve_micros"),
+    (lambda d: d.update(quality_floor_micros="low"), "quality_floor_micros"),
 ])
 def test_a_bad_field_exits_2_naming_it(mutate, message):
     document = json.loads(json.dumps(EXAMPLE))
@@ -48,6 +49,14 @@ def test_a_bad_field_exits_2_naming_it(mutate, message):
     done = auction(json.dumps(document))
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_the_quality_floor_and_the_platforms_reserve_apply():
+    document = {k: v for k, v in EXAMPLE.items() if k != "reserve_micros"}
+    done = auction(json.dumps({**document, "quality_floor_micros": 0}))
+    [winner] = json.loads(done.stdout)["winners"]  # B's quality (-1,000) is under the floor: A alone pays the reserve
+    assert (winner["ad_id"], winner["price_micros"]) == ("A", 6_667)  # 100 / 0.015, rounded up
+    assert winner["explanation"]["reserve_micros"] == 100 and winner["explanation"]["price_set_by"] == "reserve"
 
 
 def test_bad_json_exits_2():

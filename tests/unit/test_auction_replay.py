@@ -28,10 +28,11 @@ def _requests(n: int = 60, seed: int = 7) -> list[dict]:
     records = []
     for i in range(n):
         slots = rng.randint(1, 3)
+        quality = rng.randint(-2_000, 2_000)  # the placement's default quality, as every ad carries it live
         candidates = [Candidate(1000 * i + j, rng.randint(1, 15), rng.choice(["cpm", "cpc", "cpa"]),
                                 rng.randint(200_000, 20_000_000),
                                 [round(rng.uniform(0.002, 0.03) / (s + 1), 5) for s in range(slots)],
-                                pcvr=round(rng.uniform(0.01, 0.1), 4), quality_micros=rng.randint(-2_000, 2_000))
+                                pcvr=round(rng.uniform(0.01, 0.1), 4), quality_micros=quality)
                       for j in range(rng.randint(2, 30))]
         records.append(auction_record(candidates, list(range(1, slots + 1)),
                                       reserve_micros=rng.choice([0, 5_000, 20_000]),

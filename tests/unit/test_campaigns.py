@@ -52,7 +52,8 @@ def test_a_change_may_not_switch_the_bid_type_and_is_checked_against_the_stored_
     ({"targeting": {"religion": ["x"]}}, "targeting.religion"),
     ({"targeting": {"location": []}}, "targeting.location"),
     ({"targeting": {"interest": ["politics"]}}, "targeting.interest"),
-    ({"quality_prior": float("nan")}, "quality_prior"),
+    ({"quality_prior": 0.0}, "quality_prior"),
+    ({"review_status": "APPROVED"}, "review_status"),
 ])
 def test_a_bad_ad_names_its_field(change, field):
     with pytest.raises(InvalidField) as e:
@@ -61,8 +62,9 @@ def test_a_bad_ad_names_its_field(change, field):
 
 
 def _row(**over):
-    return {"ad_id": 7, "campaign_id": 3, "advertiser_id": 1, "bid_type": "CPC", "version": 4,
-            **validate_ad(AD, creating=True), **over}
+    """An ads row as the store holds it once an operator approved it."""
+    return {"ad_id": 7, "campaign_id": 3, "advertiser_id": 1, "bid_type": "CPC", "version": 4, "quality_prior": 0.0,
+            **validate_ad(AD, creating=True), "review_status": "APPROVED", **over}
 
 
 def test_an_ad_row_compiles_to_a_serving_record_with_clauses_and_a_static_score():
@@ -81,7 +83,7 @@ def test_a_debezium_change_becomes_a_serving_record_and_a_delete_or_garbage_does
     envelope = {"before": None, "after": {**_row(), "targeting": json.dumps(AD["targeting"])}, "op": "c",
                 "source": {"ts_ms": 1_795_000_000_000}}
     topic, key, record_type, record = serving_record_from_change("cdc.public.ads", json.dumps(envelope))
-    assert (topic, key, record_type, record["event_time"]) == ("serving.ads", 7, "ServingAd", 1_795_000_000_000)
+    assert (topic, key, record_type, record["event_time"]) == ("serving.ads", "7", "ServingAd", 1_795_000_000_000)
     assert serving_record_from_change("cdc.public.ads", json.dumps({**envelope, "after": None})) is None
     with pytest.raises(BadChange):
         serving_record_from_change("cdc.public.ads", b"{not json")

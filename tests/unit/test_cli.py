@@ -9,7 +9,9 @@ COMMANDS = ["up", "down", "status", "fetch", "jobs", "jobs deploy", "jobs list",
             "campaigns create", "campaigns pause", "campaigns resume", "campaigns set-budget", "campaigns set-bid",
             "campaigns bulk-load", "snapshots", "snapshots write", "simulate", "pacing", "pacing show", "bench pacing",
             "model", "model train", "model evaluate", "bench model", "explain", "learning-day",
-            "serve prediction", "model canary-report"]
+            "serve prediction", "model canary-report", "advertisers keys", "advertisers revoke-key",
+            "advertisers rotate-key", "ads", "ads review", "ads review list", "ads review approve",
+            "ads review reject", "reserves", "reserves list", "reserves set", "reserves unset"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from core.frequency import day_number
+from core.reserves import ReserveBook, ReserveRule
 from core.targeting import compile_targeting, request_terms
 from serving.decision.campaigns import CampaignRecord, CampaignTable
 from serving.decision.engine import DecisionEngine, EngineConfig, RequestContext
@@ -158,11 +159,20 @@ def test_with_no_scores_at_all_the_slots_stay_empty(monkeypatch):
     assert decision.winners == [] and decision.scored_by_fallback is True
 
 
-@pytest.mark.parametrize("reserve, filled", [(0, 2), (10**9, 0)])
-def test_the_reserve_of_the_placement_and_country_applies(reserve, filled):
+@pytest.mark.parametrize("rule, filled", [
+    (ReserveRule("feed", "*", reserve_micros=0), 2),
+    (ReserveRule("feed", "*", reserve_micros=10**9), 0),
+    (ReserveRule("story", "*", reserve_micros=10**9), 2),  # another placement's rule does not apply
+    (ReserveRule("*", "*", quality_floor_micros=1), 0),  # the default quality (0) is under the floor
+    (ReserveRule("*", "*", quality_floor_micros=1, default_quality_micros=5), 2),
+])
+def test_the_reserve_rules_of_the_placement_apply(rule, filled):
     index, campaigns = world()
-    config = EngineConfig(exploration_share=0, reserves_micros={("feed", None): reserve})
-    assert len(decide(DecisionEngine(index, campaigns, config=config)).winners) == filled
+    book = ReserveBook([rule])
+    decision = decide(DecisionEngine(index, campaigns, config=EngineConfig(exploration_share=0), reserves=book))
+    assert len(decision.winners) == filled
+    assert decision.terms == book.terms("feed", None)
+    assert all(w.explanation["quality_micros"] == decision.terms.default_quality_micros for w in decision.winners)
 
 
 def test_a_campaign_change_applies_once_and_an_older_record_is_ignored():
