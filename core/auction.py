@@ -140,16 +140,19 @@ class CandidateArrays:
         action = np.where(code == CPM, 1 / 1000, np.where(code == CPC, self.pctr, self.pctr * self.pcvr[:, None]))
         return self.bid_micros[:, None] * action
 
-    def totals(self, quality_weight: float = 1.0) -> np.ndarray:
-        """Float total value per impression (micros), shape (candidates, slots)."""
+    def totals(self, quality_weight: float = 1.0, bid_values: np.ndarray | None = None) -> np.ndarray:
+        """Float total value per impression (micros), shape (candidates, slots); `bid_values` if already
+        computed."""
         quality = self.quality_micros[:, None]
+        bid_values = self.bid_values() if bid_values is None else bid_values
         # weight 1.0 adds the integers unscaled: the live totals stay bit-for-bit what they always were
-        return self.bid_values() + (quality if quality_weight == 1.0 else quality_weight * quality)
+        return bid_values + (quality if quality_weight == 1.0 else quality_weight * quality)
 
-    def eligible(self, totals: np.ndarray, reserve_micros: int, quality_floor_micros: int | None) -> np.ndarray:
+    def eligible(self, totals: np.ndarray, bid_values: np.ndarray, reserve_micros: int,
+                 quality_floor_micros: int | None) -> np.ndarray:
         """Which candidates may fill each slot (float check; the winner is checked exactly): total and bid
         value both reach the reserve, and quality is not under the floor. Shape (candidates, slots)."""
-        ok = (totals >= reserve_micros) & (self.bid_values() >= reserve_micros)
+        ok = (totals >= reserve_micros) & (bid_values >= reserve_micros)
         if quality_floor_micros is not None:
             ok &= (self.quality_micros >= quality_floor_micros)[:, None]
         return ok
@@ -212,8 +215,8 @@ def _exact(x: float) -> Fraction:
     return Fraction(repr(float(x)))
 
 
-def exact_total(c: Candidate, slot: int, quality_weight: float = 1.0) -> Fraction:
-    """Total value per impression at a slot, exactly, in micros."""
+def exact_bid_value(c: Candidate, slot: int) -> Fraction:
+    """Bid x action rate per impression at a slot, exactly, in micros: what a price floor is measured against."""
     code = c.bid_code
     if code == CPM:
         action = Fraction(1, 1000)
@@ -221,24 +224,27 @@ def exact_total(c: Candidate, slot: int, quality_weight: float = 1.0) -> Fractio
         action = _exact(c.pctr[slot])
     else:
         action = _exact(c.pctr[slot]) * _exact(c.pcvr)
-    return c.bid_micros * action + weighted_quality(c.quality_micros, quality_weight)
+    return c.bid_micros * action
 
 
-def exact_bid_value(c: Candidate, slot: int) -> Fraction:
-    """Bid x action rate per impression at a slot, exactly, in micros: what a price floor is measured against."""
-    return exact_total(c, slot) - c.quality_micros
+def exact_total(c: Candidate, slot: int, quality_weight: float = 1.0) -> Fraction:
+    """Total value per impression at a slot, exactly, in micros."""
+    return exact_bid_value(c, slot) + weighted_quality(c.quality_micros, quality_weight)
 
 
 def exactly_eligible(c: Candidate, slot: int, reserve_micros: int, quality_floor_micros: int | None,
                      quality_weight: float = 1.0) -> bool:
     """CandidateArrays.eligible's rule for one candidate, in exact arithmetic."""
-    return exact_total(c, slot, quality_weight) >= reserve_micros and exact_bid_value(c, slot) >= reserve_micros \
-        and (quality_floor_micros is None or c.quality_micros >= quality_floor_micros)
+    if quality_floor_micros is not None and c.quality_micros < quality_floor_micros:
+        return False
+    bid_value = exact_bid_value(c, slot)
+    return bid_value >= reserve_micros and bid_value + weighted_quality(c.quality_micros, quality_weight) \
+        >= reserve_micros
 
 
-def weighted_quality(quality_micros: int, quality_weight: float = 1.0) -> Fraction:
+def weighted_quality(quality_micros: int, quality_weight: float = 1.0) -> Fraction | int:
     """The quality term as it enters a total: weight x quality, exactly (the weight as written in decimal)."""
-    return quality_micros * _exact(quality_weight) if quality_weight != 1.0 else Fraction(quality_micros)
+    return quality_micros * _exact(quality_weight) if quality_weight != 1.0 else int(quality_micros)
 
 
 def price_micros(c: Candidate, slot: int, next_total: Fraction, quality_weight: float = 1.0,
@@ -246,7 +252,7 @@ def price_micros(c: Candidate, slot: int, next_total: Fraction, quality_weight: 
     """The least whole-micro price (in the bid's unit) that keeps the place and pays the reserve, capped at the
     bid."""
     code = c.bid_code
-    numerator = max(next_total - weighted_quality(c.quality_micros, quality_weight), Fraction(reserve_micros))
+    numerator = max(next_total - weighted_quality(c.quality_micros, quality_weight), reserve_micros)
     if code == CPM:
         raw = numerator * 1000
     elif code == CPC:
@@ -302,7 +308,7 @@ def _loser(columns: CandidateArrays, i: int, value: np.ndarray) -> dict[str, Any
 
 def reserve_sets_price(c: Candidate, next_total: Fraction, reserve_micros: int, quality_weight: float = 1.0) -> bool:
     """Whether the reserve, not the ad below, set a winner's price (its floor binds)."""
-    return Fraction(reserve_micros) > next_total - weighted_quality(c.quality_micros, quality_weight)
+    return reserve_micros > next_total - weighted_quality(c.quality_micros, quality_weight)
 
 
 def _winner(value: np.ndarray, eligible: np.ndarray, campaigns: np.ndarray, candidate: Callable[[int], Candidate],
@@ -375,8 +381,9 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
         return AuctionResult([], False, reserve_micros=reserve_micros, candidate_count=len(candidates))
     columns = candidates if isinstance(candidates, CandidateArrays) else \
         CandidateArrays.from_candidates(candidates, slots)
-    value = columns.totals(quality_weight)
-    allowed = columns.eligible(value, reserve_micros, quality_floor_micros)
+    bid_values = columns.bid_values()
+    value = columns.totals(quality_weight, bid_values)
+    allowed = columns.eligible(value, bid_values, reserve_micros, quality_floor_micros)
     _, campaigns = np.unique(columns.campaign_id.astype(str) if columns.campaign_id.dtype == object
                              else columns.campaign_id, return_inverse=True)
     categories = columns.exclusion_category
@@ -389,7 +396,11 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
         return picked[i]
 
     def exact(i: int, slot: int) -> bool:
-        """The float check passed; money decides in exact arithmetic (a rounding never lets an ad under)."""
+        """The float check passed; near the reserve, money decides in exact arithmetic (a rounding never lets an
+        ad under). Elsewhere the float's relative error (~1e-16) is far inside the margin."""
+        margin = 1e-9 * max(1.0, abs(reserve_micros), abs(value[i, slot]), abs(bid_values[i, slot]))
+        if min(value[i, slot], bid_values[i, slot]) - reserve_micros > margin:
+            return True
         return exactly_eligible(candidate(i), slot, reserve_micros, quality_floor_micros, quality_weight)
 
     explored = exploration_share > 0 and rng.random() < exploration_share

@@ -100,8 +100,9 @@ def _score(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
         quality_micros=ads.quality_micros.astype(np.int64) + probe.terms.default_quality_micros,
         exclusion_category=ads.exclusion_category.astype(np.int64),
         participation=np.ones(len(rows)), row=rows.astype(np.int64))
-    totals = candidates.totals()
-    eligible = candidates.eligible(totals, probe.terms.reserve_micros, probe.terms.quality_floor_micros)
+    bid_values = candidates.bid_values()
+    totals = candidates.totals(bid_values=bid_values)
+    eligible = candidates.eligible(totals, bid_values, probe.terms.reserve_micros, probe.terms.quality_floor_micros)
     return np.where(eligible[:, 0], totals[:, 0], -np.inf)
 
 
