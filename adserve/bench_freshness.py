@@ -251,9 +251,10 @@ def _synthetic_serving_records(n: int, seed: int = 5) -> dict[str, list[dict[str
         cid = base + c
         campaigns.append(campaign_serving_record({**fields, "campaign_id": cid, "advertiser_id": cid,
                                                   "version": 1}, 1))
-        for j, a in enumerate(ad_fields):
+        for j, a in enumerate(ad_fields):  # as the store holds an approved ad, with the platform's quality
             ads.append(ad_serving_record({**a, "ad_id": cid * 1000 + j, "campaign_id": cid, "advertiser_id": cid,
-                                          "bid_type": fields["bid_type"], "version": 1}, 1))
+                                          "bid_type": fields["bid_type"], "version": 1, "quality_prior": 0.0,
+                                          "review_status": "APPROVED"}, 1))
     return {"serving.campaigns": campaigns, "serving.ads": ads[:n]}
 
 
