@@ -1,63 +1,12 @@
-"""Every Kafka topic of the platform, with its key, schema and config, as in
-ARCHITECTURE.md's topic table. `adserve up` creates the missing ones, the
-cdc.* topics included (Debezium writes them through Kafka Connect)."""
+"""Creates the platform's Kafka topics (schemas.topics) that are missing, the cdc.* topics
+included (Debezium writes them through Kafka Connect)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from schemas.topics import TOPICS, TOPICS_BY_NAME, TopicSpec  # noqa: F401 - re-exported for the platform
 
 from infra.platform.errors import PlatformError
 
 ADMIN_TIMEOUT_S = 15.0
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    """One topic: its name, record key, value schema file and config."""
-
-    name: str
-    key: str
-    schema: str  # file under schemas/
-    partitions: int = 4
-    compacted: bool = False
-    config: dict[str, str] = field(default_factory=dict)
-
-    def kafka_config(self) -> dict[str, str]:
-        config = {"cleanup.policy": "compact" if self.compacted else "delete"}
-        if self.compacted:
-            # Compact often enough that a replay from a snapshot's offset stays short.
-            config.update({"min.cleanable.dirty.ratio": "0.1", "segment.ms": "600000"})
-        else:
-            # Retained by size, not by age: simulated days, tests and benchmarks replay event times months
-            # in the past, and Kafka deletes records by their timestamps (a time limit would wipe such a
-            # topic within minutes of its creation). A production deployment sets its own retention.
-            config.update({"retention.ms": "-1", "retention.bytes": str(2 * 1024 ** 3)})
-        config.update(self.config)
-        return config
-
-
-TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec("serving.ads", key="ad id", schema="serving_ad.avsc", compacted=True),
-    TopicSpec("serving.campaigns", key="campaign id", schema="serving_campaign.avsc", compacted=True),
-    TopicSpec("serving.reserves", key="placement|country", schema="serving_reserve.avsc", partitions=1,
-              compacted=True),
-    TopicSpec("ad.served", key="request id", schema="ad_served.avsc"),
-    TopicSpec("ad.events", key="campaign id", schema="ad_event.avsc"),
-    TopicSpec("ad.conversions", key="impression id", schema="ad_conversion.avsc"),
-    TopicSpec("budget.spend", key="campaign id", schema="spend_report.avsc"),
-    TopicSpec("budget.state", key="campaign id", schema="budget_state.avsc", compacted=True),
-    TopicSpec("budget.leases", key="server id", schema="budget_lease.avsc"),
-    TopicSpec("billing.billed_spend", key="campaign id", schema="billed_spend.avsc"),
-    TopicSpec("training.examples", key="impression id", schema="training_example.avsc"),
-    TopicSpec("dead.letters", key="job name", schema="dead_letter.avsc", partitions=1),
-    TopicSpec("ops.event_counts", key="campaign id", schema="event_count.avsc"),
-    # Debezium's change streams of the campaign store (JSON envelopes, see infra/platform/cdc.py); created
-    # here so they are compacted (the latest row per key survives, so the index builder can start over).
-    TopicSpec("cdc.public.campaigns", key="campaign_id (JSON)", schema="", compacted=True),
-    TopicSpec("cdc.public.ads", key="ad_id (JSON)", schema="", compacted=True),
-    TopicSpec("cdc.public.reserves", key="placement, country (JSON)", schema="", partitions=1, compacted=True),
-)
-
-TOPICS_BY_NAME = {t.name: t for t in TOPICS}
 
 
 def ensure_topics(bootstrap: str, topics: tuple[TopicSpec, ...] = TOPICS) -> list[str]:

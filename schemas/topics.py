@@ -1,0 +1,76 @@
+"""Every Kafka topic of the platform: its name, record key, value schema and config.
+
+This module owns the topic names. Code anywhere in the project refers to a topic
+through the constants below, never through a string literal; `adserve up`
+creates the missing topics from `TOPICS` (infra.platform.topics). It must never
+talk to Kafka itself."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SERVING_ADS = "serving.ads"
+SERVING_CAMPAIGNS = "serving.campaigns"
+SERVING_RESERVES = "serving.reserves"
+AD_SERVED = "ad.served"
+AD_EVENTS = "ad.events"
+AD_CONVERSIONS = "ad.conversions"
+BUDGET_SPEND = "budget.spend"
+BUDGET_STATE = "budget.state"
+BUDGET_LEASES = "budget.leases"
+BILLED_SPEND = "billing.billed_spend"
+TRAINING_EXAMPLES = "training.examples"
+DEAD_LETTERS = "dead.letters"
+EVENT_COUNTS = "ops.event_counts"
+CDC_CAMPAIGNS = "cdc.public.campaigns"
+CDC_ADS = "cdc.public.ads"
+CDC_RESERVES = "cdc.public.reserves"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: its name, record key, value schema file and config."""
+
+    name: str
+    key: str
+    schema: str  # file under schemas/; empty for Debezium's JSON change streams
+    partitions: int = 4
+    compacted: bool = False
+    config: dict[str, str] = field(default_factory=dict)
+
+    def kafka_config(self) -> dict[str, str]:
+        config = {"cleanup.policy": "compact" if self.compacted else "delete"}
+        if self.compacted:
+            # Compact often enough that a replay from a snapshot's offset stays short.
+            config.update({"min.cleanable.dirty.ratio": "0.1", "segment.ms": "600000"})
+        else:
+            # Retained by size, not by age: simulated days, tests and benchmarks replay event times months
+            # in the past, and Kafka deletes records by their timestamps (a time limit would wipe such a
+            # topic within minutes of its creation). A production deployment sets its own retention.
+            config.update({"retention.ms": "-1", "retention.bytes": str(2 * 1024 ** 3)})
+        config.update(self.config)
+        return config
+
+
+TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec(SERVING_ADS, key="ad id", schema="serving_ad.avsc", compacted=True),
+    TopicSpec(SERVING_CAMPAIGNS, key="campaign id", schema="serving_campaign.avsc", compacted=True),
+    TopicSpec(SERVING_RESERVES, key="placement|country", schema="serving_reserve.avsc", partitions=1,
+              compacted=True),
+    TopicSpec(AD_SERVED, key="request id", schema="ad_served.avsc"),
+    TopicSpec(AD_EVENTS, key="campaign id", schema="ad_event.avsc"),
+    TopicSpec(AD_CONVERSIONS, key="impression id", schema="ad_conversion.avsc"),
+    TopicSpec(BUDGET_SPEND, key="campaign id", schema="spend_report.avsc"),
+    TopicSpec(BUDGET_STATE, key="campaign id", schema="budget_state.avsc", compacted=True),
+    TopicSpec(BUDGET_LEASES, key="server id", schema="budget_lease.avsc"),
+    TopicSpec(BILLED_SPEND, key="campaign id", schema="billed_spend.avsc"),
+    TopicSpec(TRAINING_EXAMPLES, key="impression id", schema="training_example.avsc"),
+    TopicSpec(DEAD_LETTERS, key="job name", schema="dead_letter.avsc", partitions=1),
+    TopicSpec(EVENT_COUNTS, key="campaign id", schema="event_count.avsc"),
+    # Debezium's change streams of the campaign store (JSON envelopes, see infra/platform/cdc.py); created
+    # here so they are compacted (the latest row per key survives, so the index builder can start over).
+    TopicSpec(CDC_CAMPAIGNS, key="campaign_id (JSON)", schema="", compacted=True),
+    TopicSpec(CDC_ADS, key="ad_id (JSON)", schema="", compacted=True),
+    TopicSpec(CDC_RESERVES, key="placement, country (JSON)", schema="", partitions=1, compacted=True),
+)
+
+TOPICS_BY_NAME = {t.name: t for t in TOPICS}
