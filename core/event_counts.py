@@ -47,6 +47,32 @@ def is_late(event_time_ms: int, watermark_ms: int, window_ms: int = DEFAULT_WIND
     return window_start(event_time_ms, window_ms) + window_ms - 1 <= watermark_ms
 
 
+def window_timer(start_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int:
+    """The event-time timer that closes the window starting at start_ms: its last instant."""
+    return start_ms + window_ms - 1
+
+
+def window_of_timer(timer_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int:
+    """The start of the window a window_timer closes."""
+    return timer_ms + 1 - window_ms
+
+
+def late_reason(event_time_ms: int, watermark_ms: int) -> str:
+    """The dead-letter reason of a late event: it names both times, so an operator can see how late it was."""
+    return f"event time {event_time_ms} is behind the watermark {watermark_ms}: its window was already emitted"
+
+
+def count_event(held: Counts | None, event: Mapping[str, Any], watermark_ms: int,
+                window_ms: int = DEFAULT_WINDOW_MS) -> tuple[Counts | None, int | None]:
+    """One event into its campaign window: (the window's new counts, the timer to set when the window opens),
+    or (None, None) for a late event (its window was already emitted; the caller dead-letters it)."""
+    if is_late(int(event["event_time"]), watermark_ms, window_ms):
+        return None, None
+    counts = (held or Counts()).add(event)
+    timer = window_timer(window_start(int(event["event_time"]), window_ms), window_ms) if held is None else None
+    return counts, timer
+
+
 def event_count_record(campaign_id: int, start_ms: int, counts: Counts,
                        window_ms: int = DEFAULT_WINDOW_MS) -> dict[str, Any]:
     """The EventCount record (schemas/event_count.avsc) of one closed window."""

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from core.errors import AdserveError
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_PACKAGES = ("core", "schemas", "jobs", "streams")
 HTTP_TIMEOUT_S = 5.0
 
 
-class DeployError(RuntimeError):
+class DeployError(AdserveError, RuntimeError):
     """A job could not be submitted, found or cancelled."""
 
 

@@ -11,14 +11,46 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from core.dead_letters import from_corrupt
-from core.errors import CorruptRecord
+from core.errors import AdserveError, CorruptRecord, ShardCountChanged
 
 BYTES_ROW_FIELDS = ["k", "v"]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The folder under jars_dir and the file name prefix of each jar `adserve up` fetches (infra/platform/jars.py
+# fetches them there; tests/unit/test_job_settings.py holds the two to the same layout).
+FETCHED_JARS = {"kafka": ("flink", "flink-sql-connector-kafka-"), "avro": ("flink-formats", "flink-sql-avro-")}
+SECRET_WORDS = ("password", "secret", "token", "key")
+
+
+class MissingJar(AdserveError):
+    """A jar a job needs was neither passed as a flag nor fetched by `adserve up`."""
+
+
+def masked(name: str, value: Any) -> str:
+    """A setting as it may be printed: secrets (by name) as ***, a URL's password as ***."""
+    if any(word in name.lower() for word in SECRET_WORDS) and value:
+        return "***"
+    text = str(value)
+    at = text.find("@")
+    scheme = text.find("://")
+    if scheme != -1 and at > scheme and ":" in text[scheme + 3:at]:
+        return text[:text.index(":", scheme + 3) + 1] + "***" + text[at:]
+    return text
+
+
+def describe(settings: Any) -> str:
+    """A settings dataclass (nested ones flattened) as `name=value, ...`, secrets masked: printed at start."""
+    parts = []
+    for name, value in vars(settings).items():
+        if hasattr(value, "__dataclass_fields__"):
+            parts.append(describe(value))
+        else:
+            parts.append(f"{name}={masked(name, value)}")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -42,7 +74,7 @@ class KafkaJobSettings:
     state_changelog: bool = False  # incremental checkpoints: state changes logged, the state written rarely
 
     def describe(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
+        return describe(self)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_time_ms: int = 1000,
@@ -84,7 +116,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
 
 
 def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSettings:
-    jar = args.connector_jar or _default_connector_jar()
+    jar = args.connector_jar or fetched_jar("kafka")
     return KafkaJobSettings(job_name=job_name, bootstrap=args.bootstrap, group_id=args.group_id,
                             connector_jar=jar, startup_mode=args.startup_mode, start_offsets=args.start_offsets,
                             bounded=args.bounded,
@@ -94,11 +126,24 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
                             buffer_timeout_ms=args.buffer_timeout_ms, state_changelog=args.state_changelog)
 
 
-def _default_connector_jar() -> str:
-    from infra.platform import PlatformSettings
-    from infra.platform.jars import flink_connector_jar
+def platform_home(environ: Mapping[str, str] = os.environ) -> Path:
+    """The platform's folder: ADSERVE_HOME (as PlatformSettings.as_env exports it), else the checkout's."""
+    return Path(environ.get("ADSERVE_HOME") or REPO_ROOT / ".platform").resolve()
 
-    return str(flink_connector_jar(PlatformSettings.from_env()))
+
+def jars_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where `adserve up` keeps the jars it fetched and the project's compiled JVM functions."""
+    return platform_home(environ) / "jars"
+
+
+def fetched_jar(kind: str, environ: Mapping[str, str] = os.environ) -> str:
+    """The newest fetched jar of `kind` (a FETCHED_JARS key) under jars_dir; raises MissingJar if none."""
+    folder, prefix = FETCHED_JARS[kind]
+    found = sorted((jars_dir(environ) / folder).glob(f"{prefix}*.jar"))
+    if not found:
+        raise MissingJar(f"no {prefix}*.jar under {jars_dir(environ) / folder}: run `adserve up` (which fetches "
+                         f"it) or pass the jar's path as a flag")
+    return str(found[-1])
 
 
 def add_shards_argument(parser: argparse.ArgumentParser, default: int, operator: str) -> None:
@@ -112,8 +157,6 @@ def add_shards_argument(parser: argparse.ArgumentParser, default: int, operator:
 def check_shards(job: str, stored: int | None, configured: int) -> None:
     """Raise ShardCountChanged when a shard's state was written with another shard count than `configured`
     (None: a fresh shard). The count is fixed for the life of a job's state, like its max parallelism."""
-    from core.errors import ShardCountChanged
-
     if stored is not None and stored != configured:
         raise ShardCountChanged(job, stored, configured)
 

@@ -33,3 +33,22 @@ def test_event_is_late_only_once_the_watermark_passed_its_window():
 def test_merge_adds_every_total():
     a, b = rules.Counts(1, 2, 3), rules.Counts(10, 20, 30)
     assert a.merge(b) == rules.Counts(11, 22, 33)
+
+
+def test_the_first_event_of_a_window_opens_it_with_its_closing_timer():
+    event = {"event_time": 1_000, "event_type": "IMPRESSION", "billing_type": "IMPRESSION", "price_micros": 5}
+    assert rules.count_event(None, event, watermark_ms=0) == (rules.Counts(1, 0, 5), 59_999)
+
+
+def test_a_later_event_of_an_open_window_adds_to_it_without_a_new_timer():
+    event = {"event_time": 2_000, "event_type": "CLICK", "billing_type": "IMPRESSION", "price_micros": 5}
+    assert rules.count_event(rules.Counts(1, 0, 5), event, watermark_ms=0) == (rules.Counts(1, 1, 5), None)
+
+
+def test_an_event_whose_window_was_emitted_is_late():
+    event = {"event_time": 1_000, "event_type": "CLICK", "billing_type": "IMPRESSION", "price_micros": 5}
+    assert rules.count_event(None, event, watermark_ms=59_999) == (None, None)
+
+
+def test_a_window_timer_names_its_window():
+    assert rules.window_of_timer(rules.window_timer(120_000)) == 120_000

@@ -1,0 +1,47 @@
+"""The jobs' shared settings plumbing: jar defaults follow the platform's layout, secrets never printed."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from infra.platform.jars import FLINK_CONNECTORS, FLINK_FORMATS
+from jobs.flink_io import FETCHED_JARS, MissingJar, describe, fetched_jar, jars_dir
+
+
+def test_the_jobs_look_for_fetched_jars_where_the_platform_fetches_them():
+    assert FETCHED_JARS["kafka"] == (FLINK_CONNECTORS.relative_dir, FLINK_CONNECTORS.probe)
+    assert FETCHED_JARS["avro"] == (FLINK_FORMATS.relative_dir, FLINK_FORMATS.probe)
+
+
+def test_the_newest_fetched_jar_under_adserve_home_is_the_default(tmp_path):
+    folder = tmp_path / "jars" / "flink"
+    folder.mkdir(parents=True)
+    for version in ("3.3.0", "3.4.0"):
+        (folder / f"flink-sql-connector-kafka-{version}.jar").touch()
+    environ = {"ADSERVE_HOME": str(tmp_path)}
+    assert jars_dir(environ) == tmp_path / "jars"
+    assert fetched_jar("kafka", environ).endswith("flink-sql-connector-kafka-3.4.0.jar")
+
+
+def test_a_missing_jar_says_how_to_get_it(tmp_path):
+    with pytest.raises(MissingJar, match="adserve up"):
+        fetched_jar("avro", {"ADSERVE_HOME": str(tmp_path)})
+
+
+@dataclass(frozen=True)
+class _Inner:
+    redis_url: str
+    token_key: str
+
+
+@dataclass(frozen=True)
+class _Outer:
+    inner: _Inner
+    topic: str
+
+
+def test_printed_settings_mask_secrets_and_url_passwords():
+    text = describe(_Outer(_Inner("redis://user:hunter2@db:6379/0", "s3cr3t"), "ad.events"))
+    assert "hunter2" not in text and "s3cr3t" not in text
+    assert "redis://user:***@db:6379/0" in text and "topic=ad.events" in text
