@@ -5,12 +5,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from core.errors import InvalidArgument
+
 
 def distinct_keys(columns: Sequence[np.ndarray]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
     """The distinct keys of several equally long columns (tuples of their values, sorted) and each row's key
     number, without a Python loop per row: each column is np.unique'd and the codes combined."""
     if not columns:
-        raise ValueError("distinct_keys needs at least one column")
+        raise InvalidArgument("distinct_keys needs at least one column")
     code = np.zeros(len(columns[0]), dtype=np.int64)
     uniques = []
     for column in columns:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from core.billing import DayBill
+from core.errors import InvalidArgument
 from core.pacing import local_day
 from core.tokens import TOKEN_LIFETIME_MS
 
@@ -267,7 +268,7 @@ def bot_agent_sql(column: str, lowered: bool = False) -> str:
     `lowered`: the column already holds the agent lower-cased, NULL as '' (read once, not once per marker)."""
     for marker in BOT_AGENT_MARKERS:
         if "'" in marker or "%" in marker or "_" in marker:
-            raise ValueError(f"a bot marker must be plain text for SQL LIKE: {marker!r}")
+            raise InvalidArgument(f"a bot marker must be plain text for SQL LIKE: {marker!r}")
     agent = column if lowered else f"LOWER(COALESCE({column}, ''))"
     return "(" + " OR ".join(f"{agent} LIKE '%{m}%'" for m in BOT_AGENT_MARKERS) + ")"
 

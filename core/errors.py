@@ -51,3 +51,22 @@ class ShardCountChanged(AdserveError):
         self.configured = configured
         super().__init__(f"{job}: its state was written with {stored} shards, and it now runs with {configured}; "
                          f"restore it with --shards {stored} (a different count needs a fresh start of its state)")
+
+
+class InvalidSettings(AdserveError, ValueError):
+    """A flag, environment variable or configuration value a process cannot run with; names the setting and
+    how to give it a valid value. A ValueError too, so argument parsers and callers that catch it keep working."""
+
+
+class InvalidArgument(AdserveError, ValueError):
+    """A value outside the domain a rule is defined on (a share above 1, a negative weight, an empty key list);
+    the message names the value and its valid range."""
+
+
+class CapacityExceeded(AdserveError, ValueError):
+    """A structure asked to hold more than its layout can address (string lengths, term arenas, signature
+    bits); the message names the limit and what to do about it."""
+
+
+class TopicMissing(AdserveError, RuntimeError):
+    """A Kafka topic a process reads does not exist: the platform's topics are created by `adserve up`."""

@@ -26,6 +26,8 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from core.errors import InvalidArgument
+
 MINUTES_PER_DAY = 1440
 CURVE_END_MINUTE = 23 * 60 + 30  # the curve reaches the budget at 23:30 local time
 STEP_MS = 10_000  # one controller step
@@ -79,7 +81,7 @@ class TargetCurve:
         Weights after 23:30 are dropped; a day with no traffic at all gets a flat curve (even spend)."""
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 1 or len(w) == 0 or MINUTES_PER_DAY % len(w) or np.any(w < 0) or not np.all(np.isfinite(w)):
-            raise ValueError(f"a traffic shape needs non-negative weights in buckets that divide the day "
+            raise InvalidArgument(f"a traffic shape needs non-negative weights in buckets that divide the day "
                              f"(24, 96, 1440...), got {len(w)}")
         per_minute = np.repeat(w, MINUTES_PER_DAY // len(w))[:CURVE_END_MINUTE]
         if per_minute.sum() <= 0:
@@ -282,7 +284,7 @@ def shape_from_counts(hour_counts: dict[int, int] | Sequence[int], min_requests:
     counts = [int(hour_counts.get(h, 0)) for h in range(24)] if isinstance(hour_counts, dict) else \
         [int(c) for c in hour_counts]
     if len(counts) != 24:
-        raise ValueError(f"a shape needs 24 hourly counts, got {len(counts)}")
+        raise InvalidArgument(f"a shape needs 24 hourly counts, got {len(counts)}")
     total = sum(counts)
     if total < min_requests:
         return None

@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from core.errors import InvalidArgument
+
 SLOT_MINUTES = 15
 SLOTS_PER_WEEK = 7 * 24 * 60 // SLOT_MINUTES  # 672
 
@@ -35,7 +37,7 @@ def daypart_mask(dayparts: Iterable[Mapping[str, int]]) -> np.ndarray | None:
     for w in windows:
         day = int(w["day_of_week"]) - 1
         if not (0 <= day < 7 and 0 <= w["start_minute"] < w["end_minute"] <= 1440):
-            raise ValueError(f"invalid daypart {dict(w)}: day_of_week 1-7, 0 <= start_minute < end_minute <= 1440")
+            raise InvalidArgument(f"invalid daypart {dict(w)}: day_of_week 1-7, 0 <= start_minute < end_minute <= 1440")
         first = day * 96 + int(w["start_minute"]) // SLOT_MINUTES
         last = day * 96 + (int(w["end_minute"]) - 1) // SLOT_MINUTES
         mask[first: last + 1] = True

@@ -28,7 +28,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from core.errors import AdserveError
+from core.errors import AdserveError, InvalidArgument, InvalidSettings
 
 TOKEN_LIFETIME_MS = 3_600_000  # a beacon or click more than an hour after serving is not billed
 CLICK_ID_LIFETIME_MS = 7 * 86_400_000  # a conversion reported more than 7 days after its click is refused
@@ -84,9 +84,9 @@ class TokenKeys:
 
     def __init__(self, keys: Mapping[str, bytes], active: str):
         if active not in keys:
-            raise ValueError(f"active key {active!r} is not among the keys {sorted(keys)}")
+            raise InvalidSettings(f"active key {active!r} is not among the keys {sorted(keys)}")
         if any(len(k) < 16 for k in keys.values()):
-            raise ValueError("token keys must be at least 16 bytes")
+            raise InvalidSettings("token keys must be at least 16 bytes")
         self.keys = dict(keys)
         self.active = active
 
@@ -95,7 +95,7 @@ class TokenKeys:
         """'id1:secret1,id2:secret2' (the first is active), as in ADSERVE_TOKEN_KEYS."""
         pairs = [p.split(":", 1) for p in spec.split(",") if p.strip()]
         if not pairs or any(len(p) != 2 for p in pairs):
-            raise ValueError("token keys must look like 'id1:secret1,id2:secret2'")
+            raise InvalidSettings("token keys must look like 'id1:secret1,id2:secret2'")
         return cls({k.strip(): v.strip().encode() for k, v in pairs}, active=pairs[0][0].strip())
 
     def _sign(self, claims: TokenClaims | ClickIdClaims) -> str:
@@ -106,7 +106,7 @@ class TokenKeys:
 
     def sign(self, claims: TokenClaims) -> str:
         if claims.billing not in BILLING_TYPES:
-            raise ValueError(f"billing must be one of {BILLING_TYPES}, got {claims.billing!r}")
+            raise InvalidArgument(f"billing must be one of {BILLING_TYPES}, got {claims.billing!r}")
         return self._sign(claims)
 
     def sign_click_id(self, claims: ClickIdClaims) -> str:

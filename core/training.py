@@ -26,6 +26,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from core.errors import InvalidArgument
+
 DEFAULT_KEEP_RATE = 0.1
 LABEL_WINDOW_MS = 3_600_000  # a render not clicked within an hour is a negative
 CONVERSION_WINDOW_MS = 7 * 86_400_000  # a click not converted within 7 days of serving is a conversion negative
@@ -36,7 +38,7 @@ def recalibrate(p, keep_rate: float):
     """q = p / (p + (1 - p) / w): a probability predicted on data whose negatives were kept at rate w,
     mapped back to the full population. Works on floats and numpy arrays."""
     if not 0 < keep_rate <= 1:
-        raise ValueError(f"keep rate must be in (0, 1], got {keep_rate}")
+        raise InvalidArgument(f"keep rate must be in (0, 1], got {keep_rate}")
     p = np.asarray(p, dtype=np.float64)
     q = p / (p + (1.0 - p) / keep_rate)
     return float(q) if q.ndim == 0 else q
@@ -235,9 +237,9 @@ class JoinRules:
 
     def __post_init__(self) -> None:
         if not 0 < self.keep_rate <= 1:
-            raise ValueError(f"keep rate must be in (0, 1], got {self.keep_rate}")
+            raise InvalidArgument(f"keep rate must be in (0, 1], got {self.keep_rate}")
         if self.conversion_window_ms < LABEL_WINDOW_MS:
-            raise ValueError(f"the conversion window ({self.conversion_window_ms} ms) must be at least the click "
+            raise InvalidArgument(f"the conversion window ({self.conversion_window_ms} ms) must be at least the click "
                              f"label's window ({LABEL_WINDOW_MS} ms)")
 
 
