@@ -354,6 +354,28 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     day, minute = local_day(now_ms, state.timezone)
     if day != state.budget_day:
         _start_day(state, day, 0.0, shape)
+    last_minute = _tidy(state, now_ms, billing_clock_ms)
+    totals = _last_minute_totals(state, last_minute)
+    plan = state.plan()
+    reading = _read_money(state, plan, minute, now_ms)
+    forecast = _forecast(state, plan, minute, reading.target_now_micros, now_ms, totals.eligible, market)
+    if state.status in LIVE_STATUSES and forecast is None:
+        _control(state, plan, minute, reading, totals)
+    state.p_today[int(minute * P_HISTORY_BUCKETS / 1440)] = state.participation_probability
+    state.last_step_ms = now_ms
+    out = _emit(state, now_ms, heartbeat_ms=heartbeat_ms)
+    out.append(("pacing", {"campaign_id": state.campaign_id, "event_time": now_ms, "budget_day": day,
+                           "minute": minute, "target_micros": reading.target_now_micros,
+                           "committed_micros": reading.committed_micros,
+                           "reported_micros": state.reported_today_micros, "billed_micros": state.billed_micros,
+                           "participation_probability": state.participation_probability,
+                           "state": state.last_state, "budget_micros": state.budget_micros}))
+    return out
+
+
+def _tidy(state: PacerState, now_ms: int, billing_clock_ms: int) -> list[Window]:
+    """Expire slices, drop the windows billing covers (compacting the older rest) and the expired slices' remainders
+    billing has settled; returns the windows of the last minute."""
     _expire_slices(state, now_ms)
     cutoff = min(now_ms - 60_000, state.billed_until_ms - BILLING_SETTLE_MS) if state.billed_until_ms else \
         now_ms - 60_000
@@ -367,14 +389,42 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     if settle_clock:
         settled = settle_clock - BILLING_SETTLE_MS
         state.expired_unreported = [w for w in state.expired_unreported if w.end_ms > settled]
+    return last_minute
+
+
+@dataclass(frozen=True)
+class _MinuteTotals:
+    spend_micros: int
+    served: int
+    eligible: int
+    cost_per_ad_micros: int  # only an empty minute asks for it (0 otherwise)
+
+
+def _last_minute_totals(state: PacerState, last_minute: list[Window]) -> _MinuteTotals:
+    """The last minute's spend, served ads and eligible requests; the peak minute and the spend per server
+    and second follow them."""
     spend_minute = sum(w.spend_micros for w in last_minute)
-    served_minute = sum(w.served for w in last_minute)
-    eligible_minute = sum(w.eligible for w in last_minute)
     state.peak_minute_micros = max(state.peak_minute_micros, spend_minute)
-    cost_per_ad = _cost_per_ad(state) if spend_minute <= 0 else 0  # only an empty minute asks for it
+    cost_per_ad = _cost_per_ad(state) if spend_minute <= 0 else 0
     servers = max((w.servers for w in last_minute), default=0)
     state.spend_per_server_s_micros = spend_minute // (60 * max(1, servers))
-    plan = state.plan()
+    return _MinuteTotals(spend_minute, sum(w.served for w in last_minute), sum(w.eligible for w in last_minute),
+                         cost_per_ad)
+
+
+@dataclass(frozen=True)
+class _MoneyReading:
+    target_now_micros: int
+    target_minute_micros: int
+    committed_micros: int
+    committed_at_level_micros: int
+    level: float
+    unabsorbed_luck_micros: int
+
+
+def _read_money(state: PacerState, plan: SpendPlan, minute: float, now_ms: int) -> _MoneyReading:
+    """Where the plan stands, what is committed (as reported and at the level), and billing's luck not yet
+    spread into the plan; takes the step's reported spend into the level's books."""
     target_now = plan.target_micros(minute)
     target_minute = target_now - plan.target_micros(max(0.0, minute - 1))
     estimates, unreported = state.unsettled_micros()
@@ -384,42 +434,46 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
     state.level_reported_micros = state.reported_today_micros
     committed_at_level = state.billed_micros - state.invalid_credit_micros + round(level * (estimates + unreported))
     unabsorbed = _absorb_luck(state, plan, minute, target_now, now_ms, state.billing_luck_micros(estimates))
-    forecast = None
-    if state.forecast_pending and state.first_eligible_ms and now_ms - state.first_eligible_ms >= \
-            FORECAST_AFTER_MS - STEP_MS:  # windows end at their last instant: six of them make the minute
-        state.forecast_pending = False
-        if state.status in LIVE_STATUSES and state.bid_type != "CPA":
-            rate = plan.target_micros(minute + 1) - target_now
-            value, values_to_beat = market or (0.0, [])
-            forecast = forecast_participation(rate, eligible_minute, value, values_to_beat)
-            if forecast is not None:
-                state.participation_probability = forecast
-    if state.status in LIVE_STATUSES and forecast is None:
-        controlled = ControlInput(
-            participation_probability=state.bid_multiplier if state.bid_type == "CPA"
-            else state.participation_probability,
-            spend_last_minute_micros=spend_minute, target_last_minute_micros=target_minute,
-            gap_micros=target_now - committed_at_level, minutes_to_curve_end=CURVE_END_MINUTE - minute,
-            served_last_minute=served_minute, billing_luck_micros=unabsorbed,
-            plan_remaining_micros=plan.budget_micros - target_now, cost_per_ad_micros=cost_per_ad, level=level,
-            metered=state.last_state == "METERED")
-        if state.bid_type == "CPA":  # the system sets CPA bids: steer the bid, keep entering every auction
-            low, high = BID_MULTIPLIER_RANGE
-            state.bid_multiplier = min(high, max(low, next_participation(controlled)))
-            state.participation_probability = 1.0
-        else:
-            state.participation_probability = next_participation(controlled)
-        state.delivery_limit = delivery_limit(state.participation_probability, spend_minute, target_minute,
-                                              served_minute, eligible_minute)
-    state.p_today[int(minute * P_HISTORY_BUCKETS / 1440)] = state.participation_probability
-    state.last_step_ms = now_ms
-    out = _emit(state, now_ms, heartbeat_ms=heartbeat_ms)
-    out.append(("pacing", {"campaign_id": state.campaign_id, "event_time": now_ms, "budget_day": day,
-                           "minute": minute, "target_micros": target_now, "committed_micros": committed,
-                           "reported_micros": state.reported_today_micros, "billed_micros": state.billed_micros,
-                           "participation_probability": state.participation_probability,
-                           "state": state.last_state, "budget_micros": state.budget_micros}))
-    return out
+    return _MoneyReading(target_now, target_minute, committed, committed_at_level, level, unabsorbed)
+
+
+def _forecast(state: PacerState, plan: SpendPlan, minute: float, target_now: int, now_ms: int,
+              eligible_minute: int, market: tuple[float, list[int]] | None) -> float | None:
+    """A new campaign's first p, once it has a minute of eligible counts (None: no forecast this step)."""
+    if not (state.forecast_pending and state.first_eligible_ms and now_ms - state.first_eligible_ms >=
+            FORECAST_AFTER_MS - STEP_MS):  # windows end at their last instant: six of them make the minute
+        return None
+    state.forecast_pending = False
+    if state.status not in LIVE_STATUSES or state.bid_type == "CPA":
+        return None
+    rate = plan.target_micros(minute + 1) - target_now
+    value, values_to_beat = market or (0.0, [])
+    forecast = forecast_participation(rate, eligible_minute, value, values_to_beat)
+    if forecast is not None:
+        state.participation_probability = forecast
+    return forecast
+
+
+def _control(state: PacerState, plan: SpendPlan, minute: float, reading: _MoneyReading,
+             totals: _MinuteTotals) -> None:
+    """The controller's move: p (or a CPA campaign's bid multiplier) and the delivery limit."""
+    controlled = ControlInput(
+        participation_probability=state.bid_multiplier if state.bid_type == "CPA"
+        else state.participation_probability,
+        spend_last_minute_micros=totals.spend_micros, target_last_minute_micros=reading.target_minute_micros,
+        gap_micros=reading.target_now_micros - reading.committed_at_level_micros,
+        minutes_to_curve_end=CURVE_END_MINUTE - minute, served_last_minute=totals.served,
+        billing_luck_micros=reading.unabsorbed_luck_micros,
+        plan_remaining_micros=plan.budget_micros - reading.target_now_micros,
+        cost_per_ad_micros=totals.cost_per_ad_micros, level=reading.level, metered=state.last_state == "METERED")
+    if state.bid_type == "CPA":  # the system sets CPA bids: steer the bid, keep entering every auction
+        low, high = BID_MULTIPLIER_RANGE
+        state.bid_multiplier = min(high, max(low, next_participation(controlled)))
+        state.participation_probability = 1.0
+    else:
+        state.participation_probability = next_participation(controlled)
+    state.delivery_limit = delivery_limit(state.participation_probability, totals.spend_micros,
+                                          reading.target_minute_micros, totals.served, totals.eligible)
 
 
 def _cost_per_ad(state: PacerState) -> int:

@@ -75,6 +75,12 @@ class SpendAccumulator:
         return reports
 
 
+def report_key(report: dict[str, Any]) -> tuple[str, int, int]:
+    """What makes a report the same report however often it is sent: (server id, sequence, campaign id).
+    A resend keeps all three; two servers, two cuts or two campaigns never share them."""
+    return str(report["server_id"]), int(report["sequence"]), int(report["campaign_id"])
+
+
 class SpendDedupe:
     """Downstream: each (server id, sequence, campaign) counts once, however often it arrives."""
 
@@ -84,9 +90,9 @@ class SpendDedupe:
         self._highest: dict[str, int] = {}
 
     def first_time(self, report: dict[str, Any]) -> bool:
-        server, sequence = report["server_id"], int(report["sequence"])
+        server, sequence, campaign_id = report_key(report)
         seen = self._seen.setdefault(server, set())
-        key = (sequence, int(report["campaign_id"]))
+        key = (sequence, campaign_id)
         if key in seen or sequence <= self._highest.get(server, 0) - self.horizon:
             return False
         seen.add(key)
