@@ -1,4 +1,5 @@
 """Platform settings and topic definitions (no servers)."""
+import re
 from pathlib import Path
 
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from infra.platform.settings import PlatformSettings
 from infra.platform.topics import TOPICS_BY_NAME
 
-ARCHITECTURE = Path(__file__).resolve().parents[3] / "shared" / "design" / "ARCHITECTURE.md"
+PLATFORM_DOC = Path(__file__).resolve().parents[2] / "docs" / "platform.md"
 
 
 def test_every_port_can_be_overridden_from_the_environment():
@@ -38,13 +39,26 @@ def test_log_topics_are_not_compacted(name):
     assert TOPICS_BY_NAME[name].kafka_config()["cleanup.policy"] == "delete"
 
 
+def _documented_topics() -> dict[str, tuple[str, str, str, str]]:
+    """docs/platform.md's topic table: name -> (key, schema, compacted, partitions), as written."""
+    section = PLATFORM_DOC.read_text().split("## Topics", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            cells = [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+            rows[cells[0].strip("`")] = tuple(cells[1:])
+    return rows
+
+
 def test_every_topic_of_the_architecture_table_is_defined():
-    if not ARCHITECTURE.exists():
-        pytest.skip("shared/design is not beside this checkout")
-    table = ARCHITECTURE.read_text().split("## Topics", 1)[1].split("\n## ", 1)[0]
-    names = {line.split("|")[1].strip() for line in table.splitlines()
-             if line.startswith("| ") and not line.startswith("| topic") and "cdc.*" not in line}
-    assert names <= set(TOPICS_BY_NAME), names - set(TOPICS_BY_NAME)
+    from schemas.topics import TOPICS
+
+    documented = _documented_topics()
+    defined = {topic.name: (topic.key, f"`{topic.schema}`" if topic.schema else "Debezium JSON",
+                            "yes" if topic.compacted else "no", str(topic.partitions)) for topic in TOPICS}
+    assert not set(documented) - set(defined), f"not in schemas/topics.py: {set(documented) - set(defined)}"
+    assert not set(defined) - set(documented), f"not in docs/platform.md: {set(defined) - set(documented)}"
+    assert documented == defined
 
 
 def test_a_kafka_cluster_id_never_starts_with_a_dash():
