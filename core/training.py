@@ -334,3 +334,38 @@ def on_timer(state: LabelState | None, timestamp_ms: int, rules: JoinRules = Joi
     if state.context is not None and not state.done and timestamp_ms >= final_at_ms(state.served_ms):
         return _decide(state, rules, timestamp_ms)
     return LabelStep(state, changed=False)
+
+
+@dataclass(frozen=True)
+class JoinRecord:
+    """One input of the streaming join, keyed by its impression id: a served slot (`context` from
+    impressions_of), an impression or click beacon (`event_type`), or a conversion."""
+
+    impression_id: str
+    kind: str  # served | event | conversion
+    served_ms: int
+    event_ms: int
+    event_type: str | None = None
+    context: dict[str, Any] | None = None
+
+
+def join_records(kind: str, record: dict[str, Any]) -> list[JoinRecord]:
+    """A decoded served record (kind `served`: one JoinRecord per filled slot), beacon (`event`) or conversion
+    (`conversion`) as the join's inputs."""
+    if kind == "served":
+        return [JoinRecord(slot["impression_id"], "served", int(slot["served_time"]), int(slot["served_time"]),
+                           context=slot) for slot in impressions_of(record)]
+    return [JoinRecord(record["impression_id"], kind, int(record["served_time"]), int(record["event_time"]),
+                       record.get("event_type"))]
+
+
+def apply(state: LabelState | None, record: JoinRecord, watermark_ms: int | None,
+          rules: JoinRules = JoinRules()) -> LabelStep:
+    """One join input into its impression's state: on_served, on_conversion or on_beacon by its kind."""
+    if record.kind == "served":
+        assert record.context is not None
+        return on_served(state, record.context, watermark_ms, rules)
+    if record.kind == "conversion":
+        return on_conversion(state, record.served_ms, record.event_ms, rules)
+    assert record.event_type is not None
+    return on_beacon(state, record.served_ms, record.event_type, record.event_ms)

@@ -50,7 +50,7 @@ JOBS: dict[str, JobSpec] = {
     "archiver": JobSpec("archiver", "jobs.archiver",
                         "ad.served, ad.events, billing, campaigns, training examples -> hourly Avro container "
                         "files (the archive)"),
-    "training_join": JobSpec("training_join", "jobs.training_join",
+    "training_join": JobSpec("training_join", "jobs.training_join.main",
                              "ad.served, ad.events -> labelled, down-sampled training.examples"),
 }
 

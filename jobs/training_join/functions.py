@@ -1,0 +1,100 @@
+"""The Flink functions of `training_join`: Split decodes records into the join's inputs
+(core.training.join_records), Label keeps one impression's LabelState and applies core.training.apply and
+on_timer to it. The methods only load state, call the rule, and emit what the returned LabelStep asks."""
+from __future__ import annotations
+
+import json
+
+from pyflink.common import Row, Types
+from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+from pyflink.datastream.state import ValueStateDescriptor
+
+from core import training
+from jobs.flink_io import DeadLetterDecoder, bytes_row_type
+from schemas.codec import AvroCodec
+
+JOB_NAME = "training_join"
+DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
+RECORD_TYPES = {"served": "ServedRecord", "event": "AdEvent", "conversion": "AdConversion"}
+JOIN_ROW_FIELDS = ["impression_id", "kind", "served_ms", "event_ms", "event_type", "context"]
+LABEL_STATE = ValueStateDescriptor("label_state", Types.STRING())  # core.training.LabelState.text()
+
+
+def join_row_type():
+    """A core.training.JoinRecord as a Flink row (its context as JSON)."""
+    return Types.ROW_NAMED(JOIN_ROW_FIELDS, [Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG(),
+                                             Types.STRING(), Types.STRING()])
+
+
+def join_row(record: training.JoinRecord) -> Row:
+    context = None if record.context is None else json.dumps(record.context)
+    return Row(record.impression_id, record.kind, record.served_ms, record.event_ms, record.event_type, context)
+
+
+def join_record(row) -> training.JoinRecord:
+    impression_id, kind, served_ms, event_ms, event_type, context = row  # JOIN_ROW_FIELDS
+    return training.JoinRecord(impression_id, kind, served_ms, event_ms, event_type,
+                               None if context is None else json.loads(context))
+
+
+class Split(ProcessFunction):
+    """Decode; a served record becomes one row per filled slot, a beacon or conversion one row; corrupt ->
+    dead letters (counted, `corrupt_records`)."""
+
+    def open(self, runtime_context: RuntimeContext):
+        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
+                                         runtime_context.get_metrics_group().counter("corrupt_records"))
+
+    def process_element(self, row, ctx):
+        record, dead = self.decoder.decode(row.v, RECORD_TYPES[row.kind], topic=row.topic, partition=row.partition,
+                                           offset=row.offset, key=row.k)
+        if dead is not None:
+            yield DEAD_LETTERS, dead
+            return
+        for joined in training.join_records(row.kind, record):
+            yield join_row(joined)
+
+
+class Label(KeyedProcessFunction):
+    """Per impression: core.training.apply / on_timer on its LabelState; examples out (counted, `examples`),
+    late beacons and conversions and unjoined impressions counted."""
+
+    def __init__(self, rules: training.JoinRules = training.JoinRules()):
+        self.rules = rules
+
+    def open(self, runtime_context: RuntimeContext):
+        self.codec = AvroCodec()
+        self.state = runtime_context.get_state(LABEL_STATE)
+        metrics = runtime_context.get_metrics_group()
+        self.emitted, self.late = metrics.counter("examples"), metrics.counter("late_beacons")
+        self.unjoined = metrics.counter("unjoined_impressions")
+        self.late_conversions = metrics.counter("late_conversions")
+
+    def process_element(self, row, ctx):
+        state = training.LabelState.parse(self.state.value())
+        watermark = ctx.timer_service().current_watermark()
+        yield from self._apply(training.apply(state, join_record(row), watermark, self.rules), ctx)
+
+    def on_timer(self, timestamp: int, ctx):
+        state = training.LabelState.parse(self.state.value())
+        yield from self._apply(training.on_timer(state, timestamp, self.rules), ctx)
+
+    def _apply(self, step: training.LabelStep, ctx):
+        self._keep(step)
+        for timestamp in step.timers:
+            ctx.timer_service().register_event_time_timer(timestamp)
+        for made in step.examples:
+            self.emitted.inc()
+            yield Row(made["impression_id"].encode(), self.codec.encode("TrainingExample", made), made["event_time"])
+
+    def _keep(self, step: training.LabelStep) -> None:
+        """Write the step's state and count what it reports."""
+        if step.changed:
+            if step.state is None:
+                self.state.clear()
+            else:
+                self.state.update(step.state.text())
+        for flagged, counter in ((step.late_beacon, self.late), (step.late_conversion, self.late_conversions),
+                                 (step.unjoined, self.unjoined)):
+            if flagged:
+                counter.inc()

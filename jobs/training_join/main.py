@@ -1,0 +1,72 @@
+"""Entry point of `training_join`: flags and environment -> TrainingJoinSettings, printed, then the job runs.
+
+Deploy: adserve jobs deploy training_join [--keep-rate 0.1] [--conversion-window-ms 604800000]"""
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from core import training
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_environment, describe, parse,
+                           settings_from_args)
+from schemas import topics
+
+JOB_NAME = "training_join"
+LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
+
+
+@dataclass(frozen=True)
+class TrainingJoinSettings:
+    """Everything the job takes: the Kafka plumbing, its topics, the join's rules and its clock."""
+
+    kafka: KafkaJobSettings
+    served_topic: str = topics.AD_SERVED
+    events_topic: str = topics.AD_EVENTS
+    conversions_topic: str = topics.AD_CONVERSIONS
+    examples_topic: str = topics.TRAINING_EXAMPLES
+    dead_letter_topic: str = topics.DEAD_LETTERS
+    rules: training.JoinRules = field(default_factory=training.JoinRules)
+    out_of_orderness_ms: int = 5000
+    idle_timeout_ms: int = 2000
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> TrainingJoinSettings:
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, JOB_NAME)
+    parser.add_argument("--served-topic", default=topics.AD_SERVED)
+    parser.add_argument("--events-topic", default=topics.AD_EVENTS)
+    parser.add_argument("--conversions-topic", default=topics.AD_CONVERSIONS)
+    parser.add_argument("--examples-topic", default=topics.TRAINING_EXAMPLES)
+    parser.add_argument("--dead-letter-topic", default=topics.DEAD_LETTERS)
+    parser.add_argument("--keep-rate", type=float, default=training.DEFAULT_KEEP_RATE,
+                        help=f"share of negatives kept (default {training.DEFAULT_KEEP_RATE}); every click is kept")
+    parser.add_argument("--conversion-window-ms", type=int, default=training.CONVERSION_WINDOW_MS,
+                        help="a click's conversion label is final this long after serving (default 7 days)")
+    parser.add_argument("--idle-timeout-ms", type=int, default=2000,
+                        help="an ad.conversions partition without records this long stops counting for the clock")
+    parser.add_argument("--out-of-orderness-ms", type=int, default=5000,
+                        help="how far a record may trail the newest one and still count before its label is final")
+    args = parse(parser, argv)
+    return TrainingJoinSettings(
+        settings_from_args(args, JOB_NAME), served_topic=args.served_topic, events_topic=args.events_topic,
+        conversions_topic=args.conversions_topic, examples_topic=args.examples_topic,
+        dead_letter_topic=args.dead_letter_topic, rules=training.JoinRules(args.keep_rate, args.conversion_window_ms),
+        out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from jobs.training_join.topology import build
+
+    settings = parse_settings(argv)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
+    env, t_env = create_environment(settings.kafka)
+    build(t_env, settings)
+    env.execute(JOB_NAME)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The training_join job's Flink functions on a fake context, and the join inputs they carry
+(core.training.join_records / apply)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from core import training
+from jobs.training_join.functions import DEAD_LETTERS, Label, Split, join_record, join_row
+from schemas.codec import AvroCodec
+from tests.unit.flink_fakes import FakeContext, at_key, opened
+from tests.unit.test_training_rules import SERVED_MS, beacon, served
+
+CODEC = AvroCodec()
+RULES = training.JoinRules(keep_rate=1.0)
+
+
+def _rows(kind, record):
+    return [join_row(r) for r in training.join_records(kind, record)]
+
+
+def test_a_served_record_becomes_one_join_input_per_filled_slot():
+    records = training.join_records("served", served(slots=((1, 11, 1), (2, 12, 2))))
+    assert [(r.impression_id, r.kind, r.served_ms) for r in records] == [("r1:1", "served", SERVED_MS),
+                                                                         ("r1:2", "served", SERVED_MS)]
+
+
+def test_a_beacon_becomes_one_join_input_with_its_type_and_times():
+    (record,) = training.join_records("event", beacon("r1:1", "CLICK", 4_000))
+    assert record == training.JoinRecord("r1:1", "event", SERVED_MS, SERVED_MS + 4_000, "CLICK")
+
+
+def test_a_join_input_survives_its_flink_row():
+    (record,) = training.join_records("served", served())
+    assert join_record(join_row(record)) == record
+
+
+def test_split_sends_a_corrupt_record_to_dead_letters_and_counts_it():
+    split, context = opened(Split())
+    row = SimpleNamespace(kind="event", v=b"\xc3\x01 truncated", k=b"x", topic="ad.events", partition=0, offset=5)
+    (tag, dead), = split.process_element(row, FakeContext())
+    assert tag is DEAD_LETTERS and CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 5
+    assert context.counter("corrupt_records") == 1
+
+
+def test_the_first_record_of_an_impression_sets_its_label_and_cleanup_timers():
+    label, context = opened(Label(RULES))
+    ctx = at_key(context, FakeContext(), "r1:1")
+    (row,) = _rows("served", served())
+    assert list(label.process_element(row, ctx)) == []
+    assert ctx.timers.timers == [training.final_at_ms(SERVED_MS), training.final_at_ms(SERVED_MS) + training.CLEANUP_MS]
+
+
+def test_a_clicked_impression_is_a_positive_when_its_label_timer_fires():
+    label, context = opened(Label(RULES))
+    ctx = at_key(context, FakeContext(), "r1:1")
+    for row in _rows("served", served()) + _rows("event", beacon("r1:1", "CLICK", 4_000)):
+        list(label.process_element(row, ctx))
+    (out,) = list(label.on_timer(training.final_at_ms(SERVED_MS), ctx))
+    made = CODEC.decode(out[1], "TrainingExample")
+    assert (out[0], made["label"], out[2]) == (b"r1:1", 1, made["event_time"])
+    assert context.counter("examples") == 1
+
+
+def test_a_beacon_after_the_label_was_decided_is_counted_late_and_ignored():
+    label, context = opened(Label(RULES))
+    ctx = at_key(context, FakeContext(), "r1:1")
+    for row in _rows("served", served()) + _rows("event", beacon("r1:1", "IMPRESSION", 800)):
+        list(label.process_element(row, ctx))
+    list(label.on_timer(training.final_at_ms(SERVED_MS), ctx))
+    assert list(label.process_element(_rows("event", beacon("r1:1", "CLICK", 9_000))[0], ctx)) == []
+    assert context.counter("late_beacons") == 1
