@@ -13,6 +13,9 @@ import org.apache.flink.types.Row;
  * Python path, which names the reason on the dead-letter topic.
  */
 final class DecodeSpendReport {
+    /** The decoded row's columns, in order: the schema's fields, in the schema's order. */
+    static final String[] FIELDS = {"server_id", "sequence", "campaign_id", "event_time", "interval_start",
+        "expected_spend_micros", "served_ads", "eligible_requests", "lease_id", "max_price_micros", "wants_slice"};
 
     private DecodeSpendReport() {
     }

@@ -152,87 +152,36 @@ public final class SpendWindows {
         }
     }
 
-    static final class Reduce extends AbstractStreamOperator<Row> implements OneInputStreamOperator<Row, Row> {
-        private final byte[] header;
+    /**
+     * The operator's logic without Flink's runtime: the reports of unfinished windows and the watermark. Pure
+     * (no I/O, no clock): {@link Reduce} feeds it decoded reports and watermarks and emits what it returns, and
+     * tests drive it the same way (tests/unit/test_jvm_spend_windows.py).
+     */
+    static final class Table {
         private final long windowMs;
         private final long serverWindowMs;
-        private transient long watermark;
+        long watermark = Long.MIN_VALUE;
         /** 10 s window end -> report -> figures. */
-        private transient TreeMap<Long, Map<Report, Figures>> windows;
+        final TreeMap<Long, Map<Report, Figures>> windows = new TreeMap<>();
         /** 1 s window end -> metered report -> figures. */
-        private transient TreeMap<Long, Map<Report, Figures>> metered;
-        private transient ListState<Row> pendingState;
+        final TreeMap<Long, Map<Report, Figures>> metered = new TreeMap<>();
 
-        Reduce(byte[] header, long windowMs, long serverWindowMs) {
-            this.header = header;
+        Table(long windowMs, long serverWindowMs) {
             this.windowMs = windowMs;
             this.serverWindowMs = serverWindowMs;
         }
 
-        @Override
-        public void initializeState(StateInitializationContext context) throws Exception {
-            super.initializeState(context);
-            watermark = Long.MIN_VALUE;
-            windows = new TreeMap<>();
-            metered = new TreeMap<>();
-            pendingState = context.getOperatorStateStore().getListState(
-                new ListStateDescriptor<>("spend_windows", PENDING_TYPE));
-            for (Row p : pendingState.get()) {
-                TreeMap<Long, Map<Report, Figures>> into = Boolean.TRUE.equals(p.getField(0)) ? metered : windows;
-                Report report = new Report((String) p.getField(3), (Long) p.getField(4), (Long) p.getField(2));
-                Figures figures = new Figures((String) p.getField(5), (Long) p.getField(6), (Long) p.getField(7),
-                    (Long) p.getField(8), (Long) p.getField(9), (Boolean) p.getField(10));
-                into.computeIfAbsent((Long) p.getField(1), k -> new HashMap<>()).merge(report, figures,
-                    (a, b) -> {
-                        a.merge(b);
-                        return a;
-                    });
-            }
-        }
-
-        @Override
-        public void snapshotState(StateSnapshotContext context) throws Exception {
-            super.snapshotState(context);
-            List<Row> entries = new ArrayList<>();
-            snapshot(false, windows, entries);
-            snapshot(true, metered, entries);
-            pendingState.update(entries);
-        }
-
-        private static void snapshot(boolean isMetered, TreeMap<Long, Map<Report, Figures>> from, List<Row> into) {
-            for (Map.Entry<Long, Map<Report, Figures>> window : from.entrySet()) {
-                for (Map.Entry<Report, Figures> e : window.getValue().entrySet()) {
-                    Report r = e.getKey();
-                    Figures f = e.getValue();
-                    into.add(Row.of(isMetered, window.getKey(), r.campaign, r.server, r.seq, f.lease, f.spend,
-                        f.served, f.eligible, f.price, f.wants));
-                }
-            }
-        }
-
-        @Override
-        public void processElement(StreamRecord<Row> element) {
-            Row in = element.getValue();
-            long ts = element.getTimestamp();
-            byte[] value = (byte[]) in.getField("v");
-            Row r = DecodeSpendReport.decode(value, header);
+        /**
+         * Adds report {@code r} (a {@link DecodeSpendReport} row, or null when it did not decode) at event time
+         * {@code ts}; true when the record must leave as {@code spend_raw} for the Python path.
+         */
+        boolean offer(Row r, long ts) {
             if (r == null || ts <= watermark) {  // not readable here, or behind the job's clock
-                if (r != null && (Long) r.getField(2) <= 0) {
-                    return;  // a late heartbeat: nothing to add
-                }
-                Row raw = new Row(OUTPUT_FIELDS.length);
-                raw.setField(0, "spend_raw");
-                raw.setField(10, in.getField("topic"));
-                raw.setField(11, in.getField("partition"));
-                raw.setField(12, in.getField("offset"));
-                raw.setField(13, in.getField("k"));
-                raw.setField(14, value);
-                output.collect(new StreamRecord<>(raw, ts));
-                return;
+                return r == null || (Long) r.getField(2) > 0;  // a late heartbeat: nothing to add
             }
             long campaign = (Long) r.getField(2);
             if (campaign <= 0) {
-                return;  // a heartbeat: it carried event time forward at the source
+                return false;  // a heartbeat: it carried event time forward at the source
             }
             Report report = new Report((String) r.getField(0), (Long) r.getField(1), campaign);
             String lease = (String) r.getField(8);
@@ -246,13 +195,14 @@ public final class SpendWindows {
                 add(metered, end(ts, serverWindowMs), report,
                     new Figures(lease, spend, served, eligible, price, wants));
             }
+            return false;
         }
 
         private static long end(long ts, long size) {
             return ts - Math.floorMod(ts, size) + size;
         }
 
-        private static void add(TreeMap<Long, Map<Report, Figures>> into, long end, Report report, Figures figures) {
+        static void add(TreeMap<Long, Map<Report, Figures>> into, long end, Report report, Figures figures) {
             Map<Report, Figures> window = into.get(end);
             if (window == null) {
                 window = new HashMap<>();
@@ -264,27 +214,29 @@ public final class SpendWindows {
             }
         }
 
-        @Override
-        public void processWatermark(Watermark mark) throws Exception {
-            watermark = Math.max(watermark, mark.getTimestamp());
-            // Every window the watermark has passed, oldest first; at the same end, slices before the window.
+        /**
+         * Moves the watermark to {@code mark} (never back) and returns the rows of every window it has passed,
+         * oldest first; at the same end, slices before the window. Each row is stamped end - 1 ms.
+         */
+        List<StreamRecord<Row>> advance(long mark) {
+            watermark = Math.max(watermark, mark);
+            List<StreamRecord<Row>> rows = new ArrayList<>();
             while (true) {
                 Long nextServer = metered.isEmpty() ? null : metered.firstKey();
                 Long nextWindow = windows.isEmpty() ? null : windows.firstKey();
                 boolean serverDue = nextServer != null && nextServer - 1 <= watermark;
                 boolean windowDue = nextWindow != null && nextWindow - 1 <= watermark;
                 if (serverDue && (!windowDue || nextServer <= nextWindow)) {
-                    emitServers(metered.pollFirstEntry());
+                    serverRows(metered.pollFirstEntry(), rows);
                 } else if (windowDue) {
-                    emitWindows(windows.pollFirstEntry());
+                    windowRows(windows.pollFirstEntry(), rows);
                 } else {
-                    break;
+                    return rows;
                 }
             }
-            super.processWatermark(mark);
         }
 
-        private void emitServers(Map.Entry<Long, Map<Report, Figures>> window) {
+        private static void serverRows(Map.Entry<Long, Map<Report, Figures>> window, List<StreamRecord<Row>> into) {
             long at = window.getKey() - 1;
             for (Map.Entry<Report, Figures> e : window.getValue().entrySet()) {
                 Figures f = e.getValue();
@@ -299,11 +251,11 @@ public final class SpendWindows {
                 row.setField(7, f.price);
                 row.setField(8, 1L);
                 row.setField(9, f.wants);
-                output.collect(new StreamRecord<>(row, at));
+                into.add(new StreamRecord<>(row, at));
             }
         }
 
-        private void emitWindows(Map.Entry<Long, Map<Report, Figures>> window) {
+        private static void windowRows(Map.Entry<Long, Map<Report, Figures>> window, List<StreamRecord<Row>> into) {
             long at = window.getKey() - 1;
             Map<Long, long[]> sums = new TreeMap<>();  // campaign -> spend, served, eligible, price
             Map<Long, Set<String>> servers = new HashMap<>();
@@ -327,8 +279,83 @@ public final class SpendWindows {
                 row.setField(7, s[3]);
                 row.setField(8, (long) servers.get(e.getKey()).size());
                 row.setField(9, false);
-                output.collect(new StreamRecord<>(row, at));
+                into.add(new StreamRecord<>(row, at));
             }
+        }
+    }
+
+    /** The Flink operator around {@link Table}: decodes, keeps the table in operator state, emits its rows. */
+    static final class Reduce extends AbstractStreamOperator<Row> implements OneInputStreamOperator<Row, Row> {
+        private final byte[] header;
+        private final long windowMs;
+        private final long serverWindowMs;
+        private transient Table table;
+        private transient ListState<Row> pendingState;
+
+        Reduce(byte[] header, long windowMs, long serverWindowMs) {
+            this.header = header;
+            this.windowMs = windowMs;
+            this.serverWindowMs = serverWindowMs;
+        }
+
+        @Override
+        public void initializeState(StateInitializationContext context) throws Exception {
+            super.initializeState(context);
+            table = new Table(windowMs, serverWindowMs);
+            pendingState = context.getOperatorStateStore().getListState(
+                new ListStateDescriptor<>("spend_windows", PENDING_TYPE));
+            for (Row p : pendingState.get()) {
+                TreeMap<Long, Map<Report, Figures>> into = Boolean.TRUE.equals(p.getField(0)) ? table.metered
+                    : table.windows;
+                Report report = new Report((String) p.getField(3), (Long) p.getField(4), (Long) p.getField(2));
+                Figures figures = new Figures((String) p.getField(5), (Long) p.getField(6), (Long) p.getField(7),
+                    (Long) p.getField(8), (Long) p.getField(9), (Boolean) p.getField(10));
+                Table.add(into, (Long) p.getField(1), report, figures);
+            }
+        }
+
+        @Override
+        public void snapshotState(StateSnapshotContext context) throws Exception {
+            super.snapshotState(context);
+            List<Row> entries = new ArrayList<>();
+            snapshot(false, table.windows, entries);
+            snapshot(true, table.metered, entries);
+            pendingState.update(entries);
+        }
+
+        private static void snapshot(boolean isMetered, TreeMap<Long, Map<Report, Figures>> from, List<Row> into) {
+            for (Map.Entry<Long, Map<Report, Figures>> window : from.entrySet()) {
+                for (Map.Entry<Report, Figures> e : window.getValue().entrySet()) {
+                    Report r = e.getKey();
+                    Figures f = e.getValue();
+                    into.add(Row.of(isMetered, window.getKey(), r.campaign, r.server, r.seq, f.lease, f.spend,
+                        f.served, f.eligible, f.price, f.wants));
+                }
+            }
+        }
+
+        @Override
+        public void processElement(StreamRecord<Row> element) {
+            Row in = element.getValue();
+            byte[] value = (byte[]) in.getField("v");
+            if (table.offer(DecodeSpendReport.decode(value, header), element.getTimestamp())) {
+                Row raw = new Row(OUTPUT_FIELDS.length);
+                raw.setField(0, "spend_raw");
+                raw.setField(10, in.getField("topic"));
+                raw.setField(11, in.getField("partition"));
+                raw.setField(12, in.getField("offset"));
+                raw.setField(13, in.getField("k"));
+                raw.setField(14, value);
+                output.collect(new StreamRecord<>(raw, element.getTimestamp()));
+            }
+        }
+
+        @Override
+        public void processWatermark(Watermark mark) throws Exception {
+            for (StreamRecord<Row> row : table.advance(mark.getTimestamp())) {
+                output.collect(row);
+            }
+            super.processWatermark(mark);
         }
     }
 }

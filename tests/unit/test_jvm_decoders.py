@@ -1,0 +1,141 @@
+"""The Java decoders (jobs/jvm/io/adserve/flink) read exactly what the Python codec (schemas/codec.py) writes.
+
+Golden bytes: records are encoded here with the project's codec and its .avsc files (older versions from
+schemas/history too), decoded by the Java classes through the golden driver (jobs/jvm/test, no cluster), and
+compared field by field with the records that were encoded."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.jvm import run_golden_driver
+from schemas import HISTORY_DIR
+from schemas.codec import AvroCodec, HEADER_LEN, default_registry, plain_timestamps
+from fastavro.schema import parse_schema
+
+CODEC = AvroCodec()
+
+SPEND_REPORT = {"server_id": "ad-server-7", "sequence": 41, "campaign_id": 1001, "event_time": 1_700_000_012_345,
+                "interval_start": 1_700_000_011_345, "expected_spend_micros": 1_400_000, "served_ads": 3,
+                "eligible_requests": 12, "lease_id": None, "max_price_micros": 2_000_000, "wants_slice": False}
+
+CLICK = {"event_id": "ev-click-1", "impression_id": "imp-\u00e9\u4e2d\U0001F600", "event_type": "CLICK",
+         "event_time": 1_700_000_000_123, "served_time": 1_699_999_999_000, "campaign_id": 2**63 - 1,
+         "ad_id": 7, "price_micros": 1_400_000, "billing_type": "CLICK", "user_id": "user-9",
+         "ip_address": "203.0.113.9", "user_agent": "Mozilla/5.0 (X11) Firefox/120", "token_key_id": "k1"}
+
+
+def header_hex(record_type: str) -> str:
+    return CODEC.encode(record_type, _example(record_type))[:HEADER_LEN].hex()
+
+
+def _example(record_type: str) -> dict:
+    return {"SpendReport": SPEND_REPORT, "AdEvent": CLICK}[record_type]
+
+
+def _older(file_name: str):
+    return parse_schema(plain_timestamps(json.loads((HISTORY_DIR / file_name).read_text())), named_schemas={})
+
+
+def _one(command: str):
+    return run_golden_driver([command])[0]
+
+
+def test_the_avro_reader_reads_every_primitive_as_the_python_codec_writes_it():
+    event = dict(CLICK, event_time=-1, served_time=0, ad_id=-(2**63), price_micros=2**31, user_id=None)
+    body = CODEC.encode("AdEvent", event)[HEADER_LEN:]
+    types = "string,string,enum2,long,long,long,long,long,enum2,nullable_string,nullable_string,nullable_string," \
+            "string,at_end"
+    assert _one(f"read {body.hex()} {types}") == [
+        event["event_id"], event["impression_id"], 1, -1, 0, 2**63 - 1, -(2**63), 2**31, 1, None,
+        event["ip_address"], event["user_agent"], event["token_key_id"], True]
+
+
+def test_the_avro_reader_refuses_a_truncated_string_instead_of_reading_past_the_record():
+    body = CODEC.encode("AdEvent", CLICK)[HEADER_LEN:]
+    assert _one(f"read {body[:5].hex()} string") == [{"error": "IllegalArgumentException"}]
+    assert _one("read 80 long") == [{"error": "ArrayIndexOutOfBoundsException"}]  # a varint cut short
+
+
+@pytest.mark.parametrize("report", [SPEND_REPORT, dict(SPEND_REPORT, lease_id="lease-3", wants_slice=True,
+                                                       campaign_id=0, sequence=2**40)])
+def test_the_spend_decoder_reads_every_field_of_a_report_the_python_codec_writes(report):
+    fields = default_registry().schema("SpendReport")["fields"]
+    value = CODEC.encode("SpendReport", report)
+    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == [report[f["name"]] for f in fields]
+
+
+def test_the_spend_decoder_leaves_an_older_version_and_corrupt_bytes_to_the_python_path():
+    older = CODEC.encode(_older("spend_report.v1.avsc"), {k: v for k, v in SPEND_REPORT.items()
+                                                         if k not in ("max_price_micros", "wants_slice")})
+    current = CODEC.encode("SpendReport", SPEND_REPORT)
+    header = header_hex("SpendReport")
+    answers = run_golden_driver([f"spend {header} {older.hex()}", f"spend {header} {current.hex()}00",
+                                 f"spend {header} {current[:-3].hex()}", f"spend {header} -"])
+    assert answers == [None, None, None, None]
+
+
+def test_the_event_decoder_reads_a_click_whole_and_an_impression_without_its_per_user_fields():
+    impression = dict(CLICK, event_type="IMPRESSION", billing_type="IMPRESSION", event_id="ev-imp-1")
+    header = header_hex("AdEvent")
+    click_row, impression_row = run_golden_driver([f"event {header} {CODEC.encode('AdEvent', CLICK).hex()}",
+                                                   f"event {header} {CODEC.encode('AdEvent', impression).hex()}"])
+    columns = ["event_id", "impression_id", "event_type", "event_time", "served_time", "campaign_id", "ad_id",
+               "price_micros", "billing_type", "user_id", "ip_address", "user_agent"]
+    agent_lower = CLICK["user_agent"].lower()
+    assert click_row == [True, *(CLICK[c] for c in columns), None, agent_lower]
+    per_user = {"event_id", "user_id", "ip_address", "user_agent"}
+    assert impression_row == [True, *(None if c in per_user else impression[c] for c in columns), None, agent_lower]
+
+
+def test_the_event_decoder_marks_a_record_it_cannot_read_not_ok_for_the_python_path():
+    value = CODEC.encode("AdEvent", CLICK)
+    header = header_hex("AdEvent")
+    not_ok = [False] + [None] * 14
+    assert run_golden_driver([f"event {header} {value.hex()}ff", f"event {header} {value[:HEADER_LEN + 4].hex()}",
+                              f"event {header_hex('SpendReport')} {value.hex()}", f"event {header} -"]) \
+        == [not_ok] * 4
+
+
+CAMPAIGN = {"campaign_id": 31, "advertiser_id": 5, "version": 2, "event_time": 1_700_000_000_000,
+            "status": "ACTIVE", "bid_type": "CPM", "daily_budget_micros": 50_000_000, "currency": "USD",
+            "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
+            "cap_per_week": None, "cpa_target_micros": None}
+AD = {"ad_id": 900_001, "campaign_id": 32, "advertiser_id": 5, "version": 1, "event_time": 1_700_000_000_000,
+      "removed": False, "bid_type": "CPC", "bid_micros": 1_000_000, "quality_prior": 0.5, "creative_ref": "c",
+      "landing_url": "https://example.com", "static_score": 0.1, "targeting": []}
+BILLED = {"campaign_id": 33, "event_time": 1_700_000_000_000, "budget_day": "2023-11-14",
+          "billed_spend_micros": 10, "billed_impressions": 1, "billed_clicks": 0, "absorbed_overspend_micros": 0,
+          "invalid_credit_micros": 0, "joined_clicks": 0}
+
+
+def test_leading_campaign_id_reads_the_campaign_of_campaign_ad_and_billing_records():
+    commands = [f"campaign {CODEC.encode(t, r)[:HEADER_LEN].hex()} {CODEC.encode(t, r).hex()} {leading}"
+                for t, r, leading in [("ServingCampaign", CAMPAIGN, 0), ("ServingAd", AD, 1),
+                                      ("BilledSpend", BILLED, 0)]]
+    assert run_golden_driver(commands) == [31, 32, 33]
+
+
+def test_leading_campaign_id_leaves_an_older_version_or_a_campaign_zero_to_the_python_path():
+    billed_header = CODEC.encode("BilledSpend", BILLED)[:HEADER_LEN].hex()
+    older = CODEC.encode(_older("billed_spend.v1.avsc"), {k: v for k, v in BILLED.items() if k != "joined_clicks"})
+    zero = CODEC.encode("BilledSpend", dict(BILLED, campaign_id=0))
+    assert run_golden_driver([f"campaign {billed_header} {older.hex()} 0", f"campaign {billed_header} {zero.hex()} 0",
+                              f"campaign {billed_header} {older[:HEADER_LEN].hex()} 0"]) == [None, None, None]
+
+
+def test_first_seen_takes_each_decoded_column_from_its_named_input_position():
+    value = CODEC.encode("AdEvent", CLICK)
+    (emitted,) = _one(f"split {header_hex('AdEvent')} {value.hex()} true bot_agent")
+    columns = ["event_id", "impression_id", "event_type", "event_time", "served_time", "campaign_id",
+               "price_micros", "billing_type", "user_id", "ip_address", "user_agent"]
+    assert emitted == [*(CLICK[c] for c in columns), True, "bot_agent"]
+
+
+def test_first_seen_sends_an_undecodable_record_on_raw_with_its_kafka_coordinates():
+    value = CODEC.encode("AdEvent", CLICK)[:-1]
+    (emitted,) = _one(f"split {header_hex('AdEvent')} {value.hex()} false -")
+    raw = [None] * 25
+    raw[0], raw[18:24] = "raw", [1000, "ad.events", 3, 42, None, value.hex()]
+    assert emitted == {"side": "raw", "row": raw}

@@ -1,0 +1,168 @@
+"""SpendWindows.java counts a spend report once by the one rule of core.spend.SpendDedupe.
+
+Golden vectors: the same budget.spend records (encoded with the project's codec) and watermarks go through
+the Java operator's table (SpendWindows.Table, through the golden driver, no cluster) and through a model of
+its windows here whose only de-duplication is `SpendDedupe.first_time`; both must emit the same rows. A
+record behind the watermark is not counted by either: it leaves raw for the job's Python path."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from core.spend import SpendDedupe
+from jobs.jvm import run_golden_driver
+from schemas.codec import AvroCodec, HEADER_LEN
+
+CODEC = AvroCodec()
+WINDOW_MS, SERVER_WINDOW_MS = 10_000, 1_000  # the table's window sizes (the budget job's)
+T0 = 1_700_000_000_000  # a window boundary: T0 % WINDOW_MS == 0
+
+
+def report(server: str, sequence: int, campaign: int, at_ms: int, spend: int = 1_000, served: int = 1,
+           eligible: int = 2, price: int = 500, lease: str | None = None, wants: bool = False) -> dict:
+    return {"server_id": server, "sequence": sequence, "campaign_id": campaign, "event_time": at_ms,
+            "interval_start": at_ms - 1_000, "expected_spend_micros": spend, "served_ads": served,
+            "eligible_requests": eligible, "lease_id": lease, "max_price_micros": price, "wants_slice": wants}
+
+
+@dataclass
+class DedupedWindows:
+    """The windows SpendWindows emits, with SpendDedupe deciding what counts (the model these tests pin to)."""
+
+    dedupe: SpendDedupe = field(default_factory=SpendDedupe)
+    watermark: int = -(2**63)
+    windows: dict[int, list[dict]] = field(default_factory=dict)
+    metered: dict[int, list[dict]] = field(default_factory=dict)
+    emitted: list[tuple] = field(default_factory=list)
+
+    def offer(self, record: dict, value_hex: str) -> None:
+        at_ms = record["event_time"]
+        if at_ms <= self.watermark:
+            if record["campaign_id"] > 0:
+                self.emitted.append(("spend_raw", at_ms, value_hex))
+            return
+        if record["campaign_id"] <= 0 or not self.dedupe.first_time(record):
+            return  # a heartbeat, or a copy of a report already counted
+        self.windows.setdefault(at_ms - at_ms % WINDOW_MS + WINDOW_MS, []).append(record)
+        if record["lease_id"] is not None or record["wants_slice"]:
+            self.metered.setdefault(at_ms - at_ms % SERVER_WINDOW_MS + SERVER_WINDOW_MS, []).append(record)
+
+    def advance(self, mark: int) -> None:
+        self.watermark = max(self.watermark, mark)
+        for end in sorted(e for e in self.metered if e - 1 <= self.watermark):
+            for r in self.metered.pop(end):
+                self.emitted.append(("server", end - 1, r["campaign_id"], r["server_id"], r["lease_id"],
+                                     r["expected_spend_micros"], r["served_ads"], r["eligible_requests"],
+                                     r["max_price_micros"], 1, r["wants_slice"]))
+        for end in sorted(e for e in self.windows if e - 1 <= self.watermark):
+            reports = self.windows.pop(end)
+            for campaign in sorted({r["campaign_id"] for r in reports}):
+                of = [r for r in reports if r["campaign_id"] == campaign]
+                self.emitted.append(("window", end - 1, campaign, None, None,
+                                     sum(r["expected_spend_micros"] for r in of), sum(r["served_ads"] for r in of),
+                                     sum(r["eligible_requests"] for r in of), max(r["max_price_micros"] for r in of),
+                                     len({r["server_id"] for r in of}), False))
+
+
+def _java_rows(answer: list[dict]) -> list[tuple]:
+    rows = []
+    for item in answer:
+        if "raw" in item:
+            rows.append(("spend_raw", item["ts"], item["raw"]))
+        else:
+            kind, campaign, server, lease, spend, served, eligible, price, servers, wants = item["row"][:10]
+            rows.append((kind, item["ts"], campaign, server, lease, spend, served, eligible, price, servers, wants))
+    return rows
+
+
+def both(ops: list) -> tuple[list[tuple], list[tuple]]:
+    """(Java's rows, the model's rows) for `ops`: report dicts, raw bytes, or int watermarks."""
+    header = CODEC.encode("SpendReport", report("s", 1, 1, T0))[:HEADER_LEN].hex()
+    model, words = DedupedWindows(), []
+    for op in ops:
+        if isinstance(op, int):
+            model.advance(op)
+            words.append(f"w:{op}")
+        elif isinstance(op, bytes):
+            model.emitted.append(("spend_raw", T0, op.hex()))
+            words.append(f"r:{T0}:{op.hex()}")
+        else:
+            value_hex = CODEC.encode("SpendReport", op).hex()
+            model.offer(op, value_hex)
+            words.append(f"r:{op['event_time']}:{value_hex}")
+    (answer,) = run_golden_driver([f"windows {header} {WINDOW_MS} {SERVER_WINDOW_MS} {' '.join(words)}"])
+    return _java_rows(answer), model.emitted
+
+
+def assert_same_rows(ops: list) -> list[tuple]:
+    java, model = both(ops)
+    assert sorted(java, key=repr) == sorted(model, key=repr)
+    emitted_at = [row[1] for row in java if row[0] != "spend_raw"]
+    assert emitted_at == sorted(emitted_at), "windows leave oldest first"
+    return java
+
+
+def test_copies_of_one_report_count_once_in_its_window():
+    a = report("s1", 7, 11, T0 + 1_500, spend=2_000)
+    rows = assert_same_rows([a, a, report("s1", 8, 11, T0 + 2_000), a, T0 + WINDOW_MS])
+    assert [r for r in rows if r[0] == "window"] == [
+        ("window", T0 + WINDOW_MS - 1, 11, None, None, 3_000, 2, 4, 500, 1, False)]
+
+
+def test_a_report_is_server_sequence_and_campaign_so_each_differing_part_counts_apart():
+    rows = assert_same_rows([report("s1", 7, 11, T0 + 100), report("s2", 7, 11, T0 + 100),
+                             report("s1", 7, 12, T0 + 100), report("s1", 8, 11, T0 + 100), T0 + WINDOW_MS])
+    assert [(r[2], r[5], r[9]) for r in rows] == [(11, 3_000, 2), (12, 1_000, 1)]
+
+
+def test_heartbeats_count_nothing_on_time_or_late():
+    rows = assert_same_rows([report("s1", 1, 0, T0 + 10), report("s1", 2, 11, T0 + 20), T0 + WINDOW_MS,
+                             report("s1", 3, 0, T0 + 30), T0 + 2 * WINDOW_MS])
+    assert [r[0] for r in rows] == ["window"]
+
+
+def test_metered_reports_reach_the_pacer_once_per_report_and_second():
+    leased = report("s1", 4, 11, T0 + 300, lease="lease-a")
+    wants = report("s2", 4, 11, T0 + 1_300, wants=True, price=900)
+    rows = assert_same_rows([leased, wants, leased, wants, T0 + 5_000, T0 + WINDOW_MS])
+    assert [(r[0], r[1], r[3]) for r in rows] == [("server", T0 + 999, "s1"), ("server", T0 + 1_999, "s2"),
+                                                  ("window", T0 + WINDOW_MS - 1, None)]
+
+
+def test_a_resend_behind_the_watermark_and_undecodable_bytes_leave_raw_for_the_python_path():
+    a = report("s1", 9, 11, T0 + 100)
+    rows = assert_same_rows([a, T0 + WINDOW_MS, a, b"\xc3\x01 not a report"])
+    assert [r[0] for r in rows] == ["window", "spend_raw", "spend_raw"]
+
+
+def _random_stream(rng: random.Random) -> list:
+    """Servers cutting reports once a second (a sequence per cut, one report per campaign, campaign 0 the
+    heartbeat), copies of recent reports re-sent, and the watermark moving in between."""
+    sequences = {f"s{n}": 0 for n in range(3)}
+    sent: list[dict] = []
+    ops: list = []
+    watermark = T0
+    for _ in range(60):
+        roll = rng.random()
+        if roll < 0.3 and sent:
+            ops.extend(rng.sample(sent[-8:], k=min(len(sent), rng.randrange(1, 4))))  # resends: the same records
+        elif roll < 0.45:
+            watermark += rng.randrange(0, 4_000)
+            ops.append(watermark)
+        else:
+            server = rng.choice(sorted(sequences))
+            sequences[server] += 1
+            at_ms = watermark + rng.randrange(-500, 6_000)
+            for campaign in sorted(rng.sample(range(4), k=rng.randrange(1, 4))):
+                sent.append(report(server, sequences[server], campaign, at_ms, spend=rng.randrange(0, 5_000),
+                                   served=rng.randrange(0, 3), eligible=rng.randrange(0, 9),
+                                   price=rng.randrange(0, 2_000), lease=rng.choice([None, None, "lease-a"]),
+                                   wants=rng.random() < 0.2))
+                ops.append(sent[-1])
+    return ops + [watermark + 60_000]
+
+
+def test_random_streams_of_reports_resends_and_heartbeats_give_the_same_rows():
+    rng = random.Random(20_261_202)
+    for _ in range(6):
+        assert_same_rows(_random_stream(rng))
