@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks, idempotently and quickly when nothing is missing:
-#   apt:   Java 17 (JRE), Maven, PostgreSQL, Redis
+#   apt:   Java 17 (JDK), Maven, PostgreSQL, Redis
 #   pip:   a Python 3.11 virtual environment in .venv with this project and its pinned requirements
 #   Maven: the Kafka, Kafka Connect + Debezium and Flink Kafka connector jars into .platform/jars
 # Called by ./run before anything else; safe to run by hand.
@@ -9,7 +9,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
 
 missing=()
-command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || missing+=(openjdk-17-jre-headless)
+# a JDK, not only a JRE: jobs/jvm's operators and their golden driver (unit tests) are compiled with javac
+command -v javac >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/javac" ] || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ! command -v postgres >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
