@@ -25,8 +25,6 @@ billing's luck (what the level does not explain) over the rest of the plan
 instead of closing it with the loop's gap (docs/pacing.md)."""
 from __future__ import annotations
 
-import json
-import struct
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
@@ -239,17 +237,6 @@ def live_ads(ads: dict[int, AdSummary]) -> tuple[list[str], int]:
     return ([ANY_PLACEMENT] if ANY_PLACEMENT in placements else placements), max((a[1] for a in live), default=0)
 
 
-def ads_to_bytes(ads: dict[int, AdSummary]) -> bytes:
-    """A campaign's ad summaries as the job keeps them in Flink state (JSON; written only when an ad changes)."""
-    return json.dumps({str(k): [v, bid, list(placements), removed]
-                       for k, (v, bid, placements, removed) in ads.items()}, separators=(",", ":")).encode()
-
-
-def ads_from_bytes(raw: bytes | None) -> dict[int, AdSummary]:
-    return {int(k): (int(v), int(bid), tuple(placements), bool(removed))
-            for k, (v, bid, placements, removed) in json.loads(raw or b"{}").items()}
-
-
 def on_ads(state: PacerState, placements: list[str], bid_micros: int, now_ms: int,
            shape: list[float] | None) -> None:
     """The campaign's live ads changed (`live_ads`): their placements and their highest bid (a new campaign's
@@ -276,26 +263,6 @@ def on_spend(state: PacerState, window: Window, max_price_micros: int) -> None:
     if window.served:
         state.impression_charge_micros = max(state.impression_charge_micros,
                                              -(-window.spend_micros // window.served))
-
-
-_HELD_ROW = "<6q"  # end_ms, spend, served, eligible, servers, max price
-
-
-def hold_window(held: bytes | None, window: Window, max_price_micros: int) -> bytes:
-    """`window` appended to a campaign's held windows (packed int64 rows): the job keeps the 10 s windows
-    that arrive between two steps here, a few bytes each, and applies them at the next step
-    (`apply_held`), so the campaign's whole state is written once per step, not once per window."""
-    row = struct.pack(_HELD_ROW, window.end_ms, window.spend_micros, window.served, window.eligible,
-                      window.servers, max_price_micros)
-    return (held or b"") + row
-
-
-def apply_held(state: PacerState, held: bytes | None) -> None:
-    """The held windows, in the order they came, exactly as `on_spend` would have applied them on arrival: the
-    job applies them before any other change to the campaign (a step, a billed total, a campaign record, a
-    server's report), so every rule sees the same state in the same order."""
-    for end_ms, spend, served, eligible, servers, price in struct.iter_unpack(_HELD_ROW, held or b""):
-        on_spend(state, Window(end_ms, spend, served, eligible, servers), price)
 
 
 def on_server_spend(state: PacerState, server_id: str, lease_id: str | None, spend_micros: int,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import ShardCountChanged
-from jobs import budget_pacing, click_aggregator
+from jobs.click_aggregator import functions as click_aggregator
+from jobs.budget_pacing import functions as budget_pacing
 from jobs.flink_io import check_shards
 
 JAVA = Path(__file__).resolve().parents[2] / "jobs" / "jvm" / "io" / "adserve" / "flink" / "ByCampaign.java"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from core import budget
+from core.budget_events import SpendWindow, apply_held
 from core.pacing import (CURVE_END_MINUTE, LARGE_ERROR_RATIO, NEW_CAMPAIGN_P, P_FLOOR, ControlInput, SliceRequest,
                          SpendPlan, TargetCurve, budget_state_kind, delivery_limit, local_day, next_participation,
                          open_margin_micros, slice_amounts, step_gain)
@@ -326,18 +327,16 @@ def test_windows_held_until_the_step_leave_the_same_state_as_windows_applied_on_
     on_arrival, held_then = budget.PacerState(5), budget.PacerState(5)
     for state in (on_arrival, held_then):
         budget.on_campaign(state, campaign, DAY0_MS)
-    windows = [(budget.Window(DAY0_MS + 10_001, 3 * DOLLAR, 30, 40, 2), 2 * DOLLAR),
-               (budget.Window(DAY0_MS + 10_001, 7, 1, 9, 1), 3 * DOLLAR),  # a second window of the same end
-               (budget.Window(DAY0_MS + 20_001, 0, 0, 5, 1), 0)]
-    held = None
-    for window, price in windows:
-        budget.on_spend(on_arrival, window, price)
-        held = budget.hold_window(held, window, price)
-    assert len(held) == 3 * 48  # a few bytes per window, whatever the state holds
-    budget.apply_held(held_then, held)
+    held = [SpendWindow(DAY0_MS + 10_001, 3 * DOLLAR, 30, 40, 2, 2 * DOLLAR),
+            SpendWindow(DAY0_MS + 10_001, 7, 1, 9, 1, 3 * DOLLAR),  # a second window of the same end
+            SpendWindow(DAY0_MS + 20_001, 0, 0, 5, 1, 0)]
+    for window in held:
+        budget.on_spend(on_arrival, budget.Window(window.end_ms, window.spend_micros, window.served, window.eligible,
+                                                  window.servers), window.max_price_micros)
+    apply_held(held_then, held)
     assert held_then == on_arrival
     assert budget.step(held_then, DAY0_MS + 30_000) == budget.step(on_arrival, DAY0_MS + 30_000)
-    budget.apply_held(held_then, None)  # nothing held: nothing changes
+    apply_held(held_then, [])  # nothing held: nothing changes
     assert held_then == on_arrival
 
 
@@ -486,7 +485,6 @@ def test_the_pacer_keeps_where_a_campaigns_live_ads_serve_and_what_they_are_wort
     assert budget.live_ads(ads) == (["feed", "video"], 30_000)
     assert budget.apply_ad(ads, 3, _ad(1, 10_000, excluded=["video"]))  # only an exclusion: anywhere else
     assert budget.live_ads(ads) == ([ANY_PLACEMENT], 30_000)
-    assert budget.ads_from_bytes(budget.ads_to_bytes(ads)) == ads
     assert budget.live_ads({}) == ([], 0)
 
 

@@ -1,0 +1,93 @@
+"""The budget job's wiring: Kafka sources and sinks, the JVM's spend reduction, the keying by campaign shard and
+the pacer. No rule and no host, port or path: those come from the settings (jobs.budget_pacing.main)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core import budget
+from jobs.budget_pacing.functions import DEAD_LETTERS, LEASES, ROW_FIELDS, Pace, PacerSettings, Route
+from jobs.flink_io import by_campaign_shard, bytes_row_type, kafka_sink_table, kafka_source_table
+
+if TYPE_CHECKING:
+    from jobs.budget_pacing.main import BudgetPacingSettings
+
+SERVER_WINDOW_MS = 1000  # metered reports reach the pacer per server once a second of event time
+SIDE_INPUTS = {"campaigns_in": "ServingCampaign", "billed_in": "BilledSpend", "ads_in": "ServingAd"}
+
+
+def row_type():
+    """The JVM's rows (io.adserve.flink.SpendWindows.OUTPUT_TYPE), by name."""
+    from pyflink.common import Types
+
+    return Types.ROW_NAMED(ROW_FIELDS, [
+        Types.STRING(), Types.LONG(), Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(),
+        Types.LONG(), Types.LONG(), Types.BOOLEAN(), Types.STRING(), Types.INT(), Types.LONG(),
+        Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+
+def single_object_header(record_type: str) -> str:
+    """The hex of a record type's Avro single-object header, which the JVM matches records by."""
+    from schemas.codec import default_registry, schema_fingerprint
+
+    return "c301" + schema_fingerprint(default_registry().schema(record_type)).hex()
+
+
+def build(t_env, settings: BudgetPacingSettings) -> None:
+    """Sources -> the JVM's reduction -> keyed by campaign shard -> the pacer -> sinks."""
+    _tables(t_env, settings)
+    _reduce_spend(t_env, budget.STEP_MS // 1000)
+    # Campaign and billing records are keyed where they stand (their campaign id read in the JVM): one that went
+    # its own way through Python could be overtaken by the spend behind it. Only late reports and records the
+    # JVM cannot read pass through Route.
+    routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), row_type(), settings.shards,
+                                      Route(), "decode late and unreadable records")
+    pacer = PacerSettings(settings.shards, settings.heartbeat_ms, settings.curves, settings.redis_url)
+    paced = keyed.process(Pace(pacer), output_type=bytes_row_type()).name("pace campaigns")
+    statements = t_env.create_statement_set()
+    statements.add_insert("state_out", t_env.from_data_stream(paced))
+    statements.add_insert("leases_out", t_env.from_data_stream(paced.get_side_output(LEASES)))
+    statements.add_insert("dead_letters_out", t_env.from_data_stream(
+        routed.get_side_output(DEAD_LETTERS).union(paced.get_side_output(DEAD_LETTERS))))
+    statements.attach_as_datastream()
+
+
+def _tables(t_env, settings: BudgetPacingSettings) -> None:
+    kafka, topics = settings.kafka, settings.topics
+    kafka_source_table(t_env, "spend_in", topics.spend, kafka, out_of_orderness_ms=settings.out_of_orderness_ms)
+    for name, topic in (("campaigns_in", topics.campaigns), ("billed_in", topics.billed), ("ads_in", topics.ads)):
+        kafka_source_table(t_env, name, topic, kafka, idle_timeout_ms=settings.idle_timeout_ms, side_input=True)
+    # States and slices are idempotent for their readers (latest state wins; a lease id counts once), so
+    # at-least-once sinks: visible at once instead of at the next checkpoint.
+    kafka_sink_table(t_env, "state_out", topics.state, kafka, exactly_once=False)
+    kafka_sink_table(t_env, "leases_out", topics.leases, kafka, exactly_once=False)
+    kafka_sink_table(t_env, "dead_letters_out", topics.dead_letters, kafka)
+
+
+def _reduce_spend(t_env, window_s: int) -> None:
+    """The JVM part: budget.spend decoded, deduplicated and summed by io.adserve.flink.SpendWindows (jobs/jvm),
+    chained to the Kafka source; campaign, ad and billing records get their campaign id there. View `reduced`."""
+    from pyflink.datastream import DataStream
+    from pyflink.table import Schema
+    from pyflink.util.java_utils import invoke_method
+
+    spend = t_env.to_data_stream(t_env.from_path("spend_in"))
+    options = f"{single_object_header('SpendReport')},{window_s * 1000},{SERVER_WINDOW_MS}"
+    windows = invoke_method(None, "io.adserve.flink.SpendWindows", "apply", [spend._j_data_stream, options],
+                            ["org.apache.flink.streaming.api.datastream.DataStream", "java.lang.String"])
+    t_env.create_temporary_view("spend_reduced", t_env.from_data_stream(
+        DataStream(windows), Schema.new_builder().column_by_metadata("rt", "TIMESTAMP_LTZ(3)", "rowtime")
+        .watermark("rt", "SOURCE_WATERMARK()").build()))
+    t_env.execute_sql(_reduced_view_sql())
+
+
+def _reduced_view_sql() -> str:
+    """The reduced spend rows and the side inputs' records (their campaign id read by campaign_of) as one view."""
+    nulls = ", ".join(["CAST(NULL AS BIGINT)"] * 5)
+    columns = ", ".join(f"`{name}`" for name in ROW_FIELDS)
+    side = {"campaigns_in": ("'campaign'", ""), "billed_in": ("'billed'", ""), "ads_in": ("'ad'", ", 1")}
+    selects = [f"SELECT {columns}, rt FROM spend_reduced"] + [
+        f"""SELECT {kind}, campaign_of(v, X'{single_object_header(SIDE_INPUTS[table])}'{extra}),
+               CAST(NULL AS STRING), CAST(NULL AS STRING), {nulls}, CAST(NULL AS BOOLEAN), `topic`, `partition`,
+               `offset`, k, v, ts FROM {table}"""
+        for table, (kind, extra) in side.items()]
+    return "CREATE TEMPORARY VIEW reduced AS\n" + "\nUNION ALL\n".join(selects)
