@@ -1,1 +1,1 @@
-"""The serving tier: ad server, tracker, advertiser API, prediction (later issues)."""
+"""The serving tier: the decision engine, the ad server, the tracker, the advertiser API and the prediction service."""

@@ -71,7 +71,7 @@ def test_the_reserve_floors_each_slots_price_at_that_slots_click_rate():
 
 
 def test_a_big_quality_term_cannot_buy_a_slot_whose_reserve_the_bid_does_not_pay():
-    # the advertiser-set quality of the old advertiser API: a $0.01 click bid with +$1 of "quality"
+    # an advertiser claiming its own quality term (the platform owns it): a $0.01 click bid with +$1 of "quality"
     cheat = cpc("CHEAT", "a", 10_000, 0.01, quality=1_000_000)  # bid value 100, total 1,000,100
     honest = cpc("HONEST", "b", 5_000_000, 0.02)  # bid value 100,000
     [winner] = run_auction([cheat, honest], [1], reserve_micros=1_000, exploration_share=0).winners
