@@ -80,10 +80,15 @@ def golden_driver_classpath(jars_dir: Path | None = None) -> str:
     classes = jar.parent / f"golden-driver-{digest}"
     classpath = f"{classes}:{jar}:{_flink_classpath()}"
     if not classes.is_dir():
-        with tempfile.TemporaryDirectory(dir=jar.parent) as building:
-            _javac(tests, f"{jar}:{_flink_classpath()}", building)
-            Path(building).replace(classes)
-            Path(building).mkdir()  # for TemporaryDirectory's cleanup
+        building = Path(tempfile.mkdtemp(dir=jar.parent, prefix=".golden-driver-"))
+        try:
+            _javac(tests, f"{jar}:{_flink_classpath()}", str(building))
+            building.replace(classes)
+        except OSError:
+            if not classes.is_dir():  # not a concurrent build that finished first
+                raise
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
     return classpath
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastavro.schema import parse_schema
 
 from jobs.jvm import run_golden_driver
 from schemas import HISTORY_DIR
-from schemas.codec import AvroCodec, HEADER_LEN, default_registry, plain_timestamps
-from fastavro.schema import parse_schema
+from schemas.codec import HEADER_LEN, AvroCodec, default_registry, plain_timestamps
 
 CODEC = AvroCodec()
 
