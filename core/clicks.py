@@ -364,3 +364,93 @@ def recount(events: Iterable[Mapping[str, Any]], campaigns: Iterable[Mapping[str
         for day, record in bill_windows(campaign_id, campaign_windows, versions.get(campaign_id, [])).items():
             out[(campaign_id, day)] = record
     return out
+
+
+# ------------------------------------------------------------------ the streaming bill's inputs, one at a time
+
+
+@dataclass(frozen=True)
+class WindowPart:
+    """A campaign's reduced 10 s window (or one of its two parts: FirstSeen's impressions, SQL's clicks)."""
+
+    totals: WindowTotals
+
+
+@dataclass(frozen=True)
+class JoinedClicks:
+    """Clicks of the campaign at `event_ms` that found their impression after their window was summed."""
+
+    event_ms: int
+    clicks: int
+
+
+@dataclass(frozen=True)
+class CampaignVersion:
+    """A ServingCampaign record: its budget and time zone, in force from its event time."""
+
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LateEvent:
+    """A deduplicated event behind the job's clock (or of another contract version), billed on arrival. `reason`
+    and `joined` as SQL decided them; `decided` False: SQL did not, and the rules that need no counts apply."""
+
+    event: Mapping[str, Any]
+    reason: str | None = None
+    joined: bool = False
+    decided: bool = False
+
+
+BillInput = WindowPart | JoinedClicks | CampaignVersion | LateEvent
+
+
+def late_event(fields: Mapping[str, Any]) -> LateEvent:
+    """A late event as the job's SQL hands it over: its fields, with `reason` (and `joined`) when SQL decided."""
+    event = {k: v for k, v in fields.items() if k not in ("reason", "joined")}
+    return LateEvent(event, fields.get("reason"), bool(fields.get("joined", False)), "reason" in fields)
+
+
+def late_totals(late: LateEvent) -> WindowTotals:
+    """The late event alone in its event time's window, tagged as SQL decided, else by invalid_reason."""
+    reason = late.reason if late.decided else invalid_reason(late.event)
+    totals = WindowTotals(window_end(int(late.event["event_time"])))
+    totals.add(late.event, reason, late.joined)
+    return totals
+
+
+def late_key(event: Mapping[str, Any]) -> str:
+    """The key a late event is deduplicated by in the bill's state (dedupe_key as one string)."""
+    return "|".join(dedupe_key(event))
+
+
+def expired_keys(seen: Iterable[tuple[str, int]], event_time_ms: int) -> list[str]:
+    """Late-event keys (with their event times) a beacon at event_time_ms can no longer repeat: older than the
+    deduplication horizon."""
+    return [key for key, seen_ms in seen if seen_ms < event_time_ms - DEDUPE_HORIZON_MS]
+
+
+def bill_step(bill: CampaignBill, event: BillInput) -> tuple[CampaignBill, dict[str, Any] | None]:
+    """One input into the campaign's bill: (the bill, the BilledSpend record to emit now or None).
+
+    A joined click of a window not reported yet only waits for that window's record; a campaign version's
+    totals are stamped at the latest window billed (a window ending before its time may still come, and must
+    read as newer: progress_key)."""
+    emit_at = 0
+    if isinstance(event, WindowPart):
+        bill.add(event.totals)
+        emit_at = event.totals.end_ms
+    elif isinstance(event, JoinedClicks):
+        joined = WindowTotals(window_end(event.event_ms), joined_clicks=event.clicks)
+        reported = bill.last_window_ms >= joined.end_ms
+        bill.add(joined)
+        if not reported:
+            return bill, None
+        emit_at = joined.end_ms
+    elif isinstance(event, CampaignVersion):
+        bill.on_campaign(event.record)
+    else:
+        totals = late_totals(event)
+        bill.add(totals)
+        emit_at = totals.end_ms
+    return bill, bill.record(emit_at)

@@ -45,7 +45,7 @@ JOBS: dict[str, JobSpec] = {
                              "campaign store changes (cdc.public.*) -> serving.ads, serving.campaigns"),
     "budget_pacing": JobSpec("budget_pacing", "jobs.budget_pacing",
                              "spend, campaigns, ads, billed spend -> budget.state, budget.leases, Redis pacing:*"),
-    "click_aggregator": JobSpec("click_aggregator", "jobs.click_aggregator",
+    "click_aggregator": JobSpec("click_aggregator", "jobs.click_aggregator.main",
                                 "ad.events, campaigns -> deduplicated, tagged, billed: billing.billed_spend"),
     "archiver": JobSpec("archiver", "jobs.archiver",
                         "ad.served, ad.events, billing, campaigns, training examples -> hourly Avro container "
