@@ -34,12 +34,7 @@ import yaml
 
 from core.campaigns import InvalidField, validate_ad, validate_campaign
 from infra.platform import PlatformSettings
-
-COUNTRIES = ["US", "GB", "DE", "FR", "CA", "BR", "IN", "JP", "AU", "ES"]
-AGE_BANDS = ["18-24", "25-34", "35-44", "45-54", "55-64", "65+"]
-DEVICES = ["ios", "android", "desktop"]
-PLACEMENTS = ["feed", "story", "article", "video"]
-
+from sim.synthetic import synthetic_campaign
 
 def _store():
     from serving.advertiser.store import CampaignStore
@@ -122,39 +117,12 @@ def change_ad(ad_id: int, payload: dict[str, Any]) -> dict[str, Any]:
     return asyncio.run(_with_store(run))
 
 
-def synthetic_campaign(rng: random.Random, n_ads: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A campaign with realistic targeting: a few countries, an age range, some interests, sometimes devices."""
-    bid_type = rng.choices(["CPM", "CPC", "CPA"], [0.3, 0.6, 0.1])[0]
-    campaign = validate_campaign({
-        "name": f"synthetic-{rng.randrange(10**9)}", "bid_type": bid_type,
-        "daily_budget_micros": rng.choice([20, 100, 1_000, 10_000, 50_000]) * 1_000_000,
-        "timezone": rng.choice(["UTC", "America/New_York", "Europe/Berlin", "Asia/Tokyo"]),
-        "cap_per_day": rng.choice([None, None, 3, 5]),
-        "cpa_target_micros": rng.randint(5, 80) * 1_000_000 if bid_type == "CPA" else None})
-    ads = []
-    for _ in range(n_ads):
-        lo = rng.randrange(len(AGE_BANDS) - 1)
-        targeting: dict[str, Any] = {"location": rng.sample(COUNTRIES, rng.randint(1, 3)),
-                                     "age_band": AGE_BANDS[lo: lo + rng.randint(1, 3)],
-                                     "placement": rng.sample(PLACEMENTS, rng.randint(1, 3))}
-        if rng.random() < 0.7:
-            targeting["interest"] = [f"topic{rng.randrange(500)}" for _ in range(rng.randint(3, 20))]
-        if rng.random() < 0.3:
-            targeting["device"] = rng.sample(DEVICES, rng.randint(1, 2))
-        bid = {"CPM": rng.randint(500_000, 20_000_000), "CPC": rng.randint(100_000, 3_000_000),
-               "CPA": rng.randint(5_000_000, 80_000_000)}[bid_type]
-        ads.append(validate_ad({"creative_ref": f"cdn://synthetic/{rng.randrange(10**9)}.png",
-                                "landing_url": f"https://advertiser{rng.randrange(10**6)}.example/",
-                                "bid_micros": bid, "targeting": targeting}, creating=True))
-    return campaign, ads
-
-
 def bulk_load(advertisers: int, campaigns_per: int, ads_per: int, seed: int = 1, log=print,
               approved_by: str | None = None) -> tuple[int, int]:
     rng = random.Random(seed)
 
     async def run(store):
-        from adserve.progress import Progress
+        from sim.progress import Progress
 
         total = [0, 0]
         progress = Progress("advertisers", advertisers)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from infra.platform import PlatformSettings
+from sim.tokens import TOKEN_KEYS_HELP, token_keys_from_env
 
 
 def register(sub) -> None:
@@ -59,7 +60,7 @@ def cmd_auction(args: argparse.Namespace) -> int:
 # benchmarks ---------------------------------------------------------------------
 
 def _register_bench(sub) -> None:
-    from adserve import bench
+    from bench import platform as bench
 
     p = sub.add_parser("bench", help="benchmarks: figures with the machine's details and a same-run baseline",
                        description="Run a benchmark. Each prints its figures beside a baseline measured in the "
@@ -72,7 +73,7 @@ def _register_bench(sub) -> None:
     b.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     b.set_defaults(handler=cmd_bench_platform)
 
-    from adserve import bench_decision
+    from bench import decision as bench_decision
 
     d = bsub.add_parser("decision", help="targeting index, filters, pre-rank and auction on synthetic ads",
                         description=bench_decision.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,7 +83,7 @@ def _register_bench(sub) -> None:
     d.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     d.set_defaults(handler=cmd_bench_decision)
 
-    from adserve import bench_serve
+    from bench import serve as bench_serve
 
     v = bsub.add_parser("serve", help="the ad server under load over loopback (needs `adserve up`)",
                         description=bench_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,7 +92,7 @@ def _register_bench(sub) -> None:
     v.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     v.set_defaults(handler=cmd_bench_serve)
 
-    from adserve import bench_freshness
+    from bench import freshness as bench_freshness
 
     f = bsub.add_parser("freshness", help="advertiser change -> ad server lag, index builder throughput, "
                                           "snapshot boot (needs `adserve up`)",
@@ -104,7 +105,7 @@ def _register_bench(sub) -> None:
     f.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     f.set_defaults(handler=cmd_bench_freshness)
 
-    from adserve import bench_pacing
+    from bench import pacing as bench_pacing
 
     g = bsub.add_parser("pacing", help="spend items/s through the budget job, controller steps/s (needs `adserve up`)",
                         description=bench_pacing.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,7 +119,7 @@ def _register_bench(sub) -> None:
     g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     g.set_defaults(handler=cmd_bench_pacing)
 
-    from adserve import bench_billing
+    from bench import billing as bench_billing
 
     h = bsub.add_parser("billing", help="events/s through the click aggregator, beacon-to-billed latency, the "
                                         "nightly recount (needs `adserve up`)",
@@ -135,7 +136,7 @@ def _register_bench(sub) -> None:
     h.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     h.set_defaults(handler=cmd_bench_billing)
 
-    from adserve import bench_model
+    from bench import model as bench_model
 
     m = bsub.add_parser("model", help="click-model scores/s and latency in process and through the prediction "
                                       "service, beside the priors baseline",
@@ -158,7 +159,7 @@ def _register_bench(sub) -> None:
 def cmd_bench_model(args: argparse.Namespace) -> int:
     import json
 
-    from adserve import bench_model
+    from bench import model as bench_model
     from core.errors import AdserveError
 
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
@@ -178,7 +179,7 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
 def cmd_bench_billing(args: argparse.Namespace) -> int:
     import json
 
-    from adserve import bench_billing
+    from bench import billing as bench_billing
 
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
     figures = bench_billing.run(events=args.events, campaigns=args.campaigns, latency_rate=args.latency_rate,
@@ -192,7 +193,7 @@ def cmd_bench_billing(args: argparse.Namespace) -> int:
 def cmd_bench_pacing(args: argparse.Namespace) -> int:
     import json
 
-    from adserve import bench_pacing
+    from bench import pacing as bench_pacing
 
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
     figures = bench_pacing.run(items=args.items, servers=args.servers, campaigns=args.campaigns,
@@ -205,7 +206,7 @@ def cmd_bench_pacing(args: argparse.Namespace) -> int:
 def cmd_bench_freshness(args: argparse.Namespace) -> int:
     import json
 
-    from adserve import bench_freshness
+    from bench import freshness as bench_freshness
 
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
     figures = bench_freshness.run(ads=args.ads, changes=args.changes, rate=args.rate,
@@ -217,7 +218,7 @@ def cmd_bench_freshness(args: argparse.Namespace) -> int:
 def cmd_bench_serve(args: argparse.Namespace) -> int:
     import json
 
-    from adserve import bench_serve
+    from bench import serve as bench_serve
 
     sizes = [int(x.replace("_", "")) for x in args.ads.split(",") if x.strip()]
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
@@ -229,7 +230,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 def cmd_bench_decision(args: argparse.Namespace) -> int:
     import json
 
-    from adserve import bench_decision
+    from bench import decision as bench_decision
 
     sizes = [int(x.replace("_", "")) for x in args.ads.split(",") if x.strip()]
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
@@ -241,7 +242,7 @@ def cmd_bench_decision(args: argparse.Namespace) -> int:
 def cmd_bench_platform(args: argparse.Namespace) -> int:
     import json
 
-    from adserve import bench
+    from bench import platform as bench
 
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     figures = bench.run(events=args.events, cold_start=not args.no_cold_start, log=log)
@@ -252,7 +253,7 @@ def cmd_bench_platform(args: argparse.Namespace) -> int:
 # main job -----------------------------------------------------------------------
 
 def _register_demo(sub) -> None:
-    from adserve import demo
+    from sim import event_counts_demo as demo
 
     p = sub.add_parser("demo", help="the main job: platform + simulated traffic through the real jobs, with a report",
                        description=demo.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -266,7 +267,7 @@ def _register_demo(sub) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from adserve import demo
+    from sim import event_counts_demo as demo
     from infra.platform import control
 
     settings = PlatformSettings.from_env()
@@ -381,24 +382,6 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
 
 # serve and users ----------------------------------------------------------------
 
-DEV_TOKEN_KEYS = "dev1:adserve-dev-token-key-change-me"
-TOKEN_KEYS_HELP = ("Token keys come from ADSERVE_TOKEN_KEYS as 'id1:secret1,id2:secret2' (the first signs, all "
-                   "verify, so keys rotate); without it a fixed development key is used and a warning logged.")
-
-
-def _token_keys():
-    import logging
-    import os
-
-    from core.tokens import TokenKeys
-
-    spec = os.environ.get("ADSERVE_TOKEN_KEYS")
-    if not spec:
-        logging.getLogger("adserve").warning("ADSERVE_TOKEN_KEYS is not set: using the development key")
-        spec = DEV_TOKEN_KEYS
-    return TokenKeys.from_spec(spec)
-
-
 def _register_serve(sub) -> None:
     p = sub.add_parser("serve", help="run the ad server, the tracker, the advertiser API or the prediction service "
                                      "(HTTP)")
@@ -494,17 +477,17 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
                                               prerank_weights=load_weights(args.prerank_weights)
                                               if args.prerank_weights else None))
     try:
-        predictor = _ads_predictor(args)
+        predictor = ads_predictor(args)
     except (ValueError, AdserveError) as exc:
         print(f"adserve serve ads: {exc}", file=sys.stderr)
         return 2
-    run_ad_server(bootstrap=s.kafka_bootstrap, redis_host=s.host, redis_port=s.redis_port, keys=_token_keys(),
+    run_ad_server(bootstrap=s.kafka_bootstrap, redis_host=s.host, redis_port=s.redis_port, keys=token_keys_from_env(),
                   config=config, port=args.port, geo=GeoResolver.from_csv(args.geo_table) if args.geo_table else None,
                   snapshot_dir=Path(args.snapshot_dir) if args.snapshot_dir else None, predictor=predictor)
     return 0
 
 
-def _ads_predictor(args: argparse.Namespace):
+def ads_predictor(args: argparse.Namespace):
     """The ad server's predictor: the prediction service, the model in process, or None (the priors)."""
     if getattr(args, "prerank_model", None) and not args.prediction_url:
         raise ValueError("--prerank-model goes with --prediction-url (with --model the student comes from that "
@@ -567,7 +550,7 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
     s = PlatformSettings.from_env()
 
     async def main() -> None:
-        runner, port, _, producer = await start_tracker(bootstrap=s.kafka_bootstrap, keys=_token_keys(),
+        runner, port, _, producer = await start_tracker(bootstrap=s.kafka_bootstrap, keys=token_keys_from_env(),
                                                         port=args.port)
         print(f"tracker on 127.0.0.1:{port}", flush=True)
         try:

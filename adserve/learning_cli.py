@@ -1,4 +1,4 @@
-"""`adserve learning-day`: a simulated day for the learning loop (adserve.learning_day), written as the files
+"""`adserve learning-day`: a simulated day for the learning loop (sim.learning_day), written as the files
 the trainer and the joins read.
 
   adserve learning-day --out days/train --requests 60000 --seed 1
@@ -46,8 +46,8 @@ def register(sub) -> None:
 
 
 def cmd_learning_day(args: argparse.Namespace) -> int:
-    from adserve import learning_day
-    from adserve.progress import Progress
+    from sim import learning_day
+    from sim.progress import Progress
     from serving.decision import prerank
 
     if args.fit_prerank is not None and (args.model is None or args.recall_share <= 0):

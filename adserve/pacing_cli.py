@@ -15,7 +15,7 @@ TARGETS = {  # the issue's targets for the simulated day
 
 
 def register(sub) -> None:
-    from adserve import simulate
+    from sim import pacing_day as simulate
 
     p = sub.add_parser("simulate", help="the main job: a simulated day through the real budget and billing jobs, with a "
                        "report",
@@ -54,7 +54,7 @@ def _verdicts(figures: dict) -> list[tuple[str, bool, object, str]]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from adserve import simulate, simulate_report
+    from sim import pacing_day as simulate, pacing_report as simulate_report
     from infra.platform import control
 
     settings = PlatformSettings.from_env()

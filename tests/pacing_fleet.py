@@ -14,15 +14,10 @@ import numpy as np
 
 from core import budget
 from core.leases import LeaseBook
+from sim.synthetic import diurnal
 
 DAY0_MS = 1_767_225_600_000  # 2026-01-01 00:00 UTC
 HOUR_S = 3600
-
-
-def diurnal(second: int) -> float:
-    """Relative traffic over a UTC day: a night trough, a morning rise and an evening peak."""
-    hour = second / HOUR_S
-    return 0.15 + 0.5 * np.exp(-((hour - 11) / 3.5) ** 2) + 1.0 * np.exp(-((hour - 20.5) / 2.5) ** 2)
 
 
 @dataclass

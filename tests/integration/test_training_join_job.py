@@ -10,7 +10,7 @@ from pathlib import Path
 
 import fastavro
 
-from adserve.learning_day import make_world, simulate_day, write_day
+from sim.learning_day import make_world, simulate_day, write_day
 from core import training
 from pipelines import training_set
 from schemas.codec import AvroCodec

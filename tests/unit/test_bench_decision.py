@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unittest.mock import patch
 
-from adserve import bench_decision
+from bench import decision as bench_decision
 
 NAMES = ("build_s", "index_bytes_per_ad", "retrieval_p50_ms", "retrieval_p99_ms", "retrieved_median",
          "decision_p50_ms", "decision_p99_ms", "whole_decision_p50_ms", "whole_decision_p99_ms",

@@ -1,9 +1,9 @@
 """`adserve bench freshness`: the synthetic serving records its snapshot part boots a server from."""
-from adserve.bench_freshness import _synthetic_serving_records
+from sim.synthetic import synthetic_serving_records
 
 
 def test_the_snapshot_benchs_ads_are_approved_live_ads_with_the_platforms_quality():
-    records = _synthetic_serving_records(1_000)
+    records = synthetic_serving_records(1_000)
     ads = records["serving.ads"]
     assert len(ads) == 1_000 and not any(ad["removed"] for ad in ads)
     assert {ad["quality_prior"] for ad in ads} == {0.0}

@@ -14,14 +14,16 @@ import numpy as np
 import pytest
 
 from serving.decision.prediction import PredictionRequest, PredictionTimeout
-from serving.model import synthetic
-from serving.model.click_model import ClickModel, TrainConfig, save_versioned
-from serving.model.dataset import ExampleTable, write_examples
+from learning import synthetic
+from learning.dataset import write_examples
+from learning.network import TrainConfig
+from learning.trainer import evaluate_click_model, train_click_model
+from serving.model.click_model import ClickModel, save_versioned
+from serving.model.examples import ExampleTable
 from serving.model.features import ad_table
 from serving.decision.prerank import DEFAULT_MODEL_WEIGHTS, FEATURES
 from serving.model.predictor import ModelPredictor, PredictionUnavailable
 from serving.model.student import ad_matrix
-from serving.model.trainer import evaluate_click_model, train_click_model
 
 FAST = TrainConfig(epochs=8, batch_size=256, patience=2)
 
@@ -188,7 +190,7 @@ def test_the_affinity_the_pre_ranker_gets_is_the_students_log_pctr_over_its_prio
 
 def test_an_ad_server_on_the_prediction_service_loads_the_same_student_without_tensorflow(model, predictor, day,
                                                                                         tmp_path):
-    from adserve.commands import _ads_predictor
+    from adserve.commands import ads_predictor
     from serving.model.remote import RemotePredictor
     from serving.model.student import StudentAffinity, WithStudent
 
@@ -199,15 +201,15 @@ def test_an_ad_server_on_the_prediction_service_loads_the_same_student_without_t
     assert np.allclose(affinity(asked), predictor.affinity(asked), atol=1e-5)
     args = argparse.Namespace(prediction_url="http://127.0.0.1:9", prerank_model=folder,
                               ad_features=tmp_path / "ad-features", model=None)
-    wrapped = _ads_predictor(args)
+    wrapped = ads_predictor(args)
     assert isinstance(wrapped, WithStudent) and isinstance(wrapped.predictor, RemotePredictor)
     assert np.allclose(wrapped.affinity(asked), predictor.affinity(asked), atol=1e-5)
     assert wrapped.url == wrapped.predictor.url  # anything else is the service predictor's
     assert model.conversion is None and wrapped.conversion_rates(asked) is None  # no conversion student: the prior
     (folder / "prerank_student.npz").unlink()  # a bundle from before the student: no wrapper, no affinity
-    assert isinstance(_ads_predictor(args), RemotePredictor)
+    assert isinstance(ads_predictor(args), RemotePredictor)
     with pytest.raises(ValueError, match="--prediction-url"):
-        _ads_predictor(argparse.Namespace(prediction_url=None, prerank_model=folder, ad_features=None, model=None))
+        ads_predictor(argparse.Namespace(prediction_url=None, prerank_model=folder, ad_features=None, model=None))
 
 
 def test_a_model_without_a_student_offers_no_affinity(model, day):

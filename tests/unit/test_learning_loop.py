@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adserve.learning_day import DAY, day_start_ms, make_world, simulate_day
+from sim.learning_day import DAY, day_start_ms, make_world, simulate_day
 from core import training
 from serving.model.predictor import ModelPredictor
 from serving.model.trainer import evaluate_click_model, train_click_model

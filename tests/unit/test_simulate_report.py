@@ -1,4 +1,4 @@
-"""The simulated day's figures (adserve.simulate_report): the hourly curve error's three readings."""
+"""The simulated day's figures (sim.pacing_report): the hourly curve error's three readings."""
 from __future__ import annotations
 
 from types import SimpleNamespace as NS
@@ -6,7 +6,7 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-from adserve.simulate_report import figures
+from sim.pacing_report import figures
 
 
 def _day(expected: np.ndarray, billed: np.ndarray, launch_s: int = 0):
@@ -65,7 +65,7 @@ def test_a_campaign_launched_mid_day_is_reported_from_its_launch():
 
 
 def test_the_days_bill_comes_from_the_aggregators_totals_and_flags_growth_above_the_budget_in_force():
-    from adserve.simulate import DAY0_MS, SIM_DAY, CampaignDay, _job_bill
+    from sim.pacing_day import DAY0_MS, SIM_DAY, CampaignDay, job_bill
 
     campaign = NS(budget_micros=50, campaign_id=7)
     day = CampaignDay(campaign, budgets=[(0, 100), (3_600_000, 50)])  # lowered to 50 at 01:00
@@ -75,7 +75,7 @@ def test_the_days_bill_comes_from_the_aggregators_totals_and_flags_growth_above_
                 "billed_spend_micros": billed, "absorbed_overspend_micros": absorbed, "billed_clicks": 1,
                 "billed_impressions": 2}
 
-    bill = _job_bill(day, [total(10, 40), total(70, 60), total(3_610, 60, 5), total(3_620, 70)])
+    bill = job_bill(day, [total(10, 40), total(70, 60), total(3_610, 60, 5), total(3_620, 70)])
     assert (bill.billed_micros, bill.absorbed_micros, bill.budget_micros) == (70, 0, 50)
     assert bill.billed_above_micros == 10  # 60 -> 70 after the budget fell to 50
     assert day.billed_by_minute[0] == 40 and day.billed_by_minute[1] == 20 and day.billed_by_minute[60] == 10

@@ -142,7 +142,7 @@ def test_recalibration_maps_a_down_sampled_rate_back_to_the_population():
 def test_the_beam_backfill_equals_the_reference_join_on_a_simulated_day(tmp_path: Path):
     import fastavro
 
-    from adserve.learning_day import make_world, simulate_day, write_day
+    from sim.learning_day import make_world, simulate_day, write_day
     from pipelines import training_set
 
     day = simulate_day(make_world(seed=3, campaigns=20, users=500), requests=400, seed=5)

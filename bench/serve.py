@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 import numpy as np
+from sim.tokens import token_keys_from_env
 
 USERS = 5_000
 RATES = (25, 50, 100, 200, 300, 400, 600, 800, 1200)
@@ -41,8 +42,7 @@ P99_LIMIT_MS = 100.0
 def _server_process(n: int, baseline: bool, port_queue: Any) -> None:
     import gc
 
-    from adserve.bench_decision import _targeting_of, synthesize
-    from adserve.commands import _token_keys
+    from sim.synthetic import synthesize, targeting_of
     from core.targeting import matches
     from infra.platform import PlatformSettings
     from serving.adserver.app import ServerConfig
@@ -56,7 +56,7 @@ def _server_process(n: int, baseline: bool, port_queue: Any) -> None:
     config = ServerConfig(server_id="bench-serve", max_in_flight=256, engine=EngineConfig())
     engine = None
     if baseline:
-        expressions = [_targeting_of(index, r) for r in range(index.size)]
+        expressions = [targeting_of(index, r) for r in range(index.size)]
 
         def scan(terms, k):
             return np.array([r for r, t in enumerate(expressions) if matches(t, terms)], dtype=np.int32)
@@ -66,7 +66,7 @@ def _server_process(n: int, baseline: bool, port_queue: Any) -> None:
 
     async def main() -> None:
         running = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                        redis_port=settings.redis_port, keys=_token_keys(), config=config,
+                                        redis_port=settings.redis_port, keys=token_keys_from_env(), config=config,
                                         port=0, state=state, follow=False, engine=engine)
         port_queue.put(running.port)
         await asyncio.Event().wait()
@@ -77,7 +77,7 @@ def _server_process(n: int, baseline: bool, port_queue: Any) -> None:
 def _seed_users(vocab_audiences: int) -> None:
     import redis
 
-    from adserve.bench_decision import AGE_BANDS, GENDERS, INTERESTS
+    from sim.synthetic import AGE_BANDS, GENDERS, INTERESTS
     from infra.platform import PlatformSettings
 
     s = PlatformSettings.from_env()
@@ -98,7 +98,7 @@ def _seed_users(vocab_audiences: int) -> None:
 def _bodies(count: int, seed: int) -> list[bytes]:
     import json
 
-    from adserve.bench_decision import (CITIES_PER_REGION, COUNTRIES, DEVICES, LANGUAGES, PLACEMENTS,
+    from sim.synthetic import (CITIES_PER_REGION, COUNTRIES, DEVICES, LANGUAGES, PLACEMENTS,
                                         REGIONS_PER_COUNTRY, _country_weights)
 
     rng = random.Random(seed)
@@ -226,7 +226,7 @@ def _measure(n: int, baseline: bool, duration: float, log) -> dict[str, Any]:
 
 
 def run(sizes: list[int], duration: float = 10.0, log=print) -> dict[str, Any]:
-    from adserve.bench import machine
+    from bench.common import machine
 
     f: dict[str, Any] = {"benchmark": "serve", "machine": machine(), "duration_s": duration,
                          "ads_loaded": sorted(sizes)}

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from adserve.simulate import DOLLAR
+from sim.pacing_day import DOLLAR
 from core.billing import SIZE_CLASSES, size_class
 
 

@@ -6,11 +6,9 @@ click events for many campaigns (deterministic for a seed) with a few corrupt
 records mixed in; produce them to ad.events and archive them as an Avro
 container file; deploy the Flink job event_counts to the standalone cluster
 with `flink run`, bounded to exactly these records; run the Beam pipeline
-event_counts over the archive; compare the three and print what happened.
-Later issues grow this into a simulated day of traffic through every job."""
+event_counts over the archive; compare the three and print what happened."""
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -22,38 +20,9 @@ from core import event_counts as rules
 from infra.platform import PlatformSettings, control
 from pipelines.avro_files import normalise, schema_json
 from schemas.codec import AvroCodec
+from sim.synthetic import DAY_START_MS, ad_events
 from streams import kafka
 
-DAY_START_MS = 1_800_316_800_000  # 2027-01-19T00:00:00Z
-
-
-def simulate_events(seed: int, *, events: int, campaigns: int = 40, minutes: int = 30,
-                    start_ms: int = DAY_START_MS) -> list[dict[str, Any]]:
-    """Impressions with about 2 % clicks for `campaigns` campaigns over `minutes` of event time,
-    slightly out of order (up to 2 s), deterministic for a seed."""
-    rng = random.Random(seed)
-    plans = []
-    for c in range(campaigns):
-        billing = "CLICK" if rng.random() < 0.4 else "IMPRESSION"
-        price = rng.randint(200_000, 3_000_000) if billing == "CLICK" else rng.randint(500, 8_000)
-        plans.append((10_000 + c, billing, price, rng.random() + 0.2))
-    weights = [p[3] for p in plans]
-    span_ms = minutes * 60_000
-    out = []
-    for n in range(events):
-        campaign_id, billing, price, _ = rng.choices(plans, weights)[0]
-        nominal = start_ms + n * span_ms // events
-        event_time = max(start_ms, nominal - rng.randint(0, 2_000))
-        out.append({
-            "event_id": f"e-{seed}-{n}", "impression_id": f"i-{seed}-{n}",
-            "event_type": "CLICK" if rng.random() < 0.02 else "IMPRESSION",
-            "event_time": event_time, "served_time": event_time - rng.randint(100, 5_000),
-            "campaign_id": campaign_id, "ad_id": campaign_id * 10 + rng.randint(0, 4),
-            "price_micros": price, "billing_type": billing,
-            "user_id": f"u{rng.randint(0, 5_000)}", "ip_address": f"198.51.100.{rng.randint(1, 254)}",
-            "user_agent": "Mozilla/5.0", "token_key_id": "k1",
-        })
-    return out
 
 
 def count_directly(events: list[dict[str, Any]]) -> dict[tuple[int, int], rules.Counts]:
@@ -77,7 +46,7 @@ class DemoReport:
     direct_windows: dict = field(default_factory=dict)
     dead_letters: list = field(default_factory=list)
     archive: str = ""
-    serving: Any = None  # adserve.demo_serving.ServingReport
+    serving: Any = None  # sim.serving_demo.ServingReport
 
     def totals(self, windows) -> tuple[int, int, int]:
         return (sum(c.impressions for c in windows.values()), sum(c.clicks for c in windows.values()),
@@ -124,7 +93,7 @@ class DemoReport:
 
 def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, seed: int = 7,
         requests: int = 3_000, log=print) -> DemoReport:
-    from adserve.progress import Progress
+    from sim.progress import Progress
     from infra.platform.jars import flink_connector_jar
     from infra.platform.services import Flink
     from jobs import deploy
@@ -134,7 +103,7 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
     run_id = uuid.uuid4().hex[:8]
     report = DemoReport(run_id, events, corrupt)
     codec = AvroCodec()
-    simulated = simulate_events(seed, events=events)
+    simulated = ad_events(seed, events=events)
     report.direct_windows = count_directly(simulated)
 
     bootstrap = settings.kafka_bootstrap
@@ -194,7 +163,7 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
                     r["impressions"], r["clicks"], r["billable_micros"])
 
     if requests:
-        from adserve.demo_serving import run_serving
+        from sim.serving_demo import run_serving
 
         log(f"serving {requests:,} simulated ad requests through the ad server and the tracker ...")
         report.serving = run_serving(settings, requests=requests, seed=seed, log=log)

@@ -46,13 +46,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from adserve.simulate import diurnal  # the same day shape as the pacing simulation
 from core import training
 from core.campaigns import static_score
 from core.targeting import compile_targeting, request_terms
 from serving.decision.prediction import position_effect
 from serving.model.ad_features import AdFeatureSnapshot
 from serving.served_log import BILLING_OF, served_record
+from sim.synthetic import diurnal  # the same day shape as the pacing simulation
 
 DAY = "2026-03-11"
 DIM = 8

@@ -138,7 +138,7 @@ def _wait_started(rest: str, job_id: str) -> None:
 
 
 def _campaign_records(producer, topic: str, campaigns: int, at_ms: int) -> None:
-    from adserve.bench import produce_campaign_records
+    from bench.common import produce_campaign_records
 
     produce_campaign_records(producer, topic, campaigns, at_ms, 500 * DOLLAR)
 
@@ -186,7 +186,7 @@ def run_throughput(settings: PlatformSettings, topics: dict[str, str], *, events
                                                              "--state-changelog" if state_changelog
                                                              else "--no-state-changelog"))
     _wait_started(rest, job_id)
-    from adserve.bench import committed_rate
+    from bench.common import committed_rate
 
     rate, job_run_s = committed_rate(settings, job_id, group, topics["events"], PARTITIONS, events)
     return {"events_per_s": round(rate), "job_run_s": round(job_run_s, 1),
@@ -325,7 +325,7 @@ def bench_python_baseline(events: int, campaigns: int) -> dict[str, Any]:
 def run(*, events: int, campaigns: int, latency_rate: int, latency_s: int, recount: bool = True,
         checkpoint_ms: int = CHECKPOINT_MS, compare_full_snapshots: bool = False,
         log=print) -> dict[str, Any]:
-    from adserve.bench import machine
+    from bench.common import machine
     from infra.platform import control
 
     settings = PlatformSettings.from_env()

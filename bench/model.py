@@ -12,7 +12,7 @@ requests back to back; TensorFlow runs the calls concurrently (its own intra-op 
 parts hold the GIL). A request's latency is its own predict call; throughput is all scores over the wall
 time of the step.
 
-Without --model a small model is trained first on synthetic impressions (serving.model.synthetic, a few
+Without --model a small model is trained first on synthetic impressions (learning.synthetic, a few
 seconds); its size, not its quality, is what the figures depend on. With --model, --ad-features is the
 snapshot folder (the newest snapshot is used).
 
@@ -54,11 +54,13 @@ from typing import Any
 
 import numpy as np
 
+from bench.common import percentiles_ms
+
 
 def machine() -> dict[str, Any]:
-    """The machine's details (adserve.bench.machine, without its Java line when Java is not installed)."""
+    """The machine's details (bench.common.machine, without its Java line when Java is not installed)."""
     try:
-        from adserve.bench import machine as platform_machine
+        from bench.common import machine as platform_machine
 
         details = platform_machine()
     except (OSError, ImportError):
@@ -72,9 +74,9 @@ def machine() -> dict[str, Any]:
 
 
 def _synthetic_model(log):
-    from serving.model import synthetic
-    from serving.model.click_model import TrainConfig
-    from serving.model.trainer import train_click_model
+    from learning import synthetic
+    from learning.network import TrainConfig
+    from learning.trainer import train_click_model
 
     log("training a small model on synthetic impressions (no --model given) ...")
     day = synthetic.make_day(60_000, seed=11)
@@ -100,11 +102,6 @@ def make_requests(spec, snapshot, count: int, candidates: int, slots: int, seed:
             ad_ids=snapshot.ad_id[rows], country=str(rng.choice(spec.countries)) if spec.countries else None,
             device=str(rng.choice(spec.devices)) if spec.devices else None))
     return requests
-
-
-def _percentiles(samples_s: list[float]) -> tuple[float, float]:
-    ms = np.asarray(samples_s) * 1000
-    return round(float(np.percentile(ms, 50)), 3), round(float(np.percentile(ms, 99)), 3)
 
 
 def measure(predictor, requests: list, threads: int, deadline_s: float = float("inf")) -> dict[str, float]:
@@ -134,7 +131,7 @@ def measure(predictor, requests: list, threads: int, deadline_s: float = float("
         w.join()
     wall = time.perf_counter() - began
     scores = sum(len(r.rows) * len(r.positions) for r in requests) * (1 - sum(errors) / len(requests))
-    p50, p99 = _percentiles([x for part in latencies for x in part] or [float("nan")])
+    p50, p99 = percentiles_ms(np.asarray([x for part in latencies for x in part] or [float("nan")]) * 1000)
     step = {"requests_per_s": round(len(requests) / wall, 1), "scores_per_s": round(scores / wall),
             "p50_ms": p50, "p99_ms": p99}
     if sum(errors):

@@ -37,12 +37,13 @@ from typing import Any
 import numpy as np
 
 from infra.platform import PlatformSettings
+from sim.synthetic import synthetic_campaign, synthetic_serving_records
+from sim.tokens import token_keys_from_env
 
 CHANGE_KINDS = ("pause_resume", "bid", "budget", "targeting")
 
 
 async def _load_ads(store, n_ads: int, seed: int, log) -> tuple[list[int], list[int], list[int]]:
-    from adserve.campaigns_cli import synthetic_campaign
 
     rng = random.Random(seed)
     ads_per, campaigns_per = 50, 20
@@ -69,7 +70,6 @@ async def _load_ads(store, n_ads: int, seed: int, log) -> tuple[list[int], list[
 async def _change(store, rng: random.Random, campaign_ids: list[int], ad_ids: list[int],
                   owner: tuple[dict[int, int], dict[int, int]]) -> tuple[str, int, int]:
     """One random change; returns (serving topic, id, new version)."""
-    from adserve.campaigns_cli import synthetic_campaign
 
     kind = rng.choice(CHANGE_KINDS)
     if kind in ("pause_resume", "budget"):
@@ -142,14 +142,13 @@ def _ensure_index_builder(settings: PlatformSettings, log) -> str | None:
 
 
 async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate: float, log) -> dict[str, Any]:
-    from adserve.commands import _token_keys
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
     from serving.advertiser.store import CampaignStore
 
     store = await CampaignStore(settings.postgres_dsn, size=2).open()
     servers = [await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                     redis_port=settings.redis_port, keys=_token_keys(), port=0,
+                                     redis_port=settings.redis_port, keys=token_keys_from_env(), port=0,
                                      config=ServerConfig(server_id=f"fresh-{i}"), wait_ready_s=600)
                for i in range(2)]
     out: dict[str, Any] = {"servers": len(servers)}
@@ -237,35 +236,13 @@ async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate:
     return out
 
 
-def _synthetic_serving_records(n: int, seed: int = 5) -> dict[str, list[dict[str, Any]]]:
-    from adserve.campaigns_cli import synthetic_campaign
-    from core.campaigns import ad_serving_record, campaign_serving_record
-
-    rng = random.Random(seed)
-    campaigns, ads = [], []
-    base = 9_000_000_000_000
-    per = 100
-    templates = [synthetic_campaign(rng, per) for _ in range(20)]
-    for c in range(max(1, n // per)):
-        fields, ad_fields = templates[c % len(templates)]
-        cid = base + c
-        campaigns.append(campaign_serving_record({**fields, "campaign_id": cid, "advertiser_id": cid,
-                                                  "version": 1}, 1))
-        for j, a in enumerate(ad_fields):  # as the store holds an approved ad, with the platform's quality
-            ads.append(ad_serving_record({**a, "ad_id": cid * 1000 + j, "campaign_id": cid, "advertiser_id": cid,
-                                          "bid_type": fields["bid_type"], "version": 1, "quality_prior": 0.0,
-                                          "review_status": "APPROVED"}, 1))
-    return {"serving.campaigns": campaigns, "serving.ads": ads[:n]}
-
-
 async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, Any]:
-    from adserve.commands import _token_keys
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
     from serving.snapshots import write_files
     from streams import kafka
 
-    records = _synthetic_serving_records(n)
+    records = synthetic_serving_records(n)
     offsets = {t: {str(p): o for p, o in kafka.end_offsets(settings.kafka_bootstrap, t).items()}
                for t in ("serving.ads", "serving.campaigns")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,7 +253,7 @@ async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, A
             f"({sum(f.stat().st_size for f in folder.iterdir()) / 2**20:.0f} MiB)")
         del records
         server = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                       redis_port=settings.redis_port, keys=_token_keys(), port=0,
+                                       redis_port=settings.redis_port, keys=token_keys_from_env(), port=0,
                                        config=ServerConfig(server_id="fresh-boot"), snapshot_dir=Path(tmp),
                                        wait_ready_s=600)
         boot = server.boot
@@ -303,7 +280,7 @@ async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, A
 
 def run(ads: int = 100_000, changes: int = 1_000, rate: float = 50.0, snapshot_ads: int = 1_000_000,
         log=print) -> dict[str, Any]:
-    from adserve.bench import machine
+    from bench.common import machine
     from infra.platform import control
 
     settings = PlatformSettings.from_env()

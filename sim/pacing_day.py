@@ -61,8 +61,9 @@ import numpy as np
 
 from core.campaigns import static_score
 from core.targeting import request_terms
+from sim.synthetic import diurnal
 
-LOG = logging.getLogger("adserve.simulate")
+LOG = logging.getLogger("sim.pacing_day")
 DAY_MS = 86_400_000
 SIM_DAY = "2026-03-10"
 DAY0_MS = int(datetime(2026, 3, 10, tzinfo=timezone.utc).timestamp() * 1000)
@@ -77,12 +78,6 @@ RESERVE_MICROS = 20_000  # every placement's reserve: $0.02 of total value per i
 # the click aggregator would close the windows after a budget cut before the cut reached it and bill them
 # under the old budget (in service the record arrives long before those windows close).
 CHANGE_TRANSIT_S = 2.0
-
-
-def diurnal(second: float) -> float:
-    """Relative request rate over the day (no live event): a night trough, a late-morning and an evening peak."""
-    hour = second / 3600
-    return 0.15 + 0.5 * math.exp(-((hour - 11) / 3.5) ** 2) + 1.0 * math.exp(-((hour - 20.5) / 2.5) ** 2)
 
 
 def traffic(second: float) -> float:
@@ -566,7 +561,7 @@ def _close_billing(days, feed, producer, codec, events_topic: str, beacons, vers
         if r["budget_day"] == SIM_DAY and int(r["campaign_id"]) in days:
             records.setdefault(int(r["campaign_id"]), []).append(r)
     for campaign_id, day in days.items():
-        day.bill = _job_bill(day, sorted(records.get(campaign_id, []), key=progress_key))
+        day.bill = job_bill(day, sorted(records.get(campaign_id, []), key=progress_key))
     versions = versions + [v for c in campaigns for v in c.history]
     reference = recount(beacons, versions)
     fields = ("billed_spend_micros", "absorbed_overspend_micros", "billed_clicks", "billed_impressions")
@@ -581,7 +576,7 @@ def _close_billing(days, feed, producer, codec, events_topic: str, beacons, vers
             "last_window_billed": closed, "recount_mismatches": mismatched}
 
 
-def _job_bill(day: CampaignDay, records: list[dict[str, Any]]) -> JobBill:
+def job_bill(day: CampaignDay, records: list[dict[str, Any]]) -> JobBill:
     """A campaign's day from the aggregator's totals (oldest first): the last totals, billed money by minute
     (each total's growth, in the minute its window ended), and whatever growth took the billed total above the
     budget in force at that instant."""

@@ -33,6 +33,7 @@ from core.tokens import TokenKeys
 from infra.platform import PlatformSettings
 from schemas.codec import AvroCodec
 from streams import kafka
+from sim.tokens import token_keys_from_env
 
 COUNTRIES = ["US", "GB", "DE", "FR", "CA"]
 PLACEMENTS = ["feed", "story", "article"]
@@ -153,7 +154,7 @@ async def _traffic(settings: PlatformSettings, keys: TokenKeys, rng: random.Rand
                    report: ServingReport, landing: dict[int, str], log) -> tuple[list[str], set[str], str]:
     import aiohttp
 
-    from adserve.progress import Progress
+    from sim.progress import Progress
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
     from serving.tracker import start_tracker
@@ -243,7 +244,6 @@ def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int
                 ads_per_campaign: int = 20, seed: int = 7, log=print) -> ServingReport:
     import redis
 
-    from adserve.commands import _token_keys
 
     rng = random.Random(seed)
     run = (int(time.time()) % 100_000) * 10_000_000  # this run's id range
@@ -260,7 +260,7 @@ def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int
     pipe.execute()
     starts = {t: kafka.end_offsets(bootstrap, t) for t in ("ad.served", "ad.events", "budget.spend")}
     report = ServingReport()
-    keys = _token_keys()
+    keys = token_keys_from_env()
     try:
         answered, impressions, server_id = asyncio.run(
             _traffic(settings, keys, rng, requests, users, report, landing, log))

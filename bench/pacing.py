@@ -87,7 +87,7 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
     log(f"producing {items:,} spend reports ({servers} servers, {campaigns:,} campaigns) to {topics['spend']} ...")
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000})
-    from adserve.bench import produce_campaign_records
+    from bench.common import produce_campaign_records
 
     # so the controller steps every campaign, as it would in service
     produce_campaign_records(producer, topics["campaigns"], campaigns, T0 - 60_000, BUDGET_MICROS)
@@ -114,7 +114,7 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"]])
     deploy.wait_running(rest, job_id, timeout_s=300)
-    from adserve.bench import committed_rate
+    from bench.common import committed_rate
 
     rate, job_run_s = committed_rate(settings, job_id, f"bench-pacing-{suffix}", topics["spend"], 4, items)
     return {"spend_items_per_s": round(rate), "job_run_s": round(job_run_s, 1), "items": items,
@@ -166,7 +166,7 @@ def bench_python_baseline(items: int) -> dict[str, Any]:
 
 def run(*, items: int, servers: int, campaigns: int, controller_campaigns: int, checkpoint_ms: int = CHECKPOINT_MS,
         log=print) -> dict[str, Any]:
-    from adserve.bench import machine
+    from bench.common import machine
     from infra.platform import control
 
     settings = PlatformSettings.from_env()
