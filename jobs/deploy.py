@@ -41,7 +41,7 @@ class JobSpec:
 JOBS: dict[str, JobSpec] = {
     "event_counts": JobSpec("event_counts", "jobs.event_counts",
                             "smoke job: events per campaign and minute, ad.events -> ops.event_counts"),
-    "index_builder": JobSpec("index_builder", "jobs.index_builder",
+    "index_builder": JobSpec("index_builder", "jobs.index_builder.main",
                              "campaign store changes (cdc.public.*) -> serving.ads, serving.campaigns"),
     "budget_pacing": JobSpec("budget_pacing", "jobs.budget_pacing",
                              "spend, campaigns, ads, billed spend -> budget.state, budget.leases, Redis pacing:*"),

@@ -9,17 +9,24 @@ record carries a version and the server applies only newer versions, records
 in both the snapshot and the replay are harmless. The folder is written under a
 temporary name and renamed, so a reader never sees half a snapshot.
 
-`adserve snapshots write [--every S]` writes one (or one every S seconds, the
-index builder's companion; default hourly)."""
+`python -m serving.snapshots --bootstrap B --dir D [--every-s S]` is the writer
+process that runs beside the index builder: it follows serving.ads and
+serving.campaigns and cuts a snapshot every S seconds (default hourly); `adserve
+snapshots write [--every S]` cuts one (or one every S seconds) from the command
+line. Never inside a Flink job: a snapshot reads the topics with its own consumer."""
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
 import shutil
+import signal
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import fastavro
 
@@ -102,3 +109,57 @@ def prune(directory: Path, keep: int = 3) -> None:
     found = sorted(p for p in directory.glob("snapshot-*"))
     for old in found[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class SnapshotWriterSettings:
+    """The writer process's settings: where the serving topics are, where snapshots go, how often."""
+
+    bootstrap: str
+    directory: Path
+    every_s: float = 3600.0
+    keep: int = 3
+
+
+def write_every(settings: SnapshotWriterSettings, halt: threading.Event) -> int:
+    """Cut a snapshot every settings.every_s seconds (the first one period after the start) until `halt` is
+    set, keeping the newest settings.keep; returns how many were written. A cut that fails is logged and
+    counted, and the next period tries again: the ad servers boot from the newest one that succeeded."""
+    written = failed = 0
+    while not halt.wait(settings.every_s):
+        try:
+            write_snapshot(settings.bootstrap, settings.directory)
+            prune(settings.directory, settings.keep)
+            written += 1
+        except Exception:  # noqa: BLE001 - any failure of one cut (broker away, disk full): the next one retries
+            failed += 1
+            LOG.exception("snapshot failed (%d so far); the next one is in %.0f s", failed, settings.every_s)
+    return written
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> SnapshotWriterSettings:
+    parser = argparse.ArgumentParser(prog="python -m serving.snapshots", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers of the serving topics")
+    parser.add_argument("--dir", default=os.environ.get("ADSERVE_SNAPSHOT_DIR", ""),
+                        help="where snapshots go, shared with the ad servers (default ADSERVE_SNAPSHOT_DIR)")
+    parser.add_argument("--every-s", type=float, default=3600.0, help="seconds between snapshots (default 3600)")
+    args = parser.parse_args(argv)
+    if not args.dir:
+        parser.error("--dir (or ADSERVE_SNAPSHOT_DIR) names the snapshot folder")
+    return SnapshotWriterSettings(args.bootstrap, Path(args.dir), args.every_s)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The writer process: snapshots until SIGTERM or SIGINT."""
+    settings = parse_settings(argv)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("snapshot writer: %s", settings)
+    halt = threading.Event()
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, lambda *_: halt.set())
+    write_every(settings, halt)
+
+
+if __name__ == "__main__":
+    main()

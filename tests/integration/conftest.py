@@ -49,7 +49,11 @@ def snapshot_folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def index_builder(platform, snapshot_folder):
     """The index builder deployed to the platform's Flink cluster for one test module (stopped after it, so the
-    cluster's slots are free again for the next), cutting a snapshot every 3 s into snapshot_folder."""
+    cluster's slots are free again for the next), with the snapshot writer process beside it cutting a
+    snapshot every 3 s into snapshot_folder."""
+    import subprocess
+    import sys
+
     from infra.platform.jars import flink_connector_jar
     from infra.platform.services import Flink
     from jobs import deploy
@@ -59,8 +63,11 @@ def index_builder(platform, snapshot_folder):
                            job_args=["--bootstrap", platform.kafka_bootstrap,
                                      "--connector-jar", str(flink_connector_jar(platform)),
                                      "--group-id", f"adserve-index-builder-test-{uuid.uuid4().hex[:6]}",
-                                     "--checkpoint-interval-ms", "1000",
-                                     "--snapshot-dir", str(snapshot_folder), "--snapshot-every-s", "3"])
+                                     "--checkpoint-interval-ms", "1000"])
+    writer = subprocess.Popen([sys.executable, "-m", "serving.snapshots", "--bootstrap", platform.kafka_bootstrap,
+                               "--dir", str(snapshot_folder), "--every-s", "3"])
     deploy.wait_running(platform.flink_rest_url, job_id)
     yield job_id
+    writer.terminate()
+    writer.wait(timeout=60)
     deploy.stop(platform.flink_rest_url, job_id)

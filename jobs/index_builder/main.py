@@ -1,0 +1,56 @@
+"""Entry point of `index_builder`: flags and environment -> IndexBuilderSettings, printed, then the job runs.
+
+Deploy: adserve jobs deploy index_builder"""
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_environment, describe, parse,
+                           settings_from_args)
+from schemas import topics
+
+JOB_NAME = "index_builder"
+LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
+
+
+@dataclass(frozen=True)
+class IndexBuilderSettings:
+    """Everything the job takes: the Kafka plumbing and where each kind of serving record goes."""
+
+    kafka: KafkaJobSettings
+    ads_topic: str = topics.SERVING_ADS
+    campaigns_topic: str = topics.SERVING_CAMPAIGNS
+    reserves_topic: str = topics.SERVING_RESERVES
+    dead_letter_topic: str = topics.DEAD_LETTERS
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> IndexBuilderSettings:
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, JOB_NAME, bundle_time_ms=100)  # advertiser changes: freshness first
+    parser.add_argument("--dead-letter-topic", default=topics.DEAD_LETTERS)
+    parser.add_argument("--ads-topic", default=topics.SERVING_ADS, help="where ad records go (tests, benchmarks)")
+    parser.add_argument("--campaigns-topic", default=topics.SERVING_CAMPAIGNS, help="where campaign records go")
+    parser.add_argument("--reserves-topic", default=topics.SERVING_RESERVES, help="where reserve rules go")
+    args = parse(parser, argv)
+    return IndexBuilderSettings(settings_from_args(args, JOB_NAME), ads_topic=args.ads_topic,
+                                campaigns_topic=args.campaigns_topic, reserves_topic=args.reserves_topic,
+                                dead_letter_topic=args.dead_letter_topic)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from jobs.index_builder.topology import build
+
+    settings = parse_settings(argv)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
+    env, t_env = create_environment(settings.kafka)
+    build(t_env, settings)
+    env.execute(JOB_NAME)
+
+
+if __name__ == "__main__":
+    main()
