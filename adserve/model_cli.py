@@ -1,5 +1,5 @@
 """`adserve model train|evaluate|canary-report`: the click model from TrainingExample files (the shell: reads
-the files, calls serving.model.trainer or serving.model.canary, writes the model and prints figures).
+the files, calls learning.trainer or learning.canary, writes the model and prints figures).
 
   adserve model train --examples day/examples.avro [--examples other.avro] --ad-features day/ad-features \\
       --out models/ [--epochs 20]
@@ -84,7 +84,7 @@ def register(sub) -> None:
                         "calibration_max, log_loss, auc, segments, ...)")
     p.set_defaults(handler=cmd_model_evaluate)
 
-    from serving.model import canary
+    from learning import canary
 
     p = msub.add_parser("canary-report", help="whether a canary model may replace the current one (calibration, "
                                               "revenue per request)",
@@ -130,7 +130,7 @@ def _snapshots(folder: Path, records: list[dict[str, Any]]) -> dict:
 
 
 def _read(paths: list[Path]) -> list[list[dict[str, Any]]]:
-    from serving.model.dataset import read_examples
+    from learning.dataset import read_examples
 
     parts = []
     for path in paths:
@@ -149,9 +149,10 @@ def cmd_model_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from serving.model.click_model import Architecture, TrainConfig, save_versioned
-    from serving.model.dataset import harmonise_keep_rate
-    from serving.model.trainer import train_click_model
+    from learning.dataset import harmonise_keep_rate
+    from learning.network import Architecture, TrainConfig
+    from learning.trainer import train_click_model
+    from serving.model.click_model import save_versioned
 
     records, keep_rate = harmonise_keep_rate(_read(args.examples))
     hidden = tuple(int(x) for x in args.hidden.split(",") if x.strip())
@@ -205,7 +206,7 @@ def cmd_model_evaluate(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from serving.model.click_model import ClickModel
-    from serving.model.trainer import evaluate_click_model
+    from learning.trainer import evaluate_click_model
 
     model = ClickModel.load(args.model)
     records = [r for part in _read(args.examples) for r in part]
@@ -326,7 +327,8 @@ def _http_json(url: str, body: dict[str, Any] | None = None, timeout_s: float = 
 
 
 def cmd_model_promote(args: argparse.Namespace) -> int:
-    from serving.model.canary import PROMOTE, PromotionRule, canary_report, render_report
+    from learning.canary import PromotionRule, canary_report, render_report
+    from serving.model.canary import PROMOTE
 
     service = args.service.rstrip("/")
     try:
@@ -367,7 +369,8 @@ def cmd_model_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_model_canary_report(args: argparse.Namespace) -> int:
-    from serving.model.canary import PROMOTE, PromotionRule, canary_report, render_report
+    from learning.canary import PromotionRule, canary_report, render_report
+    from serving.model.canary import PROMOTE
 
     try:
         served = _served_records(args.served)

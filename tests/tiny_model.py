@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from serving.model import synthetic
+from learning import synthetic
+from learning.network import Architecture, TrainConfig
+from learning.trainer import train_click_model
 from serving.model.ad_features import AdFeatureSnapshot
-from serving.model.click_model import Architecture, ClickModel, TrainConfig
-from serving.model.trainer import train_click_model
+from serving.model.click_model import ClickModel
 
 TINY = TrainConfig(epochs=2, batch_size=512, patience=1, architecture=Architecture(hidden=(16,)))
 

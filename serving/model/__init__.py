@@ -1,2 +1,3 @@
-"""The click model's serving side and its inputs: the versioned ad-feature snapshot, the learned model,
-its calibration, and the predictors the decision engine calls (in process or through the prediction service)."""
+"""The click model as it serves: the versioned ad-feature snapshot, the feature assembly, the saved bundle and
+its calibration, the pre-ranker's students and the predictors the decision engine calls (in process or through
+the prediction service). Never trains or fits anything (learning does) and never imports learning."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from core.errors import AdserveError
 from serving.model.ad_features import AdFeatureSnapshot
-from serving.model.dataset import ExampleTable
+from serving.model.examples import ExampleTable
 
 # The model's inputs: name -> (dtype, trailing shape as a function of the spec). Keep in step with
 # click_model.build.

@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from core.errors import BadRequest
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
-from serving.model.canary import routes_to_candidate
+from serving.model.canary import promotion_refusal, routes_to_candidate
 
 LOG = logging.getLogger("adserve.prediction")
 DEFAULT_PORT = 8090
@@ -321,8 +321,6 @@ class PredictionService:
         """Make the canary the current model, if the report's verdict allows it (see the module docstring);
         raises PromotionRefused with the reason otherwise. New requests route to the promoted model at once;
         a batch already queued for either arm is scored by it too."""
-        from serving.model.canary import promotion_refusal
-
         candidate, current = self.candidate, self.current
         refusal = promotion_refusal(report, version, None if candidate is None else candidate.model.version,
                                     current.model.version)

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from serving.decision.prediction import PredictionRequest, PriorPredictor
-from serving.model.canary import (HOLD, NOT_ENOUGH_DATA, PROMOTE, CanaryPredictor, PromotionRule, canary_hash,
-                                  canary_report, routes_to_candidate, routing_key)
+from learning.canary import PromotionRule, canary_report
+from serving.model.canary import (HOLD, NOT_ENOUGH_DATA, PROMOTE, CanaryPredictor, canary_hash, routes_to_candidate,
+                                  routing_key)
 
 RULE = PromotionRule(min_clicks=40)  # literal days are small: 40 clicks stand in for the default 1,600
 
@@ -210,7 +211,7 @@ def _write_day(folder: Path, records: list[dict], examples: list[dict]) -> list[
     import fastavro
 
     from schemas.codec import default_registry, plain_timestamps
-    from serving.model.dataset import write_examples
+    from learning.dataset import write_examples
 
     folder.mkdir(parents=True, exist_ok=True)
     schema = fastavro.parse_schema(plain_timestamps(default_registry().schema("ServedRecord")))

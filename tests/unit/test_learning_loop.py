@@ -10,7 +10,7 @@ import pytest
 from sim.learning_day import DAY, day_start_ms, make_world, simulate_day
 from core import training
 from serving.model.predictor import ModelPredictor
-from serving.model.trainer import evaluate_click_model, train_click_model
+from learning.trainer import evaluate_click_model, train_click_model
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_the_conversion_model_beats_the_constant_prior_and_is_calibrated_overall
 
 def test_the_predictor_serves_the_conversion_models_pcvr_to_conversion_bids_only(trained):
     from serving.decision.prediction import PredictionRequest
-    from serving.model.dataset import ExampleTable
+    from serving.model.examples import ExampleTable
     from serving.model.features import ad_table
 
     model, _ = trained

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from core.training import keeps_negative
-from serving.model import synthetic
-from serving.model.dataset import (ExamplesInvalid, ExampleTable, harmonise_keep_rate, keep_rate_of, read_examples,
-                                   validation_mask, write_examples)
+from learning import synthetic
+from learning.dataset import (ExamplesInvalid, harmonise_keep_rate, keep_rate_of, read_examples, validation_mask,
+                              write_examples)
+from serving.model.examples import ExampleTable
 from serving.model.features import (AD_NUMERIC, INDEX_INPUTS, FeatureSpec, FeatureMismatch, ad_table, example_inputs,
                                     packed_request_inputs, request_inputs, unpack)
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from core.training import recalibrate
-from serving.model.calibration import (LEVELS, Platt, SegmentCalibration, fit_platt, fit_segment_calibration,
-                                       logit, sigmoid)
-from serving.model.metrics import auc, base_rate, calibration_by_segment, entropy, log_loss, normalised_entropy
+from learning.calibration import fit_platt, fit_segment_calibration
+from learning.metrics import auc, base_rate, calibration_by_segment, entropy, log_loss, normalised_entropy
+from serving.model.calibration import LEVELS, Platt, SegmentCalibration, logit, sigmoid
 
 
 def test_log_loss_of_two_predictions_by_hand():

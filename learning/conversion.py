@@ -4,14 +4,15 @@ prices conversion (CPA) bids at bid x pCTR x pCVR (design: "Prediction service .
 
 Its examples are the joins' CONVERSION examples (core.training.conversion_example): one per clicked
 impression, label 1 when a conversion came within the conversion window, never down-sampled (clicks are
-few). The network is the click model's architecture (serving.model.click_model.build) on the same inputs
+few). The network is the click model's architecture (learning.network.build) on the same inputs
 and FeatureSpec with the slot position fixed at 1, trained unweighted with early stopping on a validation
 split by request id, then calibrated per segment (placement, country, billing type) on that split, as the
-click model is (serving.model.calibration; a segment needs min_conversions conversions and as many
+click model is (learning.calibration; a segment needs min_conversions conversions and as many
 non-conversions, else a coarser segment serves it).
 
 The baseline is the constant prior every ad had before (serving.decision.prerank.DEFAULT_CVR_PRIOR), and on a
-simulated day the oracle is the true conversion probability (truth_conversions.json)."""
+simulated day the oracle is the true conversion probability (truth_conversions.json). Reads and writes no
+files; never runs on the request path."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
@@ -19,10 +20,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from serving.decision.prerank import DEFAULT_CVR_PRIOR
-from serving.model import metrics
-from serving.model.calibration import SegmentCalibration, fit_segment_calibration
-from serving.model.click_model import ConversionModel, TrainConfig, build, fit, stderr_log
-from serving.model.dataset import ExampleTable, truth_column, validation_mask
+from learning import metrics
+from learning.calibration import fit_segment_calibration
+from learning.dataset import truth_column, validation_mask
+from learning.network import TrainConfig, build, fit, stderr_log
+from serving.model.calibration import SegmentCalibration
+from serving.model.click_model import ConversionModel
+from serving.model.examples import ExampleTable
 from serving.model.features import AdFeatureTable, FeatureSpec, conversion_inputs
 
 SEGMENTS = ("placement", "country", "billing_type")

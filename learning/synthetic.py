@@ -9,7 +9,8 @@ The true click probability has the shape of the simulated day's:
 
 so a priors-only predictor (the ad's ctr prior x position effect) cannot learn the user-ad interaction,
 the placement or the device, and a model of the logged features can. Negatives are down-sampled with
-core.training.keeps_negative at the keep rate and weighted 1 / w, as the real join does. Seeded."""
+core.training.keeps_negative at the keep rate and weighted 1 / w, as the real join does. Seeded; test and
+benchmark data only, never read by a serving process."""
 from __future__ import annotations
 
 import math

@@ -7,7 +7,7 @@ training side, fit the network unweighted on the down-sampled examples with earl
 validation side, then on the validation side (examples the network never trained on) correct for the
 down-sampling with q = p / (p + (1 - p) / w) and fit the per-segment calibration with sample weights.
 
-Both also handle the CONVERSION examples in the records, if any (serving.model.conversion): training fits
+Both also handle the CONVERSION examples in the records, if any (learning.conversion): training fits
 the bundle's conversion model on them, evaluation adds its figures under "conversion".
 
 evaluate_click_model: the model's calibrated predictions on other examples (a held-out day) against the
@@ -22,12 +22,16 @@ import numpy as np
 
 from serving.decision.prediction import position_effect
 from serving.decision.prerank import DEFAULT_CVR_PRIOR
-from serving.model import metrics
+from learning import metrics
+from learning.calibration import fit_segment_calibration
+from learning.conversion import evaluate_conversion_model, train_conversion_model
+from learning.dataset import ExamplesInvalid, by_task, truth_column, validation_mask
+from learning.network import TrainConfig, build, fit, stderr_log
+from learning.student import fit_conversion_student, fit_student
 from serving.model.ad_features import AdFeatureSnapshot
-from serving.model.calibration import SegmentCalibration, fit_segment_calibration
-from serving.model.student import fit_conversion_student, fit_student
-from serving.model.click_model import ClickModel, TrainConfig, build, fit, stderr_log
-from serving.model.dataset import ExamplesInvalid, ExampleTable, by_task, truth_column, validation_mask
+from serving.model.calibration import SegmentCalibration
+from serving.model.click_model import ClickModel
+from serving.model.examples import ExampleTable
 from serving.model.features import AdFeatureTable, FeatureSpec, ad_table, example_inputs
 
 SEGMENTS = ("placement", "country", "billing_type")
@@ -56,15 +60,10 @@ def priors_baseline(examples: ExampleTable, snapshots: Mapping[int, AdFeatureSna
     return np.clip(prior * position_effect(examples.slot_position), 0.0, 1.0)
 
 
-def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int, AdFeatureSnapshot],
-                      keep_rate: float, config: TrainConfig = TrainConfig(), *, validation_share: float = 0.3,
-                      min_segment_clicks: int = 50, min_segment_conversions: int = 30,
-                      log: Callable[[str], None] = stderr_log) -> ClickModel:
-    """A trained, calibrated ClickModel (unsaved) with its training metadata, and its conversion model when the
-    records hold enough CONVERSION examples."""
-    from serving.model.conversion import train_conversion_model
-
-    records, conversion_records = by_task(records)
+def _split(records: Sequence[dict[str, Any]], validation_share: float
+           ) -> tuple[ExampleTable, ExampleTable, ExampleTable, ExampleTable]:
+    """(every click example, those not scored on fallback, their training side, their validation side);
+    ExamplesInvalid when either side is too thin to train or calibrate on."""
     everything = ExampleTable.from_records(records)
     examples = everything.take(~everything.scored_by_fallback)
     validation = validation_mask(examples.request_id, validation_share)
@@ -72,6 +71,59 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
     if len(train) == 0 or train.positives == 0 or held.positives == 0 or held.positives == len(held):
         raise ExamplesInvalid(f"too few examples to train on: {len(train)} training rows with {train.positives} "
                               f"clicks, {len(held)} validation rows with {held.positives} clicks")
+    return everything, examples, train, held
+
+
+def _add_conversion_model(model: ClickModel, conversion_records: Sequence[dict[str, Any]], examples: ExampleTable,
+                          snapshots: Mapping[int, AdFeatureSnapshot], table: AdFeatureTable, config: TrainConfig, *,
+                          validation_share: float, min_segment_conversions: int, log: Callable[[str], None]) -> str:
+    """Train the bundle's conversion model and its student when there are conversion records; returns what the
+    bundle's pCVR is (the metadata's "pcvr")."""
+    if not conversion_records:
+        return f"no conversion examples: pCVR is the constant prior {DEFAULT_CVR_PRIOR}"
+    spec = model.spec
+    converted = ExampleTable.from_records(conversion_records)
+    model.conversion, pcvr = train_conversion_model(
+        converted, spec, _ad_tables(spec, converted, snapshots), config, validation_share=validation_share,
+        min_segment_conversions=min_segment_conversions, log=log)
+    if model.conversion is not None:
+        model.conversion.student = fit_conversion_student(spec, model.conversion, examples, table, seed=config.seed)
+        if model.conversion.student is not None:
+            log(f"conversion student: {model.conversion.student.fit_pairs:,} user x CPA-ad pairs, rms error of "
+                f"log pCVR {model.conversion.student.fit_rmse:.3f}")
+    return pcvr
+
+
+def _training_metadata(model: ClickModel, config: TrainConfig, history: Mapping[str, list[float]], *,
+                       everything: ExampleTable, examples: ExampleTable, train: ExampleTable, held: ExampleTable,
+                       snapshot_versions: Sequence[int], validation_metrics: Mapping[str, Any], pcvr: str,
+                       conversion_examples: int) -> dict[str, Any]:
+    """What a trained bundle's metadata.json says about its training run."""
+    architecture = config.architecture
+    return {
+        "keep_rate": model.keep_rate, "training_rows": len(train), "training_clicks": train.positives,
+        "validation_rows": len(held), "validation_clicks": held.positives,
+        "dropped_fallback_rows": len(everything) - len(examples), "snapshot_version": max(snapshot_versions),
+        "snapshot_versions": sorted(snapshot_versions), "epochs_run": len(history.get("loss", [])),
+        "best_val_loss": min(history.get("val_loss", [float("nan")])), "history": history,
+        "parameters": int(model.network.count_params()), "architecture": {
+            "embedding_dim": architecture.embedding_dim, "interaction_dim": architecture.interaction_dim,
+            "hidden": list(architecture.hidden)},
+        "train_config": {"epochs": config.epochs, "batch_size": config.batch_size,
+                         "learning_rate": config.learning_rate, "patience": config.patience, "seed": config.seed},
+        "validation_metrics": validation_metrics, "calibration_segments": len(model.calibration.coefficients),
+        "prerank_student": {"fit_pairs": model.student.fit_pairs, "fit_rmse_log_pctr": model.student.fit_rmse},
+        "cvr_prior": DEFAULT_CVR_PRIOR, "pcvr": pcvr, "conversion_examples": conversion_examples}
+
+
+def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int, AdFeatureSnapshot],
+                      keep_rate: float, config: TrainConfig = TrainConfig(), *, validation_share: float = 0.3,
+                      min_segment_clicks: int = 50, min_segment_conversions: int = 30,
+                      log: Callable[[str], None] = stderr_log) -> ClickModel:
+    """A trained, calibrated ClickModel (unsaved) with its training metadata, and its conversion model when the
+    records hold enough CONVERSION examples."""
+    records, conversion_records = by_task(records)
+    everything, examples, train, held = _split(records, validation_share)
     newest = int(examples.ad_snapshot_version.max())
     if newest not in snapshots:
         raise ExamplesInvalid(f"ad-feature snapshot v{newest} (the newest the examples name) is not loaded")
@@ -90,40 +142,19 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
         min_positives=min_segment_clicks, min_negatives=min_segment_clicks)
     calibrated = model.calibration.apply(corrected, held.placement, held.country, held.billing_type)
     model.student = fit_student(model, examples, tables[newest], seed=config.seed)
-    if conversion_records:
-        converted = ExampleTable.from_records(conversion_records)
-        model.conversion, pcvr = train_conversion_model(
-            converted, spec, _ad_tables(spec, converted, snapshots), config, validation_share=validation_share,
-            min_segment_conversions=min_segment_conversions, log=log)
-        if model.conversion is not None:
-            model.conversion.student = fit_conversion_student(spec, model.conversion, examples, tables[newest],
-                                                              seed=config.seed)
-            if model.conversion.student is not None:
-                log(f"conversion student: {model.conversion.student.fit_pairs:,} user x CPA-ad pairs, rms error of "
-                    f"log pCVR {model.conversion.student.fit_rmse:.3f}")
-    else:
-        pcvr = f"no conversion examples: pCVR is the constant prior {DEFAULT_CVR_PRIOR}"
+    pcvr = _add_conversion_model(model, conversion_records, examples, snapshots, tables[newest], config,
+                                 validation_share=validation_share, min_segment_conversions=min_segment_conversions,
+                                 log=log)
     log(f"pre-ranker student: {model.student.fit_pairs:,} user-ad pairs, rms error of log pCTR "
         f"{model.student.fit_rmse:.3f}")
     validation_metrics = {
         "model": metrics.summary(held.label, calibrated, held.sample_weight),
         "model_before_segment_calibration": metrics.summary(held.label, corrected, held.sample_weight),
         "priors_baseline": metrics.summary(held.label, priors_baseline(held, snapshots), held.sample_weight)}
-    model.metadata = {
-        "keep_rate": keep_rate, "training_rows": len(train), "training_clicks": train.positives,
-        "validation_rows": len(held), "validation_clicks": held.positives,
-        "dropped_fallback_rows": len(everything) - len(examples), "snapshot_version": newest,
-        "snapshot_versions": sorted(tables), "epochs_run": len(history.get("loss", [])),
-        "best_val_loss": min(history.get("val_loss", [float("nan")])), "history": history,
-        "parameters": int(network.count_params()), "architecture": {
-            "embedding_dim": config.architecture.embedding_dim,
-            "interaction_dim": config.architecture.interaction_dim, "hidden": list(config.architecture.hidden)},
-        "train_config": {"epochs": config.epochs, "batch_size": config.batch_size,
-                         "learning_rate": config.learning_rate, "patience": config.patience, "seed": config.seed},
-        "validation_metrics": validation_metrics, "calibration_segments": len(model.calibration.coefficients),
-        "prerank_student": {"fit_pairs": model.student.fit_pairs, "fit_rmse_log_pctr": model.student.fit_rmse},
-        "cvr_prior": DEFAULT_CVR_PRIOR, "pcvr": pcvr,
-        "conversion_examples": len(conversion_records)}
+    model.metadata = _training_metadata(
+        model, config, history, everything=everything, examples=examples, train=train, held=held,
+        snapshot_versions=list(tables), validation_metrics=validation_metrics, pcvr=pcvr,
+        conversion_examples=len(conversion_records))
     return model
 
 
@@ -134,9 +165,7 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
     """NE, log loss, AUC and calibration per segment of the model, beside the baselines (see the module
     docstring). calibration_min/max are over segments with at least min_segment_clicks clicks (raw clicks:
     a ratio over n clicks is only good to about +-2/sqrt(n)). With CONVERSION examples and a conversion
-    model, "conversion" holds serving.model.conversion.evaluate_conversion_model's figures (None otherwise)."""
-    from serving.model.conversion import evaluate_conversion_model
-
+    model, "conversion" holds learning.conversion.evaluate_conversion_model's figures (None otherwise)."""
     records, conversion_records = by_task(records)
     examples = ExampleTable.from_records(records)
     if len(examples) == 0 or examples.positives == 0:
@@ -168,24 +197,34 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
             model.conversion, model.spec, converted, _ad_tables(model.spec, converted, snapshots),
             conversion_truth, min_segment_conversions=min_segment_conversions)
     if truth is not None:
-        oracle = truth_column(examples.impression_id, truth, "truth")
-        result["ne_oracle"] = metrics.normalised_entropy(y, oracle, w)
-        result["auc_oracle"] = metrics.auc(y, oracle, w)
-        result["calibration_oracle"] = float((w * oracle).sum() / max((w * y).sum(), 1e-12))
-        # The true probabilities' own spread over the same segments: how far from 1.0 the counts alone put a
-        # perfectly calibrated predictor, the yardstick for calibration_min/max.
-        oracle_segments = metrics.calibration_by_segment(y, oracle, w, {n: getattr(examples, n) for n in SEGMENTS})
-        judged_oracle = [s["ratio"] for s in oracle_segments if s["clicks"] >= min_segment_clicks]
-        result["calibration_oracle_min"] = min(judged_oracle) if judged_oracle else None
-        result["calibration_oracle_max"] = max(judged_oracle) if judged_oracle else None
-        # Predicted over EXPECTED clicks (the sum of the true probabilities), per segment: the model's own
-        # calibration error without the counts' noise, which only a simulation can measure.
-        expected = metrics.calibration_by_segment(oracle, predicted, w, {n: getattr(examples, n) for n in SEGMENTS})
-        clicks_in = {tuple(s["segment"].values()): s["clicks"] for s in segments}
-        judged_expected = [s["ratio"] for s in expected
-                           if clicks_in.get(tuple(s["segment"].values()), 0) >= min_segment_clicks]
-        result["calibration_expected"] = float((w * predicted).sum() / max((w * oracle).sum(), 1e-12))
-        result["calibration_expected_min"] = min(judged_expected) if judged_expected else None
-        result["calibration_expected_max"] = max(judged_expected) if judged_expected else None
-        result["segments_expected"] = expected
+        result.update(_oracle_figures(examples, predicted, segments, truth, min_segment_clicks))
     return result
+
+
+def _oracle_figures(examples: ExampleTable, predicted: np.ndarray, segments: Sequence[Mapping[str, Any]],
+                    truth: Mapping[str, float], min_segment_clicks: int) -> dict[str, Any]:
+    """The figures only a simulated day has (the true click probability of each impression): the oracle's
+    NE, AUC and calibration, and the model's calibration against expected rather than observed clicks."""
+    y, w = examples.label, examples.sample_weight
+    figures: dict[str, Any] = {}
+    oracle = truth_column(examples.impression_id, truth, "truth")
+    figures["ne_oracle"] = metrics.normalised_entropy(y, oracle, w)
+    figures["auc_oracle"] = metrics.auc(y, oracle, w)
+    figures["calibration_oracle"] = float((w * oracle).sum() / max((w * y).sum(), 1e-12))
+    # The true probabilities' own spread over the same segments: how far from 1.0 the counts alone put a
+    # perfectly calibrated predictor, the yardstick for calibration_min/max.
+    oracle_segments = metrics.calibration_by_segment(y, oracle, w, {n: getattr(examples, n) for n in SEGMENTS})
+    judged_oracle = [s["ratio"] for s in oracle_segments if s["clicks"] >= min_segment_clicks]
+    figures["calibration_oracle_min"] = min(judged_oracle) if judged_oracle else None
+    figures["calibration_oracle_max"] = max(judged_oracle) if judged_oracle else None
+    # Predicted over EXPECTED clicks (the sum of the true probabilities), per segment: the model's own
+    # calibration error without the counts' noise, which only a simulation can measure.
+    expected = metrics.calibration_by_segment(oracle, predicted, w, {n: getattr(examples, n) for n in SEGMENTS})
+    clicks_in = {tuple(s["segment"].values()): s["clicks"] for s in segments}
+    judged_expected = [s["ratio"] for s in expected
+                       if clicks_in.get(tuple(s["segment"].values()), 0) >= min_segment_clicks]
+    figures["calibration_expected"] = float((w * predicted).sum() / max((w * oracle).sum(), 1e-12))
+    figures["calibration_expected_min"] = min(judged_expected) if judged_expected else None
+    figures["calibration_expected_max"] = max(judged_expected) if judged_expected else None
+    figures["segments_expected"] = expected
+    return figures

@@ -7,16 +7,16 @@ down-sampled evaluates as the full population it stands for. Pure numpy.
   lower is better, and it does not move with the base rate the way raw log loss does.
 - AUC: the weighted probability that a random click scores above a random non-click, ties counting half.
 - calibration: predicted over observed clicks (sum of w p over sum of w y), per segment; 1.0 is calibrated,
-  and the design alerts outside 0.95-1.05."""
+  and the design alerts outside 0.95-1.05.
+
+Never runs on the request path; reads no files."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
-from core.arrays import distinct_keys
-
-EPSILON = 1e-7
+from serving.model.calibration import EPSILON, segment_codes
 
 
 def _weights(labels: np.ndarray, weights) -> np.ndarray:
@@ -58,13 +58,6 @@ def auc(labels, scores, weights=None) -> float:
         return float("nan")
     negatives_below = np.cumsum(negative) - negative
     return float((positive * (negatives_below + 0.5 * negative)).sum() / (total_positive * total_negative))
-
-
-def segment_codes(columns: Sequence[np.ndarray]) -> tuple[list[tuple[str, ...]], np.ndarray]:
-    """The distinct keys (as strings) of several equally long key columns, and each row's key number."""
-    if not columns:
-        raise ValueError("segment_codes needs at least one column")
-    return distinct_keys([np.asarray(column).astype(str) for column in columns])
 
 
 def summary(labels, predictions, weights=None) -> dict[str, float]:
