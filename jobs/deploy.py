@@ -39,7 +39,7 @@ class JobSpec:
 
 
 JOBS: dict[str, JobSpec] = {
-    "event_counts": JobSpec("event_counts", "jobs.event_counts",
+    "event_counts": JobSpec("event_counts", "jobs.event_counts.main",
                             "smoke job: events per campaign and minute, ad.events -> ops.event_counts"),
     "index_builder": JobSpec("index_builder", "jobs.index_builder.main",
                              "campaign store changes (cdc.public.*) -> serving.ads, serving.campaigns"),
@@ -47,7 +47,7 @@ JOBS: dict[str, JobSpec] = {
                              "spend, campaigns, ads, billed spend -> budget.state, budget.leases, Redis pacing:*"),
     "click_aggregator": JobSpec("click_aggregator", "jobs.click_aggregator.main",
                                 "ad.events, campaigns -> deduplicated, tagged, billed: billing.billed_spend"),
-    "archiver": JobSpec("archiver", "jobs.archiver",
+    "archiver": JobSpec("archiver", "jobs.archiver.main",
                         "ad.served, ad.events, billing, campaigns, training examples -> hourly Avro container "
                         "files (the archive)"),
     "training_join": JobSpec("training_join", "jobs.training_join.main",

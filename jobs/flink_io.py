@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from core.dead_letters import from_corrupt
-from core.errors import AdserveError, CorruptRecord, ShardCountChanged
+from core.errors import AdserveError, CorruptRecord, InvalidSettings, ShardCountChanged
 
 BYTES_ROW_FIELDS = ["k", "v"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -263,7 +263,7 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
     if settings.startup_mode == "specific-offsets":
         pairs = [p.split(":") for p in settings.start_offsets.split(",") if p]
         if not pairs:
-            raise ValueError("--startup-mode specific-offsets needs --start-offsets partition:offset,...")
+            raise InvalidSettings("--startup-mode specific-offsets needs --start-offsets partition:offset,...")
         options["scan.startup.specific-offsets"] = ";".join(f"partition:{p},offset:{o}" for p, o in pairs)
     if settings.bounded:
         options["scan.bounded.mode"] = "latest-offset"

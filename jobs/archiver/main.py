@@ -1,0 +1,79 @@
+"""Entry point of `archiver`: flags and environment -> ArchiverSettings, printed, then the job runs.
+
+    adserve jobs deploy archiver -- --archive-dir /data/archive
+    (any Flink file system URI works: file://, s3://, gs://, hdfs://)"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_environment, describe, fetched_jar, parse,
+                           platform_home, settings_from_args)
+from schemas import topics
+
+JOB_NAME = "archiver"
+LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
+DEFAULT_TOPICS = (topics.AD_SERVED, topics.AD_EVENTS, topics.AD_CONVERSIONS, topics.BILLED_SPEND,
+                  topics.SERVING_CAMPAIGNS, topics.TRAINING_EXAMPLES)
+
+
+@dataclass(frozen=True)
+class ArchiverSettings:
+    """Everything the job takes: the Kafka plumbing, what to archive, where, and when an hour is complete."""
+
+    kafka: KafkaJobSettings
+    archive_uri: str
+    topics: tuple[str, ...]
+    avro_jar: str
+    out_of_orderness_ms: int = 2000
+    idle_timeout_ms: int = 2000
+    commit_delay_s: int = 60
+
+
+def archive_uri(archive: str) -> str:
+    """A Flink file system URI as it is, a local folder as its file:// URI."""
+    return archive if "://" in archive else Path(archive).resolve().as_uri()
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> ArchiverSettings:
+    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, JOB_NAME)
+    parser.add_argument("--archive-dir", default=os.environ.get("ADSERVE_ARCHIVE_DIR", ""),
+                        help="where the files go: a local folder or a Flink file system URI "
+                             "(default: ADSERVE_ARCHIVE_DIR or the local platform's archive folder)")
+    parser.add_argument("--topics", default=",".join(DEFAULT_TOPICS),
+                        help=f"comma-separated topics to archive (default {','.join(DEFAULT_TOPICS)})")
+    parser.add_argument("--avro-jar", default=os.environ.get("ADSERVE_FLINK_AVRO_JAR", ""),
+                        help="path of flink-sql-avro (default: ADSERVE_FLINK_AVRO_JAR or the one `adserve up` "
+                             "fetched)")
+    parser.add_argument("--out-of-orderness-ms", type=int, default=2000)
+    parser.add_argument("--idle-timeout-ms", type=int, default=2000,
+                        help="a partition quiet this long stops holding the hour's commit back")
+    parser.add_argument("--commit-delay-s", type=int, default=60,
+                        help="an hour's _SUCCESS file waits this long past the hour's end in event time")
+    args = parse(parser, argv)
+    return ArchiverSettings(
+        settings_from_args(args, JOB_NAME), archive_uri(args.archive_dir or str(platform_home() / "archive")),
+        tuple(t.strip() for t in args.topics.split(",") if t.strip()), args.avro_jar or fetched_jar("avro"),
+        out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms,
+        commit_delay_s=args.commit_delay_s)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from jobs.archiver.topology import build
+
+    settings = parse_settings(argv)
+    logging.basicConfig(level=logging.INFO)
+    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
+    env, t_env = create_environment(settings.kafka, extra_jars=[Path(settings.avro_jar)])
+    build(t_env, settings)
+    env.execute(JOB_NAME)
+
+
+if __name__ == "__main__":
+    main()
