@@ -21,10 +21,11 @@ import sys
 from typing import Any, TextIO
 
 from core.auction import BID_TYPES, Candidate, run_auction
+from core.errors import AdserveError
 from core.reserves import PLATFORM_TERMS
 
 
-class InputError(ValueError):
+class InputError(AdserveError, ValueError):
     pass
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Generator, Iterable, Mapping
 
 from core.auction import charge_per_event
-from core.errors import AdserveError, CorruptRecord
+from core.errors import AdserveError, CorruptRecord, InvalidArgument
 from core.replay import explain_winner
 
 UNIT = {"cpm": "per thousand impressions", "cpc": "per click", "cpa": "per conversion"}
@@ -42,7 +42,7 @@ def request_id_of(impression_id: str) -> str:
     """The request part of an impression id ("{request_id}:{slot}"); raises ValueError for another shape."""
     request_id, sep, slot = impression_id.rpartition(":")
     if not sep or not request_id or not slot.isdigit():
-        raise ValueError(f"{impression_id!r} is not an impression id (expected REQUEST_ID:SLOT, e.g. 4f2a...:1)")
+        raise InvalidArgument(f"{impression_id!r} is not an impression id (expected REQUEST_ID:SLOT, e.g. 4f2a...:1)")
     return request_id
 
 

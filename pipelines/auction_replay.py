@@ -39,6 +39,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from core.errors import InvalidSettings
 from core.replay import RequestComparison, ReservePolicy, compare_request
 from pipelines.avro_files import (add_served_log_arguments, count_of, of_days, output_folder, read_records,
                                   served_log_files)
@@ -59,7 +60,7 @@ def parse_reserves(overrides: Iterable[str], default_micros: int | None = None) 
         where, sep, micros = text.partition("=")
         placement, _, country = where.strip().partition("/")
         if not sep or not placement or not micros.strip().lstrip("-").isdigit() or int(micros) < 0:
-            raise ValueError(f"--reserve {text!r}: expected PLACEMENT=MICROS or PLACEMENT/COUNTRY=MICROS, "
+            raise InvalidSettings(f"--reserve {text!r}: expected PLACEMENT=MICROS or PLACEMENT/COUNTRY=MICROS, "
                              "e.g. feed=30000 or feed/US=40000")
         if country:
             by_country[(placement, country.strip().upper())] = int(micros)

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 from typing import Any
 
+from core.errors import InvalidSettings
 from schemas import SCHEMA_DIR
 
 
@@ -98,7 +99,7 @@ def day_range(first: str, last: str) -> list[str]:
     """The UTC days from first to last inclusive (YYYY-MM-DD); ValueError when last is before first."""
     start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
     if end < start:
-        raise ValueError(f"--to-day {last} is before --from-day {first}")
+        raise InvalidSettings(f"--to-day {last} is before --from-day {first}")
     return [(start + dt.timedelta(days=d)).isoformat() for d in range((end - start).days + 1)]
 
 

@@ -13,11 +13,13 @@ from typing import Any, Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from core.errors import AdserveError
+
 LOG = logging.getLogger("adserve.kafka")
 DEFAULT_TIMEOUT_S = 10.0
 
 
-class KafkaCallTimeout(TimeoutError):
+class KafkaCallTimeout(AdserveError, TimeoutError):
     """A Kafka call did not finish within its deadline (is the broker up?)."""
 
 

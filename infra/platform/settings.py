@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping
 
+from core.errors import InvalidSettings
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,7 +45,7 @@ class PlatformSettings:
             try:
                 overrides[f.name] = kind(raw)
             except ValueError as exc:
-                raise ValueError(f"ADSERVE_{f.name.upper()}={raw!r} is not a valid {kind.__name__}") from exc
+                raise InvalidSettings(f"ADSERVE_{f.name.upper()}={raw!r} is not a valid {kind.__name__}") from exc
         return cls(home=home, **overrides)  # type: ignore[arg-type]
 
     # Folders -----------------------------------------------------------------

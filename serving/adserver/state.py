@@ -26,7 +26,7 @@ import numpy as np
 from confluent_kafka import KafkaError, TopicPartition
 
 from core.dead_letters import from_corrupt
-from core.errors import CorruptRecord
+from core.errors import CorruptRecord, TopicMissing
 from core.leases import LEASE_LIFETIME_MS, LeaseBook
 from core.reserves import ReserveBook, reserve_rule, rule_key
 from core.targeting import Targeting
@@ -261,7 +261,7 @@ class TopicFollower(threading.Thread):
             metadata = cons.list_topics(timeout=10)
             for topic in (*STATE_TOPICS, LEASE_TOPIC):
                 if topic not in metadata.topics:
-                    raise RuntimeError(f"topic {topic} does not exist: run `adserve up` first")
+                    raise TopicMissing(f"topic {topic} does not exist: run `adserve up` first")
                 for p in metadata.topics[topic].partitions:
                     if topic == LEASE_TOPIC:
                         since = int((self.clock() * 1000) - LEASE_LIFETIME_MS)

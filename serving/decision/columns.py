@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.errors import CapacityExceeded, InvalidArgument
+
 
 class Column:
     """A numpy array that grows by doubling; `view` is the used prefix."""
@@ -40,7 +42,7 @@ class StringArena:
     def set(self, row: int, value: str) -> None:
         data = value.encode()
         if len(data) > 65535:
-            raise ValueError("string longer than 65,535 bytes")
+            raise CapacityExceeded("a string column holds at most 65,535 bytes per value")
         self.offsets.ensure(row + 1)
         self.lengths.ensure(row + 1)
         self.offsets.data[row] = len(self.buffer)
@@ -52,7 +54,7 @@ class StringArena:
         encoded = [v.encode() for v in values]
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         if len(lengths) and lengths.max() > 65535:
-            raise ValueError("string longer than 65,535 bytes")
+            raise CapacityExceeded("a string column holds at most 65,535 bytes per value")
         self.offsets.ensure(len(values))
         self.lengths.ensure(len(values))
         self.offsets.data[:len(values)] = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(values) else []
@@ -91,7 +93,7 @@ class IdMap:
     def bulk(self, ids: np.ndarray, rows: np.ndarray) -> None:
         ids, rows = np.asarray(ids, dtype=np.int64), np.asarray(rows, dtype=np.int32)
         if len(np.unique(ids)) != len(ids):
-            raise ValueError("duplicate ids")
+            raise InvalidArgument("duplicate ids in a bulk id map")
         self.count, self.recent = len(ids), {}
         if not len(ids) or (ids.min() >= 0 and self._dense_enough(int(ids.max()), len(ids))):
             self.direct = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int32)

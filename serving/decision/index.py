@@ -35,6 +35,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from core.arrays import distinct_keys
+from core.errors import CapacityExceeded
 from core.targeting import NARROW_ATTRIBUTES, Targeting
 from serving.decision import kernels
 from serving.decision.columns import Column, IdMap, RowTable, StringArena
@@ -194,7 +195,7 @@ class TargetingIndex:
             if slot is None:
                 slot = self.slots[attribute] = len(self.slots)
                 if slot >= kernels.MAX_SLOTS:
-                    raise ValueError(f"more than {kernels.MAX_SLOTS} targeting attributes")
+                    raise CapacityExceeded(f"more than {kernels.MAX_SLOTS} targeting attributes")
             self.term_bits.data[term] = kernels.constrained_bit(slot)
             self.hit_bits.data[term] = kernels.hit_bit(slot)
 
@@ -258,7 +259,7 @@ class TargetingIndex:
         """Entries of every broad row at once (from_columns): the same entries _index adds one by one."""
         n = self.size
         if self.term_arena_used > MAX_TERM_ARENA:
-            raise ValueError("term arena beyond 2**32 terms: too many ads for one index")
+            raise CapacityExceeded("term arena beyond 2**32 terms: too many ads for one index")
         key_attribute = np.array([KEY_ATTRIBUTES.index(attribute) if attribute in KEY_ATTRIBUTES and not excluded
                                   else -1 for attribute, _, excluded in term_keys], dtype=np.int8)
         sigs, check_counts = self._check_layout(0, n)
@@ -366,7 +367,7 @@ class TargetingIndex:
             self.narrow.add(row)
         start = self.term_arena_used
         if start + len(term_ids) > MAX_TERM_ARENA:
-            raise ValueError("term arena beyond 2**32 terms: compact or rebuild the index")
+            raise CapacityExceeded("term arena beyond 2**32 terms: compact or rebuild the index")
         self.term_arena.ensure(start + len(term_ids))
         self.term_arena.data[start: start + len(term_ids)] = term_ids
         self.term_arena_used += len(term_ids)

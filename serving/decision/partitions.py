@@ -23,6 +23,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from core.errors import CapacityExceeded
 from core.targeting import CLOSED_VOCABULARIES
 
 KEY_ATTRIBUTES = ("location", "placement", "language")
@@ -51,7 +52,7 @@ class SigLayout:
                 self.value_bit[(attribute, value)] = 1 << bit
                 bit += 1
         if bit > 31:
-            raise ValueError(f"closed vocabularies need {bit} sig bits; 31 are available")
+            raise CapacityExceeded(f"closed vocabularies need {bit} sig bits; 31 are available")
 
     def masks(self, terms: Mapping[str, frozenset[str]]) -> np.ndarray:
         out = np.empty(len(self.attributes), dtype=np.uint32)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.errors import InvalidSettings
 from serving.decision.index import TargetingIndex
 
 DEFAULT_KEEP = 200
@@ -128,5 +129,5 @@ def load_weights(path) -> np.ndarray:
     named = json.loads(Path(path).read_text())
     unknown = sorted(set(named) - set(FEATURES))
     if unknown:
-        raise ValueError(f"{path}: unknown pre-ranker features {unknown}; known: {list(FEATURES)}")
+        raise InvalidSettings(f"{path}: unknown pre-ranker features {unknown}; known: {list(FEATURES)}")
     return np.array([float(named.get(name, 0.0)) for name in FEATURES], dtype=np.float32)

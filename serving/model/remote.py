@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from core.errors import AdserveError
+from core.errors import AdserveError, InvalidSettings
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
 from serving.model.canary import routing_key
 
@@ -38,7 +38,7 @@ class RemotePredictor:
     def __init__(self, url: str):
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"prediction service URL must look like http://HOST:PORT, got {url!r}")
+            raise InvalidSettings(f"prediction service URL must look like http://HOST:PORT, got {url!r}")
         self.url = url.rstrip("/")
         self.host, self.port = parts.hostname, parts.port or 80
         self.path = parts.path.rstrip("/") + SCORE_PATH

@@ -42,7 +42,7 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from core.errors import BadRequest
+from core.errors import AdserveError, BadRequest, InvalidSettings
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
 from serving.model.canary import promotion_refusal, routes_to_candidate
 
@@ -260,7 +260,7 @@ def _resolve(pairs: list[tuple[asyncio.Future, Any]]) -> None:
 
 # ------------------------------------------------------------------------------------------ the service
 
-class PromotionRefused(Exception):
+class PromotionRefused(AdserveError):
     """A promotion the canary's report does not allow."""
 
 
@@ -303,9 +303,9 @@ class PredictionService:
                  clock: Callable[[], float] = time.perf_counter):
         self.config = config or ServiceConfig()
         if candidate is None and self.config.canary_share > 0:
-            raise ValueError("a canary share needs a candidate model")
+            raise InvalidSettings("a canary share needs a candidate model")
         if candidate is not None and candidate.model.version == current.model.version:
-            raise ValueError(f"the candidate has the current model's version {current.model.version}: the served "
+            raise InvalidSettings(f"the candidate has the current model's version {current.model.version}: the served "
                              f"log could not tell the arms apart")
         self.current, self.candidate, self.clock = current, candidate, clock
         self.metrics = Metrics()
