@@ -1,28 +1,9 @@
 """One campaign's budget as the budget job keeps it: committed spend, the day's plan, p, slices. Pure.
 
-`PacerState` is the whole keyed state of one campaign (stored in Flink as a
-`PacerState` Avro record, schemas/pacer_state.avsc); the functions below are
-the job's only logic, each `(state, input) -> outputs` with the instant as a
-parameter:
-
-* `on_campaign`   a serving.campaigns record (budget, status, time zone, bid type)
-* `on_ads`        the campaign's live ads changed (serving.ads): where they serve, what they are worth
-* `on_spend`      the deduplicated expected spend of one 10 s window (reduced in the JVM)
-* `on_server_spend` one server's spend on a metered campaign in a 1 s window (slices)
-* `on_billed`     billed totals from the click aggregator (replace estimates)
-* `step`          every 10 s of event time: the day's rollover, the controller, the budget state
-
-Committed spend = billed so far + expected cost reported for windows that
-billing may not cover yet (ending after the billed instant minus
-`BILLING_SETTLE_MS`) + what expired slices did not report (counted as spent
-until billing covers them). An estimate therefore lives for minutes, not all
-day; with no billing yet today every estimate counts. Committed spend is what
-the budget states (open, metered, stopped) are decided on.
-
-The controller paces money: it reads expected cost x the campaign's level
-(billed / expected over what billing covers, `PacerState.level`), and spreads
-billing's luck (what the level does not explain) over the rest of the plan
-instead of closing it with the loop's gap (docs/pacing.md)."""
+`PacerState` is the whole keyed state of one campaign (schemas/pacer_state.avsc); `on_campaign`, `on_ads`,
+`on_spend`, `on_server_spend`, `on_billed` and `step` change it, each with the instant as a parameter, and
+core.budget_events applies them to the job's events. Committed spend, the level and billing's luck:
+docs/pacing.md, "The rules"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
