@@ -38,11 +38,13 @@ def campaign_ads() -> MapStateDescriptor:
 
 
 def late_reports() -> MapStateDescriptor:
-    """Late spend reports seen (core.spend.report_key as text), each kept LATE_REPORT_TTL by Flink's state TTL."""
+    """Late spend reports seen (core.spend.report_key as text), each kept LATE_REPORT_TTL by Flink's state TTL.
+    An expired key not yet cleaned up still reads as seen (the safe direction: a report counts at most once);
+    PyFlink turns its state cache off for every state of the operator when a TTL never returns expired keys."""
     descriptor = MapStateDescriptor("late_reports", Types.STRING(), Types.BOOLEAN())
     descriptor.enable_time_to_live(StateTtlConfig.new_builder(LATE_REPORT_TTL)
                                    .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
-                                   .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
+                                   .set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
                                    .build())
     return descriptor
 

@@ -199,3 +199,12 @@ def test_an_ad_change_is_kept_as_typed_rows_and_read_back_the_same():
 def test_the_row_layout_is_the_jvm_operators():
     declared = re.search(r"OUTPUT_FIELDS = \{(.*?)\};", SPEND_WINDOWS_JAVA.read_text(), re.S).group(1)
     assert ROW_FIELDS == re.findall(r'"(\w+)"', declared)
+
+
+def test_late_report_keys_expire_by_flinks_state_ttl_without_turning_the_state_cache_off():
+    from pyflink.datastream.state import StateTtlConfig
+
+    ttl = pacer_state.late_reports()._ttl_config
+    assert ttl.get_ttl().to_milliseconds() == 3_600_000
+    assert ttl.get_update_type() == StateTtlConfig.UpdateType.OnCreateAndWrite
+    assert ttl.get_state_visibility() == StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
