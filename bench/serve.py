@@ -79,14 +79,15 @@ def _seed_users(vocab_audiences: int) -> None:
 
     from sim.synthetic import AGE_BANDS, GENDERS, INTERESTS
     from infra.platform import PlatformSettings
+    from streams import redis_keys
 
     s = PlatformSettings.from_env()
     client = redis.Redis(host=s.host, port=s.redis_port)
     rng = random.Random(11)
     pipe = client.pipeline(transaction=False)
     for u in range(USERS):
-        pipe.delete(f"fc:bench-{u}")
-        pipe.hset(f"user:bench-{u}", mapping={
+        pipe.delete(redis_keys.frequency_record(f"bench-{u}"))
+        pipe.hset(redis_keys.user_profile(f"bench-{u}"), mapping={
             "age_band": rng.choice(AGE_BANDS), "gender": rng.choice(GENDERS),
             "interests": ",".join(f"i{rng.randrange(INTERESTS)}" for _ in range(rng.randint(15, 25))),
             "audiences": ",".join(f"a{rng.randrange(vocab_audiences)}" for _ in range(rng.randint(5, 10))),

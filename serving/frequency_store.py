@@ -1,4 +1,5 @@
-"""The user context in Redis: profiles (`user:{id}`) and frequency records (`fc:{id}`).
+"""The user context in Redis: profiles (`user:{id}`) and frequency records (`fc:{id}`), keys built by
+streams.redis_keys (formats in docs/storage.md).
 
 Profile hash fields (all optional): age_band, gender, locations (comma
 separated, e.g. "US/CA/San Francisco"), interests (comma separated),
@@ -27,6 +28,7 @@ from redis.exceptions import RedisError
 
 from core.frequency import MAX_FIELDS, RECORD_TTL_MS, WEEK_DAYS, field_name, parse_record
 from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE
+from streams import redis_keys
 
 # KEYS[1] = fc:{user}; ARGV = today, ttl_ms, max_fields, field...
 # Same rule as core.frequency.fields_to_drop (a test checks them against each other).
@@ -119,8 +121,8 @@ class UserStore:
         """Profile and frequency record in parallel, within the read deadline."""
         if not user_id:
             return UserContext()
-        profile_task = asyncio.ensure_future(self.redis.hgetall(f"user:{user_id}"))
-        fc_task = asyncio.ensure_future(self.redis.hgetall(f"fc:{user_id}"))
+        profile_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.user_profile(user_id)))
+        fc_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.frequency_record(user_id)))
         done, pending = await asyncio.wait({profile_task, fc_task}, timeout=self.read_timeout_s)
         for task in pending:
             task.cancel()
@@ -141,15 +143,15 @@ class UserStore:
     async def record_served(self, user_id: str, campaign_ids: list[int], today: int) -> int:
         """Count one serve per campaign today; returns the record's field count."""
         fields = [field_name(c, today) for c in campaign_ids]
-        return int(await self._record(keys=[f"fc:{user_id}"],
+        return int(await self._record(keys=[redis_keys.frequency_record(user_id)],
                                       args=[today, RECORD_TTL_MS, self.max_fields, *fields]))
 
     async def put_profile(self, user_id: str, profile: dict[str, str]) -> None:
-        await self.redis.hset(f"user:{user_id}", mapping=profile)
+        await self.redis.hset(redis_keys.user_profile(user_id), mapping=profile)
 
     async def delete_user(self, user_id: str) -> int:
         """Remove the profile and the frequency record; returns how many keys existed."""
-        return int(await self.redis.delete(f"user:{user_id}", f"fc:{user_id}"))
+        return int(await self.redis.delete(redis_keys.user_profile(user_id), redis_keys.frequency_record(user_id)))
 
     async def close(self) -> None:
         await self.redis.aclose()

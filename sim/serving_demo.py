@@ -32,7 +32,7 @@ from core.spend import SpendDedupe
 from core.tokens import TokenKeys
 from infra.platform import PlatformSettings
 from schemas.codec import AvroCodec
-from streams import kafka
+from streams import kafka, redis_keys
 from sim.tokens import token_keys_from_env
 
 COUNTRIES = ["US", "GB", "DE", "FR", "CA"]
@@ -254,9 +254,10 @@ def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int
     client = redis.Redis(host=settings.host, port=settings.redis_port)
     pipe = client.pipeline(transaction=False)
     for u in range(users):
-        pipe.delete(f"fc:demo-user-{u}")
-        pipe.hset(f"user:demo-user-{u}", mapping={"interests": ",".join(rng.sample(INTERESTS, 6)),
-                                                  "age_band": rng.choice(["18-24", "25-34", "35-44"])})
+        pipe.delete(redis_keys.frequency_record(f"demo-user-{u}"))
+        pipe.hset(redis_keys.user_profile(f"demo-user-{u}"),
+                  mapping={"interests": ",".join(rng.sample(INTERESTS, 6)),
+                           "age_band": rng.choice(["18-24", "25-34", "35-44"])})
     pipe.execute()
     starts = {t: kafka.end_offsets(bootstrap, t) for t in ("ad.served", "ad.events", "budget.spend")}
     report = ServingReport()

@@ -12,8 +12,8 @@ Storage format (one hash per campaign, kept 3 days after its last write):
       updated_ms        event time of the latest step
       m:{MMMM}          one per local minute (0000-1439): "target,committed,p,state" at its last step
 
-A new budget day replaces the hash. Writes are batched into pipelines (one
-round trip for many campaigns); the budget job is the only writer."""
+Keys and field names come from streams.redis_keys (docs/storage.md). A new budget day replaces the hash.
+Writes are batched into pipelines (one round trip for many campaigns); the budget job is the only writer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,11 +21,9 @@ from typing import Any, Iterable
 
 import redis
 
+from streams import redis_keys
+
 TTL_S = 3 * 86_400
-
-
-def pacing_key(campaign_id: int) -> str:
-    return f"pacing:{campaign_id}"
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ class PacingStore:
         pipe = self.client.pipeline(transaction=False)
         n = 0
         for point in points:
-            key = pacing_key(int(point["campaign_id"]))
+            key = redis_keys.pacing(int(point["campaign_id"]))
             if self._days.get(int(point["campaign_id"])) != point["budget_day"]:
                 current = self.client.hget(key, "day")
                 if current is not None and current.decode() != point["budget_day"]:
@@ -73,7 +71,7 @@ class PacingStore:
                 "p": f"{point['participation_probability']:.4f}", "target_micros": point["target_micros"],
                 "committed_micros": point["committed_micros"], "billed_micros": point["billed_micros"],
                 "updated_ms": point["event_time"],
-                f"m:{minute:04d}": f"{point['target_micros']},{point['committed_micros']},"
+                redis_keys.pacing_minute_field(minute): f"{point['target_micros']},{point['committed_micros']},"
                                    f"{point['participation_probability']:.4f},{point['state']}"})
             pipe.expire(key, TTL_S)
             n += 1
@@ -82,15 +80,16 @@ class PacingStore:
         return n
 
     def read(self, campaign_id: int) -> PacingDay | None:
-        raw = self.client.hgetall(pacing_key(campaign_id))
+        raw = self.client.hgetall(redis_keys.pacing(campaign_id))
         if not raw:
             return None
         fields = {k.decode(): v.decode() for k, v in raw.items()}
         points = []
         for name, value in sorted(fields.items()):
-            if name.startswith("m:"):
+            minute = redis_keys.pacing_minute_of(name)
+            if minute is not None:
                 target, committed, p, state = value.split(",")
-                points.append(PacingPoint(int(name[2:]), int(target), int(committed), float(p), state))
+                points.append(PacingPoint(minute, int(target), int(committed), float(p), state))
         return PacingDay(campaign_id, fields["day"], int(fields["budget_micros"]), fields["state"],
                          float(fields["p"]), int(fields["target_micros"]), int(fields["committed_micros"]),
                          int(fields["billed_micros"]), int(fields["updated_ms"]), points)
