@@ -34,7 +34,6 @@ import yaml
 
 from core.campaigns import InvalidField, validate_ad, validate_campaign
 from infra.platform import PlatformSettings
-from sim.synthetic import synthetic_campaign
 
 def _store():
     from serving.advertiser.store import CampaignStore
@@ -123,6 +122,7 @@ def bulk_load(advertisers: int, campaigns_per: int, ads_per: int, seed: int = 1,
 
     async def run(store):
         from sim.progress import Progress
+        from sim.synthetic import synthetic_campaign  # numpy and the serving index: only when loading
 
         total = [0, 0]
         progress = Progress("advertisers", advertisers)

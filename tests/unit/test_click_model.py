@@ -190,7 +190,7 @@ def test_the_affinity_the_pre_ranker_gets_is_the_students_log_pctr_over_its_prio
 
 def test_an_ad_server_on_the_prediction_service_loads_the_same_student_without_tensorflow(model, predictor, day,
                                                                                         tmp_path):
-    from adserve.commands import ads_predictor
+    from adserve.serve_cli import ads_predictor
     from serving.model.remote import RemotePredictor
     from serving.model.student import StudentAffinity, WithStudent
 

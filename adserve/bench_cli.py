@@ -1,0 +1,210 @@
+"""`adserve bench ...`: the benchmarks' arguments and the calls into bench/; each prints its figures, or one
+JSON object with --json (progress to stderr then). The figures themselves are defined in bench/."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: figures with the machine's details and a same-run baseline",
+                       description="Run a benchmark. Each prints its figures beside a baseline measured in the "
+                                   "same run; --json prints one JSON object (names in the benchmark's help).")
+    bsub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+    _add_platform(bsub)
+    _add_decision(bsub)
+    _add_serve(bsub)
+    _add_freshness(bsub)
+    _add_pacing(bsub)
+    _add_billing(bsub)
+    _add_model(bsub)
+
+
+def _add_platform(bsub) -> None:
+    from bench import platform as bench
+
+    b = bsub.add_parser("platform", help="platform start, job submission, smoke-job throughput, Avro codec",
+                        description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--events", type=int, default=100_000, help="events through the smoke job (default 100,000)")
+    b.add_argument("--no-cold-start", action="store_true", help="skip the cold start of a second instance")
+    b.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    b.set_defaults(handler=cmd_bench_platform)
+
+
+def _add_decision(bsub) -> None:
+    from bench import decision as bench_decision
+
+    d = bsub.add_parser("decision", help="targeting index, filters, pre-rank and auction on synthetic ads",
+                        description=bench_decision.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("--ads", default="1000000,10000000",
+                   help="comma-separated ad counts (default 1000000,10000000)")
+    d.add_argument("--requests", type=int, default=2000, help="requests per size (default 2,000)")
+    d.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    d.set_defaults(handler=cmd_bench_decision)
+
+
+def _add_serve(bsub) -> None:
+    from bench import serve as bench_serve
+
+    v = bsub.add_parser("serve", help="the ad server under load over loopback (needs `adserve up`)",
+                        description=bench_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("--ads", default="100000,1000000", help="comma-separated ad counts (default 100000,1000000)")
+    v.add_argument("--duration", type=float, default=10.0, help="seconds per load step (default 10)")
+    v.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    v.set_defaults(handler=cmd_bench_serve)
+
+
+def _add_freshness(bsub) -> None:
+    from bench import freshness as bench_freshness
+
+    f = bsub.add_parser("freshness", help="advertiser change -> ad server lag, index builder throughput, "
+                                          "snapshot boot (needs `adserve up`)",
+                        description=bench_freshness.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("--ads", type=int, default=100_000, help="ads loaded through the real path (default 100,000; 0 skips part 1)")
+    f.add_argument("--changes", type=int, default=1_000, help="random changes (default 1,000)")
+    f.add_argument("--rate", type=float, default=50.0, help="changes committed per second (default 50)")
+    f.add_argument("--snapshot-ads", type=int, default=1_000_000, help="ads in the snapshot boot test "
+                                                                        "(default 1,000,000; 0 skips it)")
+    f.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    f.set_defaults(handler=cmd_bench_freshness)
+
+
+def _add_pacing(bsub) -> None:
+    from bench import pacing as bench_pacing
+
+    g = bsub.add_parser("pacing", help="spend items/s through the budget job, controller steps/s (needs `adserve up`)",
+                        description=bench_pacing.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--items", type=int, default=4_000_000, help="spend reports through the job (default 4,000,000)")
+    g.add_argument("--servers", type=int, default=200, help="reporting servers (default 200)")
+    g.add_argument("--campaigns", type=int, default=2_000, help="campaigns reported on (default 2,000)")
+    g.add_argument("--controller-campaigns", type=int, default=100_000,
+                   help="campaigns in the controller part (default 100,000)")
+    g.add_argument("--checkpoint-interval-ms", type=int, default=bench_pacing.CHECKPOINT_MS,
+                   help=f"the job's checkpoint interval (default {bench_pacing.CHECKPOINT_MS}, the job's own)")
+    g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    g.set_defaults(handler=cmd_bench_pacing)
+
+
+def _add_billing(bsub) -> None:
+    from bench import billing as bench_billing
+
+    h = bsub.add_parser("billing", help="events/s through the click aggregator, beacon-to-billed latency, the "
+                                        "nightly recount (needs `adserve up`)",
+                        description=bench_billing.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    h.add_argument("--events", type=int, default=3_000_000, help="events through the job (default 3,000,000)")
+    h.add_argument("--campaigns", type=int, default=2_000, help="campaigns (default 2,000)")
+    h.add_argument("--latency-rate", type=int, default=2_000, help="events/s in the latency part (default 2,000)")
+    h.add_argument("--latency-s", type=int, default=60, help="seconds of the latency part (default 60)")
+    h.add_argument("--no-recount", action="store_true", help="skip the archive and the nightly recount")
+    h.add_argument("--compare-full-snapshots", action="store_true",
+                   help="run part 1 again with the job's state written whole at every checkpoint (no changelog)")
+    h.add_argument("--checkpoint-interval-ms", type=int, default=bench_billing.CHECKPOINT_MS,
+                   help=f"the job's checkpoint interval (default {bench_billing.CHECKPOINT_MS}, the job's own)")
+    h.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    h.set_defaults(handler=cmd_bench_billing)
+
+
+def _add_model(bsub) -> None:
+    from bench import model as bench_model
+
+    m = bsub.add_parser("model", help="click-model scores/s and latency in process and through the prediction "
+                                      "service, beside the priors baseline",
+                        description=bench_model.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("--model", type=Path, help="a model directory (models/click-vN); default: train a small one on "
+                                              "synthetic impressions first")
+    m.add_argument("--ad-features", type=Path, help="the snapshot folder for --model (its newest snapshot is used)")
+    m.add_argument("--requests", type=int, default=2_000, help="requests per concurrency step (default 2,000)")
+    m.add_argument("--candidates", type=int, default=200, help="candidates per request (default 200)")
+    m.add_argument("--slots", type=int, default=2, help="slot positions per request (default 2)")
+    m.add_argument("--concurrency", default="1,2,4", help="comma-separated thread counts (default 1,2,4)")
+    m.add_argument("--service-clients", default="1,4,16",
+                   help="comma-separated client thread counts against the prediction service (default 1,4,16)")
+    m.add_argument("--max-wait-ms", type=float, default=1.0, help="the service's batching wait (default 1 ms)")
+    m.add_argument("--no-service", action="store_true", help="skip the prediction service")
+    m.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    m.set_defaults(handler=cmd_bench_model)
+
+
+def _log(args: argparse.Namespace):
+    """Progress lines: to stderr with --json, so stdout holds the JSON object alone."""
+    return (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
+
+
+def _emit(args: argparse.Namespace, figures: dict, render) -> int:
+    print(json.dumps(figures) if args.json else render(figures))
+    return 0
+
+
+def cmd_bench_model(args: argparse.Namespace) -> int:
+    from bench import model as bench_model
+    from core.errors import AdserveError
+
+    log = _log(args)
+    threads = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    clients = [] if args.no_service else [int(x) for x in args.service_clients.split(",") if x.strip()]
+    try:
+        figures = bench_model.run(model_dir=args.model, ad_features_dir=args.ad_features, requests=args.requests,
+                                  candidates=args.candidates, slots=args.slots, concurrency=threads,
+                                  service_clients=clients, max_wait_ms=args.max_wait_ms, log=log)
+    except (AdserveError, ValueError, RuntimeError) as exc:
+        print(f"adserve bench model: {exc}", file=sys.stderr)
+        return 2
+    return _emit(args, figures, bench_model.render)
+
+
+def cmd_bench_billing(args: argparse.Namespace) -> int:
+    from bench import billing as bench_billing
+
+    log = _log(args)
+    figures = bench_billing.run(events=args.events, campaigns=args.campaigns, latency_rate=args.latency_rate,
+                                latency_s=args.latency_s, recount=not args.no_recount,
+                                checkpoint_ms=args.checkpoint_interval_ms,
+                                compare_full_snapshots=args.compare_full_snapshots, log=log)
+    return _emit(args, figures, bench_billing.render)
+
+
+def cmd_bench_pacing(args: argparse.Namespace) -> int:
+    from bench import pacing as bench_pacing
+
+    log = _log(args)
+    figures = bench_pacing.run(items=args.items, servers=args.servers, campaigns=args.campaigns,
+                               controller_campaigns=args.controller_campaigns,
+                               checkpoint_ms=args.checkpoint_interval_ms, log=log)
+    return _emit(args, figures, bench_pacing.render)
+
+
+def cmd_bench_freshness(args: argparse.Namespace) -> int:
+    from bench import freshness as bench_freshness
+
+    log = _log(args)
+    figures = bench_freshness.run(ads=args.ads, changes=args.changes, rate=args.rate,
+                                  snapshot_ads=args.snapshot_ads, log=log)
+    return _emit(args, figures, bench_freshness.render)
+
+
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from bench import serve as bench_serve
+
+    sizes = [int(x.replace("_", "")) for x in args.ads.split(",") if x.strip()]
+    log = _log(args)
+    figures = bench_serve.run(sizes, duration=args.duration, log=log)
+    return _emit(args, figures, bench_serve.render)
+
+
+def cmd_bench_decision(args: argparse.Namespace) -> int:
+    from bench import decision as bench_decision
+
+    sizes = [int(x.replace("_", "")) for x in args.ads.split(",") if x.strip()]
+    log = _log(args)
+    figures = bench_decision.run(sizes, requests=args.requests, log=log)
+    return _emit(args, figures, bench_decision.render)
+
+
+def cmd_bench_platform(args: argparse.Namespace) -> int:
+    from bench import platform as bench
+
+    log = _log(args)
+    figures = bench.run(events=args.events, cold_start=not args.no_cold_start, log=log)
+    return _emit(args, figures, bench.render)

@@ -1,0 +1,248 @@
+"""`adserve serve ads|prediction|tracker|advertiser-api` and `adserve users delete`: the HTTP services of
+serving/ started with the platform's settings and the token keys from the environment (sim.tokens)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from infra.platform import PlatformSettings
+from sim.tokens import TOKEN_KEYS_HELP, token_keys_from_env
+
+PORTS_HELP_SHORT = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="run the ad server, the tracker, the advertiser API or the prediction service "
+                                     "(HTTP)")
+    ssub = p.add_subparsers(dest="service", required=True)
+    _add_ads(ssub)
+    _add_prediction(ssub)
+    _add_tracker(ssub)
+    _add_advertiser_api(ssub)
+    _add_users(sub)
+
+
+def _add_ads(ssub) -> None:
+    a = ssub.add_parser("ads", help="POST /v1/ads on the decision engine",
+                        description="The ad server: builds its index from serving.ads and serving.campaigns, "
+                                    "follows budget.state and budget.leases, reads profiles and frequency records "
+                                    "from Redis, writes ad.served and budget.spend. OpenAPI at /openapi.json.",
+                        epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
+    a.add_argument("--port", type=int, default=8080)
+    a.add_argument("--server-id", default="adserver-1", help="tags spend reports and leases (default adserver-1)")
+    a.add_argument("--tracker-url", default="http://127.0.0.1:8081", help="base of impression and click URLs")
+    a.add_argument("--max-in-flight", type=int, default=64, help="requests in the handler before 503 (default 64)")
+    a.add_argument("--geo-table", help="CSV of 'cidr,COUNTRY/Region/City' to locate requests by IP")
+    a.add_argument("--snapshot-dir", help="boot from the newest snapshot here, then replay from its offsets "
+                                          "(see `adserve snapshots write`)")
+    scoring = a.add_mutually_exclusive_group()
+    scoring.add_argument("--prediction-url", help="score candidates with the prediction service at this URL "
+                                                  "(e.g. http://127.0.0.1:8090; `adserve serve prediction`); the "
+                                                  "pre-ranker's scores when it does not answer within the model "
+                                                  "budget. Default: the priors-only predictor")
+    scoring.add_argument("--model", type=Path, help="score with this click model in process (models/click-vN; "
+                                                    "needs --ad-features)")
+    a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model or --prerank-model "
+                                                    "(newest version)")
+    a.add_argument("--prerank-model", type=Path,
+                   help="with --prediction-url: the service's model directory, whose pre-ranker student "
+                        "(prerank_student.npz) the ad server's pre-ranker ranks with, numpy only (needs "
+                        "--ad-features); without it the pre-ranker uses its own features (docs/learning.md)")
+    a.add_argument("--recall-share", type=float, default=0.0,
+                   help="share of requests whose whole filtered candidate set the model scores after the response, "
+                        "for the pre-ranker's recall (adserve_prerank_recall_* on /metrics; default 0; e.g. 0.005)")
+    a.add_argument("--prerank-weights", type=Path,
+                   help="the pre-ranker's weights (JSON by feature name, e.g. from `adserve learning-day "
+                        "--fit-prerank`); default: its built-in weights")
+    a.set_defaults(handler=cmd_serve_ads)
+
+
+def _add_prediction(ssub) -> None:
+    r = ssub.add_parser("prediction", help="the prediction service: POST /v1/score on the click model, batched",
+                        description="The click model behind HTTP with dynamic batching across concurrent requests: "
+                                    "POST /v1/score, GET /healthz, /v1/model, /metrics (serving.model.service; "
+                                    "docs/learning.md). --canary-model scores the share of requests whose request-id "
+                                    "hash is below --canary-share; `adserve model canary-report` judges it.")
+    r.add_argument("--model", type=Path, required=True, help="the model directory (models/click-vN)")
+    r.add_argument("--ad-features", type=Path, required=True,
+                   help="the ad-feature snapshot folder (the newest version is loaded, and re-checked every "
+                        "--snapshot-refresh-s)")
+    r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--port", type=int, default=8090)
+    r.add_argument("--canary-model", type=Path, help="a candidate model directory scored on --canary-share")
+    r.add_argument("--canary-share", type=float, default=0.01,
+                   help="share of requests the candidate scores (default 0.01; only with --canary-model)")
+    r.add_argument("--max-wait-ms", type=float, default=1.0,
+                   help="longest a request waits for companions in its batch (default 1 ms)")
+    r.add_argument("--max-batch-rows", type=int, default=3_200,
+                   help="input rows (candidates x positions) per scoring call (default 3,200)")
+    r.add_argument("--snapshot-refresh-s", type=float, default=300.0,
+                   help="seconds between checks for a newer ad-feature snapshot (default 300; 0: never)")
+    r.set_defaults(handler=cmd_serve_prediction)
+
+
+def _add_tracker(ssub) -> None:
+    t = ssub.add_parser("tracker", help="impression beacons and click redirects",
+                        description="GET /v1/impression?t=TOKEN -> 204; GET /v1/click?t=TOKEN -> 302 to the signed "
+                                    "landing URL; events to ad.events keyed by campaign.",
+                        epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
+    t.add_argument("--port", type=int, default=8081)
+    t.set_defaults(handler=cmd_serve_tracker)
+
+
+def _add_advertiser_api(ssub) -> None:
+    v = ssub.add_parser("advertiser-api", help="the advertiser API (campaigns, ads, budgets, bids; API keys)",
+                        description="REST API on the campaign store; OpenAPI at /openapi.json. Create a key with "
+                                    "`adserve advertisers create NAME`.", epilog=PORTS_HELP_SHORT)
+    v.add_argument("--port", type=int, default=8082)
+    v.set_defaults(handler=cmd_serve_advertiser_api)
+
+
+def _add_users(sub) -> None:
+    u = sub.add_parser("users", help="user data in Redis")
+    usub = u.add_subparsers(dest="action", required=True)
+    d = usub.add_parser("delete", help="remove a user's profile and frequency record",
+                        description="Deletes Redis keys user:{ID} and fc:{ID}.", epilog=PORTS_HELP_SHORT)
+    d.add_argument("user_id")
+    d.set_defaults(handler=cmd_users_delete)
+
+
+def cmd_serve_ads(args: argparse.Namespace) -> int:
+    from core.errors import AdserveError
+    from serving.adserver.app import ServerConfig
+    from serving.adserver.main import run_ad_server
+    from serving.adserver.request import GeoResolver
+
+    s = PlatformSettings.from_env()
+    from serving.decision.engine import EngineConfig
+    from serving.decision.prerank import load_weights
+
+    config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight,
+                          engine=EngineConfig(recall_sample_share=args.recall_share,
+                                              prerank_weights=load_weights(args.prerank_weights)
+                                              if args.prerank_weights else None))
+    try:
+        predictor = ads_predictor(args)
+    except (ValueError, AdserveError) as exc:
+        print(f"adserve serve ads: {exc}", file=sys.stderr)
+        return 2
+    run_ad_server(bootstrap=s.kafka_bootstrap, redis_host=s.host, redis_port=s.redis_port, keys=token_keys_from_env(),
+                  config=config, port=args.port, geo=GeoResolver.from_csv(args.geo_table) if args.geo_table else None,
+                  snapshot_dir=Path(args.snapshot_dir) if args.snapshot_dir else None, predictor=predictor)
+    return 0
+
+
+def ads_predictor(args: argparse.Namespace):
+    """The ad server's predictor: the prediction service, the model in process, or None (the priors)."""
+    if getattr(args, "prerank_model", None) and not args.prediction_url:
+        raise ValueError("--prerank-model goes with --prediction-url (with --model the student comes from that "
+                         "bundle)")
+    if args.prediction_url:
+        from serving.model.remote import RemotePredictor
+
+        predictor = RemotePredictor(args.prediction_url)
+        print(f"ad server: scoring with the prediction service at {predictor.url}", flush=True)
+        if args.prerank_model:  # the service's model bundle: its student for the pre-ranker, numpy only
+            if not args.ad_features:
+                raise ValueError("--prerank-model needs --ad-features (the snapshot folder of its student's ads)")
+            from serving.model.student import StudentAffinity, StudentConversionRates, WithStudent
+
+            affinity = StudentAffinity.load(args.prerank_model, args.ad_features)
+            if affinity is None:
+                print(f"ad server: {args.prerank_model} has no pre-ranker student; the pre-ranker uses its own "
+                      f"features", flush=True)
+            else:
+                rates = StudentConversionRates.load(args.prerank_model, args.ad_features)
+                print(f"ad server: the pre-ranker ranks with {args.prerank_model.name}'s student (ad-feature "
+                      f"snapshot v{affinity.table.version}); conversion bids at "
+                      + ("its conversion student's pCVR" if rates is not None else "the constant pCVR prior"),
+                      flush=True)
+                return WithStudent(predictor, affinity, rates)
+        return predictor
+    if args.model:
+        if not args.ad_features:
+            raise ValueError("--model needs --ad-features (the snapshot folder the model scores against)")
+        from serving.model.predictor import ModelPredictor
+
+        predictor = ModelPredictor.load(args.model, args.ad_features)
+        print(f"ad server: scoring with {predictor.model.version} in process (ad-feature snapshot "
+              f"v{predictor.snapshot_version})", flush=True)
+        return predictor
+    return None
+
+
+def cmd_serve_prediction(args: argparse.Namespace) -> int:
+    from core.errors import AdserveError
+    from serving.model.service import ServiceConfig, load_service, run_prediction_service
+
+    config = ServiceConfig(max_wait_ms=args.max_wait_ms, max_batch_rows=args.max_batch_rows,
+                           canary_share=args.canary_share if args.canary_model else 0.0,
+                           snapshot_refresh_s=args.snapshot_refresh_s)
+    try:
+        service = load_service(args.model, args.ad_features, canary_model_dir=args.canary_model, config=config)
+    except (ValueError, AdserveError) as exc:
+        print(f"adserve serve prediction: {exc}", file=sys.stderr)
+        return 2
+    run_prediction_service(service, host=args.host, port=args.port, log=lambda line: print(line, flush=True))
+    return 0
+
+
+def cmd_serve_tracker(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from serving.tracker import start_tracker
+
+    s = PlatformSettings.from_env()
+
+    async def main() -> None:
+        runner, port, _, producer = await start_tracker(bootstrap=s.kafka_bootstrap, keys=token_keys_from_env(),
+                                                        port=args.port)
+        print(f"tracker on 127.0.0.1:{port}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+            producer.flush(5)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from serving.advertiser.api import start_advertiser_api
+
+    s = PlatformSettings.from_env()
+
+    async def main() -> None:
+        runner, port, store = await start_advertiser_api(s.postgres_dsn, port=args.port)
+        print(f"advertiser API on 127.0.0.1:{port}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+            await store.close()
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_users_delete(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from serving.frequency_store import UserStore
+
+    s = PlatformSettings.from_env()
+
+    async def main() -> int:
+        store = UserStore(s.host, s.redis_port)
+        try:
+            return await store.delete_user(args.user_id)
+        finally:
+            await store.close()
+
+    removed = asyncio.run(main())
+    print(f"user {args.user_id}: {removed} key(s) removed (profile and frequency record)")
+    return 0
