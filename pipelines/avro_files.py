@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from core.errors import InvalidSettings
-from schemas import SCHEMA_DIR
+from schemas import SCHEMA_DIR, topics
 
 
 def to_millis(value: Any) -> Any:
@@ -134,7 +134,7 @@ def add_served_log_arguments(parser) -> None:
     parser.add_argument("--to-day", help="last UTC day, inclusive (default: --from-day)")
     parser.add_argument("--served", action="append", default=[],
                         help="instead of --archive: Avro files (glob) of served records; repeatable")
-    parser.add_argument("--served-topic", default="ad.served", help="archive folder of the served log")
+    parser.add_argument("--served-topic", default=topics.AD_SERVED, help="archive folder of the served log")
 
 
 def served_log_files(parser, known) -> tuple[list[str], list[str]]:

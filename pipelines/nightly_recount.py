@@ -33,6 +33,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core import clicks
 from core.billing import SIZE_CLASSES, size_class
 from pipelines.avro_files import archive_pattern, count_of, matching_files, output_folder, read_records
+from schemas import topics
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
             "invalid_credit_micros", "joined_clicks")
@@ -138,9 +139,9 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     parser.add_argument("--archive", required=True, help="the archiver's root (a folder or file system URI)")
     parser.add_argument("--day", required=True, help="budget day to recount, YYYY-MM-DD")
     parser.add_argument("--output", required=True, help="folder for differences.jsonl and summary.json")
-    parser.add_argument("--events-topic", default="ad.events", help="archive folder of the events")
-    parser.add_argument("--campaigns-topic", default="serving.campaigns", help="archive folder of the campaigns")
-    parser.add_argument("--billed-topic", default="billing.billed_spend", help="archive folder of billed totals")
+    parser.add_argument("--events-topic", default=topics.AD_EVENTS, help="archive folder of the events")
+    parser.add_argument("--campaigns-topic", default=topics.SERVING_CAMPAIGNS, help="archive folder of the campaigns")
+    parser.add_argument("--billed-topic", default=topics.BILLED_SPEND, help="archive folder of billed totals")
     known, pipeline_args = parser.parse_known_args(argv)
     day = date.fromisoformat(known.day)
     days = [(day + timedelta(days=d)).isoformat() for d in (-1, 0, 1)]

@@ -32,6 +32,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core import training
 from pipelines.avro_files import (add_served_log_arguments, archive_pattern, count_of, matching_files, of_days,
                                   output_folder, read_records, schema_json, served_log_files)
+from schemas import topics
 
 
 class JoinExamples(beam.PTransform):
@@ -69,8 +70,8 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     parser.add_argument("--conversion-window-ms", type=int, default=training.CONVERSION_WINDOW_MS,
                         help="a click's conversion counts within this long of serving (default 7 days)")
     parser.add_argument("--output", required=True, help="folder for the examples and summary.json")
-    parser.add_argument("--events-topic", default="ad.events", help="archive folder of the beacons")
-    parser.add_argument("--conversions-topic", default="ad.conversions", help="archive folder of the conversions")
+    parser.add_argument("--events-topic", default=topics.AD_EVENTS, help="archive folder of the beacons")
+    parser.add_argument("--conversions-topic", default=topics.AD_CONVERSIONS, help="archive folder of the conversions")
     known, pipeline_args = parser.parse_known_args(argv)
     if not known.archive and not known.events:
         parser.error("give --archive with --from-day, or --served and --events files")

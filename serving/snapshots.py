@@ -31,11 +31,12 @@ from typing import Any, Callable, Iterator, Sequence
 import fastavro
 
 from core.errors import CorruptRecord
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 
 LOG = logging.getLogger("adserve.snapshots")
-TOPICS = {"serving.ads": ("ServingAd", "ad_id"), "serving.campaigns": ("ServingCampaign", "campaign_id")}
+TOPICS = {topics.SERVING_ADS: ("ServingAd", "ad_id"), topics.SERVING_CAMPAIGNS: ("ServingCampaign", "campaign_id")}
 
 
 def write_snapshot(bootstrap: str, directory: Path, clock: Callable[[], float] = time.time) -> Path:
@@ -98,7 +99,7 @@ def read_snapshot(folder: Path) -> tuple[dict[str, dict[int, int]], Iterator[tup
 
     def records() -> Iterator[tuple[str, dict[str, Any]]]:
         # campaigns first, so the index never holds an ad whose campaign it has not seen
-        for topic in ("serving.campaigns", "serving.ads"):
+        for topic in (topics.SERVING_CAMPAIGNS, topics.SERVING_ADS):
             with open(folder / f"{topic}.avro", "rb") as f:
                 for record in fastavro.reader(f):
                     yield topic, record

@@ -27,11 +27,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenKeys
+from schemas import topics
 from schemas.codec import AvroCodec
 
 LOG = logging.getLogger("adserve.tracker")
 STATUS_OF = {"malformed": 400, "bad_signature": 403, "unknown_key": 403, "expired": 410}
-EVENTS_TOPIC, CONVERSIONS_TOPIC = "ad.events", "ad.conversions"
 CLICK_ID_PARAMETER = "adclid"
 
 
@@ -94,7 +94,7 @@ class Tracker:
             "ad_id": claims.ad_id, "price_micros": claims.price_micros, "billing_type": claims.billing,
             "user_id": None, "ip_address": request.remote, "user_agent": request.headers.get("User-Agent"),
             "token_key_id": claims.key_id}
-        self._queue(EVENTS_TOPIC, str(claims.campaign_id), "AdEvent", event, event_type)
+        self._queue(topics.AD_EVENTS, str(claims.campaign_id), "AdEvent", event, event_type)
 
     async def impression(self, request: web.Request) -> web.Response:
         claims, now_ms = self._verify(request)
@@ -117,7 +117,7 @@ class Tracker:
         record = {"conversion_id": uuid.uuid4().hex, "impression_id": claims.impression_id, "event_time": now_ms,
                   "served_time": claims.served_ms, "click_time": claims.click_ms, "campaign_id": claims.campaign_id,
                   "ad_id": claims.ad_id, "token_key_id": claims.key_id}
-        self._queue(CONVERSIONS_TOPIC, claims.impression_id, "AdConversion", record, "CONVERSION")
+        self._queue(topics.AD_CONVERSIONS, claims.impression_id, "AdConversion", record, "CONVERSION")
         return web.Response(status=204)
 
 

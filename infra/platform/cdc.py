@@ -13,12 +13,14 @@ import time
 import urllib.error
 import urllib.request
 
+from schemas import topics
+
 from infra.platform.errors import PlatformError
 from infra.platform.settings import PlatformSettings
 
 CONNECTOR = "adserve-campaign-store"
 TABLES = ("campaigns", "ads", "reserves")
-CDC_TOPICS = tuple(f"cdc.public.{t}" for t in TABLES)
+CDC_TOPICS = (topics.CDC_CAMPAIGNS, topics.CDC_ADS, topics.CDC_RESERVES)  # Debezium's, one per table
 
 
 def connector_config(settings: PlatformSettings) -> dict[str, str]:

@@ -2,7 +2,7 @@
 included (Debezium writes them through Kafka Connect)."""
 from __future__ import annotations
 
-from schemas.topics import TOPICS, TOPICS_BY_NAME, TopicSpec  # noqa: F401 - re-exported for the platform
+from schemas.topics import TOPICS, TopicSpec
 
 from infra.platform.errors import PlatformError
 

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from core.spend import SpendAccumulator
 from core.tokens import TokenKeys
+from schemas import topics
 from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.request import GeoResolver
@@ -27,7 +28,6 @@ from streams import kafka
 LOG = logging.getLogger("adserve.adserver")
 SPEND_INTERVAL_S = 1.0
 COMMIT_LAG_READY_S = 60.0
-SPEND_TOPIC = "budget.spend"
 
 
 class SpendReporter:
@@ -38,7 +38,7 @@ class SpendReporter:
 
     def __init__(self, accumulator: SpendAccumulator, bootstrap: str,
                  lease_ids: Callable[[int], dict[int, str]] = lambda now_ms: {},
-                 producer_overrides: dict[str, Any] | None = None, topic: str = SPEND_TOPIC):
+                 producer_overrides: dict[str, Any] | None = None, topic: str = topics.BUDGET_SPEND):
         self.accumulator, self.lease_ids, self.topic = accumulator, lease_ids, topic
         self.codec = AvroCodec()
         self.producer = kafka.producer(bootstrap, **(producer_overrides or {}))
@@ -159,7 +159,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     served_producer = kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})})
 
     def produce_served(key: bytes, value: bytes) -> None:
-        served_producer.produce("ad.served", key=key, value=value)
+        served_producer.produce(topics.AD_SERVED, key=key, value=value)
         served_producer.poll(0)
 
     def deliver(batch) -> None:

@@ -30,15 +30,17 @@ from core.errors import CorruptRecord, TopicMissing
 from core.leases import LEASE_LIFETIME_MS, LeaseBook
 from core.reserves import ReserveBook, reserve_rule, rule_key
 from core.targeting import Targeting
+from schemas import topics
 from schemas.codec import AvroCodec
 from serving.decision.campaigns import CampaignRecord, CampaignTable
 from serving.decision.index import BID_TYPE_CODE, AdRecord, TargetingIndex
 from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver.state")
-STATE_TOPICS = ("serving.ads", "serving.campaigns", "serving.reserves", "budget.state")
-CHANGE_TOPICS = ("serving.ads", "serving.campaigns", "serving.reserves")  # compiled from the campaign store
-LEASE_TOPIC = "budget.leases"
+STATE_TOPICS = (topics.SERVING_ADS, topics.SERVING_CAMPAIGNS, topics.SERVING_RESERVES, topics.BUDGET_STATE)
+# compiled from the campaign store
+CHANGE_TOPICS = (topics.SERVING_ADS, topics.SERVING_CAMPAIGNS, topics.SERVING_RESERVES)
+LEASE_TOPIC = topics.BUDGET_LEASES
 BUDGET_SILENCE_MS = 60_000
 READY_LAG_S = 5.0
 
@@ -82,21 +84,21 @@ class ServingState:
         self.applied += 1
         if topic in CHANGE_TOPICS:
             self.commit_lag_s = max(0.0, (now_ms - int(record["event_time"])) / 1000)
-            key = int(record["ad_id"]) if topic == "serving.ads" else int(record["campaign_id"]) \
-                if topic == "serving.campaigns" else rule_key(record["placement"], record["country"])
+            key = int(record["ad_id"]) if topic == topics.SERVING_ADS else int(record["campaign_id"]) \
+                if topic == topics.SERVING_CAMPAIGNS else rule_key(record["placement"], record["country"])
             self.recent_lags.append((topic, key, int(record["version"]), self.commit_lag_s))
-        if topic == "serving.reserves":
+        if topic == topics.SERVING_RESERVES:
             self.reserves.upsert(reserve_rule(record))
-        elif topic == "serving.ads":
+        elif topic == topics.SERVING_ADS:
             ad = ad_record(record)
             self.index.upsert(ad)
             self.snapshot_version = max(self.snapshot_version, ad.version)
-        elif topic == "serving.campaigns":
+        elif topic == topics.SERVING_CAMPAIGNS:
             campaign = campaign_record(record)
             if self.campaigns.upsert(campaign):
                 self.snapshot_version = max(self.snapshot_version, campaign.version)
                 self._apply_budget(campaign.campaign_id, now_ms)
-        elif topic == "budget.state":
+        elif topic == topics.BUDGET_STATE:
             self.budget[int(record["campaign_id"])] = (record["state"], float(record["participation_probability"]))
             self.bid_multipliers[int(record["campaign_id"])] = float(record.get("bid_multiplier") or 1.0)
             if int(record["event_time"]) >= now_ms - BUDGET_SILENCE_MS:  # a live word, not history replayed
@@ -122,7 +124,7 @@ class ServingState:
         try:
             for topic, record in records:
                 read += 1
-                if topic != "serving.ads":
+                if topic != topics.SERVING_ADS:
                     self.apply(topic, record, now_ms)
                 elif not record["removed"]:
                     ads.append(record)
@@ -312,4 +314,4 @@ class TopicFollower(threading.Thread):
         self.corrupt_records += 1
         LOG.warning("%s", error)
         letter = from_corrupt(self.job, error, timestamp_ms=msg.timestamp()[1], key=msg.key(), value=msg.value())
-        self._dead_letters.produce("dead.letters", value=self.codec.encode("DeadLetter", letter), key=msg.key())
+        self._dead_letters.produce(topics.DEAD_LETTERS, value=self.codec.encode("DeadLetter", letter), key=msg.key())

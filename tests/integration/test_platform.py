@@ -106,7 +106,7 @@ def test_a_missing_java_is_a_clear_error(tmp_path):
 def test_every_topic_exists_with_its_config(platform):
     from confluent_kafka.admin import ConfigResource
 
-    from infra.platform.topics import TOPICS
+    from schemas.topics import TOPICS
 
     compacted = {"serving.ads", "serving.campaigns", "serving.reserves", "budget.state", "cdc.public.campaigns",
                  "cdc.public.ads", "cdc.public.reserves"}

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from infra.platform.settings import PlatformSettings
-from infra.platform.topics import TOPICS_BY_NAME
+from schemas.topics import TOPICS_BY_NAME
 
 PLATFORM_DOC = Path(__file__).resolve().parents[2] / "docs" / "platform.md"
 
