@@ -98,6 +98,14 @@ class TokenKeys:
             raise InvalidSettings("token keys must look like 'id1:secret1,id2:secret2'")
         return cls({k.strip(): v.strip().encode() for k, v in pairs}, active=pairs[0][0].strip())
 
+    def masked(self) -> str:
+        """The key ids without their secrets, for logs: 'k2:***,k1:*** (k2 signs)'."""
+        ids = [self.active] + sorted(k for k in self.keys if k != self.active)
+        return ",".join(f"{key_id}:***" for key_id in ids) + f" ({self.active} signs)"
+
+    def __repr__(self) -> str:
+        return f"TokenKeys({self.masked()})"
+
     def _sign(self, claims: TokenClaims | ClickIdClaims) -> str:
         body = {**asdict(claims), "key_id": self.active}
         payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from core.errors import InvalidSettings
+from core.settings import describe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,9 +88,16 @@ class PlatformSettings:
         return f"host={self.host} port={self.postgres_port} user=adserve dbname=adserve"
 
     def as_env(self) -> dict[str, str]:
-        """The settings as ADSERVE_* variables, for child processes and tests."""
+        """The settings as ADSERVE_* variables, for child processes and tests; with the addresses derived from
+        them (ADSERVE_KAFKA_BOOTSTRAP, ADSERVE_POSTGRES_DSN), which the services' settings read."""
         env = {"ADSERVE_HOME": str(self.home)}
         for f in fields(self):
             if f.name != "home":
                 env[f"ADSERVE_{f.name.upper()}"] = str(getattr(self, f.name))
+        env["ADSERVE_KAFKA_BOOTSTRAP"] = self.kafka_bootstrap
+        env["ADSERVE_POSTGRES_DSN"] = self.postgres_dsn
         return env
+
+    def describe(self) -> str:
+        """The settings as one line, secrets masked: printed once when the platform starts."""
+        return describe(self)

@@ -1,6 +1,7 @@
 """Running the ad server: Kafka, Redis, the topic follower, the spend reporter and the HTTP listener.
 
-`adserve serve ads` calls `run_ad_server`; tests call `start_ad_server` and get a handle to stop it."""
+`adserve serve ads` calls `serve` with its AdServerSettings; tests call `start_ad_server` and get a handle to
+stop it."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +19,7 @@ from schemas import topics
 from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.request import GeoResolver
+from serving.adserver.settings import AdServerSettings
 from serving.adserver.state import ServingState, TopicFollower
 from serving.decision.engine import DecisionEngine
 from serving.decision.prediction import Predictor
@@ -210,6 +212,16 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
              server.is_ready())
     boot["ready_s"] = time.monotonic() - boot_began  # snapshot load + catching up with the topics
     return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_producer, boot)
+
+
+def serve(settings: AdServerSettings, predictor: Predictor | None = None,
+          log: Callable[[str], None] = print) -> None:
+    """`adserve serve ads`: the settings printed once (secrets masked), then the server until interrupted."""
+    log(f"ad server settings: {settings.describe()}")
+    run_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.redis_host, redis_port=settings.redis_port,
+                  keys=settings.token_keys, config=settings.server_config(), host=settings.host, port=settings.port,
+                  geo=GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None,
+                  snapshot_dir=settings.snapshot_dir, predictor=predictor)
 
 
 def run_ad_server(**kwargs: Any) -> None:

@@ -22,15 +22,20 @@ Callers: no key or a revoked key -> 401; another advertiser's object -> 404
 (its existence is not revealed); the owner -> 2xx."""
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from aiohttp import web
 
 from core.campaigns import InvalidField, validate_ad, validate_campaign
+from core.errors import InvalidSettings
+from core.settings import describe
 from serving.advertiser.store import CampaignStore, to_json, with_ms_times
 
 LOG = logging.getLogger("adserve.advertiser_api")
@@ -159,6 +164,28 @@ class AdvertiserApi:
         if not fields:
             raise InvalidField("body", "names no field to change")
         return self._found(await self.store.update_ad(request[ADVERTISER], self._id(request), fields), "ad")
+
+
+@dataclass(frozen=True)
+class AdvertiserApiSettings:
+    """Everything `adserve serve advertiser-api` runs with: the campaign store's DSN (its password masked when
+    printed) from ADSERVE_POSTGRES_DSN, which `adserve` exports from the platform's settings; host and port."""
+
+    postgres_dsn: str
+    host: str = "127.0.0.1"
+    port: int = 8082
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "AdvertiserApiSettings":
+        dsn = environ.get("ADSERVE_POSTGRES_DSN", "").strip()
+        if not dsn:
+            raise InvalidSettings("ADSERVE_POSTGRES_DSN is not set: start the API through `adserve`, which sets it "
+                                  "from the platform's settings, or set it to the campaign store's DSN")
+        return cls(postgres_dsn=dsn, port=getattr(args, "port", 8082))
+
+    def describe(self) -> str:
+        """The settings as one line, the database password masked: printed once at start."""
+        return describe(self)
 
 
 async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 8082):

@@ -1,0 +1,168 @@
+"""Typed settings of the ad server and the tracker, built from flags and the environment, printed once at
+start with secrets masked (core.settings.describe).
+
+Both sign or verify impression and click tokens, so both need token keys: ADSERVE_TOKEN_KEYS as
+'id1:secret1,id2:secret2' (the first signs, all verify, so keys rotate). A public development key exists only
+in development mode (--dev or ADSERVE_DEV=1), which `adserve up`'s users, the simulators, the benchmarks and
+the tests choose explicitly; a server started without keys outside it refuses to start (MissingTokenKeys).
+
+Platform addresses come from the variables PlatformSettings.as_env exports (ADSERVE_KAFKA_BOOTSTRAP,
+ADSERVE_HOST, ADSERVE_REDIS_PORT); this module never holds a host, port or key of its own."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from core.errors import InvalidSettings
+from core.settings import describe
+from core.tokens import TokenKeys
+from serving.adserver.app import ServerConfig
+from serving.decision.engine import EngineConfig
+
+LOG = logging.getLogger("adserve.settings")
+TOKEN_KEYS_ENV = "ADSERVE_TOKEN_KEYS"
+DEV_MODE_ENV = "ADSERVE_DEV"
+DEVELOPMENT_TOKEN_KEYS = "dev1:adserve-dev-token-key-change-me"  # public: only ever used in development mode
+TOKEN_KEYS_HELP = (f"Token keys come from {TOKEN_KEYS_ENV} as 'id1:secret1,id2:secret2' (the first signs, all "
+                   f"verify, so keys rotate; each at least 16 bytes). Without it the server refuses to start, "
+                   f"unless development mode (--dev or {DEV_MODE_ENV}=1) lets it use a public development key.")
+_TRUE = ("1", "true", "yes", "on")
+
+
+class MissingTokenKeys(InvalidSettings):
+    """A server that signs or verifies tokens was started without keys and outside development mode."""
+
+    def __init__(self) -> None:
+        super().__init__(f"no token keys: set {TOKEN_KEYS_ENV}='id1:secret1,id2:secret2' (each secret at least 16 "
+                         f"bytes; the first signs), or run in development mode with --dev or {DEV_MODE_ENV}=1 "
+                         f"(a public key: never for real traffic)")
+
+
+def development_mode(environ: Mapping[str, str], flag: bool = False) -> bool:
+    """Whether the process runs in development mode: the --dev flag or ADSERVE_DEV=1."""
+    return flag or environ.get(DEV_MODE_ENV, "").strip().lower() in _TRUE
+
+
+def token_keys_from(environ: Mapping[str, str], *, development: bool) -> TokenKeys:
+    """The keys ADSERVE_TOKEN_KEYS names; the development key only in development mode; else MissingTokenKeys."""
+    spec = environ.get(TOKEN_KEYS_ENV, "").strip()
+    if spec:
+        return TokenKeys.from_spec(spec)
+    if not development:
+        raise MissingTokenKeys()
+    LOG.warning("%s is not set: development mode signs with the public development key", TOKEN_KEYS_ENV)
+    return TokenKeys.from_spec(DEVELOPMENT_TOKEN_KEYS)
+
+
+def add_development_argument(parser: argparse.ArgumentParser) -> None:
+    """--dev: the flag form of ADSERVE_DEV=1."""
+    parser.add_argument("--dev", action="store_true",
+                        help=f"development mode: without {TOKEN_KEYS_ENV}, sign with a public development key "
+                             f"(also {DEV_MODE_ENV}=1)")
+
+
+def required(environ: Mapping[str, str], name: str) -> str:
+    """A platform variable the process cannot run without (`adserve` exports them from PlatformSettings)."""
+    value = environ.get(name, "").strip()
+    if not value:
+        raise InvalidSettings(f"{name} is not set: start the process through `adserve`, which sets it from the "
+                              f"platform's settings, or set it yourself")
+    return value
+
+
+def _port(environ: Mapping[str, str], name: str) -> int:
+    raw = required(environ, name)
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidSettings(f"{name}={raw!r} is not a port number") from None
+
+
+def _path(value: Any) -> Path | None:
+    return Path(value) if value else None
+
+
+@dataclass(frozen=True)
+class AdServerSettings:
+    """Everything `adserve serve ads` runs with."""
+
+    kafka_bootstrap: str
+    redis_host: str
+    redis_port: int
+    token_keys: TokenKeys = field(repr=False)
+    development: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8080
+    server_id: str = "adserver-1"
+    tracker_url: str = "http://127.0.0.1:8081"
+    max_in_flight: int = 64
+    geo_table: Path | None = None
+    snapshot_dir: Path | None = None
+    prediction_url: str | None = None
+    model: Path | None = None
+    ad_features: Path | None = None
+    prerank_model: Path | None = None
+    recall_share: float = 0.0
+    prerank_weights: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.prediction_url and self.model:
+            raise InvalidSettings("--prediction-url and --model are two ways to score: choose one")
+        if self.prerank_model and not self.prediction_url:
+            raise InvalidSettings("--prerank-model goes with --prediction-url (with --model the student comes from "
+                                  "that bundle)")
+        if (self.prerank_model or self.model) and not self.ad_features:
+            raise InvalidSettings("--model and --prerank-model need --ad-features (the snapshot folder they score "
+                                  "against)")
+        if not 0.0 <= self.recall_share <= 1.0:
+            raise InvalidSettings(f"--recall-share must be in [0, 1], got {self.recall_share}")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "AdServerSettings":
+        """Flags of `adserve serve ads` over the platform's variables; refuses to build without token keys."""
+        development = development_mode(environ, getattr(args, "dev", False))
+        flags = {name: getattr(args, name) for name in ("port", "server_id", "tracker_url", "max_in_flight",
+                                                         "prediction_url", "recall_share") if hasattr(args, name)}
+        paths = {name: _path(getattr(args, name, None)) for name in ("geo_table", "snapshot_dir", "model",
+                                                                      "ad_features", "prerank_model",
+                                                                      "prerank_weights")}
+        return cls(kafka_bootstrap=required(environ, "ADSERVE_KAFKA_BOOTSTRAP"),
+                   redis_host=required(environ, "ADSERVE_HOST"), redis_port=_port(environ, "ADSERVE_REDIS_PORT"),
+                   token_keys=token_keys_from(environ, development=development), development=development,
+                   **flags, **paths)
+
+    def server_config(self) -> ServerConfig:
+        from serving.decision.prerank import load_weights
+
+        weights = load_weights(self.prerank_weights) if self.prerank_weights else None
+        return ServerConfig(server_id=self.server_id, tracker_url=self.tracker_url, max_in_flight=self.max_in_flight,
+                            engine=EngineConfig(recall_sample_share=self.recall_share, prerank_weights=weights))
+
+    def describe(self) -> str:
+        """The settings as one line, token secrets masked: printed once at start."""
+        return describe(self)
+
+
+@dataclass(frozen=True)
+class TrackerSettings:
+    """Everything `adserve serve tracker` runs with."""
+
+    kafka_bootstrap: str
+    token_keys: TokenKeys = field(repr=False)
+    development: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8081
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "TrackerSettings":
+        development = development_mode(environ, getattr(args, "dev", False))
+        return cls(kafka_bootstrap=required(environ, "ADSERVE_KAFKA_BOOTSTRAP"),
+                   token_keys=token_keys_from(environ, development=development), development=development,
+                   port=getattr(args, "port", 8081))
+
+    def describe(self) -> str:
+        return describe(self)
