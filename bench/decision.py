@@ -29,13 +29,46 @@ from core.targeting import matches
 from serving.decision.engine import DecisionEngine, EngineConfig, RequestContext
 from serving.decision.filters import FilterContext
 from bench.common import machine, percentiles_ms
-from sim.synthetic import random_request, synthesize, targeting_of
+from sim.synthetic import Vocabulary, random_request, synthesize, targeting_of
 
 NOW_MS = 1_800_316_800_000 + 15 * 3_600_000
 
 
 # The baseline holds a Python Targeting per ad: ~2.4 KB each (10 M ads ran out of this machine's 23.5 GiB).
 BASELINE_MAX_ADS = 2_000_000
+
+
+def _requests(engine: DecisionEngine, vocab: Vocabulary, requests: int, rng: random.Random) -> tuple[list, ...]:
+    """(retrieval ms, decision-after-retrieval ms, whole ms, ads retrieved, candidates) per request, after 50
+    warm-up requests."""
+    np_rng = np.random.default_rng(5)
+    retrieval, decision, whole, retrieved, candidates = [], [], [], [], []
+    for i in range(requests + 50):
+        terms = random_request(rng, vocab)
+        request = RequestContext(f"r{i}", next(iter(terms["placement"])), [1, 2], terms,
+                                 FilterContext(NOW_MS, {}), user_embedding=np_rng.normal(0, 0.3, 8))
+        result = engine.decide(request, clock=time.perf_counter, deadline=time.perf_counter() + 0.1,
+                               rng=rng, np_rng=np_rng)
+        if i < 50:
+            continue  # warm-up
+        retrieval.append(result.timings_ms["retrieval"])
+        decision.append(sum(v for k, v in result.timings_ms.items() if k != "retrieval"))
+        whole.append(sum(result.timings_ms.values()))
+        retrieved.append(result.funnel["retrieved"])
+        candidates.append(result.funnel["filtered"])
+    return retrieval, decision, whole, retrieved, candidates
+
+
+def _baseline_scan(index, vocab: Vocabulary, requests: int, rng: random.Random) -> list[float]:
+    """Milliseconds per request of a scan of every ad's compiled expression with core.targeting.matches."""
+    expressions = [targeting_of(index, r) for r in range(index.size)]
+    scan = []
+    for _ in range(requests):
+        terms = random_request(rng, vocab)
+        began = time.perf_counter()
+        sum(1 for t in expressions if matches(t, terms))
+        scan.append((time.perf_counter() - began) * 1000)
+    return scan
 
 
 def run(sizes: list[int], requests: int = 2_000, baseline_requests: int = 20, log=print) -> dict[str, Any]:
@@ -56,22 +89,8 @@ def run(sizes: list[int], requests: int = 2_000, baseline_requests: int = 20, lo
         gc.freeze()
         engine = DecisionEngine(index, campaigns, config=EngineConfig(exploration_share=0.01))
         rng = random.Random(5)
-        np_rng = np.random.default_rng(5)
-        retrieval, decision, whole, retrieved, candidates = [], [], [], [], []
         log(f"running {requests:,} requests against {n:,} ads ...")
-        for i in range(requests + 50):
-            terms = random_request(rng, vocab)
-            request = RequestContext(f"r{i}", next(iter(terms["placement"])), [1, 2], terms,
-                                     FilterContext(NOW_MS, {}), user_embedding=np_rng.normal(0, 0.3, 8))
-            result = engine.decide(request, clock=time.perf_counter, deadline=time.perf_counter() + 0.1,
-                                   rng=rng, np_rng=np_rng)
-            if i < 50:
-                continue  # warm-up
-            retrieval.append(result.timings_ms["retrieval"])
-            decision.append(sum(v for k, v in result.timings_ms.items() if k != "retrieval"))
-            whole.append(sum(result.timings_ms.values()))
-            retrieved.append(result.funnel["retrieved"])
-            candidates.append(result.funnel["filtered"])
+        retrieval, decision, whole, retrieved, candidates = _requests(engine, vocab, requests, rng)
         key = str(n)
         # After the requests, as the index stands while serving.
         memory = index.memory_bytes()
@@ -88,15 +107,8 @@ def run(sizes: list[int], requests: int = 2_000, baseline_requests: int = 20, lo
                 f"include a size of at most {BASELINE_MAX_ADS:,} in --ads for it")
         elif n == min(sizes):
             log(f"baseline: scanning {n:,} compiled expressions per request ({baseline_requests} requests) ...")
-            expressions = [targeting_of(index, r) for r in range(index.size)]
-            scan = []
-            for _ in range(baseline_requests):
-                terms = random_request(rng, vocab)
-                began = time.perf_counter()
-                sum(1 for t in expressions if matches(t, terms))
-                scan.append((time.perf_counter() - began) * 1000)
+            scan = _baseline_scan(index, vocab, baseline_requests, rng)
             figures["baseline_retrieval_p50_ms"][key], figures["baseline_retrieval_p99_ms"][key] = percentiles_ms(scan)
-            del expressions
         del index, campaigns, engine
         gc.unfreeze()
         gc.collect()

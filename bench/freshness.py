@@ -141,6 +141,96 @@ def _ensure_index_builder(settings: PlatformSettings, log) -> str | None:
     return job_id
 
 
+async def _wait_held(servers, ad_ids: list[int], timeout_s: float = 900) -> None:
+    """Until both servers hold the last 50 ads committed (the last ones committed are the last ones streamed)."""
+    began = time.monotonic()
+    last = set(ad_ids[-50:])
+    while True:
+        held = [sum(1 for a in last if s.server.state.index.row_of(a) is not None) for s in servers]
+        if all(h == len(last) for h in held):
+            return
+        if time.monotonic() - began > timeout_s:
+            raise TimeoutError(f"the servers hold {held} of the last {len(last)} ads after 15 minutes")
+        await asyncio.sleep(0.2)
+
+
+async def _owner_maps(conn, advertiser_ids: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """(campaign id -> advertiser, ad id -> advertiser): campaign and ad ids are separate sequences."""
+    campaigns = await (await conn.execute(
+        "SELECT campaign_id, advertiser_id FROM campaigns WHERE advertiser_id = ANY(%s)",
+        (advertiser_ids,))).fetchall()
+    ads = await (await conn.execute(
+        "SELECT ad_id, advertiser_id FROM ads WHERE advertiser_id = ANY(%s)", (advertiser_ids,))).fetchall()
+    return ({r["campaign_id"]: r["advertiser_id"] for r in campaigns},
+            {r["ad_id"]: r["advertiser_id"] for r in ads})
+
+
+async def _retire(conn, advertiser_ids: list[int]) -> None:
+    await conn.execute("UPDATE ads SET status = 'REMOVED', version = version + 1, updated_at = now() "
+                       "WHERE advertiser_id = ANY(%s) AND status <> 'REMOVED'", (advertiser_ids,))
+    await conn.execute("UPDATE campaigns SET status = 'REMOVED', version = version + 1, "
+                       "updated_at = now() WHERE advertiser_id = ANY(%s)", (advertiser_ids,))
+
+
+async def _commit_changes(store, changes: int, rate: float, campaign_ids: list[int], ad_ids: list[int],
+                          owner) -> list:
+    """`changes` random changes at `rate` per second; what each server must apply, in order."""
+    rng = random.Random(9)
+    wanted = []
+    start = time.monotonic()
+    for i in range(changes):
+        wanted.append(await _change(store, rng, campaign_ids, ad_ids, owner))
+        delay = start + (i + 1) / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    return wanted
+
+
+async def _applied_lags(servers, wanted: list, timeout_s: float = 120) -> list[list[float]]:
+    """Per server, the commit -> applied lag of each wanted change it applied within the timeout."""
+    deadline = time.monotonic() + timeout_s
+    per_server = []
+    for s in servers:
+        while True:
+            seen = {(t, k, v): lag for t, k, v, lag in s.server.state.recent_lags}
+            got = [seen.get(w) for w in wanted]
+            if all(g is not None for g in got) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        per_server.append([g for g in got if g is not None])
+    return per_server
+
+
+def _p(samples, q: int) -> float:
+    return round(float(np.percentile(samples, q)), 3)
+
+
+def _lag_figures(changes: int, per_server: list[list[float]], base: list[float]) -> dict[str, Any]:
+    lags = [lag for server in per_server for lag in server]
+    out: dict[str, Any] = dict(
+        changes=changes, changes_applied_per_server=[len(p) for p in per_server],
+        lag_p50_s=_p(lags, 50), lag_p99_s=_p(lags, 99), lag_max_s=round(max(lags), 3),
+        lag_per_server=[{"p50_s": _p(p, 50), "p99_s": _p(p, 99)} for p in per_server])
+    if base:
+        out.update(baseline_cdc_lag_p50_s=_p(base, 50), baseline_cdc_lag_p99_s=_p(base, 99),
+                   baseline_cdc_changes=len(base))
+    return out
+
+
+async def _reach(servers, ad_ids: list[int], began: float, log) -> dict[str, Any]:
+    """The load's figures once both servers hold every ad committed since `began` (committed now)."""
+    committed = time.monotonic()
+    await _wait_held(servers, ad_ids)
+    missing = [sum(1 for a in ad_ids if s.server.state.index.row_of(a) is None) for s in servers]
+    done = time.monotonic()
+    out = dict(ads_loaded=len(ad_ids), ads_missing_per_server=missing,
+               index_builder_ads_per_s=round(len(ad_ids) / (done - began), 1),
+               load_commit_s=round(committed - began, 1), load_to_servers_s=round(done - began, 1))
+    log(f"both servers hold the {len(ad_ids):,} ads {done - began:.1f} s after the load began "
+        f"({out['index_builder_ads_per_s']:,} ads/s end to end)")
+    return out
+
+
 async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate: float, log) -> dict[str, Any]:
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
@@ -156,79 +246,24 @@ async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate:
     try:
         began = time.monotonic()
         advertiser_ids, campaign_ids, ad_ids = await _load_ads(store, n_ads, 3, log)
-        committed = time.monotonic()
-        last = set(ad_ids[-50:])
-        while True:
-            held = [sum(1 for a in last if s.server.state.index.row_of(a) is not None) for s in servers]
-            if all(h == len(last) for h in held):
-                break
-            if time.monotonic() - committed > 900:
-                raise TimeoutError(f"the servers hold {held} of the last {len(last)} ads after 15 minutes")
-            await asyncio.sleep(0.2)
-        # every ad reached both servers (the last ones committed are the last ones streamed)
-        missing = [sum(1 for a in ad_ids if s.server.state.index.row_of(a) is None) for s in servers]
-        done = time.monotonic()
-        out.update(ads_loaded=len(ad_ids), ads_missing_per_server=missing,
-                   index_builder_ads_per_s=round(len(ad_ids) / (done - began), 1),
-                   load_commit_s=round(committed - began, 1), load_to_servers_s=round(done - began, 1))
-        log(f"both servers hold the {len(ad_ids):,} ads {done - began:.1f} s after the load began "
-            f"({out['index_builder_ads_per_s']:,} ads/s end to end)")
-
-        async def owners(conn):  # campaign and ad ids are separate sequences: one map each
-            campaigns = await (await conn.execute(
-                "SELECT campaign_id, advertiser_id FROM campaigns WHERE advertiser_id = ANY(%s)",
-                (advertiser_ids,))).fetchall()
-            ads = await (await conn.execute(
-                "SELECT ad_id, advertiser_id FROM ads WHERE advertiser_id = ANY(%s)", (advertiser_ids,))).fetchall()
-            return ({r["campaign_id"]: r["advertiser_id"] for r in campaigns},
-                    {r["ad_id"]: r["advertiser_id"] for r in ads})
-        owner = await store._run(owners)  # noqa: SLF001
-        rng = random.Random(9)
-        wanted = []
+        out.update(await _reach(servers, ad_ids, began, log))
+        owner = await store._run(lambda conn: _owner_maps(conn, advertiser_ids))  # noqa: SLF001
         for s in servers:
             s.server.state.recent_lags.clear()
         cdc = CdcArrivals(settings.kafka_bootstrap)
         cdc.start()
         log(f"committing {changes:,} random changes at {rate:g}/s ...")
-        start = time.monotonic()
-        for i in range(changes):
-            wanted.append(await _change(store, rng, campaign_ids, ad_ids, owner))
-            delay = start + (i + 1) / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        deadline = time.monotonic() + 120
-        per_server = []
-        for s in servers:
-            while True:
-                seen = {(t, k, v): lag for t, k, v, lag in s.server.state.recent_lags}
-                got = [seen.get(w) for w in wanted]
-                if all(g is not None for g in got) or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.2)
-            per_server.append([g for g in got if g is not None])
+        wanted = await _commit_changes(store, changes, rate, campaign_ids, ad_ids, owner)
+        per_server = await _applied_lags(servers, wanted)
         cdc.stop()
         cdc.join(10)
-        base = cdc.lags_s
-        lags = [lag for server in per_server for lag in server]
-        out.update(changes=changes, changes_applied_per_server=[len(p) for p in per_server],
-                   lag_p50_s=round(float(np.percentile(lags, 50)), 3),
-                   lag_p99_s=round(float(np.percentile(lags, 99)), 3), lag_max_s=round(max(lags), 3),
-                   lag_per_server=[{"p50_s": round(float(np.percentile(p, 50)), 3),
-                                    "p99_s": round(float(np.percentile(p, 99)), 3)} for p in per_server])
-        if base:
-            out.update(baseline_cdc_lag_p50_s=round(float(np.percentile(base, 50)), 3),
-                       baseline_cdc_lag_p99_s=round(float(np.percentile(base, 99)), 3), baseline_cdc_changes=len(base))
+        out.update(_lag_figures(changes, per_server, cdc.lags_s))
         log(f"commit -> applied lag: p50 {out['lag_p50_s']} s, p99 {out['lag_p99_s']} s, max {out['lag_max_s']} s; "
             f"baseline, commit -> on the cdc topic (Debezium alone): p50 {out.get('baseline_cdc_lag_p50_s')} s, "
             f"p99 {out.get('baseline_cdc_lag_p99_s')} s")
     finally:
         if advertiser_ids:
-            async def retire(conn):
-                await conn.execute("UPDATE ads SET status = 'REMOVED', version = version + 1, updated_at = now() "
-                                   "WHERE advertiser_id = ANY(%s) AND status <> 'REMOVED'", (advertiser_ids,))
-                await conn.execute("UPDATE campaigns SET status = 'REMOVED', version = version + 1, "
-                                   "updated_at = now() WHERE advertiser_id = ANY(%s)", (advertiser_ids,))
-            await store._run(retire)  # noqa: SLF001
+            await store._run(lambda conn: _retire(conn, advertiser_ids))  # noqa: SLF001
             log("the bench's campaigns and ads are retired (status REMOVED) through the same path")
         for s in servers:
             await s.stop()
