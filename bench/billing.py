@@ -224,10 +224,60 @@ def bench_recount(settings: PlatformSettings, topics: dict[str, str], log) -> di
             "recount_events": summary["events"], "recount_campaigns": summary["campaigns"]}
 
 
+def _read_billed(settings: PlatformSettings, topic: str, codec, billed_at: dict[tuple[int, int], float],
+                 stop: threading.Event) -> None:
+    """Until `stop`: the wall time each (campaign, window end) billed total is first read back."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    while not stop.is_set():
+        for m in consumer.consume(500, timeout=0.2):
+            if m.error() is None:
+                record = codec.decode(m.value())
+                billed_at.setdefault((record["campaign_id"], record["event_time"]), time.time())
+    consumer.close()
+
+
+def _produce_in_real_time(producer, topic: str, codec, *, rate: int, seconds: int,
+                          campaigns: int) -> list[tuple[int, int]]:
+    """`rate` events a second stamped with the wall clock; (campaign, event time ms) of the billable, valid ones."""
+    from core import clicks
+
+    sent: list[tuple[int, int]] = []
+    began, produced = time.time(), 0
+    for campaign, event in _events(rate * seconds, campaigns, seed=13, start_ms=0, per_second=rate,
+                                   clock=lambda: int(time.time() * 1000)):
+        produced += 1
+        _produce(producer, topic, str(campaign).encode(), codec.encode("AdEvent", event), event["event_time"])
+        if clicks.is_billable(event) and clicks.invalid_reason(event) is None:
+            sent.append((campaign, event["event_time"]))
+        ahead = began + produced / rate - time.time()  # hold the rate: real time, not a backlog
+        if ahead > 0.005:
+            producer.poll(0)
+            time.sleep(ahead)
+    return sent
+
+
+def _keep_event_time_moving(producer, topic: str, codec, *, seconds: float) -> None:
+    """Tick events on every partition for `seconds` after the last event, so its window closes."""
+    end = time.time() + seconds
+    while time.time() < end:
+        now = int(time.time() * 1000)
+        for partition in range(PARTITIONS):
+            tick = {"event_id": uuid.uuid4().hex, "impression_id": f"tick-{now}-{partition}",
+                    "event_type": "IMPRESSION", "event_time": now, "served_time": now - 1000, "campaign_id": 1,
+                    "ad_id": 10, "price_micros": 1, "billing_type": "CLICK", "user_id": None,
+                    "ip_address": None, "user_agent": None, "token_key_id": "k1"}
+            _produce(producer, topic, b"1", codec.encode("AdEvent", tick), now, partition)
+        producer.poll(0)
+        time.sleep(0.2)
+
+
 def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campaigns: int, checkpoint_ms: int,
                   log) -> dict[str, Any]:
     import numpy as np
-    from confluent_kafka import Consumer
 
     from core import clicks
     from infra.platform.services import Flink
@@ -246,47 +296,13 @@ def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campai
     deploy.wait_running(settings.flink_rest_url, job_id, timeout_s=300)
     billed_at: dict[tuple[int, int], float] = {}  # (campaign, window end) -> wall time first read
     stop = threading.Event()
-
-    def read_billed():
-        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": uuid.uuid4().hex,
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        consumer.subscribe([topics["billed"]])
-        while not stop.is_set():
-            for m in consumer.consume(500, timeout=0.2):
-                if m.error() is None:
-                    record = codec.decode(m.value())
-                    billed_at.setdefault((record["campaign_id"], record["event_time"]), time.time())
-        consumer.close()
-
-    reader = threading.Thread(target=read_billed, daemon=True)
+    reader = threading.Thread(target=_read_billed, args=(settings, topics["billed"], codec, billed_at, stop),
+                              daemon=True)
     reader.start()
     time.sleep(5)  # the job's sources find the topics
     log(f"producing {rate:,} events/s in real time for {seconds} s, reading billed totals back ...")
-    sent: list[tuple[int, int]] = []  # (campaign, event time ms) of billable, valid events
-    began, produced = time.time(), 0
-    for campaign, event in _events(rate * seconds, campaigns, seed=13, start_ms=0, per_second=rate,
-                                   clock=lambda: int(time.time() * 1000)):
-        produced += 1
-        _produce(producer, topics["events"], str(campaign).encode(), codec.encode("AdEvent", event),
-                 event["event_time"])
-        if clicks.is_billable(event) and clicks.invalid_reason(event) is None:
-            sent.append((campaign, event["event_time"]))
-        ahead = began + produced / rate - time.time()  # hold the rate: real time, not a backlog
-        if ahead > 0.005:
-            producer.poll(0)
-            time.sleep(ahead)
-    # keep event time moving after the last event so its window closes
-    end = time.time() + 25
-    while time.time() < end:
-        now = int(time.time() * 1000)
-        for partition in range(PARTITIONS):
-            tick = {"event_id": uuid.uuid4().hex, "impression_id": f"tick-{now}-{partition}",
-                    "event_type": "IMPRESSION", "event_time": now, "served_time": now - 1000, "campaign_id": 1,
-                    "ad_id": 10, "price_micros": 1, "billing_type": "CLICK", "user_id": None,
-                    "ip_address": None, "user_agent": None, "token_key_id": "k1"}
-            _produce(producer, topics["events"], b"1", codec.encode("AdEvent", tick), now, partition)
-        producer.poll(0)
-        time.sleep(0.2)
+    sent = _produce_in_real_time(producer, topics["events"], codec, rate=rate, seconds=seconds, campaigns=campaigns)
+    _keep_event_time_moving(producer, topics["events"], codec, seconds=25)
     producer.flush(30)
     stop.set()
     reader.join(10)

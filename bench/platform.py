@@ -90,6 +90,19 @@ def bench_cold_start(settings: PlatformSettings, log) -> dict[str, float]:
     return times
 
 
+def _wait_finished(rest: str, job_id: str) -> None:
+    """Until the bounded job ends; raises unless it FINISHED."""
+    from jobs import deploy
+
+    while True:
+        state, _ = deploy.job_state(rest, job_id)
+        if state in ("FINISHED", "FAILED", "CANCELED"):
+            break
+        time.sleep(0.2)
+    if state != "FINISHED":
+        raise RuntimeError(f"benchmark job ended {state}")
+
+
 def bench_flink(settings: PlatformSettings, events: int, log) -> dict[str, float]:
     from sim.synthetic import ad_events as simulate_events
     from confluent_kafka.admin import NewTopic
@@ -141,13 +154,7 @@ def bench_flink(settings: PlatformSettings, events: int, log) -> dict[str, float
                            job_args=common + ["--group-id", f"bench-b-{suffix}", "--bounded"])
     deploy.wait_running(rest, job_id, timeout_s=300)
     running_at = time.monotonic()
-    while True:
-        state, _ = deploy.job_state(rest, job_id)
-        if state in ("FINISHED", "FAILED", "CANCELED"):
-            break
-        time.sleep(0.2)
-    if state != "FINISHED":
-        raise RuntimeError(f"benchmark job ended {state}")
+    _wait_finished(rest, job_id)
     results["smoke_records_per_s"] = round(events / (time.monotonic() - running_at))
     admin.delete_topics([source, output, dead], request_timeout=15)
     return results
