@@ -1,15 +1,23 @@
 """`adserve serve ads|prediction|tracker|advertiser-api` and `adserve users delete`: the HTTP services of
-serving/ started with the platform's settings and the token keys from the environment (sim.tokens)."""
+serving/ started with their typed settings (flags over the platform's ADSERVE_* variables), each printed once
+at start with its secrets masked."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from infra.platform import PlatformSettings
-from sim.tokens import TOKEN_KEYS_HELP, token_keys_from_env
+from serving.adserver.settings import TOKEN_KEYS_HELP, add_development_argument
 
 PORTS_HELP_SHORT = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
+
+
+def platform_environ() -> dict[str, str]:
+    """The environment a service's settings read: the platform's variables (ports and the addresses derived
+    from them), under whatever this process's environment sets itself."""
+    return {**PlatformSettings.from_env().as_env(), **os.environ}
 
 
 def register(sub) -> None:
@@ -55,6 +63,7 @@ def _add_ads(ssub) -> None:
     a.add_argument("--prerank-weights", type=Path,
                    help="the pre-ranker's weights (JSON by feature name, e.g. from `adserve learning-day "
                         "--fit-prerank`); default: its built-in weights")
+    add_development_argument(a)
     a.set_defaults(handler=cmd_serve_ads)
 
 
@@ -88,6 +97,7 @@ def _add_tracker(ssub) -> None:
                                     "landing URL; events to ad.events keyed by campaign.",
                         epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
     t.add_argument("--port", type=int, default=8081)
+    add_development_argument(t)
     t.set_defaults(handler=cmd_serve_tracker)
 
 
@@ -110,33 +120,25 @@ def _add_users(sub) -> None:
 
 def cmd_serve_ads(args: argparse.Namespace) -> int:
     from core.errors import AdserveError
-    from serving.adserver.app import ServerConfig
-    from serving.adserver.main import run_ad_server
-    from serving.adserver.request import GeoResolver
+    from serving.adserver.main import serve
+    from serving.adserver.settings import AdServerSettings
 
-    s = PlatformSettings.from_env()
-    from serving.decision.engine import EngineConfig
-    from serving.decision.prerank import load_weights
-
-    config = ServerConfig(server_id=args.server_id, tracker_url=args.tracker_url, max_in_flight=args.max_in_flight,
-                          engine=EngineConfig(recall_sample_share=args.recall_share,
-                                              prerank_weights=load_weights(args.prerank_weights)
-                                              if args.prerank_weights else None))
     try:
+        settings = AdServerSettings.from_args(args, platform_environ())
         predictor = ads_predictor(args)
     except (ValueError, AdserveError) as exc:
         print(f"adserve serve ads: {exc}", file=sys.stderr)
         return 2
-    run_ad_server(bootstrap=s.kafka_bootstrap, redis_host=s.host, redis_port=s.redis_port, keys=token_keys_from_env(),
-                  config=config, port=args.port, geo=GeoResolver.from_csv(args.geo_table) if args.geo_table else None,
-                  snapshot_dir=Path(args.snapshot_dir) if args.snapshot_dir else None, predictor=predictor)
+    serve(settings, predictor, log=lambda line: print(line, flush=True))
     return 0
 
 
 def ads_predictor(args: argparse.Namespace):
     """The ad server's predictor: the prediction service, the model in process, or None (the priors)."""
+    from core.errors import InvalidSettings
+
     if getattr(args, "prerank_model", None) and not args.prediction_url:
-        raise ValueError("--prerank-model goes with --prediction-url (with --model the student comes from that "
+        raise InvalidSettings("--prerank-model goes with --prediction-url (with --model the student comes from that "
                          "bundle)")
     if args.prediction_url:
         from serving.model.remote import RemotePredictor
@@ -145,7 +147,7 @@ def ads_predictor(args: argparse.Namespace):
         print(f"ad server: scoring with the prediction service at {predictor.url}", flush=True)
         if args.prerank_model:  # the service's model bundle: its student for the pre-ranker, numpy only
             if not args.ad_features:
-                raise ValueError("--prerank-model needs --ad-features (the snapshot folder of its student's ads)")
+                raise InvalidSettings("--prerank-model needs --ad-features (the snapshot folder of its student's ads)")
             from serving.model.student import StudentAffinity, StudentConversionRates, WithStudent
 
             affinity = StudentAffinity.load(args.prerank_model, args.ad_features)
@@ -162,7 +164,7 @@ def ads_predictor(args: argparse.Namespace):
         return predictor
     if args.model:
         if not args.ad_features:
-            raise ValueError("--model needs --ad-features (the snapshot folder the model scores against)")
+            raise InvalidSettings("--model needs --ad-features (the snapshot folder the model scores against)")
         from serving.model.predictor import ModelPredictor
 
         predictor = ModelPredictor.load(args.model, args.ad_features)
@@ -174,30 +176,38 @@ def ads_predictor(args: argparse.Namespace):
 
 def cmd_serve_prediction(args: argparse.Namespace) -> int:
     from core.errors import AdserveError
-    from serving.model.service import ServiceConfig, load_service, run_prediction_service
+    from serving.model.service import load_service, run_prediction_service
+    from serving.model.settings import PredictionServiceSettings
 
-    config = ServiceConfig(max_wait_ms=args.max_wait_ms, max_batch_rows=args.max_batch_rows,
-                           canary_share=args.canary_share if args.canary_model else 0.0,
-                           snapshot_refresh_s=args.snapshot_refresh_s)
     try:
-        service = load_service(args.model, args.ad_features, canary_model_dir=args.canary_model, config=config)
+        settings = PredictionServiceSettings.from_args(args)
+        print(f"prediction service settings: {settings.describe()}", flush=True)
+        service = load_service(settings.model_dir, settings.ad_features_dir, canary_model_dir=settings.canary_model_dir,
+                               config=settings.service)
     except (ValueError, AdserveError) as exc:
         print(f"adserve serve prediction: {exc}", file=sys.stderr)
         return 2
-    run_prediction_service(service, host=args.host, port=args.port, log=lambda line: print(line, flush=True))
+    run_prediction_service(service, host=settings.host, port=settings.port, log=lambda line: print(line, flush=True))
     return 0
 
 
 def cmd_serve_tracker(args: argparse.Namespace) -> int:
     import asyncio
 
+    from core.errors import AdserveError
+    from serving.adserver.settings import TrackerSettings
     from serving.tracker import start_tracker
 
-    s = PlatformSettings.from_env()
+    try:
+        settings = TrackerSettings.from_args(args, platform_environ())
+    except AdserveError as exc:
+        print(f"adserve serve tracker: {exc}", file=sys.stderr)
+        return 2
+    print(f"tracker settings: {settings.describe()}", flush=True)
 
     async def main() -> None:
-        runner, port, _, producer = await start_tracker(bootstrap=s.kafka_bootstrap, keys=token_keys_from_env(),
-                                                        port=args.port)
+        runner, port, _, producer = await start_tracker(bootstrap=settings.kafka_bootstrap, keys=settings.token_keys,
+                                                        host=settings.host, port=settings.port)
         print(f"tracker on 127.0.0.1:{port}", flush=True)
         try:
             await asyncio.Event().wait()
@@ -212,12 +222,14 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
 def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
     import asyncio
 
-    from serving.advertiser.api import start_advertiser_api
+    from serving.advertiser.api import AdvertiserApiSettings, start_advertiser_api
 
-    s = PlatformSettings.from_env()
+    settings = AdvertiserApiSettings.from_args(args, platform_environ())
+    print(f"advertiser API settings: {settings.describe()}", flush=True)
 
     async def main() -> None:
-        runner, port, store = await start_advertiser_api(s.postgres_dsn, port=args.port)
+        runner, port, store = await start_advertiser_api(settings.postgres_dsn, host=settings.host,
+                                                         port=settings.port)
         print(f"advertiser API on 127.0.0.1:{port}", flush=True)
         try:
             await asyncio.Event().wait()

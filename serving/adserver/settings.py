@@ -15,13 +15,14 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from core.errors import InvalidSettings
 from core.settings import describe
 from core.tokens import TokenKeys
-from serving.adserver.app import ServerConfig
-from serving.decision.engine import EngineConfig
+
+if TYPE_CHECKING:
+    from serving.adserver.app import ServerConfig
 
 LOG = logging.getLogger("adserve.settings")
 TOKEN_KEYS_ENV = "ADSERVE_TOKEN_KEYS"
@@ -136,6 +137,8 @@ class AdServerSettings:
                    **flags, **paths)
 
     def server_config(self) -> ServerConfig:
+        from serving.adserver.app import ServerConfig  # the serving stack loads only when a server starts
+        from serving.decision.engine import EngineConfig
         from serving.decision.prerank import load_weights
 
         weights = load_weights(self.prerank_weights) if self.prerank_weights else None
