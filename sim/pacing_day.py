@@ -347,8 +347,6 @@ class CampaignDay:
 
 def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, out_dir: Path, parallelism: int = 2,
             progress=None) -> dict[str, Any]:
-    from infra.platform.jars import flink_connector_jar
-    from infra.platform.services import Flink
     from infra.platform.topics import TopicSpec, ensure_topics
     from jobs import deploy
     from schemas.codec import AvroCodec
@@ -369,16 +367,35 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
     curves_path.write_text(json.dumps(curves(campaigns, market)))
     codec = AvroCodec()
     producer = kafka.producer(platform.kafka_bootstrap, **{"linger.ms": 2})
-
-    def publish_campaign(c: SimCampaign, at_ms: int) -> None:
-        producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(),
-                         value=codec.encode("ServingCampaign", c.record(at_ms)), timestamp=at_ms)
-
     for c in campaigns:
         if not c.launch_s:
-            publish_campaign(c, DAY0_MS - 60_000)
+            producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(),
+                             value=codec.encode("ServingCampaign", c.record(DAY0_MS - 60_000)),
+                             timestamp=DAY0_MS - 60_000)
             _publish_ads(c, producer, codec, topics["ads"], DAY0_MS - 60_000)
     producer.flush(30)
+    job_id, billing_id = _deploy_jobs(platform, topics, run, curves_path, parallelism)
+    feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"], topics["billed"]])
+    feed.start()
+    try:
+        deploy.wait_running(platform.flink_rest_url, job_id)
+        deploy.wait_running(platform.flink_rest_url, billing_id)
+        result = _simulate(platform, campaigns, by_id, events, topics, requests=requests, seed=seed,
+                           servers=servers, lead_s=lead_s, feed=feed, producer=producer, codec=codec,
+                           progress=progress)
+    finally:
+        feed.halt.set()
+        _stop_jobs(platform, job_id, billing_id)
+    result.update(run=run, topics=topics, job_id=job_id, billing_job_id=billing_id, last_week=market)
+    return result
+
+
+def _deploy_jobs(platform, topics: dict[str, str], run: str, curves_path: Path, parallelism: int) -> tuple[str, str]:
+    """The budget job and the click aggregator on the run's topics; (budget job id, aggregator job id)."""
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from jobs import deploy
+
     job_id = deploy.deploy("budget_pacing", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
                            conf_dir=Flink(platform).conf_dir,
                            job_args=["--bootstrap", platform.kafka_bootstrap,
@@ -402,24 +419,105 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
                                          "--billed-topic", topics["billed"], "--dead-letter-topic", topics["dead"],
                                          "--bundle-time-ms", "20", "--watermark-interval-ms", "20",
                                          "--buffer-timeout-ms", "2", "--checkpoint-interval-ms", "10000"])
-    feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"], topics["billed"]])
-    feed.start()
-    try:
-        deploy.wait_running(platform.flink_rest_url, job_id)
-        deploy.wait_running(platform.flink_rest_url, billing_id)
-        result = _simulate(platform, campaigns, by_id, events, topics, requests=requests, seed=seed,
-                           servers=servers, lead_s=lead_s, feed=feed, producer=producer, codec=codec,
-                           progress=progress)
-    finally:
-        feed.halt.set()
-        for name, running in (("budget", job_id), ("click aggregator", billing_id)):
-            try:
-                deploy.stop(platform.flink_rest_url, running)
-            except Exception:  # noqa: BLE001 - a stuck stop must not hide the day's result
-                LOG.exception("stopping the %s job failed; cancelling it", name)
-                deploy.cancel(platform.flink_rest_url, running)
-    result.update(run=run, topics=topics, job_id=job_id, billing_job_id=billing_id, last_week=market)
-    return result
+    return job_id, billing_id
+
+
+def _stop_jobs(platform, job_id: str, billing_id: str) -> None:
+    from jobs import deploy
+
+    for name, running in (("budget", job_id), ("click aggregator", billing_id)):
+        try:
+            deploy.stop(platform.flink_rest_url, running)
+        except Exception:  # noqa: BLE001 - a stuck stop must not hide the day's result
+            LOG.exception("stopping the %s job failed; cancelling it", name)
+            deploy.cancel(platform.flink_rest_url, running)
+
+
+@dataclass
+class _Traffic:
+    """The day's request stream as the fleet sees it: the simulation's random draws, the beacons written to
+    ad.events, the clicks still to fire, and the counts the report reads."""
+    rng: np.random.Generator
+    fleet: list
+    days: dict[int, CampaignDay]
+    producer: Any
+    codec: Any
+    events_topic: str
+    true_ctr_factor: dict[int, float]
+    beacons: list[dict[str, Any]] = field(default_factory=list)
+    clicks: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # heap of (at ms, seq, beacon)
+    served_requests: int = 0
+    filled_slots: int = 0
+    seq: int = 0
+
+    def beacon(self, event: dict[str, Any]) -> None:
+        """One ad.events record, as the tracker writes it (keyed by campaign, timestamp = event time)."""
+        self.beacons.append(event)
+        self.producer.produce(self.events_topic, key=str(event["campaign_id"]).encode(),
+                              timestamp=event["event_time"], value=self.codec.encode("AdEvent", event))
+
+    def serve(self, second: int, now_ms: int, requests: int) -> None:
+        """`requests` ad requests in this second, each on a random server, placement and country."""
+        placements, p_weights = list(PLACEMENTS), [w for w, _ in PLACEMENTS.values()]
+        countries, c_weights = list(COUNTRIES), list(COUNTRIES.values())
+        for _ in range(requests):
+            server = self.fleet[int(self.rng.integers(len(self.fleet)))]
+            placement = placements[int(self.rng.choice(len(placements), p=p_weights))]
+            country = countries[int(self.rng.choice(len(countries), p=c_weights))]
+            decision = server.serve(f"r{second}-{self.seq}", placement, country, now_ms)
+            self.seq += 1
+            self.served_requests += 1
+            for w in decision.winners:
+                self._won(second, now_ms, w)
+
+    def _won(self, second: int, now_ms: int, w) -> None:
+        """A filled slot: counted, its impression written, its click (if the true rate draws one) scheduled."""
+        self.filled_slots += 1
+        day = self.days[w.campaign_id]
+        minute = second // 60
+        day.served_by_minute[minute] += 1
+        day.expected_by_minute[minute] += w.expected_cost_micros
+        day.last_served_s = second
+        impression = _beacon(f"r{second}-{self.seq}-{w.slot}", "IMPRESSION", now_ms, now_ms, w, self.seq)
+        self.beacon(impression)
+        if w.billing != "cpm":
+            pctr = w.expected_cost_micros / max(1, w.price_micros)
+            if self.rng.random() < min(1.0, pctr * self.true_ctr_factor[w.ad_id]):
+                at = now_ms + int(2000 + self.rng.exponential(10_000))
+                heapq.heappush(self.clicks, (at, self.seq, {**impression, "event_type": "CLICK", "event_time": at,
+                                                            "event_id": f"{impression['event_id']}-click"}))
+
+    def fire_clicks(self, now_ms: int) -> None:
+        while self.clicks and self.clicks[0][0] <= now_ms:
+            _, _, click = heapq.heappop(self.clicks)
+            self.days[int(click["campaign_id"])].clicks += 1
+            self.beacon(click)
+
+
+def _wait_for_budget(feed, now_ms: int, second: int, lead_s: int) -> float:
+    """Hold the servers at most lead_s of event time ahead of the budget states they have heard; seconds held."""
+    wait_began = time.monotonic()
+    while feed.progress_ms < now_ms - lead_s * 1000 and second > lead_s:
+        time.sleep(0.002)
+        if time.monotonic() - wait_began > 120:
+            raise RuntimeError(f"the budget job stopped answering at {_clock(feed.progress_ms)}")
+    return time.monotonic() - wait_began
+
+
+def _end_of_second(second: int, traffic_state: _Traffic, lowered: dict[int, int]) -> None:
+    """Each minute, every campaign's state and p as the first server sees them; and when a lowered campaign
+    stopped serving."""
+    days = traffic_state.days
+    if second % 60 == 59:
+        view = traffic_state.fleet[0].state
+        for campaign_id, day in days.items():
+            state, p = view.budget.get(campaign_id, ("", math.nan))
+            day.p_by_minute[second // 60], day.state_by_minute[second // 60] = p, state
+        traffic_state.producer.poll(0)
+    for campaign_id, lowered_at in lowered.items():
+        day = days[campaign_id]
+        if day.stopped_after_lower_s is None and day.last_served_s < second - 30:
+            day.stopped_after_lower_s = max(0, day.last_served_s - lowered_at + 1)
 
 
 def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, servers, lead_s, feed, producer,
@@ -431,87 +529,37 @@ def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, ser
              for i in range(servers)]
     days = {c.campaign_id: CampaignDay(c, [(0, c.budget_micros)]) for c in campaigns}
     versions = [c.record(DAY0_MS - 60_000) for c in campaigns if not c.launch_s]  # for the recount
-    beacons: list[dict[str, Any]] = []
-
-    def beacon(event: dict[str, Any]) -> None:
-        """One ad.events record, as the tracker writes it (keyed by campaign, timestamp = event time)."""
-        beacons.append(event)
-        producer.produce(topics["events"], key=str(event["campaign_id"]).encode(), timestamp=event["event_time"],
-                         value=codec.encode("AdEvent", event))
-
     true_ctr_factor = {ad["ad_id"]: float(np.exp(rng.normal(0, 0.15) - 0.15 ** 2 / 2))
                        for c in campaigns for ad in c.ad_records(DAY0_MS)}
+    day_traffic = _Traffic(rng, fleet, days, producer, codec, topics["events"], true_ctr_factor)
     rate_scale = requests / sum(traffic(s) for s in range(0, 86_400, 10)) / 10
-    clicks: list[tuple[int, int, dict[str, Any]]] = []  # heap of (at ms, seq, the click's beacon)
-    placements, p_weights = list(PLACEMENTS), [w for w, _ in PLACEMENTS.values()]
-    countries, c_weights = list(COUNTRIES), list(COUNTRIES.values())
     pending_events = list(events)
-    waited_s, served_requests, filled_slots, seq = 0.0, 0, 0, 0
+    waited_s = 0.0
     lowered: dict[int, int] = {}
     began = time.monotonic()
     for second in range(86_400):
         now_ms = DAY0_MS + second * 1000
-        # the servers run at most lead_s of event time ahead of the budget states they have heard
-        wait_began = time.monotonic()
-        while feed.progress_ms < now_ms - lead_s * 1000 and second > lead_s:
-            time.sleep(0.002)
-            if time.monotonic() - wait_began > 120:
-                raise RuntimeError(f"the budget job stopped answering at {_clock(feed.progress_ms)}")
-        waited_s += time.monotonic() - wait_began
+        waited_s += _wait_for_budget(feed, now_ms, second, lead_s)
         _drain(feed, fleet, now_ms)
         while pending_events and pending_events[0].second <= second:
             event = pending_events.pop(0)
             _apply_event(event, by_id, days, fleet, producer, codec, topics, platform, campaigns, now_ms, seed,
                          lowered)
-        n = rng.poisson(traffic(second) * rate_scale)
-        for _ in range(n):
-            server = fleet[int(rng.integers(len(fleet)))]
-            placement = placements[int(rng.choice(len(placements), p=p_weights))]
-            country = countries[int(rng.choice(len(countries), p=c_weights))]
-            decision = server.serve(f"r{second}-{seq}", placement, country, now_ms)
-            seq += 1
-            served_requests += 1
-            for w in decision.winners:
-                filled_slots += 1
-                day = days[w.campaign_id]
-                minute = second // 60
-                day.served_by_minute[minute] += 1
-                day.expected_by_minute[minute] += w.expected_cost_micros
-                day.last_served_s = second
-                impression = _beacon(f"r{second}-{seq}-{w.slot}", "IMPRESSION", now_ms, now_ms, w, seq)
-                beacon(impression)
-                if w.billing != "cpm":
-                    pctr = w.expected_cost_micros / max(1, w.price_micros)
-                    if rng.random() < min(1.0, pctr * true_ctr_factor[w.ad_id]):
-                        at = now_ms + int(2000 + rng.exponential(10_000))
-                        heapq.heappush(clicks, (at, seq, {**impression, "event_type": "CLICK", "event_time": at,
-                                                          "event_id": f"{impression['event_id']}-click"}))
-        while clicks and clicks[0][0] <= now_ms:
-            _, _, click = heapq.heappop(clicks)
-            days[int(click["campaign_id"])].clicks += 1
-            beacon(click)
+        day_traffic.serve(second, now_ms, rng.poisson(traffic(second) * rate_scale))
+        day_traffic.fire_clicks(now_ms)
         for server in fleet:
             server.second(now_ms)
-        if second % 60 == 59:
-            view = fleet[0].state
-            for campaign_id, day in days.items():
-                state, p = view.budget.get(campaign_id, ("", math.nan))
-                day.p_by_minute[second // 60], day.state_by_minute[second // 60] = p, state
-            producer.poll(0)
-        for campaign_id, lowered_at in lowered.items():
-            day = days[campaign_id]
-            if day.stopped_after_lower_s is None and day.last_served_s < second - 30:
-                day.stopped_after_lower_s = max(0, day.last_served_s - lowered_at + 1)
+        _end_of_second(second, day_traffic, lowered)
         if progress is not None and second % 600 == 0:
-            progress(second, served_requests, time.monotonic() - began)
+            progress(second, day_traffic.served_requests, time.monotonic() - began)
     for server in fleet:
         server.reporter.close()
-    billing = _close_billing(days, feed, producer, codec, topics["events"], beacons, versions, campaigns)
+    billing = _close_billing(days, feed, producer, codec, topics["events"], day_traffic.beacons, versions, campaigns)
     store = PacingStore(platform.redis_url)
     pacing = {c.campaign_id: store.read(c.campaign_id) for c in campaigns}
     store.close()
-    return {"days": days, "pacing": pacing, "requests": served_requests, "filled_slots": filled_slots,
-            "billing": billing,
+    return {"days": days, "pacing": pacing, "requests": day_traffic.served_requests,
+            "filled_slots": day_traffic.filled_slots, "billing": billing,
             "wall_s": time.monotonic() - began, "waited_s": waited_s, "lead_s": lead_s, "servers": len(fleet)}
 
 

@@ -54,42 +54,48 @@ def _hour_targets(day_pacing, budget_micros: int) -> np.ndarray | None:
     return np.interp(bounds, minutes, targets, left=0.0, right=float(budget_micros))
 
 
-def figures(result: dict[str, Any]) -> dict[str, Any]:
-    days, pacing = result["days"], result["pacing"]
-    per_campaign = []
-    for campaign_id, day in days.items():
-        c = day.campaign
-        final_p = next((p for p in day.p_by_minute[::-1] if not math.isnan(p)), math.nan)
-        final_state = next((s for s in day.state_by_minute[::-1] if s), "")
-        special = "paused" if c.name == "medium-1" else "lowered" if c.name == "medium-2" else \
-            "raised" if c.name == "medium-0" else "launched" if c.launch_s else ""
-        seen = day.p_by_minute[~np.isnan(day.p_by_minute)]
-        throttled = float(np.mean(seen < 0.999)) if len(seen) else 0.0  # share of the day it was held below p = 1
-        allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or throttled >= 0.5)
-        errors: dict[str, tuple[float, float] | None] = dict.fromkeys(CURVE_ERRORS)
-        targets = _hour_targets(pacing.get(campaign_id), c.budget_micros)
-        expected_h = day.expected_by_minute.reshape(24, 60).sum(axis=1)
-        if targets is not None and size_class(c.planned_budget_micros) != "small" and allowed:
-            target_h = np.diff(targets)
-            big = target_h >= 0.02 * c.budget_micros
-            level = day.bill.billed_micros / max(1.0, float(expected_h.sum()))
-            spend = {"hour_error": level * expected_h, "hour_error_expected": expected_h,
-                     "hour_error_billed": day.billed_by_minute.reshape(24, 60).sum(axis=1)}
-            if big.any():
-                errors = {k: (float(np.abs(v[big] - target_h[big]).sum()), float(target_h[big].sum()))
-                          for k, v in spend.items()}
-        per_campaign.append({
-            "campaign_id": campaign_id, "name": c.name, "class": size_class(c.planned_budget_micros),
-            "budget_micros": c.budget_micros, "billed_micros": day.bill.billed_micros,
-            "absorbed_micros": day.bill.absorbed_micros, "expected_micros": int(day.expected_by_minute.sum()),
-            "served": int(day.served_by_minute.sum()), "clicks": day.clicks, "final_p": final_p,
-            "final_state": final_state, "throttled_share": round(throttled, 3), "traffic_allowed": allowed,
-            "special": special,
-            "delivery_pct": 100 * day.bill.billed_micros / c.budget_micros if c.budget_micros else 0.0,
-            **errors, "stopped_after_lower_s": day.stopped_after_lower_s,
-            "hourly_expected_micros": [int(v) for v in expected_h],
-            "hourly_target_micros": None if targets is None else [int(v) for v in np.diff(targets)],
-            "billed_above_budget_micros": day.bill.billed_above_micros})
+def _special(c) -> str:
+    """The scripted change a campaign goes through in the day, if any."""
+    return "paused" if c.name == "medium-1" else "lowered" if c.name == "medium-2" else \
+        "raised" if c.name == "medium-0" else "launched" if c.launch_s else ""
+
+
+def _campaign_row(campaign_id: int, day, day_pacing) -> dict[str, Any]:
+    """One campaign's figures: delivery, overspend, its state at the end and its hourly curve errors."""
+    c = day.campaign
+    final_p = next((p for p in day.p_by_minute[::-1] if not math.isnan(p)), math.nan)
+    final_state = next((s for s in day.state_by_minute[::-1] if s), "")
+    special = _special(c)
+    seen = day.p_by_minute[~np.isnan(day.p_by_minute)]
+    throttled = float(np.mean(seen < 0.999)) if len(seen) else 0.0  # share of the day it was held below p = 1
+    allowed = special not in ("paused", "lowered") and (final_state == "STOPPED" or throttled >= 0.5)
+    errors: dict[str, tuple[float, float] | None] = dict.fromkeys(CURVE_ERRORS)
+    targets = _hour_targets(day_pacing, c.budget_micros)
+    expected_h = day.expected_by_minute.reshape(24, 60).sum(axis=1)
+    if targets is not None and size_class(c.planned_budget_micros) != "small" and allowed:
+        target_h = np.diff(targets)
+        big = target_h >= 0.02 * c.budget_micros
+        level = day.bill.billed_micros / max(1.0, float(expected_h.sum()))
+        spend = {"hour_error": level * expected_h, "hour_error_expected": expected_h,
+                 "hour_error_billed": day.billed_by_minute.reshape(24, 60).sum(axis=1)}
+        if big.any():
+            errors = {k: (float(np.abs(v[big] - target_h[big]).sum()), float(target_h[big].sum()))
+                      for k, v in spend.items()}
+    return {
+        "campaign_id": campaign_id, "name": c.name, "class": size_class(c.planned_budget_micros),
+        "budget_micros": c.budget_micros, "billed_micros": day.bill.billed_micros,
+        "absorbed_micros": day.bill.absorbed_micros, "expected_micros": int(day.expected_by_minute.sum()),
+        "served": int(day.served_by_minute.sum()), "clicks": day.clicks, "final_p": final_p,
+        "final_state": final_state, "throttled_share": round(throttled, 3), "traffic_allowed": allowed,
+        "special": special,
+        "delivery_pct": 100 * day.bill.billed_micros / c.budget_micros if c.budget_micros else 0.0,
+        **errors, "stopped_after_lower_s": day.stopped_after_lower_s,
+        "hourly_expected_micros": [int(v) for v in expected_h],
+        "hourly_target_micros": None if targets is None else [int(v) for v in np.diff(targets)],
+        "billed_above_budget_micros": day.bill.billed_above_micros}
+
+
+def _by_class(per_campaign: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     classes = {}
     for name in SIZE_CLASSES:
         rows = [r for r in per_campaign if r["class"] == name]
@@ -102,6 +108,13 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             "min_delivery_pct": min((r["delivery_pct"] for r in allowed), default=None),
             "billed_usd": billed / DOLLAR, "absorbed_usd": absorbed / DOLLAR, "absorbed_pct": _pct(absorbed, billed),
             **_curve_errors(rows)}
+    return classes
+
+
+def figures(result: dict[str, Any]) -> dict[str, Any]:
+    days, pacing = result["days"], result["pacing"]
+    per_campaign = [_campaign_row(campaign_id, day, pacing.get(campaign_id)) for campaign_id, day in days.items()]
+    classes = _by_class(per_campaign)
     paced = [r for r in per_campaign if r["class"] != "small"]
     small = [r for r in per_campaign if r["class"] == "small"]
     allowed = [r for r in per_campaign if r["traffic_allowed"]]
