@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from infra.platform import PlatformSettings
+from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
 from sim.synthetic import synthetic_campaign, synthetic_serving_records
 from sim.tokens import token_keys_from_env
 
@@ -77,14 +78,14 @@ async def _change(store, rng: random.Random, campaign_ids: list[int], ad_ids: li
         fields = {"status": rng.choice(["PAUSED", "ACTIVE"])} if kind == "pause_resume" else \
             {"daily_budget_micros": rng.randint(10, 10_000) * 1_000_000}
         row = await store.update_campaign(owner[0][cid], cid, fields)
-        return "serving.campaigns", cid, row["version"]
+        return SERVING_CAMPAIGNS, cid, row["version"]
     aid = rng.choice(ad_ids)
     if kind == "bid":
         fields = {"bid_micros": rng.randint(100_000, 5_000_000)}
     else:
         fields = {"targeting": synthetic_campaign(rng, 1)[1][0]["targeting"]}
     row = await store.update_ad(owner[1][aid], aid, fields)
-    return "serving.ads", aid, row["version"]
+    return SERVING_ADS, aid, row["version"]
 
 
 class CdcArrivals(threading.Thread):
@@ -279,7 +280,7 @@ async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, A
 
     records = synthetic_serving_records(n)
     offsets = {t: {str(p): o for p, o in kafka.end_offsets(settings.kafka_bootstrap, t).items()}
-               for t in ("serving.ads", "serving.campaigns")}
+               for t in (SERVING_ADS, SERVING_CAMPAIGNS)}
     with tempfile.TemporaryDirectory() as tmp:
         began = time.monotonic()
         folder = write_files(Path(tmp), int(time.time() * 1000), records, offsets)

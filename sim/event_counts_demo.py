@@ -20,6 +20,7 @@ from core import event_counts as rules
 from infra.platform import PlatformSettings, control
 from pipelines.avro_files import normalise, schema_json
 from schemas.codec import AvroCodec
+from schemas.topics import AD_EVENTS, DEAD_LETTERS, EVENT_COUNTS
 from sim.synthetic import DAY_START_MS, ad_events
 from streams import kafka
 
@@ -107,9 +108,9 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
     report.direct_windows = count_directly(simulated)
 
     bootstrap = settings.kafka_bootstrap
-    start_events = kafka.end_offsets(bootstrap, "ad.events")
-    start_counts = kafka.end_offsets(bootstrap, "ops.event_counts")
-    start_dead = kafka.end_offsets(bootstrap, "dead.letters")
+    start_events = kafka.end_offsets(bootstrap, AD_EVENTS)
+    start_counts = kafka.end_offsets(bootstrap, EVENT_COUNTS)
+    start_dead = kafka.end_offsets(bootstrap, DEAD_LETTERS)
 
     records = [(str(e["campaign_id"]).encode(), codec.encode("AdEvent", e), e["event_time"]) for e in simulated]
     step = max(1, len(records) // (corrupt + 1))
@@ -119,7 +120,7 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
     began = time.monotonic()
     chunk = 5_000
     for i in range(0, len(records), chunk):
-        kafka.produce_all(bootstrap, "ad.events", records[i:i + chunk], timeout_s=60)
+        kafka.produce_all(bootstrap, AD_EVENTS, records[i:i + chunk], timeout_s=60)
         progress.update(min(i + chunk, len(records)))
     progress.close()
     report.produce_s = time.monotonic() - began
@@ -143,12 +144,12 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
     if state != "FINISHED":
         raise RuntimeError(f"job {report.job_id} ended {state}; see the Flink UI at {settings.flink_rest_url}")
 
-    counts = kafka.read_all(bootstrap, "ops.event_counts", start_offsets=start_counts, timeout_s=60, idle_s=2)
+    counts = kafka.read_all(bootstrap, EVENT_COUNTS, start_offsets=start_counts, timeout_s=60, idle_s=2)
     for m in counts:
         r = codec.decode(m.value(), "EventCount", topic=m.topic(), partition=m.partition(), offset=m.offset())
         report.flink_windows[(r["campaign_id"], r["window_start"])] = rules.Counts(
             r["impressions"], r["clicks"], r["billable_micros"])
-    dead = kafka.read_all(bootstrap, "dead.letters", start_offsets=start_dead, timeout_s=30, idle_s=2)
+    dead = kafka.read_all(bootstrap, DEAD_LETTERS, start_offsets=start_dead, timeout_s=30, idle_s=2)
     report.dead_letters = [d for d in (codec.decode(m.value(), "DeadLetter") for m in dead)
                            if d["job"] == "event_counts"]
 

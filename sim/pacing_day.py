@@ -61,6 +61,7 @@ import numpy as np
 
 from core.campaigns import static_score
 from core.targeting import request_terms
+from schemas.topics import BUDGET_LEASES, BUDGET_STATE, SERVING_ADS, SERVING_CAMPAIGNS
 from sim.synthetic import diurnal
 
 LOG = logging.getLogger("sim.pacing_day")
@@ -241,9 +242,9 @@ class SimServer:
         for c in campaigns:
             if c.launch_s and DAY0_MS + c.launch_s * 1000 > now_ms:
                 continue  # not created yet: the launch event brings it
-            self.state.apply("serving.campaigns", c.record(now_ms), now_ms)
+            self.state.apply(SERVING_CAMPAIGNS, c.record(now_ms), now_ms)
             for ad in c.ad_records(now_ms):
-                self.state.apply("serving.ads", ad, now_ms)
+                self.state.apply(SERVING_ADS, ad, now_ms)
         self.engine = DecisionEngine(self.state.index, self.state.campaigns, config=EngineConfig(
             exploration_share=0.0, placement_ctr_multiplier={p: m for p, (_, m) in PLACEMENTS.items()}),
             reserves=ReserveBook.fixed(RESERVE_MICROS))
@@ -307,9 +308,9 @@ class BudgetFeed(threading.Thread):
                     self.billed.append(record)
                     self.billed_progress_ms = max(self.billed_progress_ms, int(record["event_time"]))
                     continue
-                kind = "budget.state" if message.topic() == self.state_topic else "budget.leases"
+                kind = BUDGET_STATE if message.topic() == self.state_topic else BUDGET_LEASES
                 self.inbox.put((kind, record))
-                if kind == "budget.state":
+                if kind == BUDGET_STATE:
                     self.progress_ms = max(self.progress_ms, int(record["event_time"]))
         self.consumer.close()
 
@@ -682,9 +683,9 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
                          value=codec.encode("ServingCampaign", c.record(now_ms)))
         _publish_ads(c, producer, codec, topics["ads"], now_ms + 1000)
         for server in fleet:
-            server.state.apply("serving.campaigns", c.record(now_ms), now_ms)
+            server.state.apply(SERVING_CAMPAIGNS, c.record(now_ms), now_ms)
             for ad in c.ad_records(now_ms + 1000):
-                server.state.apply("serving.ads", ad, now_ms)
+                server.state.apply(SERVING_ADS, ad, now_ms)
         producer.flush(30)
         time.sleep(CHANGE_TRANSIT_S)
         return
@@ -702,6 +703,6 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
     producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(), timestamp=now_ms,
                      value=codec.encode("ServingCampaign", c.record(now_ms)))
     for server in fleet:  # what the index builder would deliver within about a second
-        server.state.apply("serving.campaigns", c.record(now_ms), now_ms)
+        server.state.apply(SERVING_CAMPAIGNS, c.record(now_ms), now_ms)
     producer.flush(30)
     time.sleep(CHANGE_TRANSIT_S)

@@ -32,8 +32,9 @@ from core.spend import SpendDedupe
 from core.tokens import TokenKeys
 from infra.platform import PlatformSettings
 from schemas.codec import AvroCodec
-from streams import kafka, redis_keys
+from schemas.topics import AD_EVENTS, AD_SERVED, BUDGET_SPEND, SERVING_ADS, SERVING_CAMPAIGNS
 from sim.tokens import token_keys_from_env
+from streams import kafka, redis_keys
 
 COUNTRIES = ["US", "GB", "DE", "FR", "CA"]
 PLACEMENTS = ["feed", "story", "article"]
@@ -249,8 +250,8 @@ def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int
     run = (int(time.time()) % 100_000) * 10_000_000  # this run's id range
     bootstrap = settings.kafka_bootstrap
     camp_records, ad_records, caps, landing = _catalog(run, rng, campaigns, ads_per_campaign)
-    kafka.produce_all(bootstrap, "serving.campaigns", camp_records)
-    kafka.produce_all(bootstrap, "serving.ads", ad_records)
+    kafka.produce_all(bootstrap, SERVING_CAMPAIGNS, camp_records)
+    kafka.produce_all(bootstrap, SERVING_ADS, ad_records)
     client = redis.Redis(host=settings.host, port=settings.redis_port)
     pipe = client.pipeline(transaction=False)
     for u in range(users):
@@ -259,26 +260,26 @@ def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int
                   mapping={"interests": ",".join(rng.sample(INTERESTS, 6)),
                            "age_band": rng.choice(["18-24", "25-34", "35-44"])})
     pipe.execute()
-    starts = {t: kafka.end_offsets(bootstrap, t) for t in ("ad.served", "ad.events", "budget.spend")}
+    starts = {t: kafka.end_offsets(bootstrap, t) for t in (AD_SERVED, AD_EVENTS, BUDGET_SPEND)}
     report = ServingReport()
     keys = token_keys_from_env()
     try:
         answered, impressions, server_id = asyncio.run(
             _traffic(settings, keys, rng, requests, users, report, landing, log))
     finally:
-        kafka.produce_all(bootstrap, "serving.ads", _removals(ad_records))
+        kafka.produce_all(bootstrap, SERVING_ADS, _removals(ad_records))
         client.close()
-    served = {r["request_id"]: r for r in _decoded_since(bootstrap, "ad.served", starts["ad.served"])
+    served = {r["request_id"]: r for r in _decoded_since(bootstrap, AD_SERVED, starts[AD_SERVED])
               if r["server_id"] == server_id}
     report.served_records = len(served)
     report.missing_served = sum(1 for rid in answered if rid not in served)
     report.spend_expected_micros = sum(w["expected_cost_micros"] for r in served.values() for w in r["winners"])
     dedupe = SpendDedupe()
     report.spend_reported_micros = sum(
-        r["expected_spend_micros"] for r in _decoded_since(bootstrap, "budget.spend", starts["budget.spend"])
+        r["expected_spend_micros"] for r in _decoded_since(bootstrap, BUDGET_SPEND, starts[BUDGET_SPEND])
         if r["server_id"] == server_id and dedupe.first_time(r))
     served_impressions = {w["impression_id"] for r in served.values() for w in r["winners"]}
-    events = [e for e in _decoded_since(bootstrap, "ad.events", starts["ad.events"])
+    events = [e for e in _decoded_since(bootstrap, AD_EVENTS, starts[AD_EVENTS])
               if e["impression_id"] in served_impressions]
     report.impression_events = sum(e["event_type"] == "IMPRESSION" for e in events)
     report.click_events = sum(e["event_type"] == "CLICK" for e in events)

@@ -11,6 +11,7 @@ import numpy as np
 
 from core.campaigns import ad_serving_record, campaign_serving_record, validate_ad, validate_campaign
 from core.targeting import Targeting, request_terms
+from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
 from serving.decision.campaigns import CampaignTable
 from serving.decision.index import TargetingIndex
 
@@ -81,7 +82,7 @@ def synthetic_serving_records(n: int, seed: int = 5) -> dict[str, list[dict[str,
             ads.append(ad_serving_record({**a, "ad_id": cid * 1000 + j, "campaign_id": cid, "advertiser_id": cid,
                                           "bid_type": fields["bid_type"], "version": 1, "quality_prior": 0.0,
                                           "review_status": "APPROVED"}, 1))
-    return {"serving.campaigns": campaigns, "serving.ads": ads[:n]}
+    return {SERVING_CAMPAIGNS: campaigns, SERVING_ADS: ads[:n]}
 
 
 # ------------------------------------------------------------------ ad events
