@@ -94,24 +94,38 @@ class DemoReport:
 
 def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, seed: int = 7,
         requests: int = 3_000, log=print) -> DemoReport:
-    from sim.progress import Progress
-    from infra.platform.jars import flink_connector_jar
-    from infra.platform.services import Flink
-    from jobs import deploy
-    from pipelines import event_counts as beam_event_counts
-
     control.up(settings, log=log)
     run_id = uuid.uuid4().hex[:8]
     report = DemoReport(run_id, events, corrupt)
-    codec = AvroCodec()
     simulated = ad_events(seed, events=events)
     report.direct_windows = count_directly(simulated)
-
     bootstrap = settings.kafka_bootstrap
     start_events = kafka.end_offsets(bootstrap, AD_EVENTS)
     start_counts = kafka.end_offsets(bootstrap, EVENT_COUNTS)
     start_dead = kafka.end_offsets(bootstrap, DEAD_LETTERS)
+    report.produce_s = _produce(bootstrap, simulated, corrupt)
+    archive = settings.state_dir / "archive" / f"demo-{run_id}"
+    archive.mkdir(parents=True, exist_ok=True)
+    with open(archive / "ad.events-000.avro", "wb") as out:
+        fastavro.writer(out, fastavro.parse_schema(schema_json("ad_event.avsc")), simulated)
+    report.archive = str(archive)
+    _run_flink_job(settings, report, start_events, log)
+    _read_flink_outputs(bootstrap, report, start_counts, start_dead)
+    log("running the Beam pipeline event_counts over the archive (DirectRunner) ...")
+    report.beam_windows = _beam_windows(archive)
+    if requests:
+        from sim.serving_demo import run_serving
 
+        log(f"serving {requests:,} simulated ad requests through the ad server and the tracker ...")
+        report.serving = run_serving(settings, requests=requests, seed=seed, log=log)
+    return report
+
+
+def _produce(bootstrap: str, simulated: list[dict[str, Any]], corrupt: int) -> float:
+    """The events to ad.events with `corrupt` undecodable records spread among them; seconds it took."""
+    from sim.progress import Progress
+
+    codec = AvroCodec()
     records = [(str(e["campaign_id"]).encode(), codec.encode("AdEvent", e), e["event_time"]) for e in simulated]
     step = max(1, len(records) // (corrupt + 1))
     for k in range(corrupt):
@@ -123,19 +137,20 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
         kafka.produce_all(bootstrap, AD_EVENTS, records[i:i + chunk], timeout_s=60)
         progress.update(min(i + chunk, len(records)))
     progress.close()
-    report.produce_s = time.monotonic() - began
+    return time.monotonic() - began
 
-    archive = settings.state_dir / "archive" / f"demo-{run_id}"
-    archive.mkdir(parents=True, exist_ok=True)
-    with open(archive / "ad.events-000.avro", "wb") as out:
-        fastavro.writer(out, fastavro.parse_schema(schema_json("ad_event.avsc")), simulated)
-    report.archive = str(archive)
+
+def _run_flink_job(settings: PlatformSettings, report: DemoReport, start_events: dict[int, int], log) -> None:
+    """event_counts bounded to this run's records, until it FINISHED (raises otherwise)."""
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from jobs import deploy
 
     log("deploying event_counts (bounded to this run's records) with flink run ...")
     offsets = ",".join(f"{p}:{o}" for p, o in sorted(start_events.items()))
-    job_args = ["--bootstrap", bootstrap, "--connector-jar", str(flink_connector_jar(settings)),
+    job_args = ["--bootstrap", settings.kafka_bootstrap, "--connector-jar", str(flink_connector_jar(settings)),
                 "--bounded", "--startup-mode", "specific-offsets", "--start-offsets", offsets,
-                "--group-id", f"adserve-demo-{run_id}", "--checkpoint-interval-ms", "2000"]
+                "--group-id", f"adserve-demo-{report.run_id}", "--checkpoint-interval-ms", "2000"]
     began = time.monotonic()
     report.job_id = deploy.deploy("event_counts", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
                                   conf_dir=Flink(settings).conf_dir, job_args=job_args)
@@ -144,6 +159,11 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
     if state != "FINISHED":
         raise RuntimeError(f"job {report.job_id} ended {state}; see the Flink UI at {settings.flink_rest_url}")
 
+
+def _read_flink_outputs(bootstrap: str, report: DemoReport, start_counts: dict[int, int],
+                        start_dead: dict[int, int]) -> None:
+    """The job's windows from ops.event_counts and its dead letters, since the run began."""
+    codec = AvroCodec()
     counts = kafka.read_all(bootstrap, EVENT_COUNTS, start_offsets=start_counts, timeout_s=60, idle_s=2)
     for m in counts:
         r = codec.decode(m.value(), "EventCount", topic=m.topic(), partition=m.partition(), offset=m.offset())
@@ -153,22 +173,21 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
     report.dead_letters = [d for d in (codec.decode(m.value(), "DeadLetter") for m in dead)
                            if d["job"] == "event_counts"]
 
-    log("running the Beam pipeline event_counts over the archive (DirectRunner) ...")
+
+def _beam_windows(archive) -> dict[tuple[int, int], rules.Counts]:
+    """The Beam pipeline event_counts over the archive (DirectRunner), its windows read back."""
+    from pipelines import event_counts as beam_event_counts
+
     out_prefix = archive / "beam" / "event_counts"
     beam_event_counts.run([f"--input={archive}/ad.events-*.avro", f"--output={out_prefix}",
                            "--runner=DirectRunner"], save_main_session=False)
+    windows: dict[tuple[int, int], rules.Counts] = {}
     for path in sorted(out_prefix.parent.glob("event_counts*.avro")):
         with open(path, "rb") as f:
             for r in map(normalise, fastavro.reader(f)):
-                report.beam_windows[(r["campaign_id"], r["window_start"])] = rules.Counts(
+                windows[(r["campaign_id"], r["window_start"])] = rules.Counts(
                     r["impressions"], r["clicks"], r["billable_micros"])
-
-    if requests:
-        from sim.serving_demo import run_serving
-
-        log(f"serving {requests:,} simulated ad requests through the ad server and the tracker ...")
-        report.serving = run_serving(settings, requests=requests, seed=seed, log=log)
-    return report
+    return windows
 
 
 def _wait_finished(rest_url: str, job_id: str, timeout_s: float, log) -> str:

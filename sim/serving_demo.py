@@ -147,18 +147,88 @@ def _decoded_since(bootstrap: str, topic: str, start: dict[int, int]) -> list[di
         try:
             out.append(codec.decode(m.value()))
         except CorruptRecord:
-            pass
+            continue  # the records the demo corrupts on purpose: the job's dead letters count them
     return out
+
+
+@dataclass
+class _DemoClient:
+    """Simulated users on the ad server and the tracker over HTTP: what they were answered, which
+    impressions they rendered, the real tokens they saw (to forge from) and each request's latency."""
+    http: Any
+    url: str
+    server_id: str
+    rng: random.Random
+    users: int
+    report: ServingReport
+    landing: dict[int, str]
+    answered: list[str] = field(default_factory=list)
+    impressions: set[str] = field(default_factory=set)
+    real_tokens: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+
+    async def request(self, i: int) -> None:
+        """One user's ad request; each filled slot's impression beacon, and now and then its click."""
+        user = self.rng.randrange(self.users)
+        body = {"request_id": f"{self.server_id}-{i}", "user_id": f"demo-user-{user}",
+                "consent": {"personalization": user % 5 != 0}, "placement": self.rng.choice(PLACEMENTS),
+                "slots": [{"position": p} for p in range(1, self.rng.randint(1, 3) + 1)],
+                "device": self.rng.choice(DEVICES),
+                "location": f"{self.rng.choice(COUNTRIES)}/R{self.rng.randrange(3)}"}
+        began = time.perf_counter()
+        async with self.http.post(self.url, json=body) as r:
+            answer = await r.json()
+            status = r.status
+        self.latencies.append((time.perf_counter() - began) * 1000)
+        report = self.report
+        report.requests += 1
+        if status != 200:
+            report.non_200 += 1
+            report.non_200_reasons[f"{status} {answer.get('error', '')}"] += 1
+            return
+        report.answered += 1
+        self.answered.append(answer["request_id"])
+        report.slots += len(answer["slots"])
+        for slot in answer["slots"]:
+            if slot.get("ad_id"):
+                await self._render(slot)
+
+    async def _render(self, slot: dict[str, Any]) -> None:
+        self.report.filled += 1
+        if len(self.real_tokens) < 10:
+            self.real_tokens.append(slot["token"])
+        async with self.http.get(slot["impression_url"]) as r:
+            if r.status == 204:
+                self.report.beacons += 1
+                self.impressions.add(slot["impression_id"])
+        if self.rng.random() < CLICK_SHARE:
+            async with self.http.get(slot["click_url"], allow_redirects=False) as r:
+                self.report.clicks += r.status == 302
+                if r.headers.get("Location") != self.landing.get(slot["ad_id"]):
+                    self.report.bad_redirects += 1
+
+    async def forge(self, keys: TokenKeys, tracker_base: str) -> None:
+        """Forged, tampered and expired tokens on both beacons: none may produce an event."""
+        forged = ["eyJmb3JnZWQiOnRydWV9.c2lnbmF0dXJl"]
+        for token in self.real_tokens[:10]:
+            forged.append(token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB"))
+            claims = keys.verify(token, int(time.time() * 1000))
+            forged.append(keys.sign(dataclasses.replace(claims, expires_ms=int(time.time() * 1000) - 1)))
+        for token in forged:
+            for path in ("/v1/impression", "/v1/click"):
+                self.report.forged_tried += 1
+                async with self.http.get(tracker_base + path, params={"t": token}, allow_redirects=False) as r:
+                    self.report.forged_rejected += 400 <= r.status < 500
 
 
 async def _traffic(settings: PlatformSettings, keys: TokenKeys, rng: random.Random, requests: int, users: int,
                    report: ServingReport, landing: dict[int, str], log) -> tuple[list[str], set[str], str]:
     import aiohttp
 
-    from sim.progress import Progress
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
     from serving.tracker import start_tracker
+    from sim.progress import Progress
 
     tracker_runner, tracker_port, tracker, tracker_producer = await start_tracker(
         bootstrap=settings.kafka_bootstrap, keys=keys, port=0)
@@ -168,65 +238,16 @@ async def _traffic(settings: PlatformSettings, keys: TokenKeys, rng: random.Rand
                                     config=ServerConfig(server_id=server_id,
                                                         tracker_url=f"http://127.0.0.1:{tracker_port}"))
     log(f"ad server {server_id} ready with {len(running.server.state.index):,} ads; tracker on :{tracker_port}")
-    answered: list[str] = []
-    impressions: set[str] = set()
-    real_tokens: list[str] = []
-    latencies: list[float] = []
     progress = Progress("ad requests", requests)
-    url = f"http://127.0.0.1:{running.port}/v1/ads"
     try:
         async with aiohttp.ClientSession() as http:
-            async def one(i: int) -> None:
-                user = rng.randrange(users)
-                body = {"request_id": f"{server_id}-{i}", "user_id": f"demo-user-{user}",
-                        "consent": {"personalization": user % 5 != 0}, "placement": rng.choice(PLACEMENTS),
-                        "slots": [{"position": p} for p in range(1, rng.randint(1, 3) + 1)],
-                        "device": rng.choice(DEVICES), "location": f"{rng.choice(COUNTRIES)}/R{rng.randrange(3)}"}
-                began = time.perf_counter()
-                async with http.post(url, json=body) as r:
-                    answer = await r.json()
-                    status = r.status
-                latencies.append((time.perf_counter() - began) * 1000)
-                report.requests += 1
-                if status != 200:
-                    report.non_200 += 1
-                    report.non_200_reasons[f"{status} {answer.get('error', '')}"] += 1
-                    return
-                report.answered += 1
-                answered.append(answer["request_id"])
-                report.slots += len(answer["slots"])
-                for slot in answer["slots"]:
-                    if not slot.get("ad_id"):
-                        continue
-                    report.filled += 1
-                    if len(real_tokens) < 10:
-                        real_tokens.append(slot["token"])
-                    async with http.get(slot["impression_url"]) as r:
-                        if r.status == 204:
-                            report.beacons += 1
-                            impressions.add(slot["impression_id"])
-                    if rng.random() < CLICK_SHARE:
-                        async with http.get(slot["click_url"], allow_redirects=False) as r:
-                            report.clicks += r.status == 302
-                            if r.headers.get("Location") != landing.get(slot["ad_id"]):
-                                report.bad_redirects += 1
-
+            client = _DemoClient(http, f"http://127.0.0.1:{running.port}/v1/ads", server_id, rng, users, report,
+                                 landing)
             for start in range(0, requests, 8):
-                await asyncio.gather(*(one(i) for i in range(start, min(requests, start + 8))))
+                await asyncio.gather(*(client.request(i) for i in range(start, min(requests, start + 8))))
                 progress.update(min(requests, start + 8))
             progress.close()
-            # forged, tampered and expired tokens: none may produce an event
-            forged = ["eyJmb3JnZWQiOnRydWV9.c2lnbmF0dXJl"]
-            for token in real_tokens[:10]:
-                forged.append(token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB"))
-                claims = keys.verify(token, int(time.time() * 1000))
-                forged.append(keys.sign(dataclasses.replace(claims, expires_ms=int(time.time() * 1000) - 1)))
-            base = f"http://127.0.0.1:{tracker_port}"
-            for token in forged:
-                for path in ("/v1/impression", "/v1/click"):
-                    report.forged_tried += 1
-                    async with http.get(base + path, params={"t": token}, allow_redirects=False) as r:
-                        report.forged_rejected += 400 <= r.status < 500
+            await client.forge(keys, f"http://127.0.0.1:{tracker_port}")
         rows = list(running.server.timings)
         report.stage_p99_ms = {s: float(np.percentile([row[s] for row in rows if s in row], 99))
                                for s in ("user_context", "retrieval", "filters", "prerank", "prediction", "auction",
@@ -235,10 +256,10 @@ async def _traffic(settings: PlatformSettings, keys: TokenKeys, rng: random.Rand
         await running.stop()
         await tracker_runner.cleanup()
         tracker_producer.flush(10)
-    if latencies:
-        report.latency_p50_ms = float(np.percentile(latencies, 50))
-        report.latency_p99_ms = float(np.percentile(latencies, 99))
-    return answered, impressions, server_id
+    if client.latencies:
+        report.latency_p50_ms = float(np.percentile(client.latencies, 50))
+        report.latency_p99_ms = float(np.percentile(client.latencies, 99))
+    return client.answered, client.impressions, server_id
 
 
 def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int = 1_000, campaigns: int = 60,
