@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import apache_beam as beam
@@ -43,6 +43,7 @@ from core.errors import InvalidSettings
 from core.replay import RequestComparison, ReservePolicy, compare_request
 from pipelines.avro_files import (add_served_log_arguments, count_of, of_days, output_folder, read_records,
                                   served_log_files)
+from pipelines.options import ServedLogOptions, parse_options
 
 COUNTS = ("requests", "replayed_requests", "exploration_requests", "unreplayable_requests", "exact_requests",
           "offered_slots", "logged_filled_slots", "replayed_filled_slots", "logged_revenue_micros",
@@ -189,6 +190,14 @@ class ReplayServedLog(beam.PTransform):
 
 # I/O ----------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ReplayOptions(ServedLogOptions):
+    reserve_micros: int | None = None  # replayed reserve of every placement without its own --reserve
+    reserve: list[str] = field(default_factory=list)  # PLACEMENT[/COUNTRY]=MICROS overrides
+    quality_weight: float = 1.0  # weight of the quality term in total value (1.0: the live rule)
+    output: str = ""  # folder for summary.json and table.txt
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipelines.auction_replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -206,23 +215,28 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
     parser = _parser()
-    known, pipeline_args = parser.parse_known_args(argv)
+    options, beam_options = parse_options(parser, ReplayOptions, argv, save_main_session)
     try:
-        policy = parse_reserves(known.reserve, known.reserve_micros)
+        policy = parse_reserves(options.reserve, options.reserve_micros)
     except ValueError as exc:
         parser.error(str(exc))
-    days, files = served_log_files(parser, known)
+    days, files = served_log_files(parser, options)
+    return replay(options, policy, days, files, beam_options)
+
+
+def replay(options: ReplayOptions, policy: ReservePolicy, days: list[str], files: list[str],
+           beam_options: PipelineOptions) -> dict[str, Any]:
+    """The served files' requests replayed under `policy`; the summary (also written to <output>)."""
     logging.info("auction replay: %d served files, reserves %s, quality weight %s", len(files),
-                 policy_json(policy), known.quality_weight)
-    out = output_folder(known.output)
-    header = {"from_day": days[0], "to_day": days[-1], "quality_weight": known.quality_weight,
+                 policy_json(policy), options.quality_weight)
+    out = output_folder(options.output)
+    header = {"from_day": days[0], "to_day": days[-1], "quality_weight": options.quality_weight,
               "reserves": policy_json(policy)}
-    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
-    with beam.Pipeline(options=options) as pipeline:
+    with beam.Pipeline(options=beam_options) as pipeline:
         served, corrupt = read_records(pipeline, "Served", files)
-        if known.archive:
+        if options.archive:
             served = of_days(served, days)
-        per_placement = served | "ReplayServedLog" >> ReplayServedLog(policy, known.quality_weight)
+        per_placement = served | "ReplayServedLog" >> ReplayServedLog(policy, options.quality_weight)
 
         summary = (pipeline | "One" >> beam.Create([None])
                    | "Summary" >> beam.Map(

@@ -3,7 +3,8 @@ recomputed in batch from archived ad.events Avro container files.
 
 The batch twin of the Flink smoke job: the counting rule is shared
 (core.event_counts), so on the same events both give the same windows.
-Reading and writing happen only in run(); the middle is one composite
+Reading and writing happen only in count_events(), which run() calls with the
+typed options it parsed; the middle is one composite
 transform, CountEventsPerMinute, tested with beam.Create.
 
     python -m pipelines.event_counts --input 'archive/ad.events/*.avro' --output out/event_counts
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import apache_beam as beam
@@ -20,6 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import event_counts as rules
 from pipelines.avro_files import CORRUPT, schema_json, unwrap_dofn
+from pipelines.options import parse_options
 
 
 class CountsCombineFn(beam.CombineFn):
@@ -60,22 +63,31 @@ class CountEventsPerMinute(beam.PTransform):
         )
 
 
+@dataclass(frozen=True)
+class EventCountsOptions:
+    input: str  # file pattern of archived ad.events Avro container files
+    output: str  # output prefix of the Avro shards
+    window_ms: int = rules.DEFAULT_WINDOW_MS
+
+
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> None:
     parser = argparse.ArgumentParser(prog="pipelines.event_counts", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help="file pattern of archived ad.events Avro container files")
     parser.add_argument("--output", required=True, help="output prefix; shards are <prefix>-SSSSS-of-NNNNN.avro")
     parser.add_argument("--window-ms", type=int, default=rules.DEFAULT_WINDOW_MS)
-    known, pipeline_args = parser.parse_known_args(argv)
-    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
-    with beam.Pipeline(options=options) as pipeline:
+    count_events(*parse_options(parser, EventCountsOptions, argv, save_main_session))
+
+
+def count_events(options: EventCountsOptions, beam_options: PipelineOptions) -> None:
+    with beam.Pipeline(options=beam_options) as pipeline:
         # Archiver envelopes are decoded (plain records pass through); undecodable values are counted.
         records = (pipeline
-                   | "ReadArchive" >> beam.io.ReadFromAvro(known.input)
+                   | "ReadArchive" >> beam.io.ReadFromAvro(options.input)
                    | "Unwrap" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records")).records
         (records
-         | "CountEventsPerMinute" >> CountEventsPerMinute(known.window_ms)
-         | "Write" >> beam.io.WriteToAvro(known.output, schema=schema_json("event_count.avsc"),
+         | "CountEventsPerMinute" >> CountEventsPerMinute(options.window_ms)
+         | "Write" >> beam.io.WriteToAvro(options.output, schema=schema_json("event_count.avsc"),
                                           file_name_suffix=".avro"))
 
 

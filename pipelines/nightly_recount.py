@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, Sequence
 
@@ -33,6 +34,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core import clicks
 from core.billing import SIZE_CLASSES, size_class
 from pipelines.avro_files import archive_pattern, count_of, matching_files, output_folder, read_records
+from pipelines.options import parse_options
 from schemas import topics
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
@@ -133,6 +135,16 @@ def differences(day: str, streaming: dict[tuple[int, str], dict], recount: dict[
     return out
 
 
+@dataclass(frozen=True)
+class RecountOptions:
+    archive: str  # the archiver's root (a folder or file system URI)
+    day: str  # the budget day to recount, YYYY-MM-DD
+    output: str  # folder for differences.jsonl and summary.json
+    events_topic: str = topics.AD_EVENTS
+    campaigns_topic: str = topics.SERVING_CAMPAIGNS
+    billed_topic: str = topics.BILLED_SPEND
+
+
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="pipelines.nightly_recount", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -142,18 +154,21 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     parser.add_argument("--events-topic", default=topics.AD_EVENTS, help="archive folder of the events")
     parser.add_argument("--campaigns-topic", default=topics.SERVING_CAMPAIGNS, help="archive folder of the campaigns")
     parser.add_argument("--billed-topic", default=topics.BILLED_SPEND, help="archive folder of billed totals")
-    known, pipeline_args = parser.parse_known_args(argv)
-    day = date.fromisoformat(known.day)
+    return recount(*parse_options(parser, RecountOptions, argv, save_main_session))
+
+
+def recount(options: RecountOptions, beam_options: PipelineOptions) -> dict[str, Any]:
+    """The recount of one day from the archive; its summary (also written to <output>/summary.json)."""
+    day = date.fromisoformat(options.day)
     days = [(day + timedelta(days=d)).isoformat() for d in (-1, 0, 1)]
-    event_files = matching_files([archive_pattern(known.archive, known.events_topic, d) for d in days])
-    campaign_files = matching_files([archive_pattern(known.archive, known.campaigns_topic, "*")])
-    billed_files = matching_files([archive_pattern(known.archive, known.billed_topic, d) for d in days])
-    logging.info("recount of %s: %d event files, %d campaign files, %d billing files", known.day,
+    event_files = matching_files([archive_pattern(options.archive, options.events_topic, d) for d in days])
+    campaign_files = matching_files([archive_pattern(options.archive, options.campaigns_topic, "*")])
+    billed_files = matching_files([archive_pattern(options.archive, options.billed_topic, d) for d in days])
+    logging.info("recount of %s: %d event files, %d campaign files, %d billing files", options.day,
                  len(event_files), len(campaign_files), len(billed_files))
-    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
-    out = output_folder(known.output)
-    the_day = known.day
-    with beam.Pipeline(options=options) as pipeline:
+    out = output_folder(options.output)
+    the_day = options.day
+    with beam.Pipeline(options=beam_options) as pipeline:
         events, bad_events = read_records(pipeline, "Events", event_files)
         campaigns, bad_campaigns = read_records(pipeline, "Campaigns", campaign_files)
         billed, bad_billed = read_records(pipeline, "Billed", billed_files)

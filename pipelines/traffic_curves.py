@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 from zoneinfo import ZoneInfo
@@ -33,6 +34,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.pacing import VALUE_QUANTILES, shape_from_counts, value_per_bid_samples, value_per_bid_table, value_to_beat
 from pipelines.avro_files import CORRUPT, unwrap_dofn
+from pipelines.options import parse_options
 
 
 def hour_keys(record: dict[str, Any], tz: str = "UTC") -> Iterable[tuple[str, int]]:
@@ -95,6 +97,14 @@ class TrafficShapes(beam.PTransform):
                                          per_bid=beam.pvalue.AsDict(per_bid)))
 
 
+@dataclass(frozen=True)
+class TrafficCurvesOptions:
+    input: str  # file pattern of archived ad.served Avro container files
+    output: str  # the curves JSON file
+    timezone: str = "UTC"  # the zone whose hours the shapes are in
+    as_of: str = ""  # the budget day the shapes are for, recorded in the output
+
+
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> None:
     parser = argparse.ArgumentParser(prog="pipelines.traffic_curves", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,17 +113,20 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> No
     parser.add_argument("--timezone", default="UTC", help="the zone whose hours the shapes are in (default UTC)")
     parser.add_argument("--as-of", default=datetime.now(timezone.utc).date().isoformat(),
                         help="the budget day these shapes are for (recorded in the output)")
-    known, pipeline_args = parser.parse_known_args(argv)
-    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
-    with beam.Pipeline(options=options) as pipeline:
+    write_curves(*parse_options(parser, TrafficCurvesOptions, argv, save_main_session))
+
+
+def write_curves(options: TrafficCurvesOptions, beam_options: PipelineOptions) -> None:
+    as_of = options.as_of
+    with beam.Pipeline(options=beam_options) as pipeline:
         # Archiver envelopes are decoded (plain records pass through); undecodable values are counted.
         records = (pipeline
-                   | "ReadArchive" >> beam.io.ReadFromAvro(known.input)
+                   | "ReadArchive" >> beam.io.ReadFromAvro(options.input)
                    | "Unwrap" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records")).records
         (records
-         | "TrafficShapes" >> TrafficShapes(known.timezone)
-         | "Stamp" >> beam.Map(lambda doc: json.dumps({"as_of": known.as_of, **doc}))
-         | "Write" >> beam.io.WriteToText(known.output, shard_name_template="", num_shards=1))
+         | "TrafficShapes" >> TrafficShapes(options.timezone)
+         | "Stamp" >> beam.Map(lambda doc: json.dumps({"as_of": as_of, **doc}))
+         | "Write" >> beam.io.WriteToText(options.output, shard_name_template="", num_shards=1))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Sequence
 
@@ -32,6 +33,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core import training
 from pipelines.avro_files import (add_served_log_arguments, archive_pattern, count_of, matching_files, of_days,
                                   output_folder, read_records, schema_json, served_log_files)
+from pipelines.options import ServedLogOptions, parse_options
 from schemas import topics
 
 
@@ -56,6 +58,17 @@ class JoinExamples(beam.PTransform):
                     kv[1]["conversions"], rules.keep_rate, rules.conversion_window_ms)))
 
 
+@dataclass(frozen=True)
+class TrainingSetOptions(ServedLogOptions):
+    events: list[str] = field(default_factory=list)  # instead of --archive: Avro files (globs) of beacons
+    conversions: list[str] = field(default_factory=list)  # with --events: Avro files (globs) of conversions
+    keep_rate: float = training.DEFAULT_KEEP_RATE
+    conversion_window_ms: int = training.CONVERSION_WINDOW_MS
+    output: str = ""  # folder for the examples and summary.json
+    events_topic: str = topics.AD_EVENTS
+    conversions_topic: str = topics.AD_CONVERSIONS
+
+
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="pipelines.training_set", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,31 +85,37 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     parser.add_argument("--output", required=True, help="folder for the examples and summary.json")
     parser.add_argument("--events-topic", default=topics.AD_EVENTS, help="archive folder of the beacons")
     parser.add_argument("--conversions-topic", default=topics.AD_CONVERSIONS, help="archive folder of the conversions")
-    known, pipeline_args = parser.parse_known_args(argv)
-    if not known.archive and not known.events:
+    options, beam_options = parse_options(parser, TrainingSetOptions, argv, save_main_session)
+    if not options.archive and not options.events:
         parser.error("give --archive with --from-day, or --served and --events files")
     try:
-        rules = training.JoinRules(known.keep_rate, known.conversion_window_ms)
+        rules = training.JoinRules(options.keep_rate, options.conversion_window_ms)
     except ValueError as exc:
         parser.error(str(exc))
-    days, served_files = served_log_files(parser, known)
-    if known.archive:  # a label is final an hour after serving: beacons of the day after count too
+    days, served_files = served_log_files(parser, options)
+    return build_training_set(options, rules, days, served_files, beam_options)
+
+
+def build_training_set(options: TrainingSetOptions, rules: training.JoinRules, days: list[str],
+                       served_files: list[str], beam_options: PipelineOptions) -> dict[str, Any]:
+    """The examples of the served files' days (also written to <output>), and their summary."""
+    if options.archive:  # a label is final an hour after serving: beacons of the day after count too
         after = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
-        event_files = matching_files([archive_pattern(known.archive, known.events_topic, d) for d in days + [after]])
+        event_files = matching_files([archive_pattern(options.archive, options.events_topic, d)
+                                      for d in days + [after]])
         window_days = -(-rules.conversion_window_ms // 86_400_000)  # and conversions until the window closes
         later = [(date.fromisoformat(days[-1]) + timedelta(days=n)).isoformat() for n in range(1, window_days + 1)]
-        conversion_files = matching_files([archive_pattern(known.archive, known.conversions_topic, d)
+        conversion_files = matching_files([archive_pattern(options.archive, options.conversions_topic, d)
                                            for d in days + later])
     else:
-        event_files, conversion_files = matching_files(known.events), matching_files(known.conversions)
+        event_files, conversion_files = matching_files(options.events), matching_files(options.conversions)
     logging.info("training set: %d served files, %d event files, %d conversion files, %s", len(served_files),
                  len(event_files), len(conversion_files), rules)
-    out = output_folder(known.output)
+    out = output_folder(options.output)
     first_day, last_day, keep_rate = days[0], days[-1], rules.keep_rate
-    options = PipelineOptions(pipeline_args, save_main_session=save_main_session)
-    with beam.Pipeline(options=options) as pipeline:
+    with beam.Pipeline(options=beam_options) as pipeline:
         served, bad_served = read_records(pipeline, "Served", served_files)
-        if known.archive:
+        if options.archive:
             served = of_days(served, days)
         events, bad_events = read_records(pipeline, "Events", event_files)
         conversions, bad_conversions = read_records(pipeline, "Conversions", conversion_files)
