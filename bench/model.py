@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import percentiles_ms
+from core.errors import InvalidSettings
 
 
 def machine() -> dict[str, Any]:
@@ -237,7 +238,7 @@ def run(*, model_dir: Path | None = None, ad_features_dir: Path | None = None, r
                                "candidates": candidates, "slots": slots}
     if model_dir is not None:
         if ad_features_dir is None:
-            raise ValueError("--model needs --ad-features (the snapshot folder the model scores against)")
+            raise InvalidSettings("--model needs --ad-features (the snapshot folder the model scores against)")
         model, snapshot = ClickModel.load(model_dir), ad_features.load(ad_features_dir)
         source = str(model_dir)
     else:

@@ -31,6 +31,7 @@ class UpReport:
 def up(settings: PlatformSettings, log: Log = print, only: list[str] | None = None) -> UpReport:
     """Fetch what is missing, start every server that is not running, create topics."""
     began = time.monotonic()
+    log(f"platform settings: {settings.describe()}")
     java_binary()  # fail first and clearly when Java is missing
     jars.fetch(settings, log=log)
     services = [s for s in all_services(settings) if only is None or s.name in only]
