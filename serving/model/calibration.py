@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from core.arrays import distinct_keys
+from core.errors import InvalidArgument
 
 LEVELS: tuple[tuple[str, ...], ...] = (("placement", "country", "billing_type"), ("placement", "billing_type"), ())
 SEGMENT_COLUMNS = ("placement", "country", "billing_type")
@@ -28,7 +29,7 @@ EPSILON = 1e-7  # probabilities are clipped to [EPSILON, 1 - EPSILON] before a l
 def segment_codes(columns: Sequence[np.ndarray]) -> tuple[list[tuple[str, ...]], np.ndarray]:
     """The distinct keys (as strings) of several equally long key columns, and each row's key number."""
     if not columns:
-        raise ValueError("segment_codes needs at least one column")
+        raise InvalidArgument("segment_codes needs at least one column")
     return distinct_keys([np.asarray(column).astype(str) for column in columns])
 
 

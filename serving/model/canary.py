@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from core.errors import InvalidArgument
 from serving.decision.prediction import PredictionRequest, Predictions, Predictor
 
 CANARY_HASH_PERSON = b"adserve-canary"
@@ -55,7 +56,7 @@ class CanaryPredictor:
 
     def __init__(self, current: Predictor, candidate: Predictor, share: float):
         if not 0 <= share <= 1:
-            raise ValueError(f"canary share must be in [0, 1], got {share}")
+            raise InvalidArgument(f"canary share must be in [0, 1], got {share}")
         self.current, self.candidate, self.share = current, candidate, share
 
     def arm(self, request: PredictionRequest) -> Predictor:
