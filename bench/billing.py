@@ -48,6 +48,7 @@ import time
 import uuid
 from typing import Any
 
+from core.errors import RunFailed
 from infra.platform import PlatformSettings
 from jobs.flink_io import KafkaJobSettings
 
@@ -214,7 +215,7 @@ def bench_recount(settings: PlatformSettings, topics: dict[str, str], log) -> di
     while (state := deploy.job_state(settings.flink_rest_url, job_id)[0]) not in ("FINISHED", "FAILED", "CANCELED"):
         time.sleep(1)
     if state != "FINISHED":
-        raise RuntimeError(f"the archiver ended {state}")
+        raise RunFailed(f"the archiver ended {state}")
     log("running the nightly recount (Beam, DirectRunner) over the archive ...")
     began = time.monotonic()
     summary = nightly_recount.run(["--archive", archive, "--day", DAY, "--output", f"{archive}/recount",
@@ -310,7 +311,7 @@ def bench_latency(settings: PlatformSettings, *, rate: int, seconds: int, campai
     latencies = [billed_at[(c, clicks.window_end(t))] - t / 1000 for c, t in sent
                  if (c, clicks.window_end(t)) in billed_at]
     if not latencies:
-        raise RuntimeError("no billed totals came back: the latency part measured nothing")
+        raise RunFailed("no billed totals came back: the latency part measured nothing")
     return {"beacon_to_billed_p50_s": round(float(np.percentile(latencies, 50)), 2),
             "beacon_to_billed_p99_s": round(float(np.percentile(latencies, 99)), 2),
             "latency_events": len(latencies), "latency_events_unbilled": len(sent) - len(latencies)}

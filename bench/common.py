@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import RunFailed
 from infra.platform import PlatformSettings
 
 
@@ -82,7 +83,7 @@ def committed_rate(settings: PlatformSettings, job_id: str, group: str, topic: s
     consumer.close()
     run_s = time.monotonic() - began
     if state != "FINISHED":
-        raise RuntimeError(f"the benchmark job ended {state}")
+        raise RunFailed(f"the benchmark job ended {state}")
     moving = [s for s in samples if s[1] > 0]
     first = moving[0] if moving else (began, 0)
     top = max((s[1] for s in moving), default=0)

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import percentiles_ms
-from core.errors import InvalidSettings
+from core.errors import InvalidSettings, RunFailed
 
 
 def machine() -> dict[str, Any]:
@@ -175,7 +175,7 @@ def start_service(model_dir: Path, ad_features_dir: Path, *, max_wait_ms: float,
                                cwd=Path(__file__).resolve().parents[1])
     while time.perf_counter() - began < timeout_s:
         if process.poll() is not None:
-            raise RuntimeError(f"the prediction service exited: {process.stderr.read().decode()[-2000:]}")
+            raise RunFailed(f"the prediction service exited: {process.stderr.read().decode()[-2000:]}")
         try:
             with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
                 if response.status == 200:
@@ -183,7 +183,7 @@ def start_service(model_dir: Path, ad_features_dir: Path, *, max_wait_ms: float,
         except OSError:
             time.sleep(0.2)
     process.terminate()
-    raise RuntimeError(f"the prediction service did not answer /healthz within {timeout_s:.0f} s")
+    raise RunFailed(f"the prediction service did not answer /healthz within {timeout_s:.0f} s")
 
 
 def measure_service(model, snapshot, model_dir: Path | None, ad_features_dir: Path | None, batch: list,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine
+from core.errors import RunFailed
 from infra.platform import PlatformSettings, control
 
 
@@ -100,7 +101,7 @@ def _wait_finished(rest: str, job_id: str) -> None:
             break
         time.sleep(0.2)
     if state != "FINISHED":
-        raise RuntimeError(f"benchmark job ended {state}")
+        raise RunFailed(f"benchmark job ended {state}")
 
 
 def bench_flink(settings: PlatformSettings, events: int, log) -> dict[str, float]:

@@ -70,3 +70,8 @@ class CapacityExceeded(AdserveError, ValueError):
 
 class TopicMissing(AdserveError, RuntimeError):
     """A Kafka topic a process reads does not exist: the platform's topics are created by `adserve up`."""
+
+
+class RunFailed(AdserveError, RuntimeError):
+    """A job or service that a simulation or benchmark drives stopped, failed or stopped answering; the
+    message names it and where to look (its state, its log, the Flink UI)."""

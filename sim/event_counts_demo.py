@@ -17,6 +17,7 @@ from typing import Any
 import fastavro
 
 from core import event_counts as rules
+from core.errors import RunFailed
 from infra.platform import PlatformSettings, control
 from pipelines.avro_files import normalise, schema_json
 from schemas.codec import AvroCodec
@@ -157,7 +158,7 @@ def _run_flink_job(settings: PlatformSettings, report: DemoReport, start_events:
     state = _wait_finished(settings.flink_rest_url, report.job_id, timeout_s=900, log=log)
     report.job_s = time.monotonic() - began
     if state != "FINISHED":
-        raise RuntimeError(f"job {report.job_id} ended {state}; see the Flink UI at {settings.flink_rest_url}")
+        raise RunFailed(f"job {report.job_id} ended {state}; see the Flink UI at {settings.flink_rest_url}")
 
 
 def _read_flink_outputs(bootstrap: str, report: DemoReport, start_counts: dict[int, int],

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from core.campaigns import static_score
+from core.errors import RunFailed
 from core.targeting import request_terms
 from schemas.topics import BUDGET_LEASES, BUDGET_STATE, SERVING_ADS, SERVING_CAMPAIGNS
 from sim.synthetic import diurnal
@@ -501,7 +502,7 @@ def _wait_for_budget(feed, now_ms: int, second: int, lead_s: int) -> float:
     while feed.progress_ms < now_ms - lead_s * 1000 and second > lead_s:
         time.sleep(0.002)
         if time.monotonic() - wait_began > 120:
-            raise RuntimeError(f"the budget job stopped answering at {_clock(feed.progress_ms)}")
+            raise RunFailed(f"the budget job stopped answering at {_clock(feed.progress_ms)}")
     return time.monotonic() - wait_began
 
 
