@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import RunFailed
 from infra.platform import PlatformSettings
 from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
 from sim.synthetic import synthetic_campaign, synthetic_serving_records
@@ -151,7 +152,7 @@ async def _wait_held(servers, ad_ids: list[int], timeout_s: float = 900) -> None
         if all(h == len(last) for h in held):
             return
         if time.monotonic() - began > timeout_s:
-            raise TimeoutError(f"the servers hold {held} of the last {len(last)} ads after 15 minutes")
+            raise RunFailed(f"the servers hold {held} of the last {len(last)} ads after 15 minutes")
         await asyncio.sleep(0.2)
 
 

@@ -204,5 +204,5 @@ def _wait_finished(rest_url: str, job_id: str, timeout_s: float, log) -> str:
         if state in ("FINISHED", "FAILED", "CANCELED"):
             return state
         time.sleep(1)
-    raise TimeoutError(f"job {job_id} still {last} after {timeout_s:.0f} s")
+    raise RunFailed(f"job {job_id} still {last} after {timeout_s:.0f} s")
 

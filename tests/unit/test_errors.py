@@ -45,6 +45,31 @@ def test_every_project_exception_is_an_adserve_error():
     assert offenders == []
 
 
+BUILTIN_ERRORS = {"Exception", "ValueError", "RuntimeError", "KeyError", "LookupError", "OSError"}
+
+
+def builtin_raises(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """`path:line` of every `raise ValueError(...)` and the like: project code raises its own error types."""
+    found = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) \
+                        and isinstance(node.exc.func, ast.Name) and node.exc.func.id in BUILTIN_ERRORS:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_project_code_raises_its_own_errors_not_bare_builtins():
+    assert builtin_raises(REPO_ROOT, PACKAGES) == []
+
+
+def test_the_raise_check_finds_a_bare_value_error(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("def f(x):\n    if x:\n        raise ValueError('bad x')\n")
+    assert builtin_raises(tmp_path, ("pkg",)) == ["pkg/mod.py:3"]
+
+
 def test_the_check_names_an_exception_outside_the_project_root(tmp_path, monkeypatch):
     package = tmp_path / "errpkg"
     package.mkdir()
