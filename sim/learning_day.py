@@ -250,39 +250,30 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
     `recall_checked`, `recall_hits`); with collect_prerank too, the checked requests' candidates are kept as
     samples for refitting the pre-ranker's weights (DayLog.prerank_samples, prerank.fit_weights)."""
     from serving.decision import recall
-    from serving.decision.engine import RequestContext
-    from serving.decision.filters import FilterContext
 
     day_ms = day_start_ms(day)
     engine = build_engine(world, predictor, exploration_share, recall_share, prerank_weights)
     monitor = recall.RecallMonitor()
-    snapshot = world.snapshot(day_ms)
     rng, np_rng, rnd = np.random.default_rng(seed), np.random.default_rng(seed + 1), random.Random(seed)
     conversion_rng = np.random.default_rng(seed + 2)  # its own stream: the clicks stay as they were
     row_of = {int(a): i for i, a in enumerate(world.ad_id)}
-    served, events, truth, samples, conversions, conversion_truth = [], [], {}, [], [], {}
     counts = {"requests": 0, "filled_slots": 0, "impressions": 0, "clicks": 0, "conversions": 0, "fallback": 0,
               "explored": 0, "recall_checked": 0, "recall_hits": 0}
+    log = DayLog(day, seed, [], [], {}, world.snapshot(day_ms), counts)
     names, shares = list(PLACEMENTS), [s for s, _, _ in PLACEMENTS.values()]
     for n, now_ms in enumerate(request_times_ms(day_ms, requests, rng).tolist()):
         user = int(rng.integers(world.users))
         placement = names[int(rng.choice(len(names), p=shares))]
-        positions = PLACEMENTS[placement][2]
-        country, device = str(world.user_country[user]), str(world.user_device[user])
-        request_id = f"{day}-{seed}-{n:07d}"
-        features = world.user_features(user)
-        context = RequestContext(request_id, placement, positions,
-                                 request_terms(location=[country], placement=placement), FilterContext(now_ms),
-                                 country=country, user_embedding=world.user_embedding[user].astype(np.float32),
-                                 user_features=features, device=device)
+        context = _request_context(world, f"{day}-{seed}-{n:07d}", user, placement, now_ms)
         decision = engine.decide(context, clock=time.perf_counter, deadline=time.perf_counter() + 10.0, rng=rnd,
                                  np_rng=np_rng)
-        record = served_record(decision, request_id=request_id, server_id="learning-sim", now_ms=now_ms,
-                               placement=placement, location=country, user_id=f"user-{user}", device=device,
-                               language="en", page=None, user_features=features, snapshot_version=snapshot.version,
-                               reserve_micros=decision.terms.reserve_micros,
-                               quality_floor_micros=decision.terms.quality_floor_micros, slot_positions=positions)
-        served.append(record)
+        record = served_record(decision, request_id=context.request_id, server_id="learning-sim", now_ms=now_ms,
+                               placement=placement, location=context.country, user_id=f"user-{user}",
+                               device=context.device, language="en", page=None, user_features=context.user_features,
+                               snapshot_version=log.snapshot.version, reserve_micros=decision.terms.reserve_micros,
+                               quality_floor_micros=decision.terms.quality_floor_micros,
+                               slot_positions=context.slot_positions)
+        log.served.append(record)
         counts["requests"] += 1
         counts["fallback"] += decision.scored_by_fallback
         counts["explored"] += decision.explored
@@ -290,23 +281,42 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
             monitor.record(recall.check(engine.index, decision.recall_probe, engine.predictor))
             counts["recall_checked"], counts["recall_hits"] = monitor.checked, monitor.hits
             if collect_prerank:
-                samples.append(recall.prerank_sample(engine.index, decision.recall_probe, engine.predictor))
+                log.prerank_samples.append(recall.prerank_sample(engine.index, decision.recall_probe,
+                                                                 engine.predictor))
         for w, logged in zip(decision.winners, record["winners"]):
-            counts["filled_slots"] += 1
-            p = float(world.true_ctr(user, np.array([row_of[w.ad_id]]), placement, w.position)[0])
-            truth[logged["impression_id"]] = p
-            beacons = _beacons(logged, w, now_ms, user, p, rng, counts)
-            events.extend(beacons)
-            clicks = [b for b in beacons if b["event_type"] == "CLICK"]
-            if clicks:
-                c = float(world.true_cvr(user, np.array([row_of[w.ad_id]]))[0])
-                conversion_truth[logged["impression_id"]] = c
-                conversions.extend(_conversions(clicks[0], c, conversion_rng, counts))
+            _slot_outcome(world, row_of[w.ad_id], w, logged, user, placement, now_ms, rng, conversion_rng, log)
         if progress is not None and n % 1000 == 999:
             progress(1000)
-    events.sort(key=lambda e: (e["event_time"], e["event_id"]))
-    conversions.sort(key=lambda c: (c["event_time"], c["conversion_id"]))
-    return DayLog(day, seed, served, events, truth, snapshot, counts, samples, conversions, conversion_truth)
+    log.events.sort(key=lambda e: (e["event_time"], e["event_id"]))
+    log.conversions.sort(key=lambda c: (c["event_time"], c["conversion_id"]))
+    return log
+
+
+def _request_context(world: World, request_id: str, user: int, placement: str, now_ms: int):
+    """The engine's view of one user's request at a placement (the user's country, device and features)."""
+    from serving.decision.engine import RequestContext
+    from serving.decision.filters import FilterContext
+
+    country, device = str(world.user_country[user]), str(world.user_device[user])
+    return RequestContext(request_id, placement, PLACEMENTS[placement][2],
+                          request_terms(location=[country], placement=placement), FilterContext(now_ms),
+                          country=country, user_embedding=world.user_embedding[user].astype(np.float32),
+                          user_features=world.user_features(user), device=device)
+
+
+def _slot_outcome(world: World, row: int, w, logged: dict[str, Any], user: int, placement: str, now_ms: int,
+                  rng: np.random.Generator, conversion_rng: np.random.Generator, log: DayLog) -> None:
+    """A filled slot's true click rate, its beacons, and the conversion its first click may bring."""
+    log.counts["filled_slots"] += 1
+    p = float(world.true_ctr(user, np.array([row]), placement, w.position)[0])
+    log.truth[logged["impression_id"]] = p
+    beacons = _beacons(logged, w, now_ms, user, p, rng, log.counts)
+    log.events.extend(beacons)
+    clicks = [b for b in beacons if b["event_type"] == "CLICK"]
+    if clicks:
+        c = float(world.true_cvr(user, np.array([row]))[0])
+        log.conversion_truth[logged["impression_id"]] = c
+        log.conversions.extend(_conversions(clicks[0], c, conversion_rng, log.counts))
 
 
 def _conversions(click: dict[str, Any], c: float, rng: np.random.Generator,
