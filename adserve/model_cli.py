@@ -37,7 +37,12 @@ def register(sub) -> None:
     model = sub.add_parser("model", help="train and evaluate the click model from TrainingExample files",
                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
+    _add_train(msub)
+    _add_evaluate(msub)
+    _add_canary(msub)
 
+
+def _add_train(msub) -> None:
     p = msub.add_parser("train", help="train, calibrate and save a versioned click model",
                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--examples", type=Path, action="append", required=True,
@@ -64,6 +69,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object of what was written")
     p.set_defaults(handler=cmd_model_train)
 
+
+def _add_evaluate(msub) -> None:
     p = msub.add_parser("evaluate", help="NE, log loss, AUC and calibration of a model on held-out examples",
                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, required=True, help="a model directory (models/click-vN)")
@@ -84,6 +91,9 @@ def register(sub) -> None:
                         "calibration_max, log_loss, auc, segments, ...)")
     p.set_defaults(handler=cmd_model_evaluate)
 
+
+def _add_canary(msub) -> None:
+    """canary-report and promote: both judge the served traffic by the same rule."""
     from learning import canary
 
     p = msub.add_parser("canary-report", help="whether a canary model may replace the current one (calibration, "
