@@ -26,7 +26,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from core.errors import AdserveError, InvalidField
 from core.reserves import reserve_serving_record, rule_key
 from core.targeting import InvalidTargeting, compile_targeting
-from schemas import topics
 
 BID_TYPES = ("CPM", "CPC", "CPA")
 CAMPAIGN_STATUSES = ("ACTIVE", "PAUSED", "ENDED", "REMOVED")
@@ -332,9 +331,11 @@ def ad_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- Debezium change -> serving record
 
-CDC_TARGETS = {topics.CDC_CAMPAIGNS: (topics.SERVING_CAMPAIGNS, "ServingCampaign"),
-               topics.CDC_ADS: (topics.SERVING_ADS, "ServingAd"),
-               topics.CDC_RESERVES: (topics.SERVING_RESERVES, "ServingReserve")}
+# Topic names as schemas.topics defines them (core sits below schemas, so they are spelled here;
+# tests/unit/test_platform_settings.py holds the two together).
+CDC_TARGETS = {"cdc.public.campaigns": ("serving.campaigns", "ServingCampaign"),
+               "cdc.public.ads": ("serving.ads", "ServingAd"),
+               "cdc.public.reserves": ("serving.reserves", "ServingReserve")}
 COMPILERS = {"ServingCampaign": campaign_serving_record, "ServingAd": ad_serving_record,
              "ServingReserve": reserve_serving_record}
 

@@ -67,3 +67,12 @@ def test_a_kafka_cluster_id_never_starts_with_a_dash():
     draws = iter([b"\xfb" + bytes(15), bytes(16)])  # the first encodes to "-wAA...": drawn again
     assert kafka_cluster_id(lambda: next(draws)) == "AAAAAAAAAAAAAAAAAAAAAA"
     assert len(kafka_cluster_id()) == 22
+
+
+def test_the_change_translation_reads_and_writes_the_topics_the_platform_creates():
+    from core.campaigns import CDC_TARGETS
+    from schemas import topics
+
+    assert {cdc: serving for cdc, (serving, _) in CDC_TARGETS.items()} == {
+        topics.CDC_CAMPAIGNS: topics.SERVING_CAMPAIGNS, topics.CDC_ADS: topics.SERVING_ADS,
+        topics.CDC_RESERVES: topics.SERVING_RESERVES}
