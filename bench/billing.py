@@ -41,7 +41,6 @@ beacon_to_billed_p99_s, latency_events, baseline_python_events_per_s; with --com
 also events_per_s_full_snapshots, job_run_s_full_snapshots."""
 from __future__ import annotations
 
-import random
 import tempfile
 import threading
 import time
@@ -51,42 +50,13 @@ from typing import Any
 from core.errors import RunFailed
 from infra.platform import PlatformSettings
 from jobs.flink_io import KafkaJobSettings
+from sim.synthetic import billing_events
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
 DAY = "2026-03-10"
 DOLLAR = 1_000_000
 PARTITIONS = 4
 CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
-BOT = "Mozilla/5.0 (compatible; bingbot/2.0)"
-
-
-def _events(count: int, campaigns: int, seed: int, start_ms: int, per_second: int, clock=None):
-    """(campaign id, AdEvent) in event-time order: impressions, their clicks (~2 %), repeated beacons (~3 %),
-    bots (~0.5 %). `clock`: a function giving the event time (real time for the latency part)."""
-    rng = random.Random(seed)
-    n = 0
-    while n < count:
-        at = clock() if clock else start_ms + n * 1000 // per_second
-        campaign = rng.randint(1, campaigns)
-        billing = "CLICK" if campaign % 2 else "IMPRESSION"
-        impression = f"{seed}-{n}"
-        event = {"event_id": uuid.uuid4().hex, "impression_id": impression, "event_type": "IMPRESSION",
-                 "event_time": at, "served_time": at - rng.randint(200, 3000), "campaign_id": campaign,
-                 "ad_id": campaign * 10, "price_micros": 2 * DOLLAR if billing == "CLICK" else 5_000,
-                 "billing_type": billing, "user_id": f"u{rng.randint(1, 200_000)}",
-                 "ip_address": f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
-                 "user_agent": BOT if rng.random() < 0.005 else "Mozilla/5.0", "token_key_id": "k1"}
-        yield campaign, event
-        n += 1
-        if rng.random() < 0.03 and n < count:
-            yield campaign, dict(event, event_id=uuid.uuid4().hex)
-            n += 1
-        if rng.random() < 0.02 and n < count:
-            yield campaign, dict(event, event_id=uuid.uuid4().hex, event_type="CLICK",
-                                 served_time=event["served_time"] - 2000)
-            n += 1
-
-
 def _producer(settings: PlatformSettings):
     from confluent_kafka import Producer
 
@@ -154,7 +124,7 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
     _campaign_records(producer, topics["campaigns"], campaigns, T0 - 60_000)
     log(f"producing {events:,} events on {campaigns:,} campaigns to {topics['events']} ...")
     last = T0
-    for campaign, event in _events(events, campaigns, seed=11, start_ms=T0, per_second=20_000):
+    for campaign, event in billing_events(events, campaigns, seed=11, start_ms=T0, per_second=20_000):
         _produce(producer, topics["events"], str(campaign).encode(), codec.encode("AdEvent", event),
                  event["event_time"])
         last = event["event_time"]
@@ -248,7 +218,7 @@ def _produce_in_real_time(producer, topic: str, codec, *, rate: int, seconds: in
 
     sent: list[tuple[int, int]] = []
     began, produced = time.time(), 0
-    for campaign, event in _events(rate * seconds, campaigns, seed=13, start_ms=0, per_second=rate,
+    for campaign, event in billing_events(rate * seconds, campaigns, seed=13, start_ms=0, per_second=rate,
                                    clock=lambda: int(time.time() * 1000)):
         produced += 1
         _produce(producer, topic, str(campaign).encode(), codec.encode("AdEvent", event), event["event_time"])
@@ -322,7 +292,7 @@ def bench_python_baseline(events: int, campaigns: int) -> dict[str, Any]:
     from schemas.codec import AvroCodec
 
     codec = AvroCodec()
-    values = [codec.encode("AdEvent", e) for _, e in _events(events, campaigns, seed=17, start_ms=T0,
+    values = [codec.encode("AdEvent", e) for _, e in billing_events(events, campaigns, seed=17, start_ms=T0,
                                                               per_second=20_000)]
     seen: set[tuple[str, str]] = set()
     windows: dict[tuple[int, int], clicks.WindowTotals] = {}

@@ -27,46 +27,17 @@ controller_steps_per_s_with_state, controller_campaigns,
 baseline_python_items_per_s."""
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from typing import Any
 
 from infra.platform import PlatformSettings
 from jobs.flink_io import KafkaJobSettings
+from sim.synthetic import spend_reports
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
 CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
 BUDGET_MICROS = 5_000 * 1_000_000  # each campaign's daily budget: open through the run
-
-
-def _reports(items: int, servers: int, campaigns: int, seed: int):
-    """(key, value, timestamp, partition|None) spend reports, second by second, with per-partition heartbeats."""
-    from schemas.codec import AvroCodec
-
-    codec = AvroCodec()
-    rng = random.Random(seed)
-    sequence = [0] * servers
-    produced = second = 0
-    while produced < items:
-        now = T0 + second * 1000
-        for server in range(servers):
-            sequence[server] += 1
-            for campaign in rng.sample(range(1, campaigns + 1), min(campaigns, 50)):
-                if produced >= items:
-                    break
-                produced += 1
-                yield (str(campaign).encode(), codec.encode("SpendReport", {
-                    "server_id": f"bench-{server}", "sequence": sequence[server], "campaign_id": campaign,
-                    "event_time": now, "interval_start": now - 1000, "expected_spend_micros": rng.randint(1, 5000),
-                    "served_ads": 1, "eligible_requests": 3, "lease_id": None, "max_price_micros": 2_000_000,
-                    "wants_slice": False}), now, None)
-        second += 1
-        for partition in range(4):
-            yield b"0", codec.encode("SpendReport", {
-                "server_id": "bench-hb", "sequence": second, "campaign_id": 0, "event_time": now,
-                "interval_start": now, "expected_spend_micros": 0, "served_ads": 0, "eligible_requests": 0,
-                "lease_id": None, "max_price_micros": 0, "wants_slice": False}), now, partition
 
 
 def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns: int, checkpoint_ms: int,
@@ -91,7 +62,7 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
 
     # so the controller steps every campaign, as it would in service
     produce_campaign_records(producer, topics["campaigns"], campaigns, T0 - 60_000, BUDGET_MICROS)
-    for key, value, ts, partition in _reports(items, servers, campaigns, seed=5):
+    for key, value, ts, partition in spend_reports(items, servers, campaigns, seed=5, start_ms=T0):
         while True:
             try:
                 if partition is None:
@@ -153,7 +124,7 @@ def bench_python_baseline(items: int) -> dict[str, Any]:
     from schemas.codec import AvroCodec
 
     codec = AvroCodec()
-    values = [v for _, v, _, p in _reports(items, 200, 2_000, seed=6) if p is None]
+    values = [v for _, v, _, p in spend_reports(items, 200, 2_000, seed=6, start_ms=T0) if p is None]
     dedupe = SpendDedupe()
     totals: dict[int, int] = {}
     began = time.perf_counter()

@@ -33,13 +33,13 @@ from core.tokens import TokenKeys
 from infra.platform import PlatformSettings
 from schemas.codec import AvroCodec
 from schemas.topics import AD_EVENTS, AD_SERVED, BUDGET_SPEND, SERVING_ADS, SERVING_CAMPAIGNS
+from sim.synthetic import DEMO_COUNTRIES as COUNTRIES
+from sim.synthetic import DEMO_DEVICES as DEVICES
+from sim.synthetic import DEMO_PLACEMENTS as PLACEMENTS
+from sim.synthetic import demo_catalogue
 from sim.tokens import token_keys_from_env
 from streams import kafka, redis_keys
 
-COUNTRIES = ["US", "GB", "DE", "FR", "CA"]
-PLACEMENTS = ["feed", "story", "article"]
-DEVICES = ["ios", "android", "desktop"]
-INTERESTS = [f"topic{i}" for i in range(40)]
 CLICK_SHARE = 0.05  # of impressions, so a short run still has clicks
 
 
@@ -93,40 +93,6 @@ class ServingReport:
             f"frequency caps: {self.capped_pairs:,} (user, capped campaign) pairs served, over the cap: "
             f"{self.cap_violations}",
         ]
-
-
-def _catalog(run: int, rng: random.Random, campaigns: int, ads_per_campaign: int):
-    now = int(time.time() * 1000)
-    codec = AvroCodec()
-    camp_records, ad_records, caps, landing = [], [], {}, {}
-    for c in range(campaigns):
-        cid = run + c
-        bid_type = "CPM" if c % 3 == 0 else "CPC"
-        cap = rng.choice([None, None, 1, 2, 3])
-        caps[cid] = cap
-        camp_records.append((str(cid).encode(), codec.encode("ServingCampaign", {
-            "campaign_id": cid, "advertiser_id": run + c // 2, "version": 1, "event_time": now, "status": "ACTIVE",
-            "bid_type": bid_type, "daily_budget_micros": 50_000_000, "currency": "USD", "timezone": "UTC",
-            "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": cap, "cap_per_week": None,
-            "cpa_target_micros": None}), now))
-        for a in range(ads_per_campaign):
-            aid = run + c * 100 + a
-            targeting = [{"attribute": "location", "values": rng.sample(COUNTRIES, rng.randint(1, 3)),
-                          "excluded": False},
-                         {"attribute": "placement", "values": rng.sample(PLACEMENTS, rng.randint(1, 2)),
-                          "excluded": False}]
-            if rng.random() < 0.5:
-                targeting.append({"attribute": "interest", "values": rng.sample(INTERESTS, 5), "excluded": False})
-            if rng.random() < 0.3:
-                targeting.append({"attribute": "device", "values": rng.sample(DEVICES, 2), "excluded": False})
-            landing[aid] = f"https://advertiser{cid}.example/landing/{aid}"
-            ad_records.append((str(aid).encode(), codec.encode("ServingAd", {
-                "ad_id": aid, "campaign_id": cid, "advertiser_id": run + c // 2, "version": 1, "event_time": now,
-                "removed": False, "bid_type": bid_type,
-                "bid_micros": rng.randint(1_000_000, 20_000_000) if bid_type == "CPM" else rng.randint(200_000, 3_000_000),
-                "quality_prior": float(rng.randint(-1_000, 1_000)), "creative_ref": f"creative/{aid}",
-                "landing_url": landing[aid], "static_score": rng.random(), "targeting": targeting}), now))
-    return camp_records, ad_records, caps, landing
 
 
 def _removals(ad_records) -> list[tuple[bytes, bytes, int]]:
@@ -270,7 +236,8 @@ def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int
     rng = random.Random(seed)
     run = (int(time.time()) % 100_000) * 10_000_000  # this run's id range
     bootstrap = settings.kafka_bootstrap
-    camp_records, ad_records, caps, landing = _catalog(run, rng, campaigns, ads_per_campaign)
+    now_ms = int(time.time() * 1000)
+    camp_records, ad_records, caps, landing = demo_catalogue(run, rng, campaigns, ads_per_campaign, now_ms)
     kafka.produce_all(bootstrap, SERVING_CAMPAIGNS, camp_records)
     kafka.produce_all(bootstrap, SERVING_ADS, ad_records)
     client = redis.Redis(host=settings.host, port=settings.redis_port)

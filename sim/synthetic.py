@@ -1,16 +1,19 @@
 """Every synthetic world the simulators and benchmarks run on: the day's traffic shape, campaign-store
-campaigns and ads, their serving records, ad events, and the columnar catalogue and requests of the
-decision-engine benchmarks. Seeded and deterministic for a seed; no I/O and no wall clock here."""
+campaigns and ads, their serving records, ad events and spend reports, the serving demo's catalogue, and the
+columnar catalogue and requests of the decision-engine benchmarks. The same draws for the same seed (random
+event ids aside); times are passed in, never read here; no I/O."""
 from __future__ import annotations
 
 import math
 import random
+import uuid
 from typing import Any
 
 import numpy as np
 
 from core.campaigns import ad_serving_record, campaign_serving_record, validate_ad, validate_campaign
 from core.targeting import Targeting, request_terms
+from schemas.codec import AvroCodec
 from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
 from serving.decision.campaigns import CampaignTable
 from serving.decision.index import TargetingIndex
@@ -114,6 +117,109 @@ def ad_events(seed: int, *, events: int, campaigns: int = 40, minutes: int = 30,
             "user_agent": "Mozilla/5.0", "token_key_id": "k1",
         })
     return out
+
+
+# ------------------------------------------------------------------ the serving demo's catalogue
+
+DEMO_COUNTRIES = ["US", "GB", "DE", "FR", "CA"]
+DEMO_PLACEMENTS = ["feed", "story", "article"]
+DEMO_DEVICES = ["ios", "android", "desktop"]
+DEMO_INTERESTS = [f"topic{i}" for i in range(40)]
+
+
+def demo_catalogue(run: int, rng: random.Random, campaigns: int, ads_per_campaign: int, now: int):
+    """The serving demo's campaigns and ads as (key, ServingCampaign/ServingAd bytes, timestamp) records, with
+    each campaign's frequency cap and each ad's landing URL: ids from `run` on, stamped `now` (epoch ms)."""
+    codec = AvroCodec()
+    camp_records, ad_records, caps, landing = [], [], {}, {}
+    for c in range(campaigns):
+        cid = run + c
+        bid_type = "CPM" if c % 3 == 0 else "CPC"
+        cap = rng.choice([None, None, 1, 2, 3])
+        caps[cid] = cap
+        camp_records.append((str(cid).encode(), codec.encode("ServingCampaign", {
+            "campaign_id": cid, "advertiser_id": run + c // 2, "version": 1, "event_time": now, "status": "ACTIVE",
+            "bid_type": bid_type, "daily_budget_micros": 50_000_000, "currency": "USD", "timezone": "UTC",
+            "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": cap, "cap_per_week": None,
+            "cpa_target_micros": None}), now))
+        for a in range(ads_per_campaign):
+            aid = run + c * 100 + a
+            targeting = [{"attribute": "location", "values": rng.sample(DEMO_COUNTRIES, rng.randint(1, 3)),
+                          "excluded": False},
+                         {"attribute": "placement", "values": rng.sample(DEMO_PLACEMENTS, rng.randint(1, 2)),
+                          "excluded": False}]
+            if rng.random() < 0.5:
+                targeting.append({"attribute": "interest", "values": rng.sample(DEMO_INTERESTS, 5), "excluded": False})
+            if rng.random() < 0.3:
+                targeting.append({"attribute": "device", "values": rng.sample(DEMO_DEVICES, 2), "excluded": False})
+            landing[aid] = f"https://advertiser{cid}.example/landing/{aid}"
+            ad_records.append((str(aid).encode(), codec.encode("ServingAd", {
+                "ad_id": aid, "campaign_id": cid, "advertiser_id": run + c // 2, "version": 1, "event_time": now,
+                "removed": False, "bid_type": bid_type,
+                "bid_micros": (rng.randint(1_000_000, 20_000_000) if bid_type == "CPM"
+                               else rng.randint(200_000, 3_000_000)),
+                "quality_prior": float(rng.randint(-1_000, 1_000)), "creative_ref": f"creative/{aid}",
+                "landing_url": landing[aid], "static_score": rng.random(), "targeting": targeting}), now))
+    return camp_records, ad_records, caps, landing
+
+
+# ------------------------------------------------------------------ event and spend-report streams
+
+BOT = "Mozilla/5.0 (compatible; bingbot/2.0)"
+
+
+def billing_events(count: int, campaigns: int, seed: int, start_ms: int, per_second: int, clock=None):
+    """(campaign id, AdEvent) in event-time order: impressions, their clicks (~2 %), repeated beacons (~3 %),
+    bots (~0.5 %). `clock`: a function giving the event time (real time for the latency part)."""
+    rng = random.Random(seed)
+    n = 0
+    while n < count:
+        at = clock() if clock else start_ms + n * 1000 // per_second
+        campaign = rng.randint(1, campaigns)
+        billing = "CLICK" if campaign % 2 else "IMPRESSION"
+        impression = f"{seed}-{n}"
+        event = {"event_id": uuid.uuid4().hex, "impression_id": impression, "event_type": "IMPRESSION",
+                 "event_time": at, "served_time": at - rng.randint(200, 3000), "campaign_id": campaign,
+                 "ad_id": campaign * 10, "price_micros": 2_000_000 if billing == "CLICK" else 5_000,
+                 "billing_type": billing, "user_id": f"u{rng.randint(1, 200_000)}",
+                 "ip_address": f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+                 "user_agent": BOT if rng.random() < 0.005 else "Mozilla/5.0", "token_key_id": "k1"}
+        yield campaign, event
+        n += 1
+        if rng.random() < 0.03 and n < count:
+            yield campaign, dict(event, event_id=uuid.uuid4().hex)
+            n += 1
+        if rng.random() < 0.02 and n < count:
+            yield campaign, dict(event, event_id=uuid.uuid4().hex, event_type="CLICK",
+                                 served_time=event["served_time"] - 2000)
+            n += 1
+
+
+def spend_reports(items: int, servers: int, campaigns: int, seed: int, start_ms: int):
+    """(key, value, timestamp, partition|None) spend reports, second by second, with per-partition heartbeats."""
+    codec = AvroCodec()
+    rng = random.Random(seed)
+    sequence = [0] * servers
+    produced = second = 0
+    while produced < items:
+        now = start_ms + second * 1000
+        for server in range(servers):
+            sequence[server] += 1
+            for campaign in rng.sample(range(1, campaigns + 1), min(campaigns, 50)):
+                if produced >= items:
+                    break
+                produced += 1
+                yield (str(campaign).encode(), codec.encode("SpendReport", {
+                    "server_id": f"bench-{server}", "sequence": sequence[server], "campaign_id": campaign,
+                    "event_time": now, "interval_start": now - 1000, "expected_spend_micros": rng.randint(1, 5000),
+                    "served_ads": 1, "eligible_requests": 3, "lease_id": None, "max_price_micros": 2_000_000,
+                    "wants_slice": False}), now, None)
+        second += 1
+        for partition in range(4):
+            yield b"0", codec.encode("SpendReport", {
+                "server_id": "bench-hb", "sequence": second, "campaign_id": 0, "event_time": now,
+                "interval_start": now, "expected_spend_micros": 0, "served_ads": 0, "eligible_requests": 0,
+                "lease_id": None, "max_price_micros": 0, "wants_slice": False}), now, partition
 
 
 # ------------------------------------------------------------------ the columnar catalogue (design's shape)
