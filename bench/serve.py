@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
-import random
 import time
 from typing import Any
 
 import numpy as np
+from sim.synthetic import ad_request_bodies, user_profiles
 from sim.tokens import token_keys_from_env
 
 USERS = 5_000
@@ -77,21 +77,15 @@ def _server_process(n: int, baseline: bool, port_queue: Any) -> None:
 def _seed_users(vocab_audiences: int) -> None:
     import redis
 
-    from sim.synthetic import AGE_BANDS, GENDERS, INTERESTS
     from infra.platform import PlatformSettings
     from streams import redis_keys
 
     s = PlatformSettings.from_env()
     client = redis.Redis(host=s.host, port=s.redis_port)
-    rng = random.Random(11)
     pipe = client.pipeline(transaction=False)
-    for u in range(USERS):
-        pipe.delete(redis_keys.frequency_record(f"bench-{u}"))
-        pipe.hset(redis_keys.user_profile(f"bench-{u}"), mapping={
-            "age_band": rng.choice(AGE_BANDS), "gender": rng.choice(GENDERS),
-            "interests": ",".join(f"i{rng.randrange(INTERESTS)}" for _ in range(rng.randint(15, 25))),
-            "audiences": ",".join(f"a{rng.randrange(vocab_audiences)}" for _ in range(rng.randint(5, 10))),
-            "embedding": ",".join(f"{rng.gauss(0, 0.3):.3f}" for _ in range(8))})
+    for user_id, profile in user_profiles(USERS, vocab_audiences, seed=11):
+        pipe.delete(redis_keys.frequency_record(user_id))
+        pipe.hset(redis_keys.user_profile(user_id), mapping=profile)
     pipe.execute()
     client.close()
 
@@ -99,22 +93,7 @@ def _seed_users(vocab_audiences: int) -> None:
 def _bodies(count: int, seed: int) -> list[bytes]:
     import json
 
-    from sim.synthetic import (CITIES_PER_REGION, COUNTRIES, DEVICES, LANGUAGES, PLACEMENTS,
-                                        REGIONS_PER_COUNTRY, _country_weights)
-
-    rng = random.Random(seed)
-    cumulative = np.cumsum(_country_weights())
-    out = []
-    for i in range(count):
-        country = COUNTRIES[int(np.searchsorted(cumulative, rng.random()))]
-        out.append(json.dumps({
-            "request_id": f"bench-{seed}-{i}", "user_id": f"bench-{rng.randrange(USERS)}",
-            "consent": {"personalization": True}, "placement": rng.choice(PLACEMENTS),
-            "slots": [{"position": 1}, {"position": 2}], "device": rng.choice(DEVICES),
-            "language": rng.sample(LANGUAGES, rng.randint(1, 2)),
-            "location": f"{country}/R{rng.randrange(REGIONS_PER_COUNTRY)}/T{rng.randrange(CITIES_PER_REGION)}",
-        }).encode())
-    return out
+    return [json.dumps(body).encode() for body in ad_request_bodies(count, seed, USERS)]
 
 
 def _summary(latencies: list[float], statuses: list[int], elapsed: float) -> dict[str, float]:

@@ -383,3 +383,31 @@ def targeting_of(index: TargetingIndex, row: int) -> Targeting:
         attribute, value, excluded = index.terms.keys[int(term)]
         (exclude if excluded else include).setdefault(attribute, set()).add(value)
     return Targeting({a: frozenset(v) for a, v in include.items()}, {a: frozenset(v) for a, v in exclude.items()})
+
+
+def user_profiles(users: int, audiences: int, seed: int = 11):
+    """(user id, profile hash) of `users` personalised users on the catalogue's vocabulary, for Redis."""
+    rng = random.Random(seed)
+    for u in range(users):
+        yield f"bench-{u}", {
+            "age_band": rng.choice(AGE_BANDS), "gender": rng.choice(GENDERS),
+            "interests": ",".join(f"i{rng.randrange(INTERESTS)}" for _ in range(rng.randint(15, 25))),
+            "audiences": ",".join(f"a{rng.randrange(audiences)}" for _ in range(rng.randint(5, 10))),
+            "embedding": ",".join(f"{rng.gauss(0, 0.3):.3f}" for _ in range(8))}
+
+
+def ad_request_bodies(count: int, seed: int, users: int) -> list[dict[str, Any]]:
+    """POST /v1/ads bodies from the profiled users: a city, a placement, a device, languages, two slots."""
+    rng = random.Random(seed)
+    cumulative = np.cumsum(country_weights())
+    out = []
+    for i in range(count):
+        country = COUNTRIES[int(np.searchsorted(cumulative, rng.random()))]
+        out.append({
+            "request_id": f"bench-{seed}-{i}", "user_id": f"bench-{rng.randrange(users)}",
+            "consent": {"personalization": True}, "placement": rng.choice(PLACEMENTS),
+            "slots": [{"position": 1}, {"position": 2}], "device": rng.choice(DEVICES),
+            "language": rng.sample(LANGUAGES, rng.randint(1, 2)),
+            "location": f"{country}/R{rng.randrange(REGIONS_PER_COUNTRY)}/T{rng.randrange(CITIES_PER_REGION)}",
+        })
+    return out
