@@ -369,6 +369,54 @@ def _exploration_order(value: np.ndarray, allowed: np.ndarray, campaigns: np.nda
     return rng.sample(distinct, len(distinct))
 
 
+class _Board:
+    """One auction's columns, totals and eligibility, with the exact re-check near the reserve."""
+
+    def __init__(self, columns: CandidateArrays, reserve_micros: int, quality_floor_micros: int | None,
+                 quality_weight: float) -> None:
+        self.columns = columns
+        self.reserve_micros = reserve_micros
+        self.quality_floor_micros = quality_floor_micros
+        self.quality_weight = quality_weight
+        self.bid_values = columns.bid_values()
+        self.value = columns.totals(quality_weight, self.bid_values)
+        self.allowed = columns.eligible(self.value, self.bid_values, reserve_micros, quality_floor_micros)
+        _, self.campaigns = np.unique(columns.campaign_id.astype(str) if columns.campaign_id.dtype == object
+                                      else columns.campaign_id, return_inverse=True)
+        self._picked: dict[int, Candidate] = {}
+
+    def candidate(self, i: int) -> Candidate:
+        if i not in self._picked:
+            self._picked[i] = self.columns.candidate(i)
+        return self._picked[i]
+
+    def exact(self, i: int, slot: int) -> bool:
+        """The float check passed; near the reserve, money decides in exact arithmetic (a rounding never lets an
+        ad under). Elsewhere the float's relative error (~1e-16) is far inside the margin."""
+        value, bid_value, reserve = self.value[i, slot], self.bid_values[i, slot], self.reserve_micros
+        margin = 1e-9 * max(1.0, abs(reserve), abs(value), abs(bid_value))
+        if min(value, bid_value) - reserve > margin:
+            return True
+        return exactly_eligible(self.candidate(i), slot, reserve, self.quality_floor_micros, self.quality_weight)
+
+    def best(self, eligible: np.ndarray, slot: int) -> int | None:
+        """The highest total among `eligible` that also passes the exact check (`eligible` is narrowed)."""
+        while eligible.any():
+            i = int(np.argmax(np.where(eligible, self.value[:, slot], -np.inf)))
+            if self.exact(i, slot):
+                return i
+            eligible[i] = False
+        return None
+
+    def from_shuffle(self, shuffled: list[int], eligible: np.ndarray, slot: int) -> int | None:
+        """The next candidate of the exploration shuffle still eligible for `slot` (consumed from `shuffled`)."""
+        while shuffled:
+            i = shuffled.pop(0)
+            if eligible[i] and self.exact(i, slot):
+                return i
+        return None
+
+
 def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_positions: Sequence[int], *,
                 reserve_micros: int = 0, quality_floor_micros: int | None = None,
                 rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,
@@ -381,59 +429,41 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
         return AuctionResult([], False, reserve_micros=reserve_micros, candidate_count=len(candidates))
     columns = candidates if isinstance(candidates, CandidateArrays) else \
         CandidateArrays.from_candidates(candidates, slots)
-    bid_values = columns.bid_values()
-    value = columns.totals(quality_weight, bid_values)
-    allowed = columns.eligible(value, bid_values, reserve_micros, quality_floor_micros)
-    _, campaigns = np.unique(columns.campaign_id.astype(str) if columns.campaign_id.dtype == object
-                             else columns.campaign_id, return_inverse=True)
-    categories = columns.exclusion_category
-    available = np.ones(len(columns), dtype=bool)
-    picked: dict[int, Candidate] = {}
-
-    def candidate(i: int) -> Candidate:
-        if i not in picked:
-            picked[i] = columns.candidate(i)
-        return picked[i]
-
-    def exact(i: int, slot: int) -> bool:
-        """The float check passed; near the reserve, money decides in exact arithmetic (a rounding never lets an
-        ad under). Elsewhere the float's relative error (~1e-16) is far inside the margin."""
-        margin = 1e-9 * max(1.0, abs(reserve_micros), abs(value[i, slot]), abs(bid_values[i, slot]))
-        if min(value[i, slot], bid_values[i, slot]) - reserve_micros > margin:
-            return True
-        return exactly_eligible(candidate(i), slot, reserve_micros, quality_floor_micros, quality_weight)
-
+    board = _Board(columns, reserve_micros, quality_floor_micros, quality_weight)
     explored = exploration_share > 0 and rng.random() < exploration_share
-    shuffled = _exploration_order(value, allowed, campaigns, rng, exploration_margin) if explored else []
+    shuffled = _exploration_order(board.value, board.allowed, board.campaigns, rng, exploration_margin) \
+        if explored else []
     propensity = 1.0 / len(shuffled) if len(shuffled) > 1 else 1.0
     explored = explored and len(shuffled) > 1
-
-    winners: list[Winner] = []
-    won: list[int] = []
-    for slot in range(slots):
-        eligible = available & allowed[:, slot]
-        chosen = None
-        while explored and shuffled and chosen is None:
-            i = shuffled.pop(0)
-            chosen = i if eligible[i] and exact(i, slot) else None
-        from_shuffle = chosen is not None
-        while chosen is None and eligible.any():
-            i = int(np.argmax(np.where(eligible, value[:, slot], -np.inf)))
-            if exact(i, slot):
-                chosen = i
-            else:
-                eligible[i] = False
-        if chosen is None:
-            break
-        winners.append(_winner(value, eligible, campaigns, candidate, chosen, slot, slot_positions,
-                               reserve_micros, quality_floor_micros, quality_weight,
-                               propensity if from_shuffle else 1.0, scores_from_fallback))
-        won.append(chosen)
-        available &= campaigns != campaigns[chosen]
-        if categories[chosen]:
-            available &= categories != categories[chosen]
-
+    winners, won = _fill_slots(board, slot_positions, shuffled if explored else [], propensity,
+                               scores_from_fallback)
     losers = sorted(set(range(len(columns))) - set(won))
     sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
-    sampled = [_loser(columns, i, value) for i in sample]
+    sampled = [_loser(columns, i, board.value) for i in sample]
     return AuctionResult(winners, explored, sampled, reserve_micros, len(columns))
+
+
+def _fill_slots(board: _Board, slot_positions: Sequence[int], shuffled: list[int], propensity: float,
+                scores_from_fallback: bool) -> tuple[list[Winner], list[int]]:
+    """Slot by slot: the shuffle's next eligible candidate while exploring, else the best total; one ad per
+    campaign and per exclusion category."""
+    categories = board.columns.exclusion_category
+    available = np.ones(len(board.columns), dtype=bool)
+    winners: list[Winner] = []
+    won: list[int] = []
+    for slot in range(len(slot_positions)):
+        eligible = available & board.allowed[:, slot]
+        chosen = board.from_shuffle(shuffled, eligible, slot) if shuffled else None
+        from_shuffle = chosen is not None
+        if chosen is None:
+            chosen = board.best(eligible, slot)
+        if chosen is None:
+            break
+        winners.append(_winner(board.value, eligible, board.campaigns, board.candidate, chosen, slot,
+                               slot_positions, board.reserve_micros, board.quality_floor_micros,
+                               board.quality_weight, propensity if from_shuffle else 1.0, scores_from_fallback))
+        won.append(chosen)
+        available &= board.campaigns != board.campaigns[chosen]
+        if categories[chosen]:
+            available &= categories != categories[chosen]
+    return winners, won
