@@ -126,6 +126,30 @@ def validate_campaign(payload: Any, *, existing: Mapping[str, Any] | None = None
         for name, why in FIXED_CAMPAIGN_FIELDS.items():
             if name in payload and payload[name] != existing[name]:
                 raise InvalidField(name, f"cannot change after creation ({why}); create a new campaign")
+    out = _campaign_basics(payload, existing)
+    if "dayparts" in payload:
+        out["dayparts"] = _dayparts(payload["dayparts"])
+    for name in ("cap_per_day", "cap_per_week"):
+        if name in payload:
+            out[name] = _cap(payload[name], name)
+    if "cpa_target_micros" in payload:
+        value = payload["cpa_target_micros"]
+        out["cpa_target_micros"] = None if value is None else _micros(value, "cpa_target_micros", positive=True)
+    bid_type = out.get("bid_type", (existing or {}).get("bid_type"))
+    cpa_target = out.get("cpa_target_micros", (existing or {}).get("cpa_target_micros"))
+    if bid_type == "CPA" and not cpa_target:
+        raise InvalidField("cpa_target_micros", "a CPA campaign needs a target cost per conversion")
+    if "status" in payload:
+        out["status"] = _choice(payload["status"], "status", CAMPAIGN_STATUSES)
+    if creating:
+        out.setdefault("currency", "USD")
+        out.setdefault("status", "ACTIVE")
+        out.setdefault("dayparts", [])
+    return out
+
+
+def _campaign_basics(payload: dict[str, Any], existing: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The name, bid type, budget, currency, time zone and flight of a campaign payload, checked."""
     out: dict[str, Any] = {}
     if "name" in payload:
         if not isinstance(payload["name"], str) or not payload["name"].strip() or len(payload["name"]) > 200:
@@ -155,24 +179,6 @@ def validate_campaign(payload: Any, *, existing: Mapping[str, Any] | None = None
     end = out.get("flight_end", (existing or {}).get("flight_end"))
     if start is not None and end is not None and end <= start:
         raise InvalidField("flight_end", "must be after flight_start")
-    if "dayparts" in payload:
-        out["dayparts"] = _dayparts(payload["dayparts"])
-    for name in ("cap_per_day", "cap_per_week"):
-        if name in payload:
-            out[name] = _cap(payload[name], name)
-    if "cpa_target_micros" in payload:
-        value = payload["cpa_target_micros"]
-        out["cpa_target_micros"] = None if value is None else _micros(value, "cpa_target_micros", positive=True)
-    bid_type = out.get("bid_type", (existing or {}).get("bid_type"))
-    cpa_target = out.get("cpa_target_micros", (existing or {}).get("cpa_target_micros"))
-    if bid_type == "CPA" and not cpa_target:
-        raise InvalidField("cpa_target_micros", "a CPA campaign needs a target cost per conversion")
-    if "status" in payload:
-        out["status"] = _choice(payload["status"], "status", CAMPAIGN_STATUSES)
-    if creating:
-        out.setdefault("currency", "USD")
-        out.setdefault("status", "ACTIVE")
-        out.setdefault("dayparts", [])
     return out
 
 
