@@ -83,6 +83,20 @@ class Decision:
     terms: AuctionTerms | None = None  # the reserve, quality floor and default quality the auction ran under
 
 
+class _Laps:
+    """Milliseconds spent in each stage of one decision, read from the injected clock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.mark = clock()
+        self.timings: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = self.clock()
+        self.timings[stage] = (now - self.mark) * 1000
+        self.mark = now
+
+
 class DecisionEngine:
     def __init__(self, index: TargetingIndex, campaigns: CampaignTable, predictor: Predictor | None = None,
                  config: EngineConfig | None = None,
@@ -127,19 +141,11 @@ class DecisionEngine:
                rng: random.Random, np_rng: np.random.Generator) -> Decision:
         cfg, index = self.config, self.index
         terms = self.reserves.terms(request.placement, request.country)
-        timings: dict[str, float] = {}
-        mark = clock()
-
-        def lap(stage: str) -> None:
-            nonlocal mark
-            now = clock()
-            timings[stage] = (now - mark) * 1000
-            mark = now
-
+        laps = _Laps(clock)
         retrieved = self.retrieve(request.terms, cfg.k)
-        lap("retrieval")
+        laps.lap("retrieval")
         filtered = apply_filters(retrieved, index, self.campaigns, request.filters, np_rng)
-        lap("filters")
+        laps.lap("filters")
         funnel = {"retrieved": len(retrieved), "filtered": len(filtered.rows)}
         user_embedding = request.user_embedding if request.user_embedding is not None else \
             np.zeros(index.embedding_dim, dtype=np.float32)
@@ -147,57 +153,22 @@ class DecisionEngine:
         affinity = self._affinity(request, filtered.rows, multiplier)
         conversion_rates = self._conversion_rates(request, filtered.rows, multiplier)
         try:
-            pre = prerank(index, filtered.rows, filtered.participation, user_embedding=user_embedding,
-                          placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
-                          keep=cfg.keep, cvr_prior=cfg.cvr_prior if conversion_rates is None else conversion_rates,
-                          affinity=affinity,
-                          weights=cfg.prerank_weights if cfg.prerank_weights is not None else
-                          DEFAULT_WEIGHTS if affinity is None else DEFAULT_MODEL_WEIGHTS)
+            pre = self._prerank(request, filtered, user_embedding, multiplier, affinity, conversion_rates)
         except Exception:  # noqa: BLE001 - no scores at all: an unscored ad has no fair price, slots stay empty
-            return Decision(request.request_id, [], True, False, None, [], funnel, timings, filtered.dropped,
+            return Decision(request.request_id, [], True, False, None, [], funnel, laps.timings, filtered.dropped,
                             filtered.eligible_campaigns, filtered.slices_wanted, terms=terms)
-        lap("prerank")
+        laps.lap("prerank")
         funnel["preranked"] = len(pre.rows)
         at = np.searchsorted(filtered.rows, pre.rows)
-        participation = filtered.participation[at] if len(pre.rows) else np.empty(0)
-        fallback, model_version, snapshot_version = False, None, None
-        try:
-            predictions = self.predictor.predict(
-                PredictionRequest(pre.rows, index.ctr_prior.data[pre.rows] * multiplier, request.slot_positions,
-                                  request.placement, request.user_features, ad_ids=index.ad_id.data[pre.rows],
-                                  country=request.country, device=request.device, request_id=request.request_id),
-                deadline=min(deadline, clock() + cfg.model_budget_s), clock=clock)
-            pctr, pcvr, model_version = predictions.pctr, predictions.pcvr, predictions.model_version
-            snapshot_version = predictions.ad_snapshot_version
-        except Exception:  # noqa: BLE001 - timeout or model error: the pre-ranker's scores run the auction
-            fallback = True
-            pctr = pre.approx_pctr[:, None] * position_effect(request.slot_positions)[None, :]
-            pcvr = np.full(len(pre.rows), cfg.cvr_prior)
-        lap("prediction")
-        rows = pre.rows
-        candidates = CandidateArrays(
-            ad_id=index.ad_id.data[rows], campaign_id=index.campaign_id.data[rows],
-            bid_code=index.bid_type.data[rows],
-            bid_micros=cpa_bids(index.bid_micros.data[rows], index.bid_type.data[rows],
-                                self.campaigns.bid_multiplier.data[filtered.campaign_rows[at]]),
-            pctr=np.asarray(pctr, dtype=np.float64), pcvr=np.asarray(pcvr, dtype=np.float64),
-            # the ad's own platform adjustment on top of the placement's default (core.reserves)
-            quality_micros=index.quality_micros.data[rows].astype(np.int64) + terms.default_quality_micros,
-            exclusion_category=index.exclusion_category.data[rows].astype(np.int64),
-            participation=participation.astype(np.float64), row=rows.astype(np.int64))
+        pctr, pcvr, model_version, snapshot_version, fallback = self._predict(request, pre, multiplier,
+                                                                              clock, deadline)
+        laps.lap("prediction")
+        candidates = self._candidates(pre.rows, filtered, at, pctr, pcvr, terms)
         result = run_auction(candidates, request.slot_positions, reserve_micros=terms.reserve_micros,
                              quality_floor_micros=terms.quality_floor_micros, rng=rng,
                              exploration_share=cfg.exploration_share, scores_from_fallback=fallback)
-        winners = []
-        for w in result.winners:
-            creative_ref, landing_url = index.creative(w.candidate.row)
-            winners.append(SlotDecision(
-                slot=w.slot, position=w.position, ad_id=int(w.candidate.ad_id),
-                campaign_id=int(w.candidate.campaign_id), creative_ref=creative_ref, landing_url=landing_url,
-                billing=w.billing, price_micros=w.price_micros, charge_per_event_micros=w.charge_per_event_micros,
-                expected_cost_micros=w.expected_cost_micros(), total_value_micros=w.total_value_micros,
-                explanation=w.explanation))
-        lap("auction")
+        winners = [self._slot_decision(w) for w in result.winners]
+        laps.lap("auction")
         funnel["winners"] = len(winners)
         probe = None
         if cfg.recall_sample_share > 0 and not fallback and rng.random() < cfg.recall_sample_share:
@@ -207,5 +178,56 @@ class DecisionEngine:
                                 user_embedding, affinity, ProbeAds.capture(index, filtered.rows),
                                 request.request_id)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
-                        result.sampled_losers, funnel, timings, filtered.dropped, filtered.eligible_campaigns,
+                        result.sampled_losers, funnel, laps.timings, filtered.dropped, filtered.eligible_campaigns,
                         filtered.slices_wanted, probe, snapshot_version, terms)
+
+    def _prerank(self, request: RequestContext, filtered: Any, user_embedding: np.ndarray, multiplier: float,
+                 affinity: np.ndarray | None, conversion_rates: np.ndarray | None) -> Any:
+        cfg = self.config
+        return prerank(self.index, filtered.rows, filtered.participation, user_embedding=user_embedding,
+                       placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
+                       keep=cfg.keep, cvr_prior=cfg.cvr_prior if conversion_rates is None else conversion_rates,
+                       affinity=affinity,
+                       weights=cfg.prerank_weights if cfg.prerank_weights is not None else
+                       DEFAULT_WEIGHTS if affinity is None else DEFAULT_MODEL_WEIGHTS)
+
+    def _predict(self, request: RequestContext, pre: Any, multiplier: float, clock: Callable[[], float],
+                 deadline: float) -> tuple[np.ndarray, np.ndarray, str | None, Any, bool]:
+        """pCTR by slot and pCVR from the predictor; on a timeout or model error, the pre-ranker's scores
+        (the decision is marked as a fallback)."""
+        index = self.index
+        try:
+            predictions = self.predictor.predict(
+                PredictionRequest(pre.rows, index.ctr_prior.data[pre.rows] * multiplier, request.slot_positions,
+                                  request.placement, request.user_features, ad_ids=index.ad_id.data[pre.rows],
+                                  country=request.country, device=request.device, request_id=request.request_id),
+                deadline=min(deadline, clock() + self.config.model_budget_s), clock=clock)
+            return (predictions.pctr, predictions.pcvr, predictions.model_version,
+                    predictions.ad_snapshot_version, False)
+        except Exception:  # noqa: BLE001 - timeout or model error: the pre-ranker's scores run the auction
+            pctr = pre.approx_pctr[:, None] * position_effect(request.slot_positions)[None, :]
+            return pctr, np.full(len(pre.rows), self.config.cvr_prior), None, None, True
+
+    def _candidates(self, rows: np.ndarray, filtered: Any, at: np.ndarray, pctr: np.ndarray, pcvr: np.ndarray,
+                    terms: AuctionTerms) -> CandidateArrays:
+        index = self.index
+        participation = filtered.participation[at] if len(rows) else np.empty(0)
+        return CandidateArrays(
+            ad_id=index.ad_id.data[rows], campaign_id=index.campaign_id.data[rows],
+            bid_code=index.bid_type.data[rows],
+            bid_micros=cpa_bids(index.bid_micros.data[rows], index.bid_type.data[rows],
+                                self.campaigns.bid_multiplier.data[filtered.campaign_rows[at]]),
+            pctr=np.asarray(pctr, dtype=np.float64), pcvr=np.asarray(pcvr, dtype=np.float64),
+            # the ad's own platform adjustment on top of the placement's default (core.reserves)
+            quality_micros=index.quality_micros.data[rows].astype(np.int64) + terms.default_quality_micros,
+            exclusion_category=index.exclusion_category.data[rows].astype(np.int64),
+            participation=participation.astype(np.float64), row=rows.astype(np.int64))
+
+    def _slot_decision(self, w: Any) -> SlotDecision:
+        creative_ref, landing_url = self.index.creative(w.candidate.row)
+        return SlotDecision(
+            slot=w.slot, position=w.position, ad_id=int(w.candidate.ad_id),
+            campaign_id=int(w.candidate.campaign_id), creative_ref=creative_ref, landing_url=landing_url,
+            billing=w.billing, price_micros=w.price_micros, charge_per_event_micros=w.charge_per_event_micros,
+            expected_cost_micros=w.expected_cost_micros(), total_value_micros=w.total_value_micros,
+            explanation=w.explanation)
