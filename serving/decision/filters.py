@@ -10,7 +10,7 @@ generator are parameters."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -60,12 +60,7 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
         ("flight", (hot["flight_start"] <= now) & (now < hot["flight_end"])),
     ]
     if campaigns.dayparts:
-        ok = np.ones(len(rows), dtype=bool)
-        for c in np.intersect1d(crow, np.fromiter(campaigns.dayparts, dtype=np.int64)):
-            slot = week_slot(now, campaigns.zones[campaigns.timezone.data[c]])
-            if not campaigns.dayparts[int(c)][slot]:
-                ok &= crow != c
-        checks.append(("daypart", ok))
+        checks.append(("daypart", _in_daypart(crow, campaigns, now)))
     state = hot["budget_state"]
     budget_ok = (state == OPEN) | ((state == METERED) & hot["slice_held"])
     capped = (hot["cap_per_day"] > 0) | (hot["cap_per_week"] > 0)
@@ -73,16 +68,7 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     if record is FREQUENCY_RECORD_UNAVAILABLE:
         checks.append(("frequency_unavailable", ~capped))
     elif record:
-        # Walk the user's record (a few hundred fields at most), not the candidates (thousands).
-        today = day_number(now)
-        over = []
-        for campaign_id in {c for c, _ in record}:  # type: ignore[union-attr]
-            row = campaigns.row_of(campaign_id)
-            if row is not None and is_capped(record, campaign_id, today,  # type: ignore[arg-type]
-                                             int(campaigns.cap_per_day.data[row]),
-                                             int(campaigns.cap_per_week.data[row])):
-                over.append(campaign_id)
-        checks.append(("frequency_cap", ~np.isin(hot["campaign_id"], np.array(over, dtype=np.int64))))
+        checks.append(("frequency_cap", ~np.isin(hot["campaign_id"], _capped_campaigns(record, campaigns, now))))
     if context.hidden_advertisers:
         hidden = np.fromiter(context.hidden_advertisers, dtype=np.int64)
         checks.append(("hidden_advertiser", ~np.isin(hot["advertiser_id"], hidden)))
@@ -100,14 +86,41 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     entered = (rng.random(len(unique)) < participation[first])[inverse]  # one coin per campaign per request
     # ... and the metered ones that won their coin here but had no slice to serve from (with their top bid).
     short = entered & metered_short
-    wanting: dict[int, int] = {}
-    if short.any():
-        short_rows = rows[short]
-        per_event = np.where(index.bid_type.data[short_rows] == BID_TYPE_CODE["CPM"],
-                             index.bid_micros.data[short_rows] // 1000, index.bid_micros.data[short_rows])
-        for campaign_id, bid in zip(index.campaign_id.data[short_rows].tolist(), per_event.tolist()):
-            wanting[campaign_id] = max(bid, wanting.get(campaign_id, 0))
+    wanting = _slices_wanted(index, rows[short]) if short.any() else {}
     dropped["budget"] = int((~budget_ok).sum())
     mask = entered & budget_ok
     dropped["pacing"] = int((budget_ok & ~entered).sum())
     return Filtered(rows[mask], crow[mask], participation[mask], dropped, eligible, wanting)
+
+
+def _in_daypart(crow: np.ndarray, campaigns: CampaignTable, now: int) -> np.ndarray:
+    """False for candidates of a campaign with dayparts whose current week slot (in its time zone) is off."""
+    ok = np.ones(len(crow), dtype=bool)
+    for c in np.intersect1d(crow, np.fromiter(campaigns.dayparts, dtype=np.int64)):
+        slot = week_slot(now, campaigns.zones[campaigns.timezone.data[c]])
+        if not campaigns.dayparts[int(c)][slot]:
+            ok &= crow != c
+    return ok
+
+
+def _capped_campaigns(record: Any, campaigns: CampaignTable, now: int) -> np.ndarray:
+    """The campaigns at a frequency cap for this user. Walks the user's record (a few hundred fields at most),
+    not the candidates (thousands)."""
+    today = day_number(now)
+    over = []
+    for campaign_id in {c for c, _ in record}:
+        row = campaigns.row_of(campaign_id)
+        if row is not None and is_capped(record, campaign_id, today, int(campaigns.cap_per_day.data[row]),
+                                         int(campaigns.cap_per_week.data[row])):
+            over.append(campaign_id)
+    return np.array(over, dtype=np.int64)
+
+
+def _slices_wanted(index: TargetingIndex, short_rows: np.ndarray) -> dict[int, int]:
+    """Per metered campaign that won its coin without a slice: its top per-event bid (CPM bids per impression)."""
+    per_event = np.where(index.bid_type.data[short_rows] == BID_TYPE_CODE["CPM"],
+                         index.bid_micros.data[short_rows] // 1000, index.bid_micros.data[short_rows])
+    wanting: dict[int, int] = {}
+    for campaign_id, bid in zip(index.campaign_id.data[short_rows].tolist(), per_event.tolist()):
+        wanting[campaign_id] = max(bid, wanting.get(campaign_id, 0))
+    return wanting
