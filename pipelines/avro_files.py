@@ -62,25 +62,8 @@ CORRUPT = "corrupt"
 
 
 def unwrap_dofn():
-    """A Beam DoFn: archived envelopes (or plain records) -> normalised domain records; a value that does not
-    decode goes to the `corrupt` output as its reason, and is counted (Beam metric corrupt_records)."""
-    import apache_beam as beam
-
-    from core.errors import CorruptRecord
-
-    class Unwrap(beam.DoFn):
-        def setup(self):
-            from schemas.codec import AvroCodec
-
-            self.codec = AvroCodec()
-            self.corrupt = beam.metrics.Metrics.counter("archive", "corrupt_records")
-
-        def process(self, record):
-            try:
-                yield unwrap(record, self.codec)
-            except CorruptRecord as error:
-                self.corrupt.inc()
-                yield beam.pvalue.TaggedOutput(CORRUPT, str(error))
+    """A Beam DoFn: archived envelopes (or plain records) -> normalised domain records (pipelines.unwrap)."""
+    from pipelines.unwrap import Unwrap
 
     return Unwrap()
 
