@@ -3,8 +3,9 @@ start with secrets masked (core.settings.describe).
 
 Both sign or verify impression and click tokens, so both need token keys: ADSERVE_TOKEN_KEYS as
 'id1:secret1,id2:secret2' (the first signs, all verify, so keys rotate). A public development key exists only
-in development mode (--dev or ADSERVE_DEV=1), which `adserve up`'s users, the simulators, the benchmarks and
-the tests choose explicitly; a server started without keys outside it refuses to start (MissingTokenKeys).
+in development mode (--dev or ADSERVE_DEV=1), which the simulators, the benchmarks and a developer's local
+runs choose explicitly (tests pass their own keys); a server started without keys outside it refuses to start
+(MissingTokenKeys).
 
 Platform addresses come from the variables PlatformSettings.as_env exports (ADSERVE_KAFKA_BOOTSTRAP,
 ADSERVE_HOST, ADSERVE_REDIS_PORT); this module never holds a host, port or key of its own."""
