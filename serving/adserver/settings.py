@@ -8,7 +8,7 @@ runs choose explicitly (tests pass their own keys); a server started without key
 (MissingTokenKeys).
 
 Platform addresses come from the variables PlatformSettings.as_env exports (ADSERVE_KAFKA_BOOTSTRAP,
-ADSERVE_HOST, ADSERVE_REDIS_PORT); this module never holds a host, port or key of its own."""
+ADSERVE_HOST, ADSERVE_REDIS_PORT); this module holds no host or port of its own."""
 from __future__ import annotations
 
 import argparse
