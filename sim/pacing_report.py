@@ -1,37 +1,6 @@
-"""The simulated day's figures, its text report and its HTML picture. Pure: takes what `run_day` returned.
-
-Definitions (also in docs/pacing.md):
-* size classes by the budget the day started with: small < $200, medium < $10,000, large >= $10,000;
-  "paced" = medium + large.
-* traffic allowed: the campaign was stopped at its budget, or was held below p = 1 for at least half of the
-  day (it had more traffic than its budget needed). The design measures under-delivery only for campaigns
-  that end the day below p = 1; here every campaign still behind its curve after 23:30 is pushed to p = 1
-  in the last half hour, so the day's p, not its last value, tells traffic-limited campaigns apart.
-  Paused and lowered campaigns are left out of delivery.
-* delivery_pct: billed / budget summed over those campaigns; also each campaign's share.
-* billed, absorbed: the click_aggregator job's totals for the day (it bills the run's beacons up to each
-  budget); `billing_recount_mismatches`: campaigns whose totals differ from core.clicks.recount of the same
-  beacons (the nightly recount's rule; must be 0).
-* absorbed overspend: billable value above the budget, not billed, in money and as a share of billed
-  spend; for small campaigns in clicks ($2 each).
-* curve_error_pct_hourly: for paced campaigns where traffic allowed (not paused or lowered), |spend in the
-  hour - the job's target for the hour| / target, over hours carrying >= 2 % of the budget, weighted by
-  target. The hour's spend is money: the expected cost served in the hour x the campaign's billed / expected
-  cost for the day. The target is a share of the budget, which is billed money; the expected cost is the
-  loop's estimate of it, off per campaign by what the predictions get wrong (the simulated day serves with
-  priors that do not know its placement and device effects, and an auction's winners are the ads it
-  over-rated: billed / expected runs 0.72-1.04 here), and the clicks billed in one hour carry their own
-  Poisson noise (+-20 % at 25 clicks an hour). The day's ratio removes both and keeps the shape of the spend.
-* curve_error_pct_hourly_expected: the same against the expected cost itself (this figure's definition
-  before session 14): a campaign that delivers its budget while its predictions run 28 % high must show
-  ~39 % here in every hour, so it measures the predictions as much as the pacing.
-* curve_error_pct_hourly_billed: the same against the clicks billed in the hour (their Poisson noise
-  included).
-* billed_above_budget_micros: growth of a billed total that took it above the budget in force at that
-  instant, checked at every total the aggregator published (must be 0).
-* launched: the campaign created at 15:00 with no history (its placement's shape, a forecast first p): p as
-  the servers saw it each minute of its first ten, its hourly target and money spend from launch, its
-  delivery; it counts in the figures above like any campaign of its class."""
+"""The simulated day's figures, its text report and its HTML picture. Pure: takes what `run_day` returned,
+reads no clock and writes nothing. Each figure's definition, and why it is measured that way, is in
+docs/pacing.md ("The figures")."""
 from __future__ import annotations
 
 import html
