@@ -1,38 +1,7 @@
-"""A simulated day for the learning loop: traffic whose true click probabilities are known, decided by
-the real decision engine, logged as the ad server logs it.
-
-The world: ads of campaigns with cpc, cpm and cpa bids, each with a vertical, an embedding and a base
-click rate; users with an embedding, a device, a country, an activity level and an age. The TRUE click
-probability of a user on an ad at a slot position is
-
-    logit(p) = logit(base ctr of the ad) + placement + device + AFFINITY x (user . ad embedding)
-               + 0.4 x activity - 0.01 x (age - 40) + log(position effect)
-
-so a model that sees the logged user features and the ad's snapshot features can learn what the ad's
-click-rate prior cannot: which users click which ads. A click converts with the TRUE conversion probability
-
-    logit(c) = logit(CVR_BASE) + category effect of the ad + ad noise + CVR_AFFINITY x (user . ad embedding)
-               + 0.02 x (age - 40) + device effect
-
-(the category and the embedding are in the snapshot, the ad noise is not), and the advertiser reports the
-conversion minutes to days after the click (now and then twice). The ad's prior (what the index and the priors-only
-baseline know) is its true mean click rate at the top position over the world's users, placement by
-placement folded into the engine's placement multiplier.
-
-The day: requests on a diurnal curve over one UTC day; each picks a user and a placement, goes through
-DecisionEngine.decide (targeting, filters, pre-ranker, the predictor given, the auction with a reserve and
-1 % exploration) and is logged with serving.served_log.served_record. Each filled slot is rendered with
-probability RENDER_RATE (an impression beacon seconds later) and, when rendered, clicked with its true
-probability (a click beacon a few seconds to minutes later; now and then sent twice); each click converts
-with its true conversion probability. Budgets are open all day: pacing is `adserve simulate`'s business,
-not this one's.
-
-Outputs (write_day): served.avro (ServedRecord), events.avro (AdEvent), conversions.avro (AdConversion),
-examples.avro (TrainingExample, click and conversion examples, through core.training.join with the keep
-rate), truth.json (impression id -> true click probability), truth_conversions.json (clicked impression
-id -> true conversion probability),
-ad-features/ (the ad-feature snapshot the day was served with), day.json (what was run, and counts).
-Pure apart from write_day; seeded, so a day is reproducible."""
+"""A simulated day for the learning loop: a world whose TRUE click and conversion probabilities are known
+(their formulas in docs/learning.md, "A simulated day with known click probabilities"), served through the
+real DecisionEngine and logged as the ad server logs it, with the beacons and conversions those probabilities
+draw. Budgets are open all day (pacing is `adserve simulate`'s business). Pure and seeded apart from write_day."""
 from __future__ import annotations
 
 import json
@@ -357,7 +326,10 @@ def _beacons(logged: dict[str, Any], winner, served_ms: int, user: int, p: float
 
 
 def write_day(log: DayLog, out: Path, keep_rate: float = training.DEFAULT_KEEP_RATE) -> dict[str, Any]:
-    """Write the day's files (see the module docstring); returns day.json's content."""
+    """Write the day's files to `out`: served.avro, events.avro, conversions.avro, examples.avro (click and
+    conversion examples through core.training.join at `keep_rate`), truth.json and truth_conversions.json (the
+    true probabilities by impression id), ad-features/ (the snapshot served with) and day.json (what was run,
+    and counts). Returns day.json's content."""
     import fastavro
 
     from schemas.codec import default_registry, plain_timestamps
