@@ -9,7 +9,7 @@ from pathlib import Path
 
 from infra.platform import PlatformSettings
 
-TARGETS = {  # the targets for the simulated day
+TARGETS = {  # the simulated day's targets (README, "Targets and where they stand")
     "overspend_pct_paced": ("<=", 0.1), "max_overspend_clicks_small": ("<=", 1.0),
     "billed_above_budget_micros": ("<=", 0), "delivery_pct": (">=", 98.0), "curve_error_pct_hourly": ("<=", 5.0)}
 

@@ -10,7 +10,7 @@ split by request id, then calibrated per segment (placement, country, billing ty
 click model is (learning.calibration; a segment needs min_conversions conversions and as many
 non-conversions, else a coarser segment serves it).
 
-The baseline is the constant prior every ad had before (serving.decision.prerank.DEFAULT_CVR_PRIOR), and on a
+The baseline is the constant prior served without a conversion model (serving.decision.prerank.DEFAULT_CVR_PRIOR); on a
 simulated day the oracle is the true conversion probability (truth_conversions.json). Reads and writes no
 files; never runs on the request path."""
 from __future__ import annotations

@@ -8,7 +8,7 @@ import org.apache.flink.table.functions.ScalarFunction;
  * the campaign id), read inside the JVM from the Avro single-object encoding.
  *
  * <p>It lets a job key a campaign record by its campaign's shard where the record stands in the stream,
- * instead of sending it through a Python decoder first, from which it came back behind rows that followed
+ * instead of sending it through a Python decoder first, which would return it behind rows that followed
  * it. Only the id is read: the job's Python operator decodes the whole record when it applies it, and sends a
  * record that does not decode there to the dead-letter topic. A record with another header (an older or
  * newer contract version, or not Avro at all) or a first field that does not decode returns NULL and takes
