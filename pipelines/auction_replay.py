@@ -41,9 +41,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.errors import InvalidSettings
 from core.replay import RequestComparison, ReservePolicy, compare_request
-from pipelines.avro_files import (add_served_log_arguments, count_of, of_days, output_folder, read_records,
-                                  served_log_files)
+from pipelines.avro_files import add_served_log_arguments, count_of, of_days, output_folder, served_log_files
 from pipelines.options import ServedLogOptions, parse_options
+from pipelines.unwrap import read_records
 
 COUNTS = ("requests", "replayed_requests", "exploration_requests", "unreplayable_requests", "exact_requests",
           "offered_slots", "logged_filled_slots", "replayed_filled_slots", "logged_revenue_micros",

@@ -61,13 +61,6 @@ def archive_pattern(archive: str, topic: str, day: str, hour: str = "*") -> str:
 CORRUPT = "corrupt"
 
 
-def unwrap_dofn():
-    """A Beam DoFn: archived envelopes (or plain records) -> normalised domain records (pipelines.unwrap)."""
-    from pipelines.unwrap import Unwrap
-
-    return Unwrap()
-
-
 def matching_files(patterns: list[str]) -> list[str]:
     """Every file matching the patterns (any Beam file system), sorted; a pattern matching nothing adds none."""
     from apache_beam.io.filesystems import FileSystems
@@ -89,18 +82,6 @@ def day_range(first: str, last: str) -> list[str]:
 def utc_day(ms: int) -> str:
     """The UTC day of an epoch-ms instant, YYYY-MM-DD (archive folders and day ranges are UTC)."""
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).date().isoformat()
-
-
-def read_records(pipeline, label: str, files: list[str]):
-    """(records, corrupt): the files' records, unwrapped and normalised, and the reasons of those that do not
-    decode (counted); labels are prefixed with `label` so a pipeline can read several sets of files."""
-    import apache_beam as beam
-    from apache_beam.io.avroio import ReadAllFromAvro
-
-    decoded = (pipeline | f"{label}Files" >> beam.Create(files)
-               | f"Read{label}" >> ReadAllFromAvro()
-               | f"Unwrap{label}" >> beam.ParDo(unwrap_dofn()).with_outputs(CORRUPT, main="records"))
-    return decoded.records, decoded[CORRUPT]
 
 
 def count_of(label: str, pcoll):

@@ -21,7 +21,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import event_counts as rules
-from pipelines.avro_files import CORRUPT, schema_json, unwrap_dofn
+from pipelines.avro_files import CORRUPT, schema_json
+from pipelines.unwrap import unwrap_dofn
 from pipelines.options import parse_options
 
 

@@ -33,7 +33,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import clicks
 from core.billing import SIZE_CLASSES, size_class
-from pipelines.avro_files import archive_pattern, count_of, matching_files, output_folder, read_records
+from pipelines.avro_files import archive_pattern, count_of, matching_files, output_folder
+from pipelines.unwrap import read_records
 from pipelines.options import parse_options
 from schemas import topics
 

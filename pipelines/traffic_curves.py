@@ -33,7 +33,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.pacing import VALUE_QUANTILES, shape_from_counts, value_per_bid_samples, value_per_bid_table, value_to_beat
-from pipelines.avro_files import CORRUPT, unwrap_dofn
+from pipelines.avro_files import CORRUPT
+from pipelines.unwrap import unwrap_dofn
 from pipelines.options import parse_options
 
 
