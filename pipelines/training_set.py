@@ -32,8 +32,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import training
 from pipelines.avro_files import (add_served_log_arguments, archive_pattern, count_of, matching_files, of_days,
-                                  output_folder, read_records, schema_json, served_log_files)
+                                  output_folder, schema_json, served_log_files)
 from pipelines.options import ServedLogOptions, parse_options
+from pipelines.unwrap import read_records
 from schemas import topics
 
 
