@@ -199,6 +199,24 @@ class AdServer:
         if time.perf_counter() > deadline:
             m.requests.labels("deadline").inc()
             return self._error(503, "deadline passed before the decision")
+        context = self._request_context(ad_request, user, frequency, location, now_ms)
+        features = context.user_features
+        cpu_began = time.perf_counter()
+        decision = self.engine.decide(context, clock=time.perf_counter, deadline=deadline, rng=self.rng,
+                                      np_rng=self.np_rng)
+        answer = self._answer(ad_request, decision, now_ms)
+        self._observe(decision, ad_request, answer, user_context_s)
+        self.service_ms = 0.95 * self.service_ms + 0.05 * (time.perf_counter() - cpu_began) * 1000
+        self.timings.append({"user_context": user_context_s * 1000, **decision.timings_ms,
+                             "handler": (time.perf_counter() - began) * 1000})
+        task = asyncio.get_running_loop().create_task(
+            self._after_response(ad_request, decision, location, features, now_ms))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return web.json_response(answer)
+
+    def _request_context(self, ad_request, user, frequency, location: str | None, now_ms: int) -> RequestContext:
+        """The decision's input: targeting terms, filters, and the user's data only with consent."""
         profile = {name: user.values(name) for name in ("locations", "interests", "audiences", "age_band", "gender")}
         terms = targeting_terms(ad_request, location, profile)
         consented = ad_request.personalization
@@ -206,12 +224,13 @@ class AdServer:
         features = user.features() if consented else {}
         embedding = user.embedding(self.state.index.embedding_dim) if consented else None
         country = location.split("/")[0].upper() if location else None
-        context = RequestContext(ad_request.request_id, ad_request.placement, ad_request.positions, terms,
-                                 FilterContext(now_ms, frequency, hidden), country=country,
-                                 user_embedding=embedding, user_features=features, device=ad_request.device)
-        cpu_began = time.perf_counter()
-        decision = self.engine.decide(context, clock=time.perf_counter, deadline=deadline, rng=self.rng,
-                                      np_rng=self.np_rng)
+        return RequestContext(ad_request.request_id, ad_request.placement, ad_request.positions, terms,
+                              FilterContext(now_ms, frequency, hidden), country=country,
+                              user_embedding=embedding, user_features=features, device=ad_request.device)
+
+    def _answer(self, ad_request, decision, now_ms: int) -> dict[str, Any]:
+        """The response body: each filled slot with its signed token and beacon URLs, empty slots as null ads."""
+        cfg = self.config
         slots = []
         for w in decision.winners:
             impression_id = f"{ad_request.request_id}:{w.slot}"
@@ -223,26 +242,22 @@ class AdServer:
                           "creative_ref": w.creative_ref, "impression_id": impression_id,
                           "impression_url": f"{cfg.tracker_url}/v1/impression?t={quoted}",
                           "click_url": f"{cfg.tracker_url}/v1/click?t={quoted}", "token": token})
-        filled = {s["slot"] for s in slots}
-        answer = {"request_id": ad_request.request_id,
-                  "slots": [next((s for s in slots if s["slot"] == i + 1), {"slot": i + 1, "position": p, "ad": None})
-                            for i, p in enumerate(ad_request.positions)]}
+        return {"request_id": ad_request.request_id,
+                "slots": [next((s for s in slots if s["slot"] == i + 1), {"slot": i + 1, "position": p, "ad": None})
+                          for i, p in enumerate(ad_request.positions)]}
+
+    def _observe(self, decision, ad_request, answer: dict[str, Any], user_context_s: float) -> None:
+        """Request, slot, fallback and stage metrics of one served decision."""
+        m = self.metrics
+        filled = sum(1 for s in answer["slots"] if "token" in s)
         m.requests.labels("served").inc()
-        m.slots.labels("filled").inc(len(filled))
-        m.slots.labels("empty").inc(len(ad_request.positions) - len(filled))
+        m.slots.labels("filled").inc(filled)
+        m.slots.labels("empty").inc(len(ad_request.positions) - filled)
         if decision.scored_by_fallback:
             m.fallbacks.inc()
         m.stage.labels("user_context").observe(user_context_s)
         for stage, ms in decision.timings_ms.items():
             m.stage.labels(stage).observe(ms / 1000)
-        self.service_ms = 0.95 * self.service_ms + 0.05 * (time.perf_counter() - cpu_began) * 1000
-        self.timings.append({"user_context": user_context_s * 1000, **decision.timings_ms,
-                             "handler": (time.perf_counter() - began) * 1000})
-        task = asyncio.get_running_loop().create_task(
-            self._after_response(ad_request, decision, location, features, now_ms))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return web.json_response(answer)
 
     # ------------------------------------------------------- after response
     async def _after_response(self, ad_request, decision, location, features, now_ms: int) -> None:

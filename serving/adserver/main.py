@@ -145,16 +145,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
     state = state or ServingState(config.server_id)
-    start_offsets, boot = None, {"snapshot": None, "snapshot_records": 0, "snapshot_load_s": 0.0}
-    snapshot = latest_snapshot(snapshot_dir) if follow else None
-    if snapshot is not None:
-        began = time.monotonic()
-        start_offsets, records = read_snapshot(snapshot)
-        now_ms = int(time.time() * 1000)
-        boot["snapshot_records"] = state.load_snapshot(records, now_ms)
-        boot.update(snapshot=str(snapshot), snapshot_load_s=time.monotonic() - began)
-        LOG.info("loaded snapshot %s: %d records in %.1f s", snapshot, boot["snapshot_records"],
-                 boot["snapshot_load_s"])
+    start_offsets, boot = _load_snapshot(state, snapshot_dir if follow else None)
     if engine is None and predictor is not None:  # on the index as loaded: later changes update it in place
         engine = DecisionEngine(state.index, state.campaigns, predictor, config=config.engine,
                                 reserves=state.reserves)
@@ -183,35 +174,57 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
     if follow:
         follower.start()
-
-    async def every_second() -> None:
-        while True:
-            await asyncio.sleep(SPEND_INTERVAL_S)
-            now_ms = int(time.time() * 1000)
-            try:
-                reporter.tick(now_ms)
-                state.expire_leases(now_ms)
-                state.check_budget_silence(now_ms)
-                server.just_served.sweep(now_ms)
-                served_producer.poll(0)
-            except Exception:  # noqa: BLE001 - keep reporting; the failure is logged
-                LOG.exception("periodic work failed")
-
-    tasks = [loop.create_task(every_second())]
+    tasks = [loop.create_task(_every_second(reporter, state, server, served_producer))]
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=256)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    began = time.monotonic()
-    while follow and not follower.ready() and time.monotonic() - began < wait_ready_s:
-        if follower.error is not None:
-            raise follower.error
-        await asyncio.sleep(0.05)
+    if follow:
+        await _wait_caught_up(follower, wait_ready_s)
     LOG.info("ad server %s on %s:%d, %d ads, ready=%s", config.server_id, host, bound, len(state.index),
              server.is_ready())
     boot["ready_s"] = time.monotonic() - boot_began  # snapshot load + catching up with the topics
     return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_producer, boot)
+
+
+def _load_snapshot(state: ServingState, snapshot_dir: Path | None) -> tuple[Any, dict[str, Any]]:
+    """(start offsets, boot figures): the newest snapshot in `snapshot_dir` loaded into `state`, or nothing."""
+    boot: dict[str, Any] = {"snapshot": None, "snapshot_records": 0, "snapshot_load_s": 0.0}
+    snapshot = latest_snapshot(snapshot_dir) if snapshot_dir is not None else None
+    if snapshot is None:
+        return None, boot
+    began = time.monotonic()
+    start_offsets, records = read_snapshot(snapshot)
+    boot["snapshot_records"] = state.load_snapshot(records, int(time.time() * 1000))
+    boot.update(snapshot=str(snapshot), snapshot_load_s=time.monotonic() - began)
+    LOG.info("loaded snapshot %s: %d records in %.1f s", snapshot, boot["snapshot_records"],
+             boot["snapshot_load_s"])
+    return start_offsets, boot
+
+
+async def _every_second(reporter: SpendReporter, state: ServingState, server: AdServer, served_producer) -> None:
+    """The server's periodic work: spend reports, lease expiry, budget silence, the just-served sweep."""
+    while True:
+        await asyncio.sleep(SPEND_INTERVAL_S)
+        now_ms = int(time.time() * 1000)
+        try:
+            reporter.tick(now_ms)
+            state.expire_leases(now_ms)
+            state.check_budget_silence(now_ms)
+            server.just_served.sweep(now_ms)
+            served_producer.poll(0)
+        except Exception:  # noqa: BLE001 - keep reporting; the failure is logged
+            LOG.exception("periodic work failed")
+
+
+async def _wait_caught_up(follower: TopicFollower, wait_ready_s: float) -> None:
+    """Until the follower has caught up with the state topics, at most `wait_ready_s`; its error is raised."""
+    began = time.monotonic()
+    while not follower.ready() and time.monotonic() - began < wait_ready_s:
+        if follower.error is not None:
+            raise follower.error
+        await asyncio.sleep(0.05)
 
 
 def serve(settings: AdServerSettings, predictor: Predictor | None = None,
