@@ -246,11 +246,11 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
         counts["requests"] += 1
         counts["fallback"] += decision.scored_by_fallback
         counts["explored"] += decision.explored
-        if decision.recall_probe is not None:  # after the response, off the request path
-            monitor.record(recall.check(engine.index, decision.recall_probe, engine.predictor))
+        if decision.recall_sample is not None:  # after the response, off the request path
+            monitor.record(recall.check(engine.index, decision.recall_sample, engine.predictor))
             counts["recall_checked"], counts["recall_hits"] = monitor.checked, monitor.hits
             if collect_prerank:
-                log.prerank_samples.append(recall.prerank_sample(engine.index, decision.recall_probe,
+                log.prerank_samples.append(recall.prerank_sample(engine.index, decision.recall_sample,
                                                                  engine.predictor))
         for w, logged in zip(decision.winners, record["winners"]):
             _slot_outcome(world, row_of[w.ad_id], w, logged, user, placement, now_ms, rng, conversion_rng, log)

@@ -84,7 +84,7 @@ def up(settings: PlatformSettings, log: Log = print, only: list[str] | None = No
 def _is_healthy(service: Service) -> bool:
     try:
         return service.healthy()
-    except Exception:  # noqa: BLE001 - unhealthy, whatever the probe raised
+    except Exception:  # noqa: BLE001 - unhealthy, whatever the health check raised
         return False
 
 

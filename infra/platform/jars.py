@@ -20,14 +20,14 @@ class JarGroup:
 
     name: str
     relative_dir: str  # under the jars folder
-    probe: str  # a file name prefix that must be present once fetched
+    marker: str  # a file name prefix that must be present once fetched
 
     def folder(self, settings: PlatformSettings) -> Path:
         return settings.jars_dir / self.relative_dir
 
     def present(self, settings: PlatformSettings) -> bool:
         folder = self.folder(settings)
-        return folder.is_dir() and any(p.name.startswith(self.probe) for p in folder.iterdir())
+        return folder.is_dir() and any(p.name.startswith(self.marker) for p in folder.iterdir())
 
 
 KAFKA = JarGroup("kafka", "kafka", "kafka_2.13-")
@@ -67,7 +67,7 @@ def fetch(settings: PlatformSettings, groups: tuple[JarGroup, ...] = ALL_GROUPS,
 
 def _fetched_jar(settings: PlatformSettings, group: JarGroup, what: str) -> Path:
     folder = group.folder(settings)
-    jars = sorted(folder.glob(f"{group.probe}*.jar")) if folder.is_dir() else []
+    jars = sorted(folder.glob(f"{group.marker}*.jar")) if folder.is_dir() else []
     if not jars:
         raise PlatformError(f"the {what} jar is missing under {folder}: run `adserve up` "
                             "(or `adserve platform fetch`) first")

@@ -165,7 +165,7 @@ def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str,
         try:
             if check():
                 return time.monotonic() - start
-        except Exception:  # noqa: BLE001 - a health probe failing just means "not yet"
+        except Exception:  # noqa: BLE001 - a health check failing just means "not yet"
             pass
         reason = failed()
         if reason:

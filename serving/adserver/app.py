@@ -282,13 +282,13 @@ class AdServer:
                 self.metrics.after_errors.labels("frequency_write").inc()
                 LOG.warning("frequency write failed for a user; the in-memory note covers %s s",
                             self.just_served.window_ms / 1000)
-        if decision.recall_probe is not None:  # last: the frequency write must not wait for it
+        if decision.recall_sample is not None:  # last: the frequency write must not wait for it
             # The full candidate set through the model, in a worker thread so the event loop keeps answering.
-            # The probe carries its candidates' columns as the request saw them (recall.ProbeAds), so an index
+            # The sample carries its candidates' columns as the request saw them (recall.SampledAds), so an index
             # update meanwhile changes nothing it judges; an error is counted, not retried.
             try:
                 self.metrics.recall.record(await asyncio.to_thread(
-                    recall_check, self.engine.index, decision.recall_probe, self.engine.predictor))
+                    recall_check, self.engine.index, decision.recall_sample, self.engine.predictor))
             except Exception:  # noqa: BLE001 - a monitor; counted, the request is long answered
                 self.metrics.after_errors.labels("recall_check").inc()
 

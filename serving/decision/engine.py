@@ -19,7 +19,7 @@ from serving.decision.index import DEFAULT_K, TargetingIndex
 from serving.decision.prediction import PredictionRequest, Predictor, PriorPredictor, position_effect
 from serving.decision.prerank import (DEFAULT_CVR_PRIOR, DEFAULT_KEEP, DEFAULT_MODEL_WEIGHTS, DEFAULT_WEIGHTS,
                                      prerank)
-from serving.decision.recall import ProbeAds, RecallProbe
+from serving.decision.recall import SampledAds, RecallSample
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Decision:
     dropped: dict[str, int]
     eligible_campaigns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     slices_wanted: dict[int, int] = field(default_factory=dict)
-    recall_probe: RecallProbe | None = None  # set on the sampled share: check it after the response
+    recall_sample: RecallSample | None = None  # set on the sampled share: check it after the response
     ad_snapshot_version: int | None = None  # the ad-feature snapshot the model scored with, when it says
     terms: AuctionTerms | None = None  # the reserve, quality floor and default quality the auction ran under
 
@@ -170,16 +170,16 @@ class DecisionEngine:
         winners = [self._slot_decision(w) for w in result.winners]
         laps.lap("auction")
         funnel["winners"] = len(winners)
-        probe = None
+        sample = None
         if cfg.recall_sample_share > 0 and not fallback and rng.random() < cfg.recall_sample_share:
-            probe = RecallProbe(filtered.rows, filtered.participation, pre.rows, request.placement,
+            sample = RecallSample(filtered.rows, filtered.participation, pre.rows, request.placement,
                                 request.slot_positions, request.user_features, multiplier,
                                 terms, request.country, request.device,
-                                user_embedding, affinity, ProbeAds.capture(index, filtered.rows),
+                                user_embedding, affinity, SampledAds.capture(index, filtered.rows),
                                 request.request_id)
         return Decision(request.request_id, winners, fallback, result.explored, model_version,
                         result.sampled_losers, funnel, laps.timings, filtered.dropped, filtered.eligible_campaigns,
-                        filtered.slices_wanted, probe, snapshot_version, terms)
+                        filtered.slices_wanted, sample, snapshot_version, terms)
 
     def _prerank(self, request: RequestContext, filtered: Any, user_embedding: np.ndarray, multiplier: float,
                  affinity: np.ndarray | None, conversion_rates: np.ndarray | None) -> Any:

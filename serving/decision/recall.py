@@ -1,7 +1,7 @@
 """The pre-ranker's recall monitor: how often the ad the full model would have ranked first among ALL
 filtered candidates was inside the pre-ranker's 200 (target > 95 %).
 
-On a small sampled share of requests the engine hands over a RecallProbe (the filtered candidates and the
+On a small sampled share of requests the engine hands over a RecallSample (the filtered candidates and the
 rows the pre-ranker kept); after the response, off the request path, `check` scores every filtered
 candidate with the full model (in chunks of the model's request size), finds the best total value at the
 first slot above the reserve (core.auction's value formula), and says whether the pre-ranker kept it.
@@ -24,8 +24,8 @@ CHUNK = 200  # rows per model call: the request size the model is compiled for
 
 
 @dataclass(frozen=True)
-class ProbeAds:
-    """The columns the check reads of the filtered candidates, copied when the probe is made: the ad server
+class SampledAds:
+    """The columns the check reads of the filtered candidates, copied when the sample is made: the ad server
     checks in a worker thread while the index may take updates (a changed bid, a removed ad), and the check
     must judge the candidates the request saw. A few arrays of ~5,000 values, on the sampled share only."""
 
@@ -38,13 +38,13 @@ class ProbeAds:
     ctr_prior: np.ndarray
 
     @classmethod
-    def capture(cls, index, rows: np.ndarray) -> "ProbeAds":
+    def capture(cls, index, rows: np.ndarray) -> "SampledAds":
         return cls(*(getattr(index, name).data[rows].copy() for name in (
             "ad_id", "campaign_id", "bid_type", "bid_micros", "quality_micros", "exclusion_category", "ctr_prior")))
 
 
 @dataclass
-class RecallProbe:
+class RecallSample:
     """A sampled request's candidates: everything the filters let through, and what the pre-ranker kept."""
 
     filtered_rows: np.ndarray
@@ -59,27 +59,27 @@ class RecallProbe:
     device: str | None = None
     user_embedding: np.ndarray | None = None  # what the pre-ranker saw (for refitting its weights)
     affinity: np.ndarray | None = None  # the pre-ranker's model_affinity per filtered row, when it had one
-    ads: ProbeAds | None = None  # the filtered rows' columns as the request saw them; None: read the index
+    ads: SampledAds | None = None  # the filtered rows' columns as the request saw them; None: read the index
     request_id: str | None = None  # so a canary scores the check on the arm that scored the request
 
-    def columns(self, index) -> ProbeAds:
-        return self.ads if self.ads is not None else ProbeAds.capture(index, self.filtered_rows)
+    def columns(self, index) -> SampledAds:
+        return self.ads if self.ads is not None else SampledAds.capture(index, self.filtered_rows)
 
 
-def model_first_slot(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
+def model_first_slot(index, rows: np.ndarray, sample: RecallSample, predictor: Predictor,
                      clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, np.ndarray]:
-    """The full model's (pCTR, pCVR) of each filtered row (`rows` is the probe's filtered_rows) at the
+    """The full model's (pCTR, pCVR) of each filtered row (`rows` is the sample's filtered_rows) at the
     request's first slot position, in chunks."""
-    first = [probe.slot_positions[0]]
-    ads = probe.columns(index)
+    first = [sample.slot_positions[0]]
+    ads = sample.columns(index)
     pctr, pcvr = [], []
     for start in range(0, len(rows), CHUNK):
         chunk = rows[start:start + CHUNK]
         part = slice(start, start + CHUNK)
         predictions = predictor.predict(
-            PredictionRequest(chunk, ads.ctr_prior[part] * probe.ctr_multiplier, first, probe.placement,
-                              probe.user_features, ad_ids=ads.ad_id[part], country=probe.country,
-                              device=probe.device, request_id=probe.request_id),
+            PredictionRequest(chunk, ads.ctr_prior[part] * sample.ctr_multiplier, first, sample.placement,
+                              sample.user_features, ad_ids=ads.ad_id[part], country=sample.country,
+                              device=sample.device, request_id=sample.request_id),
             deadline=clock() + 60.0, clock=clock)
         pctr.append(np.asarray(predictions.pctr, dtype=np.float64)[:, 0])
         pcvr.append(np.asarray(predictions.pcvr, dtype=np.float64))
@@ -88,49 +88,49 @@ def model_first_slot(index, rows: np.ndarray, probe: RecallProbe, predictor: Pre
     return np.concatenate(pctr), np.concatenate(pcvr)
 
 
-def _score(index, rows: np.ndarray, probe: RecallProbe, predictor: Predictor,
+def _score(index, rows: np.ndarray, sample: RecallSample, predictor: Predictor,
            clock: Callable[[], float]) -> np.ndarray:
     """Total value per impression at the first slot of each row, from the full model; -inf where the ad could
     not take that slot (under the reserve or the quality floor: core.auction's eligibility)."""
-    pctr, pcvr = model_first_slot(index, rows, probe, predictor, clock)
-    ads = probe.columns(index)
+    pctr, pcvr = model_first_slot(index, rows, sample, predictor, clock)
+    ads = sample.columns(index)
     candidates = CandidateArrays(
         ad_id=ads.ad_id, campaign_id=ads.campaign_id, bid_code=ads.bid_type, bid_micros=ads.bid_micros,
         pctr=pctr[:, None], pcvr=pcvr,
-        quality_micros=ads.quality_micros.astype(np.int64) + probe.terms.default_quality_micros,
+        quality_micros=ads.quality_micros.astype(np.int64) + sample.terms.default_quality_micros,
         exclusion_category=ads.exclusion_category.astype(np.int64),
         participation=np.ones(len(rows)), row=rows.astype(np.int64))
     bid_values = candidates.bid_values()
     totals = candidates.totals(bid_values=bid_values)
-    eligible = candidates.eligible(totals, bid_values, probe.terms.reserve_micros, probe.terms.quality_floor_micros)
+    eligible = candidates.eligible(totals, bid_values, sample.terms.reserve_micros, sample.terms.quality_floor_micros)
     return np.where(eligible[:, 0], totals[:, 0], -np.inf)
 
 
-def prerank_sample(index, probe: RecallProbe, predictor: Predictor,
+def prerank_sample(index, sample: RecallSample, predictor: Predictor,
                    clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pre-ranker features, prior x placement multiplier, model pCTR) of a probe's filtered candidates: the
+    """(pre-ranker features, prior x placement multiplier, model pCTR) of a sample's filtered candidates: the
     rows prerank.fit_weights learns the pre-ranker's weights from."""
     from serving.decision.prerank import features
 
-    rows = probe.filtered_rows
-    embedding = probe.user_embedding if probe.user_embedding is not None else \
+    rows = sample.filtered_rows
+    embedding = sample.user_embedding if sample.user_embedding is not None else \
         np.zeros(index.embedding_dim, dtype=np.float32)
-    x = features(index, rows, probe.participation, embedding, probe.ctr_multiplier, len(probe.slot_positions),
-                 probe.affinity)
-    pctr, _ = model_first_slot(index, rows, probe, predictor, clock)
-    return x, probe.columns(index).ctr_prior.astype(np.float64) * probe.ctr_multiplier, pctr
+    x = features(index, rows, sample.participation, embedding, sample.ctr_multiplier, len(sample.slot_positions),
+                 sample.affinity)
+    pctr, _ = model_first_slot(index, rows, sample, predictor, clock)
+    return x, sample.columns(index).ctr_prior.astype(np.float64) * sample.ctr_multiplier, pctr
 
 
-def check(index, probe: RecallProbe, predictor: Predictor, clock: Callable[[], float] = time.perf_counter
+def check(index, sample: RecallSample, predictor: Predictor, clock: Callable[[], float] = time.perf_counter
           ) -> bool | None:
     """Whether the full-set winner was among the kept rows; None when no candidate may take the slot."""
-    if len(probe.filtered_rows) == 0:
+    if len(sample.filtered_rows) == 0:
         return None
-    values = _score(index, probe.filtered_rows, probe, predictor, clock)
+    values = _score(index, sample.filtered_rows, sample, predictor, clock)
     best = int(np.argmax(values))
     if not np.isfinite(values[best]):
         return None
-    return bool(np.isin(probe.filtered_rows[best], probe.kept_rows))
+    return bool(np.isin(sample.filtered_rows[best], sample.kept_rows))
 
 
 @dataclass

@@ -23,7 +23,7 @@ def test_id_map_answers_like_a_dict(bulk, later, dense):
         if key not in expected:
             expected[key] = len(expected)
             ids.put(key, expected[key])
-    probes = list(expected) + [random.randint(-10, 10**12) for _ in range(20)]
-    assert [ids.get(k) for k in probes] == [expected.get(k) for k in probes]
-    assert ids.get_many(np.array(probes, dtype=np.int64)).tolist() == [expected.get(k, -1) for k in probes]
+    keys_asked = list(expected) + [random.randint(-10, 10**12) for _ in range(20)]
+    assert [ids.get(k) for k in keys_asked] == [expected.get(k) for k in keys_asked]
+    assert ids.get_many(np.array(keys_asked, dtype=np.int64)).tolist() == [expected.get(k, -1) for k in keys_asked]
     assert len(ids) == len(expected)

@@ -5,13 +5,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from core.settings import describe
 from infra.platform.jars import FLINK_CONNECTORS, FLINK_FORMATS
-from jobs.flink_io import FETCHED_JARS, MissingJar, describe, fetched_jar, jars_dir
+from jobs.flink_io import FETCHED_JARS, MissingJar, fetched_jar, jars_dir
 
 
 def test_the_jobs_look_for_fetched_jars_where_the_platform_fetches_them():
-    assert FETCHED_JARS["kafka"] == (FLINK_CONNECTORS.relative_dir, FLINK_CONNECTORS.probe)
-    assert FETCHED_JARS["avro"] == (FLINK_FORMATS.relative_dir, FLINK_FORMATS.probe)
+    assert FETCHED_JARS["kafka"] == (FLINK_CONNECTORS.relative_dir, FLINK_CONNECTORS.marker)
+    assert FETCHED_JARS["avro"] == (FLINK_FORMATS.relative_dir, FLINK_FORMATS.marker)
 
 
 def test_the_newest_fetched_jar_under_adserve_home_is_the_default(tmp_path):

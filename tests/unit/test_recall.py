@@ -25,7 +25,7 @@ def _ad(ad_id: int, bid: int, version: int = 1) -> AdRecord:
                     landing_url=f"https://example.com/{ad_id}", ctr_prior=0.02, embedding=[0.0] * 8)
 
 
-def _probe(keep: int):
+def _recall_sample(keep: int):
     ads = [_ad(1_000 + i, 1_000_000 + 1_000 * i) for i in range(60)]
     campaigns = CampaignTable()
     for a in ads:
@@ -36,28 +36,28 @@ def _probe(keep: int):
     decision = engine.decide(RequestContext("r1", "feed", [1], request_terms(placement=["feed"]),
                                             FilterContext(now_ms=0)),
                              clock=lambda: 0.0, deadline=1.0, rng=random.Random(1), np_rng=np.random.default_rng(1))
-    assert decision.recall_probe is not None
-    return index, engine, decision.recall_probe
+    assert decision.recall_sample is not None
+    return index, engine, decision.recall_sample
 
 
 def test_the_check_finds_the_full_set_winner_among_the_kept_rows():
-    index, engine, probe = _probe(keep=10)
-    assert len(probe.filtered_rows) == 60 and len(probe.kept_rows) == 10
-    assert check(index, probe, engine.predictor) is True  # the highest bid is kept (equal priors)
+    index, engine, sample = _recall_sample(keep=10)
+    assert len(sample.filtered_rows) == 60 and len(sample.kept_rows) == 10
+    assert check(index, sample, engine.predictor) is True  # the highest bid is kept (equal priors)
 
 
 def test_an_update_after_the_response_does_not_change_what_the_check_judges():
-    index, engine, probe = _probe(keep=10)
+    index, engine, sample = _recall_sample(keep=10)
     # The cheapest ad, not kept, now bids 100x: read from the index it would be the full-set winner
-    cheapest = int(index.ad_id.data[probe.filtered_rows].min())
+    cheapest = int(index.ad_id.data[sample.filtered_rows].min())
     assert index.upsert(replace(_ad(cheapest, 100_000_000, version=2)))
-    assert check(index, probe, engine.predictor) is True
-    # a probe without its captured columns reads the index as it is now, and misses
-    assert check(index, replace(probe, ads=None), engine.predictor) is False
+    assert check(index, sample, engine.predictor) is True
+    # a sample without its captured columns reads the index as it is now, and misses
+    assert check(index, replace(sample, ads=None), engine.predictor) is False
 
 
 def test_the_checks_model_calls_carry_the_request_id_so_a_canary_scores_them_on_the_requests_arm():
-    index, engine, probe = _probe(keep=10)
+    index, engine, sample = _recall_sample(keep=10)
     asked = []
 
     class Recording(PriorPredictor):
@@ -65,5 +65,5 @@ def test_the_checks_model_calls_carry_the_request_id_so_a_canary_scores_them_on_
             asked.append(request.request_id)
             return super().predict(request, deadline, clock)
 
-    check(index, probe, Recording())
-    assert probe.request_id == "r1" and asked and set(asked) == {"r1"}
+    check(index, sample, Recording())
+    assert sample.request_id == "r1" and asked and set(asked) == {"r1"}
