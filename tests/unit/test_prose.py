@@ -1,14 +1,15 @@
 """Tracked text describes the product as it is, never the history of its making.
 
-A numbered work period, an issue number or a note that something was left uncommitted tells a reader how the
-code came to be, which belongs in commit messages; in a file it goes stale the day it is written.
+A numbered work period, an issue number, a "probe" (an experiment run while building) or a note that something
+was left uncommitted tells a reader how the code came to be, which belongs in commit messages; in a file it goes
+stale the day it is written.
 """
 import re
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HISTORY = re.compile(r"\bsession \d+|\bsessions \d+|\bissues? #?\d+|\bnot committed\b|\buncommitted\b",
+HISTORY = re.compile(r"\bsession \d+|\bsessions \d+|\bissues? #?\d+|\bnot committed\b|\buncommitted\b|\bprobes?\b",
                      re.IGNORECASE)
 
 
@@ -25,7 +26,7 @@ def _tracked_text_files() -> list[Path]:
     return files
 
 
-def test_no_tracked_text_names_a_work_period_an_issue_or_uncommitted_work():
+def test_no_tracked_text_names_a_work_period_an_issue_a_probe_or_uncommitted_work():
     hits = []
     for path in _tracked_text_files():
         text = path.read_text(errors="replace")
