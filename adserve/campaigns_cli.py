@@ -278,17 +278,16 @@ def snapshot_dir(value: str | None) -> Path:
 
 
 def cmd_snapshot_write(args) -> int:
-    import time
+    import threading
 
-    from serving.snapshots import prune, write_snapshot
+    from serving.snapshots import SnapshotWriterSettings, cut, write_every
 
-    settings = PlatformSettings.from_env()
-    folder = snapshot_dir(args.dir)
-    while True:
-        began = time.monotonic()
-        path = write_snapshot(settings.kafka_bootstrap, folder)
-        prune(folder)
-        print(f"snapshot {path} written in {time.monotonic() - began:.1f} s", flush=True)
-        if not args.every:
-            return 0
-        time.sleep(max(0.0, args.every - (time.monotonic() - began)))
+    settings = SnapshotWriterSettings(PlatformSettings.from_env().kafka_bootstrap, snapshot_dir(args.dir),
+                                      args.every or 3600.0)
+    print(f"snapshot {cut(settings)} written", flush=True)
+    if args.every:
+        try:
+            write_every(settings, threading.Event())
+        except KeyboardInterrupt:
+            pass
+    return 0

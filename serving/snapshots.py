@@ -122,6 +122,15 @@ class SnapshotWriterSettings:
     keep: int = 3
 
 
+def cut(settings: SnapshotWriterSettings) -> Path:
+    """One snapshot now, then the oldest beyond settings.keep removed; returns the new snapshot's folder."""
+    began = time.monotonic()
+    path = write_snapshot(settings.bootstrap, settings.directory)
+    prune(settings.directory, settings.keep)
+    LOG.info("snapshot %s written in %.1f s", path, time.monotonic() - began)
+    return path
+
+
 def write_every(settings: SnapshotWriterSettings, halt: threading.Event) -> int:
     """Cut a snapshot every settings.every_s seconds (the first one period after the start) until `halt` is
     set, keeping the newest settings.keep; returns how many were written. A cut that fails is logged and
@@ -129,8 +138,7 @@ def write_every(settings: SnapshotWriterSettings, halt: threading.Event) -> int:
     written = failed = 0
     while not halt.wait(settings.every_s):
         try:
-            write_snapshot(settings.bootstrap, settings.directory)
-            prune(settings.directory, settings.keep)
+            cut(settings)
             written += 1
         except Exception:  # noqa: BLE001 - any failure of one cut (broker away, disk full): the next one retries
             failed += 1
