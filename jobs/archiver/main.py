@@ -7,31 +7,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_environment, describe, fetched_jar, parse,
-                           platform_home, settings_from_args)
+from core.settings import describe
+from jobs.archiver.settings import ArchiverSettings
+from jobs.archiver.topology import build
+from jobs.flink_io import (add_common_arguments, create_environment, fetched_jar, parse, platform_home,
+                           settings_from_args)
 from schemas import topics
 
 JOB_NAME = "archiver"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 DEFAULT_TOPICS = (topics.AD_SERVED, topics.AD_EVENTS, topics.AD_CONVERSIONS, topics.BILLED_SPEND,
                   topics.SERVING_CAMPAIGNS, topics.TRAINING_EXAMPLES)
-
-
-@dataclass(frozen=True)
-class ArchiverSettings:
-    """Everything the job takes: the Kafka plumbing, what to archive, where, and when an hour is complete."""
-
-    kafka: KafkaJobSettings
-    archive_uri: str
-    topics: tuple[str, ...]
-    avro_jar: str
-    out_of_orderness_ms: int = 2000
-    idle_timeout_ms: int = 2000
-    commit_delay_s: int = 60
 
 
 def archive_uri(archive: str) -> str:
@@ -65,8 +54,6 @@ def parse_settings(argv: Sequence[str] | None = None) -> ArchiverSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from jobs.archiver.topology import build
-
     settings = parse_settings(argv)
     logging.basicConfig(level=logging.INFO)
     LOG.info("starting %s: %s", JOB_NAME, describe(settings))

@@ -7,13 +7,9 @@ committed at a checkpoint: a record is in exactly one committed file, across res
 gets `_SUCCESS` once the watermark has passed the hour's end plus the commit delay."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from core.errors import InvalidArgument
+from jobs.archiver.settings import ArchiverSettings
 from jobs.flink_io import kafka_source_table
-
-if TYPE_CHECKING:
-    from jobs.archiver.main import ArchiverSettings
 
 
 def folder_name(topic: str) -> str:

@@ -5,53 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
-from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from core import budget
+from core.settings import describe
 from jobs.budget_pacing.functions import JOB_NAME, SHARDS
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, add_shards_argument, create_environment, parse,
-                           settings_from_args)
-from schemas import topics as topic_names
+from jobs.budget_pacing.settings import BudgetPacingSettings, PacingTopics, default_redis_url, settings_from
+from jobs.budget_pacing.topology import build
+from jobs.flink_io import add_common_arguments, add_shards_argument, create_environment, parse
 
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-
-
-@dataclass(frozen=True)
-class PacingTopics:
-    spend: str = topic_names.BUDGET_SPEND
-    campaigns: str = topic_names.SERVING_CAMPAIGNS
-    ads: str = topic_names.SERVING_ADS
-    billed: str = topic_names.BILLED_SPEND
-    state: str = topic_names.BUDGET_STATE
-    leases: str = topic_names.BUDGET_LEASES
-    dead_letters: str = topic_names.DEAD_LETTERS
-
-
-@dataclass(frozen=True)
-class BudgetPacingSettings:
-    """Everything the job runs with."""
-
-    kafka: KafkaJobSettings
-    topics: PacingTopics = PacingTopics()
-    redis_url: str = ""  # '' writes no pacing points
-    curves: str = ""  # pipelines.traffic_curves' document; '' for flat curves and no forecast
-    out_of_orderness_ms: int = 2000
-    idle_timeout_ms: int = 2000
-    heartbeat_ms: int = budget.HEARTBEAT_MS
-    shards: int = SHARDS
-
-    def describe(self) -> str:
-        values = {k: v for k, v in asdict(self).items() if k != "kafka"}
-        values["redis_url"] = re.sub(r"//([^@/]*)@", "//***@", self.redis_url)  # a password in the URL
-        return f"{self.kafka.describe()}, " + ", ".join(f"{k}={v}" for k, v in values.items())
-
-
-def default_redis_url(environ: Mapping[str, str] = os.environ) -> str:
-    """ADSERVE_PACING_REDIS_URL, else the local platform's Redis (ADSERVE_HOST, ADSERVE_REDIS_PORT)."""
-    return environ.get("ADSERVE_PACING_REDIS_URL") or \
-        f"redis://{environ.get('ADSERVE_HOST', '127.0.0.1')}:{environ.get('ADSERVE_REDIS_PORT', '16379')}/0"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -78,15 +41,7 @@ def parser() -> argparse.ArgumentParser:
     return out
 
 
-def settings_from(args: argparse.Namespace) -> BudgetPacingSettings:
-    topics = PacingTopics(args.spend_topic, args.campaigns_topic, args.ads_topic, args.billed_topic,
-                          args.state_topic, args.leases_topic, args.dead_letter_topic)
-    return BudgetPacingSettings(settings_from_args(args, JOB_NAME), topics, args.redis_url, args.curves,
-                                args.out_of_orderness_ms, args.idle_timeout_ms, args.heartbeat_ms, args.shards)
-
-
 def run(settings: BudgetPacingSettings) -> None:
-    from jobs.budget_pacing.topology import build
     from jobs.jvm import udf_jar
 
     env, t_env = create_environment(settings.kafka, extra_jars=[udf_jar()])
@@ -98,7 +53,7 @@ def run(settings: BudgetPacingSettings) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     settings = settings_from(parse(parser(), argv))
     logging.basicConfig(level=logging.INFO)
-    LOG.info("starting %s: %s", JOB_NAME, settings.describe())
+    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
     run(settings)
 
 

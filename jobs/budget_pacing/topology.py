@@ -1,15 +1,11 @@
 """The budget job's wiring: Kafka sources and sinks, the JVM's spend reduction, the keying by campaign shard and
-the pacer. No rule and no host, port or path: those come from the settings (jobs.budget_pacing.main)."""
+the pacer. No rule and no host, port or path: those come from the settings (jobs.budget_pacing.settings)."""
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from core import budget
 from jobs.budget_pacing.functions import DEAD_LETTERS, LEASES, ROW_FIELDS, Pace, PacerSettings, Route
+from jobs.budget_pacing.settings import BudgetPacingSettings
 from jobs.flink_io import by_campaign_shard, bytes_row_type, kafka_sink_table, kafka_source_table
-
-if TYPE_CHECKING:
-    from jobs.budget_pacing.main import BudgetPacingSettings
 
 SERVER_WINDOW_MS = 1000  # metered reports reach the pacer per server once a second of event time
 SIDE_INPUTS = {"campaigns_in": "ServingCampaign", "billed_in": "BilledSpend", "ads_in": "ServingAd"}

@@ -6,31 +6,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
 from core import clicks
+from core.settings import describe
 from jobs.click_aggregator.functions import SHARDS
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, add_shards_argument, create_environment,
-                           describe, parse, settings_from_args)
+from jobs.click_aggregator.settings import ClickAggregatorSettings
+from jobs.click_aggregator.topology import build
+from jobs.flink_io import add_common_arguments, add_shards_argument, create_environment, parse, settings_from_args
 from schemas import topics
 
 JOB_NAME = "click_aggregator"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-
-
-@dataclass(frozen=True)
-class ClickAggregatorSettings:
-    """Everything the job takes: the Kafka plumbing, its topics, its clock and the bill's shard count."""
-
-    kafka: KafkaJobSettings
-    events_topic: str = topics.AD_EVENTS
-    campaigns_topic: str = topics.SERVING_CAMPAIGNS
-    billed_topic: str = topics.BILLED_SPEND
-    dead_letter_topic: str = topics.DEAD_LETTERS
-    out_of_orderness_ms: int = 2000
-    idle_timeout_ms: int = 2000
-    shards: int = SHARDS
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> ClickAggregatorSettings:
@@ -57,7 +44,6 @@ def parse_settings(argv: Sequence[str] | None = None) -> ClickAggregatorSettings
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from jobs.click_aggregator.topology import build
     from jobs.jvm import udf_jar
 
     settings = parse_settings(argv)

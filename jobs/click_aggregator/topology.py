@@ -3,16 +3,12 @@
 Bill -> billing.billed_spend (at-least-once: the totals are cumulative) and dead.letters. No rule lives here."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jobs.click_aggregator.functions import DEAD_LETTERS, Bill, Route, reduced_row_type
+from jobs.click_aggregator.settings import ClickAggregatorSettings
 from jobs.click_aggregator.views import create_views
 from jobs.flink_io import (by_campaign_shard, kafka_sink_table, kafka_source_table, timed_bytes_row_type,
                            timed_table)
 from schemas.codec import default_registry, schema_fingerprint
-
-if TYPE_CHECKING:
-    from jobs.click_aggregator.main import ClickAggregatorSettings
 
 
 def header_hex(record_type: str) -> str:

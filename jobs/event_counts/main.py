@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
 from core import event_counts as rules
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_environment, describe, parse,
-                           settings_from_args)
+from core.settings import describe
+from jobs.event_counts.settings import EventCountsSettings
+from jobs.event_counts.topology import build
+from jobs.flink_io import add_common_arguments, create_environment, parse, settings_from_args
 from schemas import topics
 
 JOB_NAME = "event_counts"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-
-
-@dataclass(frozen=True)
-class EventCountsSettings:
-    """Everything the job takes: the Kafka plumbing, its topics and its window."""
-
-    kafka: KafkaJobSettings
-    input_topic: str = topics.AD_EVENTS
-    output_topic: str = topics.EVENT_COUNTS
-    dead_letter_topic: str = topics.DEAD_LETTERS
-    window_ms: int = rules.DEFAULT_WINDOW_MS
-    out_of_orderness_ms: int = 5000
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> EventCountsSettings:
@@ -47,8 +36,6 @@ def parse_settings(argv: Sequence[str] | None = None) -> EventCountsSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from jobs.event_counts.topology import build
-
     settings = parse_settings(argv)
     logging.basicConfig(level=logging.INFO)
     LOG.info("starting %s: %s", JOB_NAME, describe(settings))

@@ -5,26 +5,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_environment, describe, parse,
-                           settings_from_args)
+from core.settings import describe
+from jobs.flink_io import add_common_arguments, create_environment, parse, settings_from_args
+from jobs.index_builder.settings import IndexBuilderSettings
+from jobs.index_builder.topology import build
 from schemas import topics
 
 JOB_NAME = "index_builder"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-
-
-@dataclass(frozen=True)
-class IndexBuilderSettings:
-    """Everything the job takes: the Kafka plumbing and where each kind of serving record goes."""
-
-    kafka: KafkaJobSettings
-    ads_topic: str = topics.SERVING_ADS
-    campaigns_topic: str = topics.SERVING_CAMPAIGNS
-    reserves_topic: str = topics.SERVING_RESERVES
-    dead_letter_topic: str = topics.DEAD_LETTERS
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> IndexBuilderSettings:
@@ -42,8 +32,6 @@ def parse_settings(argv: Sequence[str] | None = None) -> IndexBuilderSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from jobs.index_builder.topology import build
-
     settings = parse_settings(argv)
     logging.basicConfig(level=logging.INFO)
     LOG.info("starting %s: %s", JOB_NAME, describe(settings))

@@ -6,14 +6,10 @@ so a repeat after a restart is harmless, and a record is visible at once instead
 (under load the checkpoint's duration would be most of an advertiser change's lag)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jobs.flink_io import bytes_row_type, kafka_sink_table, kafka_source_table
 from jobs.index_builder.functions import CAMPAIGNS, DEAD_LETTERS, RESERVES, Compile, change_key
+from jobs.index_builder.settings import IndexBuilderSettings
 from schemas import topics
-
-if TYPE_CHECKING:
-    from jobs.index_builder.main import IndexBuilderSettings
 
 SOURCES = (topics.CDC_CAMPAIGNS, topics.CDC_ADS, topics.CDC_RESERVES)
 

@@ -5,31 +5,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass, field
 from typing import Sequence
 
 from core import training
-from jobs.flink_io import (KafkaJobSettings, add_common_arguments, create_environment, describe, parse,
-                           settings_from_args)
+from core.settings import describe
+from jobs.flink_io import add_common_arguments, create_environment, parse, settings_from_args
+from jobs.training_join.settings import TrainingJoinSettings
+from jobs.training_join.topology import build
 from schemas import topics
 
 JOB_NAME = "training_join"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
-
-
-@dataclass(frozen=True)
-class TrainingJoinSettings:
-    """Everything the job takes: the Kafka plumbing, its topics, the join's rules and its clock."""
-
-    kafka: KafkaJobSettings
-    served_topic: str = topics.AD_SERVED
-    events_topic: str = topics.AD_EVENTS
-    conversions_topic: str = topics.AD_CONVERSIONS
-    examples_topic: str = topics.TRAINING_EXAMPLES
-    dead_letter_topic: str = topics.DEAD_LETTERS
-    rules: training.JoinRules = field(default_factory=training.JoinRules)
-    out_of_orderness_ms: int = 5000
-    idle_timeout_ms: int = 2000
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> TrainingJoinSettings:
@@ -58,8 +44,6 @@ def parse_settings(argv: Sequence[str] | None = None) -> TrainingJoinSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from jobs.training_join.topology import build
-
     settings = parse_settings(argv)
     logging.basicConfig(level=logging.INFO)
     LOG.info("starting %s: %s", JOB_NAME, describe(settings))

@@ -3,13 +3,9 @@ keyed by impression id -> Label -> training.examples (exactly-once, Kafka timest
 time, so the archiver files it by event time); corrupt records -> dead.letters. No rule lives here."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jobs.flink_io import kafka_sink_table, kafka_source_table, timed_bytes_row_type, timed_table
 from jobs.training_join.functions import DEAD_LETTERS, Label, Split, join_row_type
-
-if TYPE_CHECKING:
-    from jobs.training_join.main import TrainingJoinSettings
+from jobs.training_join.settings import TrainingJoinSettings
 
 
 def build(t_env, settings: TrainingJoinSettings) -> None:
