@@ -11,7 +11,7 @@ from typing import Any
 
 SECRET_WORDS = ("password", "secret", "token", "key")
 MASK = "***"
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+(?P<tail>@)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+(?P<tail>@)", re.IGNORECASE)
 _DSN_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?:'[^']*'|\S+)", re.IGNORECASE)
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from core.dead_letters import from_corrupt
 from core.errors import AdserveError, CorruptRecord, InvalidSettings, ShardCountChanged
@@ -23,34 +23,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The folder under jars_dir and the file name prefix of each jar `adserve up` fetches (infra/platform/jars.py
 # fetches them there; tests/unit/test_job_settings.py holds the two to the same layout).
 FETCHED_JARS = {"kafka": ("flink", "flink-sql-connector-kafka-"), "avro": ("flink-formats", "flink-sql-avro-")}
-SECRET_WORDS = ("password", "secret", "token", "key")
 
 
 class MissingJar(AdserveError):
     """A jar a job needs was neither passed as a flag nor fetched by `adserve up`."""
-
-
-def masked(name: str, value: Any) -> str:
-    """A setting as it may be printed: secrets (by name) as ***, a URL's password as ***."""
-    if any(word in name.lower() for word in SECRET_WORDS) and value:
-        return "***"
-    text = str(value)
-    at = text.find("@")
-    scheme = text.find("://")
-    if scheme != -1 and at > scheme and ":" in text[scheme + 3:at]:
-        return text[:text.index(":", scheme + 3) + 1] + "***" + text[at:]
-    return text
-
-
-def describe(settings: Any) -> str:
-    """A settings dataclass (nested ones flattened) as `name=value, ...`, secrets masked: printed at start."""
-    parts = []
-    for name, value in vars(settings).items():
-        if hasattr(value, "__dataclass_fields__"):
-            parts.append(describe(value))
-        else:
-            parts.append(f"{name}={masked(name, value)}")
-    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -72,9 +48,6 @@ class KafkaJobSettings:
     watermark_interval_ms: int = 200  # how often sources emit watermarks
     buffer_timeout_ms: int = 100  # longest a network buffer waits to fill before it is sent downstream
     state_changelog: bool = False  # incremental checkpoints: state changes logged, the state written rarely
-
-    def describe(self) -> str:
-        return describe(self)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_time_ms: int = 1000,

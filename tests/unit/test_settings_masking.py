@@ -43,6 +43,11 @@ def test_a_url_or_dsn_keeps_its_host_but_not_its_password():
         "host=db password=*** dbname=adserve"
 
 
+def test_a_url_with_a_password_and_no_user_keeps_its_host_but_not_its_password():
+    assert masked("redis_url", f"redis://:{PASSWORD}@cache:6379/0") == "redis://:***@cache:6379/0"
+    assert masked("redis_url", "redis://cache:6379/0") == "redis://cache:6379/0"
+
+
 def test_token_keys_print_their_ids_only():
     keys = TokenKeys({"k1": b"signing-secret-0123456789"}, active="k1")
     assert masked("token_keys", keys) == "k1:*** (k1 signs)"
