@@ -337,11 +337,6 @@ def ad_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- Debezium change -> serving record
 
-# Topic names as schemas.topics defines them (core sits below schemas, so they are spelled here;
-# tests/unit/test_platform_settings.py holds the two together).
-CDC_TARGETS = {"cdc.public.campaigns": ("serving.campaigns", "ServingCampaign"),
-               "cdc.public.ads": ("serving.ads", "ServingAd"),
-               "cdc.public.reserves": ("serving.reserves", "ServingReserve")}
 COMPILERS = {"ServingCampaign": campaign_serving_record, "ServingAd": ad_serving_record,
              "ServingReserve": reserve_serving_record}
 
@@ -357,14 +352,14 @@ class BadChange(AdserveError):
     """A CDC record that cannot become a serving record (the job dead-letters it)."""
 
 
-def serving_record_from_change(topic: str, value: bytes | str | None) -> tuple[str, str, str, dict[str, Any]] | None:
-    """A Debezium change (plain JSON envelope) -> (serving topic, record key, record type, serving record).
+def compile_change(record_type: str, value: bytes | str | None) -> tuple[str, dict[str, Any]] | None:
+    """A Debezium change (plain JSON envelope) of a campaign store row -> (record key, serving record) of
+    `record_type` (a key of COMPILERS; schemas.cdc says which change topic carries which type).
 
     None for what produces nothing: a delete (rows are never deleted; a status change retires them) or a
     heartbeat. The record's event_time is the commit time (source.ts_ms); its version is the row's."""
-    target = CDC_TARGETS.get(topic)
-    if target is None:
-        raise BadChange(f"no serving record comes from topic {topic!r}")
+    if record_type not in COMPILERS:
+        raise BadChange(f"no serving record type {record_type!r}")
     if value is None:
         return None
     try:
@@ -375,9 +370,8 @@ def serving_record_from_change(topic: str, value: bytes | str | None) -> tuple[s
         raise BadChange(f"not a Debezium change envelope: {e}") from e
     if after is None:
         return None
-    serving_topic, record_type = target
     try:
         record = COMPILERS[record_type](after, commit_ms)
     except (KeyError, TypeError, ValueError, AdserveError) as e:
         raise BadChange(f"row cannot be compiled: {type(e).__name__}: {e}") from e
-    return serving_topic, serving_key(record_type, record), record_type, record
+    return serving_key(record_type, record), record

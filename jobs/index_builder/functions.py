@@ -1,13 +1,15 @@
 """The Flink function of `index_builder`: Compile turns one row's change into its serving record
-(core.campaigns.serving_record_from_change) and emits it only when its version is newer than the row's last
-one; it never reads Kafka itself and never writes snapshots (serving.snapshots does, in its own process)."""
+(schemas.cdc.serving_record_from_change, over core.campaigns.compile_change) and emits it only when its
+version is newer than the row's last one; it never reads Kafka itself and never writes snapshots
+(serving.snapshots does, in its own process)."""
 from __future__ import annotations
 
 from pyflink.common import Row, Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
-from core.campaigns import BadChange, serving_record_from_change
+from core.campaigns import BadChange
+from schemas.cdc import serving_record_from_change
 from core.dead_letters import dead_letter
 from jobs.flink_io import bytes_row_type, dead_letter_row
 from schemas import topics

@@ -9,8 +9,9 @@ import pytest
 
 from core.auction import CPA, cpa_bids
 from core.campaigns import (AD_FIELDS, CAMPAIGN_FIELDS, MAX_BID_MICROS, PLATFORM_FIELDS, STORE_FIELDS, InvalidField,
-                            ReviewConflict, ad_serving_record, review_after_change, review_decision,
-                            serving_record_from_change, validate_ad, validate_campaign)
+                            ReviewConflict, ad_serving_record, review_after_change, review_decision, validate_ad,
+                            validate_campaign)
+from schemas.cdc import serving_record_from_change
 
 CAMPAIGN = {"name": "Winter", "bid_type": "CPC", "daily_budget_micros": 50_000_000, "timezone": "America/New_York"}
 AD = {"creative_ref": "cdn://a.png", "landing_url": "https://shop.example/", "bid_micros": 2_000_000,

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from core.campaigns import (BadChange, InvalidField, ad_serving_record, serving_record_from_change, static_score,
-                            validate_ad, validate_campaign)
+from core.campaigns import BadChange, InvalidField, ad_serving_record, static_score, validate_ad, validate_campaign
+from schemas.cdc import serving_record_from_change
 
 CAMPAIGN = {"name": "Winter", "bid_type": "CPC", "daily_budget_micros": 50_000_000, "timezone": "America/New_York"}
 AD = {"creative_ref": "cdn://a.png", "landing_url": "https://shop.example/", "bid_micros": 2_000_000,

@@ -70,9 +70,9 @@ def test_a_kafka_cluster_id_never_starts_with_a_dash():
 
 
 def test_the_change_translation_reads_and_writes_the_topics_the_platform_creates():
-    from core.campaigns import CDC_TARGETS
     from schemas import topics
+    from schemas.cdc import CDC_ROUTES
 
-    assert {cdc: serving for cdc, (serving, _) in CDC_TARGETS.items()} == {
+    assert {cdc: serving for cdc, (serving, _) in CDC_ROUTES.items()} == {
         topics.CDC_CAMPAIGNS: topics.SERVING_CAMPAIGNS, topics.CDC_ADS: topics.SERVING_ADS,
         topics.CDC_RESERVES: topics.SERVING_RESERVES}
