@@ -28,6 +28,7 @@ from typing import Any, Generator, Iterable, Mapping
 from core.auction import charge_per_event
 from core.errors import AdserveError, CorruptRecord, InvalidArgument
 from core.replay import explain_winner
+from schemas import topics
 
 UNIT = {"cpm": "per thousand impressions", "cpc": "per click", "cpa": "per conversion"}
 
@@ -75,7 +76,7 @@ def _open(path: str):
     return open(path, "rb")
 
 
-def archived_records(archive: str, request_id: str, *, topic: str = "ad.served",
+def archived_records(archive: str, request_id: str, *, topic: str = topics.AD_SERVED,
                      days: list[str] | None = None) -> Generator[Mapping[str, Any], None, None]:
     """The archived served records of one request (envelopes with another key are skipped undecoded)."""
     import fastavro
@@ -95,7 +96,7 @@ def archived_records(archive: str, request_id: str, *, topic: str = "ad.served",
                     continue  # another request's corrupt value cannot hold this impression
 
 
-def topic_records(bootstrap: str, request_id: str, *, topic: str = "ad.served",
+def topic_records(bootstrap: str, request_id: str, *, topic: str = topics.AD_SERVED,
                   timeout_s: float = 30.0) -> Generator[Mapping[str, Any], None, None]:
     """The served records of one request on the topic, read from the beginning of every partition."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -298,7 +299,8 @@ def register(sub) -> None:
                    help="with --archive: only the served records of this UTC day (repeatable; default every day)")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local platform's, from "
                                        "ADSERVE_KAFKA_PORT)")
-    p.add_argument("--topic", default="ad.served", help="the served log's topic or archive folder (default ad.served)")
+    p.add_argument("--topic", default=topics.AD_SERVED,
+                   help=f"the served log's topic or archive folder (default {topics.AD_SERVED})")
     p.add_argument("--timeout-s", type=float, default=30.0, help="give up reading the topic after this (default 30)")
     p.add_argument("--json", action="store_true", help="print the explanation as one JSON object")
     p.set_defaults(handler=cmd_explain)
