@@ -9,14 +9,16 @@ baked in here: they come from the job's flags or the environment."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from core.dead_letters import from_corrupt
 from core.errors import AdserveError, CorruptRecord, InvalidSettings, ShardCountChanged
+from core.settings import describe
 
 BYTES_ROW_FIELDS = ["k", "v"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -346,3 +348,16 @@ def timed_table(t_env, stream):
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     # `flink run -pym MODULE ARGS...` hands ARGS to the module as sys.argv[1:], as a local run does.
     return parser.parse_args(list(argv) if argv is not None else sys.argv[1:])
+
+
+def run_job(job_name: str, settings: Any, build: Callable[[Any, Any], None], *, extra_jars: Sequence[Path] = (),
+            configure: Callable[[Any, Any], None] | None = None) -> None:
+    """A job's start: its settings logged (secrets masked), a fresh environment (`configure(env, t_env)`
+    adjusts it), the topology built by `build(t_env, settings)`, then run until cancelled."""
+    logging.basicConfig(level=logging.INFO)
+    logging.getLogger(f"adserve.jobs.{job_name}").info("starting %s: %s", job_name, describe(settings))
+    env, t_env = create_environment(settings.kafka, extra_jars=extra_jars)
+    if configure is not None:
+        configure(env, t_env)
+    build(t_env, settings)
+    env.execute(job_name)

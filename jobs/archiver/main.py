@@ -5,20 +5,17 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from pathlib import Path
 from typing import Sequence
 
-from core.settings import describe
 from jobs.archiver.settings import ArchiverSettings
 from jobs.archiver.topology import build
-from jobs.flink_io import (add_common_arguments, create_environment, fetched_jar, parse, platform_home,
+from jobs.flink_io import (add_common_arguments, fetched_jar, parse, platform_home, run_job,
                            settings_from_args)
 from schemas import topics
 
 JOB_NAME = "archiver"
-LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 DEFAULT_TOPICS = (topics.AD_SERVED, topics.AD_EVENTS, topics.AD_CONVERSIONS, topics.BILLED_SPEND,
                   topics.SERVING_CAMPAIGNS, topics.TRAINING_EXAMPLES)
 
@@ -55,11 +52,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> ArchiverSettings:
 
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse_settings(argv)
-    logging.basicConfig(level=logging.INFO)
-    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
-    env, t_env = create_environment(settings.kafka, extra_jars=[Path(settings.avro_jar)])
-    build(t_env, settings)
-    env.execute(JOB_NAME)
+    run_job(JOB_NAME, settings, build, extra_jars=[Path(settings.avro_jar)])
 
 
 if __name__ == "__main__":

@@ -5,19 +5,16 @@ Deploy: adserve jobs deploy click_aggregator"""
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Sequence
 
 from core import clicks
-from core.settings import describe
 from jobs.click_aggregator.functions import SHARDS
 from jobs.click_aggregator.settings import ClickAggregatorSettings
 from jobs.click_aggregator.topology import build
-from jobs.flink_io import add_common_arguments, add_shards_argument, create_environment, parse, settings_from_args
+from jobs.flink_io import add_common_arguments, add_shards_argument, parse, run_job, settings_from_args
 from schemas import topics
 
 JOB_NAME = "click_aggregator"
-LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> ClickAggregatorSettings:
@@ -46,10 +43,11 @@ def parse_settings(argv: Sequence[str] | None = None) -> ClickAggregatorSettings
 def main(argv: Sequence[str] | None = None) -> None:
     from jobs.jvm import udf_jar
 
-    settings = parse_settings(argv)
-    logging.basicConfig(level=logging.INFO)
-    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
-    env, t_env = create_environment(settings.kafka, extra_jars=[udf_jar()])  # the project's JVM functions
+    run_job(JOB_NAME, parse_settings(argv), build, extra_jars=[udf_jar()], configure=configure)
+
+
+def configure(env, t_env) -> None:
+    """The project's JVM functions, the SQL state's lifetime and object reuse."""
     # Deduplication and burst-count state lives as long as a beacon can still verify, plus the lateness.
     t_env.get_config().set("table.exec.state.ttl", f"{clicks.DEDUPE_HORIZON_MS} ms")
     t_env.create_java_temporary_system_function("decode_event", "io.adserve.flink.DecodeAdEvent")
@@ -58,8 +56,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     # went to copying): safe, as the SQL operators are written for reuse, FirstSeen builds new rows, and Python
     # operators get serialized copies.
     env.get_config().enable_object_reuse()
-    build(t_env, settings)
-    env.execute(JOB_NAME)
 
 
 if __name__ == "__main__":

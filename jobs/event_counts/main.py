@@ -5,18 +5,15 @@ Deploy to a cluster:         adserve jobs deploy event_counts   (wraps `flink ru
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Sequence
 
 from core import event_counts as rules
-from core.settings import describe
 from jobs.event_counts.settings import EventCountsSettings
 from jobs.event_counts.topology import build
-from jobs.flink_io import add_common_arguments, create_environment, parse, settings_from_args
+from jobs.flink_io import add_common_arguments, parse, run_job, settings_from_args
 from schemas import topics
 
 JOB_NAME = "event_counts"
-LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> EventCountsSettings:
@@ -36,12 +33,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> EventCountsSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    settings = parse_settings(argv)
-    logging.basicConfig(level=logging.INFO)
-    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
-    env, t_env = create_environment(settings.kafka)
-    build(t_env, settings)
-    env.execute(JOB_NAME)
+    run_job(JOB_NAME, parse_settings(argv), build)
 
 
 if __name__ == "__main__":

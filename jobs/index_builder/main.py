@@ -4,17 +4,14 @@ Deploy: adserve jobs deploy index_builder"""
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Sequence
 
-from core.settings import describe
-from jobs.flink_io import add_common_arguments, create_environment, parse, settings_from_args
+from jobs.flink_io import add_common_arguments, parse, run_job, settings_from_args
 from jobs.index_builder.settings import IndexBuilderSettings
 from jobs.index_builder.topology import build
 from schemas import topics
 
 JOB_NAME = "index_builder"
-LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> IndexBuilderSettings:
@@ -32,12 +29,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> IndexBuilderSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    settings = parse_settings(argv)
-    logging.basicConfig(level=logging.INFO)
-    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
-    env, t_env = create_environment(settings.kafka)
-    build(t_env, settings)
-    env.execute(JOB_NAME)
+    run_job(JOB_NAME, parse_settings(argv), build)
 
 
 if __name__ == "__main__":

@@ -4,18 +4,15 @@ Deploy: adserve jobs deploy training_join [--keep-rate 0.1] [--conversion-window
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Sequence
 
 from core import training
-from core.settings import describe
-from jobs.flink_io import add_common_arguments, create_environment, parse, settings_from_args
+from jobs.flink_io import add_common_arguments, parse, run_job, settings_from_args
 from jobs.training_join.settings import TrainingJoinSettings
 from jobs.training_join.topology import build
 from schemas import topics
 
 JOB_NAME = "training_join"
-LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> TrainingJoinSettings:
@@ -44,12 +41,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> TrainingJoinSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    settings = parse_settings(argv)
-    logging.basicConfig(level=logging.INFO)
-    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
-    env, t_env = create_environment(settings.kafka)
-    build(t_env, settings)
-    env.execute(JOB_NAME)
+    run_job(JOB_NAME, parse_settings(argv), build)
 
 
 if __name__ == "__main__":
