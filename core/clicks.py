@@ -39,7 +39,6 @@ Rules (docs/billing.md):
 Times are int epoch milliseconds; money is int micros."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -221,26 +220,6 @@ class CampaignBill:
         self.joined_clicks += window.joined_clicks
         self.last_window_ms = max(self.last_window_ms, window.end_ms)
 
-    def to_json(self) -> str:
-        """The whole state as JSON (how the job keeps it in Flink state)."""
-        b = self.bill
-        return json.dumps([self.campaign_id, self.timezone, self.budget_micros, self.budget_day,
-                           [b.budget_micros, b.billed_micros, b.absorbed_micros, b.billed_events, b.billed_above_micros],
-                           self.impressions, self.clicks, self.invalid_micros, self.joined_clicks,
-                           [[w.end_ms, w.billable_micros, w.impressions, w.clicks, w.invalid_micros, w.invalid_events,
-                             w.joined_clicks] for w in self.pending], self.last_window_ms,
-                           [list(v) for v in self.versions]])
-
-    @classmethod
-    def from_json(cls, text: str) -> "CampaignBill":
-        fields = json.loads(text)
-        (campaign_id, tz, budget, day, b, impressions, clicks_, invalid, joined, pending, last) = fields[:11]
-        versions = [tuple(v) for v in fields[11]] if len(fields) > 11 else []  # state written before versions
-        if not versions and budget is not None:
-            versions = [(0, budget, tz)]
-        return cls(campaign_id, tz, budget, day, DayBill(*b), impressions, clicks_, invalid, joined,
-                   [WindowTotals(*w) for w in pending], last, versions)
-
     def record(self, event_time_ms: int) -> dict[str, Any] | None:
         """The BilledSpend record (schemas/billed_spend.avsc) for the day so far; None before any bill. Stamped
         no earlier than the latest window billed: totals that grew after a later window was reported (a partial
@@ -417,17 +396,6 @@ def late_totals(late: LateEvent) -> WindowTotals:
     totals = WindowTotals(window_end(int(late.event["event_time"])))
     totals.add(late.event, reason, late.joined)
     return totals
-
-
-def late_key(event: Mapping[str, Any]) -> str:
-    """The key a late event is deduplicated by in the bill's state (dedupe_key as one string)."""
-    return "|".join(dedupe_key(event))
-
-
-def expired_keys(seen: Iterable[tuple[str, int]], event_time_ms: int) -> list[str]:
-    """Late-event keys (with their event times) a beacon at event_time_ms can no longer repeat: older than the
-    deduplication horizon."""
-    return [key for key, seen_ms in seen if seen_ms < event_time_ms - DEDUPE_HORIZON_MS]
 
 
 def bill_step(bill: CampaignBill, event: BillInput) -> tuple[CampaignBill, dict[str, Any] | None]:

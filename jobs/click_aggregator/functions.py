@@ -7,9 +7,9 @@ import json
 
 from pyflink.common import Row, Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
-from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from core import clicks
+from jobs.click_aggregator import state as bill_state
 from jobs.click_aggregator.views import EVENT_FIELDS, REDUCED_FIELDS
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards
 from schemas.codec import AvroCodec
@@ -19,10 +19,6 @@ SHARDS = 16  # the bill's keys: campaigns by campaign id modulo this (fixed for 
 ROW_FIELDS = REDUCED_FIELDS  # the keyed rows' fields: ByCampaign shards them by their campaign_id
 DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 RECORD_TYPES = {"raw": "AdEvent", "campaign": "ServingCampaign"}  # the rows the JVM cannot key
-BILLS = MapStateDescriptor("bills", Types.LONG(), Types.STRING())  # campaign id -> CampaignBill.to_json()
-SHARD_COUNT = ValueStateDescriptor("shards", Types.INT())  # the shard count the state was written with
-# Late or other-version events seen by the bill, by core.clicks.late_key (the SQL dedupe covers the rest).
-LATE_SEEN = MapStateDescriptor("late_seen", Types.STRING(), Types.LONG())
 
 
 def reduced_row_type():
@@ -64,9 +60,9 @@ class Bill(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext):
         self.codec = AvroCodec()
-        self.bills = runtime_context.get_map_state(BILLS)
-        self.shard_count = runtime_context.get_state(SHARD_COUNT)
-        self.seen = runtime_context.get_map_state(LATE_SEEN)
+        self.bills = runtime_context.get_map_state(bill_state.bills())
+        self.shard_count = runtime_context.get_state(bill_state.shard_count())
+        self.seen = runtime_context.get_map_state(bill_state.late_events())
         metrics = runtime_context.get_metrics_group()
         self.windows, self.late = metrics.counter("billing_windows"), metrics.counter("late_events")
         self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, metrics.counter("corrupt_records"))
@@ -83,7 +79,7 @@ class Bill(KeyedProcessFunction):
         if event is None:
             return
         bill, record = clicks.bill_step(self._load(row.campaign_id), event)
-        self.bills.put(bill.campaign_id, bill.to_json())
+        self.bills.put(bill.campaign_id, bill_state.bill_to_row(bill))
         if record is not None:
             yield Row(str(bill.campaign_id).encode(), self.codec.encode("BilledSpend", record),
                       int(record["event_time"]))
@@ -103,13 +99,11 @@ class Bill(KeyedProcessFunction):
         return self._first_late(clicks.late_event(json.loads(row.event))), None
 
     def _first_late(self, late: clicks.LateEvent) -> clicks.LateEvent | None:
-        """The late event if the bill has not seen it (remembered for the deduplication horizon), else None."""
-        key = clicks.late_key(late.event)
+        """The late event if the bill has not seen it, else None; the keys seen expire by Flink's state TTL."""
+        key = bill_state.late_event_key(late.event)
         if self.seen.contains(key):
             return None
-        for old in clicks.expired_keys(self.seen.items(), int(late.event["event_time"])):
-            self.seen.remove(old)
-        self.seen.put(key, int(late.event["event_time"]))
+        self.seen.put(key, True)
         self.late.inc()
         return late
 
@@ -117,7 +111,7 @@ class Bill(KeyedProcessFunction):
         bill = self.cache.get(campaign_id)
         if bill is None:
             raw = self.bills.get(campaign_id)
-            bill = clicks.CampaignBill(campaign_id) if raw is None else clicks.CampaignBill.from_json(raw)
+            bill = clicks.CampaignBill(campaign_id) if raw is None else bill_state.bill_from_row(raw)
             self.cache[campaign_id] = bill
         return bill
 

@@ -142,3 +142,11 @@ def at_key(context: FakeRuntimeContext, ctx: FakeContext, key) -> FakeContext:
     context.states.key = key
     ctx.key = key
     return ctx
+
+
+def through_flink_coder(type_info, value):
+    """`value` encoded and decoded by the coder PyFlink's workers use for `type_info` (what state holds)."""
+    from pyflink.fn_execution.coders import from_type_info
+
+    coder = from_type_info(type_info).get_impl()
+    return coder.decode(coder.encode(value))

@@ -9,9 +9,10 @@ import pytest
 
 from core import clicks
 from core.errors import ShardCountChanged
+from jobs.click_aggregator import state as bill_state
 from jobs.click_aggregator.functions import DEAD_LETTERS, REDUCED_FIELDS, Bill, Route
 from schemas.codec import AvroCodec
-from tests.unit.flink_fakes import FakeContext, FakeRuntimeContext, at_key, opened
+from tests.unit.flink_fakes import FakeContext, FakeRuntimeContext, at_key, opened, through_flink_coder
 
 CODEC = AvroCodec()
 T0 = 1_767_614_400_000  # 2026-01-05 12:00 UTC, a window boundary
@@ -103,9 +104,33 @@ def test_a_late_event_sql_did_not_tag_gets_the_rules_that_need_no_counts():
     assert (undecided.decided, clicks.late_totals(undecided).invalid_events) == (False, 1)
 
 
-def test_late_keys_older_than_the_dedupe_horizon_expire():
-    seen = [("old", T0 - clicks.DEDUPE_HORIZON_MS - 1), ("recent", T0 - 1)]
-    assert clicks.expired_keys(seen, T0) == ["old"]
+def test_late_event_keys_expire_by_flinks_state_ttl_after_the_dedupe_horizon_without_turning_the_cache_off():
+    from pyflink.datastream.state import StateTtlConfig
+
+    ttl = bill_state.late_events()._ttl_config
+    assert ttl.get_ttl().to_milliseconds() == clicks.DEDUPE_HORIZON_MS
+    assert ttl.get_update_type() == StateTtlConfig.UpdateType.OnCreateAndWrite
+    assert ttl.get_state_visibility() == StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
+
+
+def test_a_repeat_late_event_has_the_same_state_key_and_another_event_type_does_not():
+    click = _click("a", T0)
+    repeat = dict(click, event_id="b", event_time=T0 + 1)
+    assert bill_state.late_event_key(repeat) == bill_state.late_event_key(click)
+    assert bill_state.late_event_key(dict(click, event_type="IMPRESSION")) != bill_state.late_event_key(click)
+
+
+def test_a_bill_in_flink_state_is_a_typed_row_that_round_trips():
+    bill = clicks.CampaignBill(7)
+    bill.add(clicks.WindowTotals(T0 + 10_000, billable_micros=DOLLAR, clicks=1))  # pending: no budget yet
+    row = through_flink_coder(bill_state.CAMPAIGN_BILL, bill_state.bill_to_row(bill))
+    assert bill_state.bill_from_row(row) == bill and row.budget_micros is None
+    bill.on_campaign(_campaign(7, 5 * DOLLAR))
+    bill.add(clicks.WindowTotals(T0 + 20_000, billable_micros=DOLLAR, impressions=1, joined_clicks=1))
+    row = through_flink_coder(bill_state.CAMPAIGN_BILL, bill_state.bill_to_row(bill))
+    assert bill_state.bill_from_row(row) == bill and row.versions[0].budget_micros == 5 * DOLLAR
+    assert list(bill_state.CAMPAIGN_BILL.get_field_names())[:4] == ["campaign_id", "timezone", "budget_micros",
+                                                                   "budget_day"]
 
 
 # ------------------------------------------------------------------ the Flink functions
@@ -141,6 +166,7 @@ def test_the_bill_counts_a_repeated_late_event_once():
     assert len(_billed(_feed(bill, ctx, late, T0))) == 1
     assert _feed(bill, ctx, late, T0) == []
     assert context.counter("late_events") == 1
+    assert context.get_map_state(bill_state.late_events()).items() == [("imp-a|CLICK", True)]
 
 
 def test_the_bill_refuses_state_written_with_another_shard_count():
