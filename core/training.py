@@ -20,7 +20,6 @@ Predicting Clicks on Ads at Facebook", 2014)."""
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
@@ -213,19 +212,6 @@ class LabelState:
     def awaits_conversion(self) -> bool:
         """Its click example was a positive and its conversion label is not decided yet."""
         return self.done and not self.conversion_done and label(self.outcome) == 1
-
-    def text(self) -> str:
-        return json.dumps({"served_ms": self.served_ms, "rendered": self.outcome.rendered,
-                           "click_ms": self.outcome.first_click_ms, "conversion_ms": self.outcome.first_conversion_ms,
-                           "context": self.context, "done": self.done, "conversion_done": self.conversion_done})
-
-    @classmethod
-    def parse(cls, text: str | None) -> "LabelState | None":
-        if text is None:
-            return None
-        raw = json.loads(text)
-        return cls(raw["served_ms"], Outcome(raw["rendered"], raw["click_ms"], raw.get("conversion_ms")),
-                   raw["context"], raw["done"], raw.get("conversion_done", False))
 
 
 @dataclass(frozen=True)

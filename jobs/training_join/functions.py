@@ -7,17 +7,16 @@ import json
 
 from pyflink.common import Row, Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
-from pyflink.datastream.state import ValueStateDescriptor
 
 from core import training
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type
+from jobs.training_join import state as join_state
 from schemas.codec import AvroCodec
 
 JOB_NAME = "training_join"
 DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 RECORD_TYPES = {"served": "ServedRecord", "event": "AdEvent", "conversion": "AdConversion"}
 JOIN_ROW_FIELDS = ["impression_id", "kind", "served_ms", "event_ms", "event_type", "context"]
-LABEL_STATE = ValueStateDescriptor("label_state", Types.STRING())  # core.training.LabelState.text()
 
 
 def join_row_type():
@@ -64,19 +63,19 @@ class Label(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext):
         self.codec = AvroCodec()
-        self.state = runtime_context.get_state(LABEL_STATE)
+        self.state = runtime_context.get_state(join_state.label_state())
         metrics = runtime_context.get_metrics_group()
         self.emitted, self.late = metrics.counter("examples"), metrics.counter("late_beacons")
         self.unjoined = metrics.counter("unjoined_impressions")
         self.late_conversions = metrics.counter("late_conversions")
 
     def process_element(self, row, ctx):
-        state = training.LabelState.parse(self.state.value())
+        state = join_state.label_from_row(self.state.value())
         watermark = ctx.timer_service().current_watermark()
         yield from self._apply(training.apply(state, join_record(row), watermark, self.rules), ctx)
 
     def on_timer(self, timestamp: int, ctx):
-        state = training.LabelState.parse(self.state.value())
+        state = join_state.label_from_row(self.state.value())
         yield from self._apply(training.on_timer(state, timestamp, self.rules), ctx)
 
     def _apply(self, step: training.LabelStep, ctx):
@@ -93,7 +92,7 @@ class Label(KeyedProcessFunction):
             if step.state is None:
                 self.state.clear()
             else:
-                self.state.update(step.state.text())
+                self.state.update(join_state.label_to_row(step.state))
         for flagged, counter in ((step.late_beacon, self.late), (step.late_conversion, self.late_conversions),
                                  (step.unjoined, self.unjoined)):
             if flagged:

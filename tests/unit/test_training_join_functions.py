@@ -5,9 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from core import training
+from jobs.training_join import state as join_state
 from jobs.training_join.functions import DEAD_LETTERS, Label, Split, join_record, join_row
 from schemas.codec import AvroCodec
-from tests.unit.flink_fakes import FakeContext, at_key, opened
+from tests.unit.flink_fakes import FakeContext, at_key, opened, through_flink_coder
 from tests.unit.test_training_rules import SERVED_MS, beacon, served
 
 CODEC = AvroCodec()
@@ -69,3 +70,23 @@ def test_a_beacon_after_the_label_was_decided_is_counted_late_and_ignored():
     list(label.on_timer(training.final_at_ms(SERVED_MS), ctx))
     assert list(label.process_element(_rows("event", beacon("r1:1", "CLICK", 9_000))[0], ctx)) == []
     assert context.counter("late_beacons") == 1
+
+
+def test_an_impressions_label_state_is_a_typed_row_that_round_trips_through_flink():
+    (record,) = training.join_records("served", served())
+    before_served = training.LabelState(SERVED_MS, training.Outcome(rendered=True, first_click_ms=SERVED_MS + 4_000))
+    joined = training.LabelState(SERVED_MS, training.Outcome(True, SERVED_MS + 4_000, SERVED_MS + 86_400_000),
+                                 record.context, done=True)
+    for state in (before_served, joined):
+        row = through_flink_coder(join_state.LABEL_STATE, join_state.label_to_row(state))
+        assert join_state.label_from_row(row) == state
+    assert join_state.label_from_row(None) is None
+
+
+def test_the_label_keeps_its_state_as_the_typed_row():
+    label, context = opened(Label(RULES))
+    ctx = at_key(context, FakeContext(), "r1:1")
+    (row,) = _rows("served", served())
+    list(label.process_element(row, ctx))
+    served_ms, _, _, _, context_row, done, _ = context.get_state(join_state.label_state()).value()
+    assert (served_ms, context_row[0], done) == (SERVED_MS, "r1:1", False)

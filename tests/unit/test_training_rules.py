@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyflink.common import Row
 
 from core import training
 from core.training import (CONVERSION_WINDOW_MS, LABEL_WINDOW_MS, Outcome, example, keeps_negative, label, observe,
                            recalibrate)
+from jobs.training_join import state as join_state
 
 SERVED_MS = 1_773_200_000_000
 
@@ -172,11 +174,11 @@ def test_the_beam_backfill_equals_the_reference_join_on_a_simulated_day(tmp_path
 
 class StreamingLabels:
     """Drives core.training's on_served / on_beacon / on_conversion / on_timer as jobs/training_join does: state
-    per impression id (through its text form), event-time timers that fire as the watermark passes them."""
+    per impression id (through its Flink state row, jobs/training_join/state), event-time timers that fire as the watermark passes them."""
 
     def __init__(self, keep_rate: float = 0.5, conversion_window_ms: int = CONVERSION_WINDOW_MS):
         self.rules, self.watermark = training.JoinRules(keep_rate, conversion_window_ms), None
-        self.state: dict[str, str] = {}
+        self.state: dict[str, Row] = {}
         self.timers: list[tuple[int, str]] = []
         self.examples: list[dict] = []
         self.late = self.unjoined = self.late_conversions = 0
@@ -186,7 +188,7 @@ class StreamingLabels:
             if step.state is None:
                 self.state.pop(key, None)
             else:
-                self.state[key] = step.state.text()
+                self.state[key] = join_state.label_to_row(step.state)
         for timestamp in step.timers:
             heapq.heappush(self.timers, (timestamp, key))
         self.late += step.late_beacon
@@ -195,7 +197,7 @@ class StreamingLabels:
         self.examples.extend(step.examples)
 
     def _state(self, key: str):
-        return training.LabelState.parse(self.state.get(key))
+        return join_state.label_from_row(self.state.get(key))
 
     def served(self, record: dict) -> None:
         for context in training.impressions_of(record):
