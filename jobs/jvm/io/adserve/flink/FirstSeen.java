@@ -31,7 +31,7 @@ import org.apache.flink.util.Collector;
 import org.apache.flink.util.OutputTag;
 
 /**
- * The click aggregator's per-event path in one keyed JVM operator (jobs/click_aggregator.py): every decoded
+ * The click aggregator's per-event path in one keyed JVM operator (jobs/click_aggregator/): every decoded
  * ad.events record passes here once, keyed by impression id, and only a reduced stream leaves.
  *
  * <ul>

@@ -25,7 +25,7 @@ import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.types.Row;
 
 /**
- * The budget job's per-item path in one JVM operator, chained to the Kafka source (jobs/budget_pacing.py):
+ * The budget job's per-item path in one JVM operator, chained to the Kafka source (jobs/budget_pacing/):
  * every budget.spend record is decoded ({@link DecodeSpendReport}), deduplicated and summed here, and only
  * reduced rows leave, so no per-report row is serialized for an exchange.
  *
@@ -50,7 +50,7 @@ import org.apache.flink.types.Row;
  * offset, k and v (read by name), with event-time timestamps and watermarks.
  */
 public final class SpendWindows {
-    /** The output row's columns: what the pacer's keyed rows carry (jobs/budget_pacing.py ROW_FIELDS). */
+    /** The output row's columns: what the pacer's keyed rows carry (jobs.budget_pacing.functions.ROW_FIELDS). */
     public static final String[] OUTPUT_FIELDS = {"kind", "campaign_id", "server_id", "lease_id", "spend",
         "served", "eligible", "price", "servers", "wants", "topic", "part", "off", "k", "v"};
     public static final RowTypeInfo OUTPUT_TYPE = new RowTypeInfo(new TypeInformation<?>[] {
