@@ -65,8 +65,12 @@ def bill_to_row(bill: clicks.CampaignBill) -> Row:
 def bill_from_row(row) -> clicks.CampaignBill:
     (campaign_id, timezone, budget_micros, budget_day, day_bill, impressions, clicks_, invalid_micros, joined_clicks,
      pending, last_window_ms, versions) = row
+    budget = None if budget_micros is None else int(budget_micros)
+    kept = [(int(at_ms), int(version_budget), str(tz)) for at_ms, version_budget, tz in versions or []]
+    if not kept and budget is not None:  # a row without versions: its budget is in force from the start
+        kept = [(0, budget, str(timezone))]
     return clicks.CampaignBill(
-        int(campaign_id), str(timezone), None if budget_micros is None else int(budget_micros), str(budget_day),
+        int(campaign_id), str(timezone), budget, str(budget_day),
         DayBill(*(int(value) for value in day_bill)), int(impressions), int(clicks_), int(invalid_micros),
         int(joined_clicks), [clicks.WindowTotals(*(int(value) for value in window)) for window in pending or []],
-        int(last_window_ms), [(int(at_ms), int(budget), str(tz)) for at_ms, budget, tz in versions or []])
+        int(last_window_ms), kept)

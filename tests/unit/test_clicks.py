@@ -198,3 +198,11 @@ def test_a_budget_cut_that_comes_before_a_window_ending_earlier_leaves_that_wind
     assert (recount[(1, "2026-01-05")]["billed_spend_micros"],
             recount[(1, "2026-01-05")]["absorbed_overspend_micros"]) == (4 * DOLLAR, DOLLAR)
     assert _round_trip(bill) == bill
+
+
+def test_a_bill_written_before_it_kept_versions_reads_its_budget_as_in_force_from_the_start():
+    old = (7, "UTC", 5_000_000, "2026-01-05", (5_000_000, 1_000_000, 0, 1, 0), 0, 1, 0, 0, [], 1_767_614_410_000, None)
+    bill = bill_from_row(old)
+    assert bill.versions == [(0, 5 * DOLLAR, "UTC")]
+    bill.add(clicks.WindowTotals(T0 + 20_000, billable_micros=DOLLAR, clicks=1))
+    assert bill.bill.billed_micros == 2 * DOLLAR
