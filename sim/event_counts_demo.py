@@ -1,4 +1,4 @@
-"""The main job: the platform plus simulated ad events through the real smoke
+"""A smoke check of the platform: simulated ad events through the real smoke
 job, checked against the Beam pipeline and a count made here, with a report.
 
 Steps: start the platform (`adserve up`); simulate a stream of impression and
