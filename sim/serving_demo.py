@@ -35,6 +35,7 @@ from schemas.codec import AvroCodec
 from schemas.topics import AD_EVENTS, AD_SERVED, BUDGET_SPEND, SERVING_ADS, SERVING_CAMPAIGNS
 from sim.synthetic import DEMO_COUNTRIES as COUNTRIES
 from sim.synthetic import DEMO_DEVICES as DEVICES
+from sim.synthetic import DEMO_INTERESTS as INTERESTS
 from sim.synthetic import DEMO_PLACEMENTS as PLACEMENTS
 from sim.synthetic import demo_catalogue
 from sim.tokens import token_keys_from_env
