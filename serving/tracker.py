@@ -42,6 +42,13 @@ def with_click_id(landing_url: str, click_id: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query + [(CLICK_ID_PARAMETER, click_id)])))
 
 
+def without_click_id(url: str) -> str:
+    """A redirect's URL without the click id the tracker added: the ad's landing URL as signed."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != CLICK_ID_PARAMETER]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 class Tracker:
     def __init__(self, keys: TokenKeys, produce: Callable[[str, bytes, bytes], None],
                  clock: Callable[[], float] = time.time):

@@ -67,7 +67,7 @@ class DemoReport:
         imp, clk, billable = self.totals(self.flink_windows)
         lines = [
             "",
-            f"== adserve main job report (run {self.run_id}) ==",
+            f"== adserve demo report (run {self.run_id}) ==",
             f"simulated events      {self.events:>12,}  (+{self.corrupt} corrupt records mixed in)",
             f"produced to ad.events in {self.produce_s:.1f} s; archived to {self.archive}",
             f"Flink job event_counts {self.job_id} ran bounded on the standalone cluster in {self.job_s:.1f} s",

@@ -33,6 +33,7 @@ from core.tokens import TokenKeys
 from infra.platform import PlatformSettings
 from schemas.codec import AvroCodec
 from schemas.topics import AD_EVENTS, AD_SERVED, BUDGET_SPEND, SERVING_ADS, SERVING_CAMPAIGNS
+from serving.tracker import without_click_id
 from sim.synthetic import DEMO_COUNTRIES as COUNTRIES
 from sim.synthetic import DEMO_DEVICES as DEVICES
 from sim.synthetic import DEMO_INTERESTS as INTERESTS
@@ -171,7 +172,7 @@ class _DemoClient:
         if self.rng.random() < CLICK_SHARE:
             async with self.http.get(slot["click_url"], allow_redirects=False) as r:
                 self.report.clicks += r.status == 302
-                if r.headers.get("Location") != self.landing.get(slot["ad_id"]):
+                if without_click_id(r.headers.get("Location", "")) != self.landing.get(slot["ad_id"]):
                     self.report.bad_redirects += 1
 
     async def forge(self, keys: TokenKeys, tracker_base: str) -> None:

@@ -87,6 +87,13 @@ def test_the_click_id_is_added_to_the_landing_urls_own_query():
         "https://shop.example/a?utm=x&adclid=CID#top"
 
 
+def test_a_redirect_without_its_click_id_is_the_signed_landing_url():
+    from serving.tracker import with_click_id, without_click_id
+
+    for landing in ("https://shop.example/a", "https://shop.example/a?utm=x#top"):
+        assert without_click_id(with_click_id(landing, "CID")) == landing
+
+
 def test_keys_rotate_old_tokens_verify_until_the_old_key_is_retired():
     old = TokenKeys({"k1": b"first-key-0123456789"}, active="k1").sign(claims())
     assert KEYS.verify(old, NOW).key_id == "k1"
