@@ -3,13 +3,23 @@
 An ad server adds the expected cost of each winner (the price for impression
 billing; price x pCTR for click billing) and, once a second, cuts the totals
 into SpendReport records (schemas/spend_report.avsc) that share one sequence
-number. A report that must be re-sent (the broker was unavailable) keeps its
+number: one record per partition of budget.spend, carrying that partition's
+campaigns as packed columns (`batch_records`), so a second costs a handful of
+records however many campaigns it touched. A campaign's entries go to the
+partition a record keyed by its id would (`partition_of`: librdkafka's default
+partitioner), so every report of a campaign reaches the same budget-job source.
+Readers expand either form into one report per campaign with `spend_items`.
+A report that must be re-sent (the broker was unavailable) keeps its
 (server id, sequence), so the consumer's `SpendDedupe` counts it once."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import numpy as np
+
+from core.errors import SchemaMismatch
 
 
 class SpendAccumulator:
@@ -52,27 +62,167 @@ class SpendAccumulator:
         if self._interval_start is None:
             self._interval_start = now_ms
 
-    def cut(self, now_ms: int, lease_of: dict[int, str] | None = None) -> list[dict[str, Any]]:
-        """The reports for everything added since the last cut (empty if nothing was)."""
-        if self._eligible_batches:
-            ids, counts = np.unique(np.concatenate(self._eligible_batches), return_counts=True)
-            for campaign_id, count in zip(ids.tolist(), counts.tolist()):
-                self._eligible[campaign_id] = self._eligible.get(campaign_id, 0) + count
-            self._eligible_batches = []
-        campaigns = sorted(set(self._spend) | set(self._eligible) | self._wants)
-        if not campaigns:
-            return []
+    def take(self, now_ms: int) -> "SpendTake | None":
+        """What was added since the last take, under the next sequence number, and a fresh interval (None if
+        nothing was). Constant time: the server's event loop calls it; `SpendTake.columns` does the work."""
+        if not (self._spend or self._eligible or self._wants or self._eligible_batches):
+            return None
         self.sequence += 1
-        start = self._interval_start if self._interval_start is not None else now_ms
-        reports = [{"server_id": self.server_id, "sequence": self.sequence, "campaign_id": c,
-                    "event_time": now_ms, "interval_start": start,
-                    "expected_spend_micros": self._spend.get(c, 0), "served_ads": self._served.get(c, 0),
-                    "eligible_requests": self._eligible.get(c, 0),
-                    "lease_id": (lease_of or {}).get(c), "max_price_micros": self._price.get(c, 0),
-                    "wants_slice": c in self._wants} for c in campaigns]
+        taken = SpendTake(self.server_id, self.sequence,
+                          self._interval_start if self._interval_start is not None else now_ms, now_ms,
+                          self._spend, self._served, self._eligible, self._price, self._wants,
+                          self._eligible_batches)
         self._spend, self._served, self._eligible, self._interval_start = {}, {}, {}, None
-        self._price, self._wants = {}, set()
-        return reports
+        self._price, self._wants, self._eligible_batches = {}, set(), []
+        return taken
+
+    def cut(self, now_ms: int, lease_of: dict[int, str] | None = None) -> "SpendCut | None":
+        """`take` and `SpendTake.columns` in one step (None if nothing was added)."""
+        taken = self.take(now_ms)
+        return taken.columns(lease_of) if taken is not None else None
+
+
+@dataclass
+class SpendTake:
+    """One interval's raw accumulation, handed from the event loop to the reporter (`SpendAccumulator.take`)."""
+
+    server_id: str
+    sequence: int
+    interval_start: int
+    event_time: int
+    spend: dict[int, int]
+    served: dict[int, int]
+    eligible: dict[int, int]
+    price: dict[int, int]
+    wants: set[int]
+    eligible_batches: list[np.ndarray]
+
+    def columns(self, lease_of: dict[int, str] | None = None) -> "SpendCut":
+        """The interval as columns sorted by campaign id; `lease_of` names the lease of each metered campaign."""
+        if self.eligible_batches:
+            ids, counts = np.unique(np.concatenate(self.eligible_batches), return_counts=True)
+        else:
+            ids, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        others = np.fromiter(set(self.spend) | set(self.eligible) | self.wants, np.int64)
+        campaigns = np.union1d(ids, others).astype(np.int64)
+        eligible = np.zeros(len(campaigns), np.int32)
+        eligible[np.searchsorted(campaigns, ids)] = counts
+        spend, served, price = (np.zeros(len(campaigns), np.int64) for _ in range(3))
+        for source, column in ((self.spend, spend), (self.served, served), (self.price, price)):
+            if source:
+                keys = np.fromiter(source.keys(), np.int64, len(source))
+                column[np.searchsorted(campaigns, keys)] = np.fromiter(source.values(), np.int64, len(source))
+        for campaign_id, count in self.eligible.items():  # single `eligible` calls
+            eligible[np.searchsorted(campaigns, campaign_id)] += count
+        leases: dict[int, str] = {}
+        if lease_of:
+            held = np.fromiter(lease_of, np.int64, len(lease_of))
+            leases = {c: lease_of[c] for c in held[np.isin(held, campaigns)].tolist()}
+        return SpendCut(self.server_id, self.sequence, self.interval_start, self.event_time, campaigns, spend,
+                        served.astype(np.int32), eligible, price, leases, set(self.wants))
+
+
+@dataclass
+class SpendCut:
+    """One interval's spend of one server as columns, sorted by campaign id (`SpendAccumulator.cut`)."""
+
+    server_id: str
+    sequence: int
+    interval_start: int
+    event_time: int
+    campaign_id: np.ndarray  # int64, sorted, distinct
+    expected_spend_micros: np.ndarray  # int64
+    served_ads: np.ndarray  # int32
+    eligible_requests: np.ndarray  # int32
+    max_price_micros: np.ndarray  # int64
+    lease_id: dict[int, str] = field(default_factory=dict)  # metered campaigns only
+    wants_slice: set[int] = field(default_factory=set)
+
+    def items(self) -> list[dict[str, Any]]:
+        """The cut as one report per campaign (tests and tools; the server sends `batch_records`)."""
+        return [item for _, record in batch_records(self, 1) for item in spend_items(record)]
+
+
+class Partitioner:
+    """The budget.spend partition of a campaign: what librdkafka's default partitioner (CRC-32 of the key)
+    picks for a record keyed by the campaign id in decimal, so a batched entry and a keyed record of the
+    same campaign land together. Memoised: a server meets the same campaigns every second."""
+
+    def __init__(self, partitions: int):
+        self.partitions = partitions
+        self._of: dict[int, int] = {}
+
+    def __call__(self, campaign_ids: np.ndarray) -> np.ndarray:
+        of, n = self._of, self.partitions
+        out = np.empty(len(campaign_ids), np.int64)
+        for i, c in enumerate(campaign_ids.tolist()):
+            p = of.get(c)
+            if p is None:
+                p = of[c] = partition_of(c, n)
+            out[i] = p
+        return out
+
+
+def partition_of(campaign_id: int, partitions: int) -> int:
+    """librdkafka's consistent partition of the key str(campaign_id): CRC-32 modulo the partition count."""
+    return zlib.crc32(str(int(campaign_id)).encode()) % partitions
+
+
+def batch_records(cut: SpendCut, partitions: int,
+                  partitioner: Partitioner | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(partition, SpendReport record) for every partition, each carrying that partition's campaigns as
+    packed columns; a partition with none gets an empty one, which is its heartbeat for the interval."""
+    part = (partitioner or Partitioner(partitions))(cut.campaign_id) if len(cut.campaign_id) else \
+        np.zeros(0, np.int64)
+    out = []
+    for p in range(partitions):
+        rows = np.flatnonzero(part == p)
+        ids = cut.campaign_id[rows]
+        columns = {
+            "campaign_id": ids.astype("<i8").tobytes(),
+            "expected_spend_micros": cut.expected_spend_micros[rows].astype("<i8").tobytes(),
+            "served_ads": cut.served_ads[rows].astype("<i4").tobytes(),
+            "eligible_requests": cut.eligible_requests[rows].astype("<i4").tobytes(),
+            "max_price_micros": cut.max_price_micros[rows].astype("<i8").tobytes(),
+            "lease_id": {str(c): lease for c, lease in cut.lease_id.items() if partition_of(c, partitions) == p},
+            "wants_slice": sorted(c for c in cut.wants_slice if partition_of(c, partitions) == p)}
+        out.append((p, {**heartbeat_record(cut.server_id, cut.sequence, cut.event_time, cut.interval_start),
+                        "campaigns": columns}))
+    return out
+
+
+def heartbeat_record(server_id: str, sequence: int, event_time: int, interval_start: int | None = None) \
+        -> dict[str, Any]:
+    """A SpendReport that carries no campaign (campaign_id 0): it only moves event time."""
+    return {"server_id": server_id, "sequence": sequence, "campaign_id": 0, "event_time": event_time,
+            "interval_start": event_time if interval_start is None else interval_start,
+            "expected_spend_micros": 0, "served_ads": 0, "eligible_requests": 0, "lease_id": None,
+            "max_price_micros": 0, "wants_slice": False, "campaigns": None}
+
+
+def spend_items(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """One single-campaign report (the top-level fields' shape, `campaigns` left out) per campaign a SpendReport
+    carries, in either form: its top-level campaign when campaign_id > 0, then each column entry. A heartbeat
+    carries none."""
+    head = {k: v for k, v in record.items() if k != "campaigns"}
+    if int(record["campaign_id"]) > 0:
+        yield head
+    columns = record.get("campaigns")
+    if not columns:
+        return
+    ids = np.frombuffer(columns["campaign_id"], "<i8")
+    n = len(ids)
+    spend = np.frombuffer(columns["expected_spend_micros"], "<i8")
+    served = np.frombuffer(columns["served_ads"], "<i4")
+    eligible = np.frombuffer(columns["eligible_requests"], "<i4")
+    price = np.frombuffer(columns["max_price_micros"], "<i8")
+    if not (len(spend) == len(price) == n and len(served) == len(eligible) == n):
+        raise SchemaMismatch(f"SpendReport columns of unequal length ({n} campaign ids)")
+    leases, wants = columns.get("lease_id") or {}, set(columns.get("wants_slice") or ())
+    for i, c in enumerate(ids.tolist()):
+        yield {**head, "campaign_id": c, "expected_spend_micros": int(spend[i]), "served_ads": int(served[i]),
+               "eligible_requests": int(eligible[i]), "lease_id": leases.get(str(c)),
+               "max_price_micros": int(price[i]), "wants_slice": c in wants}
 
 
 def report_key(report: dict[str, Any]) -> tuple[str, int, int]:

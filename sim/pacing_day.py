@@ -233,7 +233,7 @@ class SimServer:
     def __init__(self, server_id: str, campaigns: list[SimCampaign], bootstrap: str, spend_topic: str,
                  seed: int, now_ms: int):
         from core.spend import SpendAccumulator
-        from serving.adserver.main import SpendReporter
+        from serving.adserver.offloop import SpendReporter
         from serving.adserver.state import ServingState
         from core.reserves import ReserveBook
         from serving.decision.engine import DecisionEngine, EngineConfig

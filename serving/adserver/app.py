@@ -5,12 +5,15 @@ field), resolve the location, read the user's profile and frequency record
 from Redis in parallel (5 ms), run the decision engine, sign a token per
 filled slot and answer. After the response is written: the winners' frequency
 fields are incremented (with an in-memory "just served" note covering the
-gap), the `ad.served` record is produced, and the expected cost goes to the
-spend accumulator that reports to `budget.spend` once a second.
+gap), the `ad.served` record is queued for the served-log thread, and the
+expected cost goes to the spend accumulator, whose reporter thread sends
+budget.spend once a second (serving.adserver.offloop: nothing that is not an
+answer is encoded or produced on the event loop).
 
 Overload: a request that would wait behind those in flight for more than half
 its deadline (their count x the moving average of the time a request takes),
-or finds `max_in_flight` requests inside the handler, gets a 503 at once; a
+or finds `max_in_flight` requests inside the handler, or finds the served log
+a full queue behind, gets a 503 at once; a
 request that is already past its deadline after the user reads gets a 503
 instead of a late answer. Until the state topics are
 read to their heads, /v1/ads answers 503 and /ready says why.
@@ -27,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 from urllib.parse import quote
 
 import numpy as np
@@ -38,7 +41,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from core.frequency import JustServed, day_number
 from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
-from schemas.codec import AvroCodec
 from serving import served_log
 from serving.decision.recall import RecallMonitor, check as recall_check
 from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
@@ -62,6 +64,15 @@ class ServerConfig:
     max_in_flight: int = 64
     admission_wait_ms: float | None = None  # refuse when the expected wait passes this (default: half the deadline)
     engine: EngineConfig = field(default_factory=EngineConfig)
+
+
+class ServedLogQueue(Protocol):
+    """Where the server puts its ad.served records (serving.adserver.offloop.ServedLog: a thread encodes and
+    produces them); `put` never blocks."""
+
+    def put(self, key: bytes, record: dict[str, Any]) -> None: ...
+
+    def full(self) -> bool: ...
 
 
 class Metrics:
@@ -90,16 +101,15 @@ class AdServer:
     """The request path and the post-response work; I/O parts are injected (see serving.adserver.main)."""
 
     def __init__(self, config: ServerConfig, state: ServingState, store: UserStore, keys: TokenKeys, *,
-                 produce_served: Callable[[bytes, bytes], None], ready: Callable[[], bool],
+                 served_log: ServedLogQueue, ready: Callable[[], bool],
                  lag_s: Callable[[], float] = lambda: 0.0, geo: GeoResolver | None = None,
                  engine: DecisionEngine | None = None, clock: Callable[[], float] = time.time):
         self.config, self.state, self.store, self.keys = config, state, store, keys
-        self.produce_served, self.is_ready, self.lag_s = produce_served, ready, lag_s
+        self.served_log, self.is_ready, self.lag_s = served_log, ready, lag_s
         self.geo = geo or GeoResolver()
         self.engine = engine or DecisionEngine(state.index, state.campaigns, config=config.engine,
                                                reserves=state.reserves)
         self.clock = clock
-        self.codec = AvroCodec()
         self.metrics = Metrics()
         self.spend = SpendAccumulator(config.server_id)
         self.just_served = JustServed()
@@ -158,6 +168,9 @@ class AdServer:
         expected_wait_ms = self.in_flight * self.service_ms
         limit_ms = self.config.admission_wait_ms if self.config.admission_wait_ms is not None \
             else self.config.deadline_ms / 2
+        if self.served_log.full():  # the log is behind: refuse rather than drop records
+            m.requests.labels("overloaded").inc()
+            return self._error(503, "overloaded: the served log is behind; try another server")
         if self.in_flight >= self.config.max_in_flight or expected_wait_ms > limit_ms:
             m.requests.labels("overloaded").inc()
             return self._error(503, f"overloaded: {self.in_flight} requests in flight (~{expected_wait_ms:.0f} ms "
@@ -265,9 +278,8 @@ class AdServer:
         winners = decision.winners
         account_served(self.spend, self.state, decision, now_ms)
         try:
-            self.produce_served(ad_request.request_id.encode(),
-                                self.codec.encode("ServedRecord", self.served_record(ad_request, decision, location,
-                                                                                     features, now_ms)))
+            self.served_log.put(ad_request.request_id.encode(),
+                                self.served_record(ad_request, decision, location, features, now_ms))
         except Exception:  # noqa: BLE001 - counted and logged; the response already went out
             self.metrics.after_errors.labels("served_log").inc()
             LOG.exception("could not produce the ad.served record of %s", ad_request.request_id)

@@ -13,11 +13,10 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from core.spend import SpendAccumulator
 from core.tokens import TokenKeys
 from schemas import topics
-from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer, ServerConfig
+from serving.adserver.offloop import ServedLog, SpendReporter
 from serving.adserver.request import GeoResolver
 from serving.adserver.settings import AdServerSettings
 from serving.adserver.state import ServingState, TopicFollower
@@ -32,79 +31,6 @@ SPEND_INTERVAL_S = 1.0
 COMMIT_LAG_READY_S = 60.0
 
 
-class SpendReporter:
-    """Once a second: cut the accumulated spend into reports and produce them to budget.spend.
-
-    A report stays pending until the broker acknowledges it; one that failed (the broker was
-    unavailable past the producer's timeout) is produced again with the same (server id, sequence)."""
-
-    def __init__(self, accumulator: SpendAccumulator, bootstrap: str,
-                 lease_ids: Callable[[int], dict[int, str]] = lambda now_ms: {},
-                 producer_overrides: dict[str, Any] | None = None, topic: str = topics.BUDGET_SPEND):
-        self.accumulator, self.lease_ids, self.topic = accumulator, lease_ids, topic
-        self.codec = AvroCodec()
-        self.producer = kafka.producer(bootstrap, **(producer_overrides or {}))
-        self.pending: dict[tuple[int, int], dict[str, Any]] = {}  # (sequence, campaign) -> report
-        self.in_transit: set[tuple[int, int]] = set()
-        self.sent = 0
-        self.resent = 0
-        self.partitions: int | None = None
-
-    def _delivered(self, key: tuple[int, int]):
-        def callback(err, msg) -> None:
-            self.in_transit.discard(key)
-            if err is None:
-                self.pending.pop(key, None)
-                self.sent += 1
-            else:
-                LOG.warning("spend report %s not delivered (%s); it will be sent again", key, err)
-        return callback
-
-    def _partitions(self) -> int:
-        if self.partitions is None:
-            try:
-                self.partitions = len(self.producer.list_topics(self.topic, timeout=5).topics[self.topic].partitions)
-            except Exception:  # noqa: BLE001 - try again next second; reports still go out
-                return 0
-        return self.partitions
-
-    def heartbeat(self, now_ms: int) -> None:
-        """A zero report to every partition, so the budget job's event time advances on all of them even
-        where this server spent nothing (campaign 0 is never a campaign)."""
-        value = self.codec.encode("SpendReport", {
-            "server_id": self.accumulator.server_id, "sequence": self.accumulator.sequence, "campaign_id": 0,
-            "event_time": now_ms, "interval_start": now_ms, "expected_spend_micros": 0, "served_ads": 0,
-            "eligible_requests": 0, "lease_id": None, "max_price_micros": 0, "wants_slice": False})
-        for partition in range(self._partitions()):
-            try:
-                self.producer.produce(self.topic, key=b"0", value=value, partition=partition, timestamp=now_ms)
-            except BufferError:
-                break
-
-    def tick(self, now_ms: int) -> None:
-        self.heartbeat(now_ms)
-        for report in self.accumulator.cut(now_ms, self.lease_ids(now_ms)):
-            self.pending[(report["sequence"], report["campaign_id"])] = report
-        for key, report in list(self.pending.items()):
-            if key in self.in_transit:
-                continue
-            if report.get("_tries", 0):
-                self.resent += 1
-            report["_tries"] = report.get("_tries", 0) + 1
-            record = {k: v for k, v in report.items() if not k.startswith("_")}
-            try:
-                self.producer.produce(self.topic, key=str(report["campaign_id"]).encode(),
-                                      value=self.codec.encode("SpendReport", record), timestamp=now_ms,
-                                      on_delivery=self._delivered(key))
-                self.in_transit.add(key)
-            except BufferError:
-                break
-        self.producer.poll(0)
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        self.producer.flush(timeout_s)
-
-
 @dataclass
 class RunningAdServer:
     server: AdServer
@@ -113,7 +39,7 @@ class RunningAdServer:
     runner: web.AppRunner
     port: int
     tasks: list[asyncio.Task]
-    served_producer: Any
+    served_log: ServedLog
     boot: dict[str, Any] = field(default_factory=dict)  # snapshot loaded, records, seconds
 
     async def stop(self) -> None:
@@ -126,7 +52,7 @@ class RunningAdServer:
             self.follower.join(10)
         self.reporter.tick(int(time.time() * 1000))
         self.reporter.close()
-        self.served_producer.flush(5)
+        self.served_log.close()
         await self.server.store.close()
 
 
@@ -149,11 +75,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     if engine is None and predictor is not None:  # on the index as loaded: later changes update it in place
         engine = DecisionEngine(state.index, state.campaigns, predictor, config=config.engine,
                                 reserves=state.reserves)
-    served_producer = kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})})
-
-    def produce_served(key: bytes, value: bytes) -> None:
-        served_producer.produce(topics.AD_SERVED, key=key, value=value)
-        served_producer.poll(0)
+    served_log = ServedLog(kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})}))
 
     def deliver(batch) -> None:
         def apply() -> None:
@@ -169,12 +91,13 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
 
     server = AdServer(config, state, UserStore(redis_host, redis_port,
                                                read_timeout_s=config.user_read_timeout_ms / 1000),
-                      keys, produce_served=produce_served, ready=ready if follow else lambda: True,
+                      keys, served_log=served_log, ready=ready if follow else lambda: True,
                       lag_s=follower.lag_s if follow else lambda: 0.0, geo=geo, engine=engine)
     reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
     if follow:
         follower.start()
-    tasks = [loop.create_task(_every_second(reporter, state, server, served_producer))]
+    served_log.on_error = lambda what: server.metrics.after_errors.labels(what).inc()
+    tasks = [loop.create_task(_every_second(reporter, state, server))]
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=256)
@@ -185,7 +108,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     LOG.info("ad server %s on %s:%d, %d ads, ready=%s", config.server_id, host, bound, len(state.index),
              server.is_ready())
     boot["ready_s"] = time.monotonic() - boot_began  # snapshot load + catching up with the topics
-    return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_producer, boot)
+    return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_log, boot)
 
 
 def _load_snapshot(state: ServingState, snapshot_dir: Path | None) -> tuple[Any, dict[str, Any]]:
@@ -203,7 +126,7 @@ def _load_snapshot(state: ServingState, snapshot_dir: Path | None) -> tuple[Any,
     return start_offsets, boot
 
 
-async def _every_second(reporter: SpendReporter, state: ServingState, server: AdServer, served_producer) -> None:
+async def _every_second(reporter: SpendReporter, state: ServingState, server: AdServer) -> None:
     """The server's periodic work: spend reports, lease expiry, budget silence, the just-served sweep."""
     while True:
         await asyncio.sleep(SPEND_INTERVAL_S)
@@ -213,7 +136,6 @@ async def _every_second(reporter: SpendReporter, state: ServingState, server: Ad
             state.expire_leases(now_ms)
             state.check_budget_silence(now_ms)
             server.just_served.sweep(now_ms)
-            served_producer.poll(0)
         except Exception:  # noqa: BLE001 - keep reporting; the failure is logged
             LOG.exception("periodic work failed")
 

@@ -150,10 +150,10 @@ def test_spend_reports_share_a_sequence_and_a_resend_counts_once():
     acc.add(1, 500, NOW)
     acc.add(1, 250, NOW)
     acc.add(2, 10, NOW)
-    reports = acc.cut(NOW + 1000)
+    reports = acc.cut(NOW + 1000).items()
     assert [(r["campaign_id"], r["sequence"], r["expected_spend_micros"], r["served_ads"]) for r in reports] == \
         [(1, 1, 750, 2), (2, 1, 10, 1)]
-    assert acc.cut(NOW + 2000) == []
+    assert acc.cut(NOW + 2000) is None
     dedupe = SpendDedupe()
     counted = [r for r in reports + reports + reports[:1] if dedupe.first_time(r)]
     assert sum(r["expected_spend_micros"] for r in counted) == 760

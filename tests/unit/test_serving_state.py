@@ -125,12 +125,12 @@ def test_spend_reports_carry_eligibility_prices_and_slice_requests():
     spend.eligible_many([7, 8], 1_000)
     spend.eligible_many([7], 1_200)
     spend.want_slice(8, 1_500_000, 1_300)
-    reports = {r["campaign_id"]: r for r in spend.cut(2_000)}
+    reports = {r["campaign_id"]: r for r in spend.cut(2_000).items()}
     assert reports[7]["eligible_requests"] == 2 and reports[7]["max_price_micros"] == 2_000_000
     assert not reports[7]["wants_slice"]
     assert reports[8]["wants_slice"] and reports[8]["max_price_micros"] == 1_500_000
     assert reports[8]["expected_spend_micros"] == 0
-    assert spend.cut(3_000) == []
+    assert spend.cut(3_000) is None
 
 
 def test_budget_states_replayed_from_history_do_not_arm_the_silence_rule():
