@@ -2,14 +2,20 @@
 
 Golden bytes: records are encoded here with the project's codec and its .avsc files (older versions from
 schemas/history too), decoded by the Java classes through the golden driver (jobs/jvm/test, no cluster), and
-compared field by field with the records that were encoded."""
+compared field by field with the records that were encoded; a spend batch with the reports
+core.spend.spend_items expands it to. Bytes the codec never writes (negative block counts, malformed
+columns) are written by hand, and must decode as fastavro reads them or not at all."""
 from __future__ import annotations
 
+import io
 import json
 
+import fastavro
+import numpy as np
 import pytest
 from fastavro.schema import parse_schema
 
+from core.spend import SpendCut, batch_records, heartbeat_record, spend_items
 from jobs.jvm import run_golden_driver
 from schemas import HISTORY_DIR
 from schemas.codec import HEADER_LEN, AvroCodec, default_registry, plain_timestamps
@@ -58,22 +64,143 @@ def test_the_avro_reader_refuses_a_truncated_string_instead_of_reading_past_the_
     assert _one("read 80 long") == [{"error": "ArrayIndexOutOfBoundsException"}]  # a varint cut short
 
 
+SPEND_ITEM_FIELDS = [f["name"] for f in default_registry().schema("SpendReport")["fields"] if f["name"] != "campaigns"]
+MAP_OF_STRINGS = parse_schema({"type": "map", "values": "string"})
+ARRAY_OF_LONGS = parse_schema({"type": "array", "items": "long"})
+
+
+def spend_rows(record: dict) -> list[list]:
+    """What DecodeSpendReport must answer for `record`: core.spend.spend_items' reports as rows."""
+    return [[item[f] for f in SPEND_ITEM_FIELDS] for item in spend_items(record)]
+
+
+def a_cut(campaigns: list[int], *, sequence: int = 41) -> SpendCut:
+    """A cut of `campaigns` with figures at the edges of their columns' widths, some leased, some asking."""
+    n = len(campaigns)
+    ids = np.array(sorted(campaigns), np.int64)
+    return SpendCut("ad-server-7", sequence, 1_700_000_011_345, 1_700_000_012_345, ids,
+                    np.array([2**63 - 1, 0, 1_400_000, 7][:n] + [5] * max(0, n - 4), np.int64),
+                    np.array([2**31 - 1, 0, 3, -(2**31)][:n] + [1] * max(0, n - 4), np.int32),
+                    np.array([12, 2**31 - 1, 0, 4][:n] + [2] * max(0, n - 4), np.int32),
+                    np.array([2_000_000, -1, 0, 2**62][:n] + [9] * max(0, n - 4), np.int64),
+                    {int(ids[0]): "lease-\u00e9", int(ids[-1]): "lease-9"}, {int(ids[1 % n])})
+
+
+def avro_long(value: int) -> bytes:
+    """Avro's zig-zag varint, written by hand for bytes the Python codec never writes (negative block counts)."""
+    raw, out = (value << 1) ^ (value >> 63), bytearray()
+    while raw & ~0x7F:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def avro_string(text: str) -> bytes:
+    return avro_long(len(text.encode())) + text.encode()
+
+
+def with_columns(**columns) -> dict:
+    """A batch record of `a_cut([5, 6, 7])` with some of its packed columns replaced."""
+    (_, record), = batch_records(a_cut([5, 6, 7]), 1)
+    return dict(record, campaigns=dict(record["campaigns"], **columns))
+
+
 @pytest.mark.parametrize("report", [SPEND_REPORT, dict(SPEND_REPORT, lease_id="lease-3", wants_slice=True,
-                                                       campaign_id=0, sequence=2**40)])
+                                                       campaign_id=2**63 - 1, sequence=2**40)])
 def test_the_spend_decoder_reads_every_field_of_a_report_the_python_codec_writes(report):
-    fields = default_registry().schema("SpendReport")["fields"]
     value = CODEC.encode("SpendReport", report)
-    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == [report[f["name"]] for f in fields]
+    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == [[report[f] for f in SPEND_ITEM_FIELDS]]
+
+
+def test_the_spend_decoder_reads_a_batch_as_the_reports_spend_items_expands_it_to():
+    records = [record for _, record in batch_records(a_cut([3, 11, 12, 2**63 - 1, 40, 41]), 3)]
+    records.append(dict(records[0], campaign_id=1001, lease_id="lease-top", wants_slice=True))  # both forms at once
+    items = [item for r in records for item in spend_items(r)]
+    assert len(items) == 6 + 1 + len(records[0]["campaigns"]["campaign_id"]) // 8
+    assert {"lease-\u00e9", "lease-9", None} <= {i["lease_id"] for i in items} and {True, False} == {
+        i["wants_slice"] for i in items}
+    header = header_hex("SpendReport")
+    assert run_golden_driver([f"spend {header} {CODEC.encode('SpendReport', r).hex()}" for r in records]) \
+        == [spend_rows(r) for r in records]
+
+
+def test_a_heartbeat_and_a_batch_of_no_campaigns_decode_to_no_reports():
+    (_, empty), = batch_records(SpendCut("s", 1, 0, 1_000, *(np.zeros(0, t) for t in
+                                                             (np.int64, np.int64, np.int32, np.int32, np.int64))), 1)
+    header = header_hex("SpendReport")
+    assert run_golden_driver([f"spend {header} {CODEC.encode('SpendReport', heartbeat_record('s', 1, 1_000)).hex()}",
+                              f"spend {header} {CODEC.encode('SpendReport', empty).hex()}"]) == [[], []]
+
+
+def test_the_spend_decoder_reads_lease_map_and_slice_array_blocks_of_negative_count_as_fastavro_does():
+    record = with_columns(lease_id={}, wants_slice=[])
+    prefix = CODEC.encode("SpendReport", record)[:-2]  # up to the (empty) lease map and slice array
+    entry = avro_string("6") + avro_string("lease-6")
+    leases = avro_long(-1) + avro_long(len(entry)) + entry + avro_long(1) + avro_string("7") + avro_string("l7") \
+        + avro_long(0)
+    wants = avro_long(-2) + avro_long(len(avro_long(5) + avro_long(7))) + avro_long(5) + avro_long(7) + avro_long(0)
+    decoded = CODEC.decode(prefix + leases + wants, "SpendReport")
+    assert decoded["campaigns"]["lease_id"] == {"6": "lease-6", "7": "l7"}
+    assert decoded["campaigns"]["wants_slice"] == [5, 7]
+    assert _one(f"spend {header_hex('SpendReport')} {(prefix + leases + wants).hex()}") == spend_rows(decoded)
+
+
+def test_the_avro_reader_reads_bytes_maps_and_arrays_in_blocks_as_fastavro_does():
+    entry = avro_string("k1") + avro_string("v1")
+    leases = avro_long(-1) + avro_long(len(entry)) + entry + avro_long(2) + avro_string("k2") + avro_string("") \
+        + avro_string("k1") + avro_string("again") + avro_long(0)
+    wants = avro_long(1) + avro_long(-(2**63)) + avro_long(-1) + avro_long(10) + avro_long(2**63 - 1) + avro_long(0)
+    column = bytes(range(17))
+    value = avro_long(len(column)) + column + leases + wants
+    reader = io.BytesIO(value[len(column) + 1:])
+    as_fastavro = [fastavro.schemaless_reader(reader, MAP_OF_STRINGS),
+                   fastavro.schemaless_reader(reader, ARRAY_OF_LONGS)]
+    assert as_fastavro == [{"k1": "again", "k2": ""}, [-(2**63), 2**63 - 1]]
+    assert _one(f"read {value.hex()} bytes,string_map,long_set,at_end") == [column.hex(), *as_fastavro, True]
+
+
+def test_the_avro_reader_refuses_a_block_whose_size_does_not_match_its_items():
+    entry = avro_string("k1") + avro_string("v1")
+    for size in (len(entry) - 1, len(entry) + 1, -1, 10**6):
+        value = avro_long(-1) + avro_long(size) + entry + avro_long(0)
+        assert _one(f"read {value.hex()} string_map") == [{"error": "IllegalArgumentException"}], size
+    assert _one(f"read {(avro_long(10**6) + avro_long(0)).hex()} long_set") == [{"error": "IllegalArgumentException"}]
 
 
 def test_the_spend_decoder_leaves_an_older_version_and_corrupt_bytes_to_the_python_path():
-    older = CODEC.encode(_older("spend_report.v1.avsc"), {k: v for k, v in SPEND_REPORT.items()
-                                                         if k not in ("max_price_micros", "wants_slice")})
+    v1 = CODEC.encode(_older("spend_report.v1.avsc"), {k: v for k, v in SPEND_REPORT.items()
+                                                      if k not in ("max_price_micros", "wants_slice")})
+    v2 = CODEC.encode(_older("spend_report.v2.avsc"), SPEND_REPORT)
     current = CODEC.encode("SpendReport", SPEND_REPORT)
     header = header_hex("SpendReport")
-    answers = run_golden_driver([f"spend {header} {older.hex()}", f"spend {header} {current.hex()}00",
-                                 f"spend {header} {current[:-3].hex()}", f"spend {header} -"])
-    assert answers == [None, None, None, None]
+    answers = run_golden_driver([f"spend {header} {v1.hex()}", f"spend {header} {v2.hex()}",
+                                 f"spend {header} {current.hex()}00", f"spend {header} {current[:-3].hex()}",
+                                 f"spend {header} {current[:-1].hex()}04",  # campaigns: union branch 2
+                                 f"spend {header} -"])
+    assert answers == [None] * 6
+
+
+def test_the_spend_decoder_leaves_a_whole_batch_with_a_malformed_column_to_the_python_path():
+    batch = CODEC.encode("SpendReport", with_columns())
+    ids = with_columns()["campaigns"]["campaign_id"]
+    malformed = [
+        with_columns(campaign_id=ids[:-1]),  # not 8 bytes an id
+        with_columns(campaign_id=ids[:-8]),  # two ids, three entries in the other columns
+        with_columns(served_ads=with_columns()["campaigns"]["served_ads"] + b"\0"),
+        with_columns(eligible_requests=with_columns()["campaigns"]["eligible_requests"] + bytes(4)),
+        with_columns(max_price_micros=with_columns()["campaigns"]["max_price_micros"] + bytes(8)),
+        with_columns(expected_spend_micros=bytes(23)),
+    ]
+    values = [CODEC.encode("SpendReport", r) for r in malformed] + [
+        batch + b"\0",  # a trailing byte
+        batch[:-2] + avro_long(1) + b"\x80",  # a lease map entry cut short in its key's length
+        batch[:-1] + avro_long(1) + b"\xff" * 10 + b"\x01" + avro_long(0),  # a slice id's varint too long
+        batch[:-2] + avro_long(-1) + avro_long(3) + avro_string("5") + avro_string("x") + avro_long(0) + b"\0",
+    ]
+    header = header_hex("SpendReport")
+    assert _one(f"spend {header} {batch.hex()}") == spend_rows(with_columns())
+    assert run_golden_driver([f"spend {header} {v.hex()}" for v in values]) == [None] * len(values)
 
 
 def test_the_event_decoder_reads_a_click_whole_and_an_impression_without_its_per_user_fields():

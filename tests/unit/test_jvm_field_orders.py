@@ -30,6 +30,12 @@ def test_the_spend_decoder_reads_the_spend_report_fields_in_the_schema_order(jav
     assert java_fields["DecodeSpendReport.FIELDS"] == avsc_fields("SpendReport")
 
 
+def test_the_spend_decoder_reads_the_campaign_columns_in_the_schema_order(java_fields):
+    (campaigns,) = [f for f in default_registry().schema("SpendReport")["fields"] if f["name"] == "campaigns"]
+    (columns,) = [branch for branch in campaigns["type"] if isinstance(branch, dict)]
+    assert java_fields["DecodeSpendReport.COLUMNS"] == [f["name"] for f in columns["fields"]]
+
+
 def test_the_event_decoder_emits_every_ad_event_field_in_the_schema_order(java_fields):
     columns = re.findall(r"(\w+) [A-Z]+(?:,|>)", java_fields["DecodeAdEvent.output"])
     assert columns[0] == "ok" and columns[-1] == "agent_lower"

@@ -1,15 +1,18 @@
 """SpendWindows.java counts a spend report once by the one rule of core.spend.SpendDedupe.
 
-Golden vectors: the same budget.spend records (encoded with the project's codec) and watermarks go through
-the Java operator's table (SpendWindows.Table, through the golden driver, no cluster) and through a model of
-its windows here whose only de-duplication is `SpendDedupe.first_time`; both must emit the same rows. A
-record behind the watermark is not counted by either: it leaves raw for the job's Python path."""
+Golden vectors: the same budget.spend records (encoded with the project's codec, single-campaign records and
+batches of packed columns) and watermarks go through the Java operator's table (SpendWindows.Table, through
+the golden driver, no cluster) and through a model of its windows here that reads each record with
+`core.spend.spend_items` and whose only de-duplication is `SpendDedupe.first_time`; both must emit the same
+rows. A record behind the watermark is not counted by either: it leaves raw, whole, for the job's Python path."""
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 
-from core.spend import SpendDedupe
+import numpy as np
+
+from core.spend import SpendCut, SpendDedupe, batch_records, heartbeat_record, spend_items
 from jobs.jvm import run_golden_driver
 from schemas.codec import AvroCodec, HEADER_LEN
 
@@ -37,15 +40,16 @@ class DedupedWindows:
 
     def offer(self, record: dict, value_hex: str) -> None:
         at_ms = record["event_time"]
+        reports = [r for r in spend_items(record) if r["campaign_id"] > 0]
         if at_ms <= self.watermark:
-            if record["campaign_id"] > 0:
+            if reports:
                 self.emitted.append(("spend_raw", at_ms, value_hex))
             return
-        if record["campaign_id"] <= 0 or not self.dedupe.first_time(record):
-            return  # a heartbeat, or a copy of a report already counted
-        self.windows.setdefault(at_ms - at_ms % WINDOW_MS + WINDOW_MS, []).append(record)
-        if record["lease_id"] is not None or record["wants_slice"]:
-            self.metered.setdefault(at_ms - at_ms % SERVER_WINDOW_MS + SERVER_WINDOW_MS, []).append(record)
+        for r in reports:
+            if self.dedupe.first_time(r):  # else a copy of a report already counted
+                self.windows.setdefault(at_ms - at_ms % WINDOW_MS + WINDOW_MS, []).append(r)
+                if r["lease_id"] is not None or r["wants_slice"]:
+                    self.metered.setdefault(at_ms - at_ms % SERVER_WINDOW_MS + SERVER_WINDOW_MS, []).append(r)
 
     def advance(self, mark: int) -> None:
         self.watermark = max(self.watermark, mark)
@@ -62,6 +66,20 @@ class DedupedWindows:
                                      sum(r["expected_spend_micros"] for r in of), sum(r["served_ads"] for r in of),
                                      sum(r["eligible_requests"] for r in of), max(r["max_price_micros"] for r in of),
                                      len({r["server_id"] for r in of}), False))
+
+
+def cut(server: str, sequence: int, at_ms: int, figures: dict[int, tuple], leases: dict[int, str] | None = None,
+        wants: set[int] | None = None) -> SpendCut:
+    """A server's cut: campaign -> (spend, served, eligible, price)."""
+    ids = sorted(figures)
+    column = [np.array([figures[c][i] for c in ids], t) for i, t in enumerate((np.int64, np.int32, np.int32, np.int64))]
+    return SpendCut(server, sequence, at_ms - 1_000, at_ms, np.array(ids, np.int64), column[0], column[1], column[2],
+                    column[3], dict(leases or {}), set(wants or ()))
+
+
+def batches(spend_cut: SpendCut, partitions: int = 2) -> list[dict]:
+    """The cut as an ad server sends it: one batch record per partition (all reach this one table here)."""
+    return [record for _, record in batch_records(spend_cut, partitions)]
 
 
 def _java_rows(answer: list[dict]) -> list[tuple]:
@@ -135,9 +153,44 @@ def test_a_resend_behind_the_watermark_and_undecodable_bytes_leave_raw_for_the_p
     assert [r[0] for r in rows] == ["window", "spend_raw", "spend_raw"]
 
 
+def test_a_batch_counts_each_of_its_campaigns_once_as_single_campaign_records_of_them_would():
+    spend_cut = cut("s1", 7, T0 + 1_500, {11: (2_000, 2, 5, 700), 12: (3_000, 1, 4, 900), 13: (0, 0, 9, 100)},
+                    leases={12: "lease-b"}, wants={13})
+    records = batches(spend_cut)
+    assert len(records) == 2 and all(r["campaign_id"] == 0 for r in records)
+    as_batches = assert_same_rows([*records, records[0], T0 + WINDOW_MS])
+    as_singles = assert_same_rows([*spend_cut.items(), T0 + WINDOW_MS])
+    assert sorted(as_batches) == sorted(as_singles)
+    assert sorted((r[0], r[2], r[5]) for r in as_batches) == [
+        ("server", 12, 3_000), ("server", 13, 0), ("window", 11, 2_000), ("window", 12, 3_000), ("window", 13, 0)]
+
+
+def test_a_report_sent_once_in_a_batch_and_again_as_a_single_record_counts_once():
+    spend_cut = cut("s1", 7, T0 + 1_500, {11: (2_000, 2, 5, 700), 12: (3_000, 1, 4, 900)})
+    rows = assert_same_rows([*batches(spend_cut), *spend_cut.items(), T0 + WINDOW_MS])
+    assert [(r[2], r[5]) for r in rows] == [(11, 2_000), (12, 3_000)]
+
+
+def test_a_late_batch_leaves_whole_and_a_late_empty_batch_leaves_nothing():
+    on_time = batches(cut("s1", 1, T0 + 100, {11: (1_000, 1, 1, 1), 12: (2_000, 1, 1, 1)}), partitions=1)
+    late = batches(cut("s1", 2, T0 + 200, {11: (5_000, 1, 1, 1), 12: (6_000, 1, 1, 1)}), partitions=1)
+    empty = batches(SpendCut("s1", 3, T0 + 300, T0 + 300, *(np.zeros(0, t) for t in
+                                                            (np.int64, np.int64, np.int32, np.int32, np.int64))))
+    rows = assert_same_rows([*on_time, T0 + WINDOW_MS, *late, *empty, heartbeat_record("s1", 4, T0 + 400)])
+    assert [r[0] for r in rows] == ["window", "window", "spend_raw"]
+
+
+def test_a_batch_the_decoder_cannot_read_leaves_raw_whole():
+    (record,) = batches(cut("s1", 1, T0 + 100, {11: (1_000, 1, 1, 1), 12: (2_000, 1, 1, 1)}), partitions=1)
+    unequal = dict(record, campaigns=dict(record["campaigns"], served_ads=b"\0" * 4))
+    rows = assert_same_rows([CODEC.encode("SpendReport", unequal), T0 + WINDOW_MS])
+    assert [r[0] for r in rows] == ["spend_raw"]
+
+
 def _random_stream(rng: random.Random) -> list:
-    """Servers cutting reports once a second (a sequence per cut, one report per campaign, campaign 0 the
-    heartbeat), copies of recent reports re-sent, and the watermark moving in between."""
+    """Servers cutting their campaigns once a second under a sequence per cut, sent either as batches (one per
+    partition, an empty one the partition's heartbeat) or as one record per campaign, campaign 0 a heartbeat;
+    copies of recent records re-sent, and the watermark moving in between."""
     sequences = {f"s{n}": 0 for n in range(3)}
     sent: list[dict] = []
     ops: list = []
@@ -152,17 +205,25 @@ def _random_stream(rng: random.Random) -> list:
         else:
             server = rng.choice(sorted(sequences))
             sequences[server] += 1
-            at_ms = watermark + rng.randrange(-500, 6_000)
-            for campaign in sorted(rng.sample(range(4), k=rng.randrange(1, 4))):
-                sent.append(report(server, sequences[server], campaign, at_ms, spend=rng.randrange(0, 5_000),
-                                   served=rng.randrange(0, 3), eligible=rng.randrange(0, 9),
-                                   price=rng.randrange(0, 2_000), lease=rng.choice([None, None, "lease-a"]),
-                                   wants=rng.random() < 0.2))
-                ops.append(sent[-1])
+            campaigns = rng.sample(range(1, 7), k=rng.randrange(0, 5))
+            spend_cut = cut(server, sequences[server], watermark + rng.randrange(-500, 6_000),
+                            {c: (rng.randrange(0, 5_000), rng.randrange(0, 3), rng.randrange(0, 9),
+                                 rng.randrange(0, 2_000)) for c in campaigns},
+                            leases={c: "lease-a" for c in campaigns if rng.random() < 0.3},
+                            wants={c for c in campaigns if rng.random() < 0.2})
+            if rng.random() < 0.5:
+                records = batches(spend_cut, partitions=rng.choice([1, 2, 3]))
+            else:
+                records = spend_cut.items() + [heartbeat_record(server, spend_cut.sequence, spend_cut.event_time)]
+            sent.extend(records)
+            ops.extend(records)
     return ops + [watermark + 60_000]
 
 
-def test_random_streams_of_reports_resends_and_heartbeats_give_the_same_rows():
+def test_random_streams_of_batches_single_reports_resends_and_heartbeats_give_the_same_rows():
     rng = random.Random(20_261_202)
-    for _ in range(6):
-        assert_same_rows(_random_stream(rng))
+    streams = [_random_stream(rng) for _ in range(6)]
+    assert any(isinstance(op, dict) and op.get("campaigns") and op["campaigns"]["campaign_id"] for s in streams
+               for op in s) and any(isinstance(op, dict) and op["campaign_id"] > 0 for s in streams for op in s)
+    for ops in streams:
+        assert_same_rows(ops)

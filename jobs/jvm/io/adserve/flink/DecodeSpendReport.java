@@ -1,31 +1,48 @@
 package io.adserve.flink;
 
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
 import org.apache.flink.types.Row;
 
 /**
  * Decodes one budget.spend record (schemas/spend_report.avsc, Avro single-object encoding) inside the JVM,
  * for the budget job's per-item operator ({@link SpendWindows}), so that path never crosses into Python.
  *
+ * <p>A record carries its campaigns in either form: one in the top-level fields (campaign_id > 0), or many as
+ * the packed columns of {@code campaigns} (top-level campaign_id 0); it answers one row per campaign, in the
+ * order core.spend.spend_items yields them: the top-level campaign, then each column entry, with its lease
+ * from the lease map and its slice request from the array. A record with neither (a heartbeat) answers none.
+ *
  * <p>The caller passes the 10-byte header it expects (marker and the current schema's fingerprint); a record
  * with any other header is left to the Python path, which resolves older and newer versions of the contract.
  * The body is read field by field in the schema's order. Anything that does not decode exactly (bad
- * varint, short buffer, trailing bytes, bad union index) returns NULL, and the job sends the record to its
- * Python path, which names the reason on the dead-letter topic.
+ * varint, short buffer, trailing bytes, bad union index, a block size that does not match its items, a column
+ * whose length is not its width times the number of campaign ids) returns NULL for the whole record, and the
+ * job sends it to its Python path, which names the reason on the dead-letter topic.
  */
 final class DecodeSpendReport {
-    /** The decoded row's columns, in order: the schema's fields, in the schema's order. */
+    /** The record's fields, in the schema's order; a decoded row has all but the last ({@code campaigns}). */
     static final String[] FIELDS = {"server_id", "sequence", "campaign_id", "event_time", "interval_start",
-        "expected_spend_micros", "served_ads", "eligible_requests", "lease_id", "max_price_micros", "wants_slice"};
+        "expected_spend_micros", "served_ads", "eligible_requests", "lease_id", "max_price_micros", "wants_slice",
+        "campaigns"};
+    /** The fields of {@code campaigns} (CampaignSpendColumns), in the schema's order. */
+    static final String[] COLUMNS = {"campaign_id", "expected_spend_micros", "served_ads", "eligible_requests",
+        "max_price_micros", "lease_id", "wants_slice"};
 
     private DecodeSpendReport() {
     }
 
     /**
-     * Row(server_id STRING, sequence BIGINT, campaign_id BIGINT, event_time BIGINT, interval_start BIGINT,
+     * One Row(server_id STRING, sequence BIGINT, campaign_id BIGINT, event_time BIGINT, interval_start BIGINT,
      * expected_spend_micros BIGINT, served_ads INT, eligible_requests INT, lease_id STRING,
-     * max_price_micros BIGINT, wants_slice BOOLEAN), or NULL.
+     * max_price_micros BIGINT, wants_slice BOOLEAN) per campaign the record carries (none for a heartbeat), or
+     * NULL.
      */
-    static Row decode(byte[] value, byte[] header) {
+    static List<Row> decode(byte[] value, byte[] header) {
         AvroBinaryReader in = AvroBinaryReader.afterHeader(value, header);
         if (in == null) {
             return null;
@@ -42,13 +59,49 @@ final class DecodeSpendReport {
             String leaseId = in.nullableString();
             long maxPrice = in.varLong();
             int flag = in.octet();
-            if (flag > 1 || !in.atEnd()) {
+            if (flag > 1) {
                 return null;
             }
-            return Row.of(serverId, sequence, campaignId, eventTime, intervalStart, spend, served, eligible,
-                    leaseId, maxPrice, flag == 1);
+            List<Row> items = new ArrayList<>();
+            if (campaignId > 0) {
+                items.add(Row.of(serverId, sequence, campaignId, eventTime, intervalStart, spend, served, eligible,
+                        leaseId, maxPrice, flag == 1));
+            }
+            if (in.present() && !columns(in, serverId, sequence, eventTime, intervalStart, items)) {
+                return null;
+            }
+            return in.atEnd() ? items : null;
         } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
             return null;
         }
+    }
+
+    /**
+     * Adds a CampaignSpendColumns record's entries to {@code items}, each with the record's server, sequence and
+     * times; false when a column's length is not its width times the number of campaign ids.
+     */
+    private static boolean columns(AvroBinaryReader in, String serverId, long sequence, long eventTime,
+            long intervalStart, List<Row> items) {
+        ByteBuffer ids = in.bytes();
+        ByteBuffer spend = in.bytes();
+        ByteBuffer served = in.bytes();
+        ByteBuffer eligible = in.bytes();
+        ByteBuffer price = in.bytes();
+        Map<String, String> leases = in.stringMap();
+        Set<Long> wants = in.longSet();
+        int n = ids.remaining() / Long.BYTES;
+        if (ids.remaining() != n * Long.BYTES || spend.remaining() != n * Long.BYTES
+                || price.remaining() != n * Long.BYTES || served.remaining() != n * Integer.BYTES
+                || eligible.remaining() != n * Integer.BYTES) {
+            return false;
+        }
+        for (int i = 0; i < n; i++) {
+            long campaign = ids.getLong(i * Long.BYTES);
+            String lease = leases.isEmpty() ? null : leases.get(Long.toString(campaign));
+            items.add(Row.of(serverId, sequence, campaign, eventTime, intervalStart, spend.getLong(i * Long.BYTES),
+                    served.getInt(i * Integer.BYTES), eligible.getInt(i * Integer.BYTES), lease,
+                    price.getLong(i * Long.BYTES), !wants.isEmpty() && wants.contains(campaign)));
+        }
+        return true;
     }
 }

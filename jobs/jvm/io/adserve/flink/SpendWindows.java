@@ -26,25 +26,30 @@ import org.apache.flink.types.Row;
 
 /**
  * The budget job's per-item path in one JVM operator, chained to the Kafka source (jobs/budget_pacing/):
- * every budget.spend record is decoded ({@link DecodeSpendReport}), deduplicated and summed here, and only
- * reduced rows leave, so no per-report row is serialized for an exchange.
+ * every budget.spend record is decoded into its campaigns' reports ({@link DecodeSpendReport}: one for a
+ * single-campaign record, one per column entry for a batch), deduplicated and summed here, and only reduced
+ * rows leave, so no per-report row is serialized for an exchange.
  *
  * <ul>
- *   <li>a report is one (server, sequence, campaign); a resend of it counts once, as the maximum of its
- *       copies' figures (copies are identical: a resend is the same record produced again);</li>
+ *   <li>a report is one (server, sequence, campaign), in whichever form it came; a resend of it counts once,
+ *       as the maximum of its copies' figures (copies are identical: a resend is the same record produced
+ *       again);</li>
  *   <li>{@code window}: per campaign and 10 s event-time window, the sum of its reports' spend, served ads
  *       and eligible requests, the largest click price and the number of distinct servers; it leaves when
  *       the watermark passes the window's end, stamped end - 1 ms (a SQL TUMBLE window's time);</li>
  *   <li>{@code server}: a report that draws on a slice or asks for one, once, when the watermark passes
  *       the end of its 1 s window (the pacer answers slice requests per server);</li>
  *   <li>{@code spend_raw}: a record behind the watermark on arrival (a resend after a long outage), or one
- *       this decoder cannot read (another contract version, corrupt), with its Kafka coordinates and bytes,
- *       for the job's Python path; a heartbeat (campaign id 0) only moves event time and leaves nothing.</li>
+ *       this decoder cannot read (another contract version, corrupt), whole (a batch with all its campaigns),
+ *       with its Kafka coordinates and bytes, for the job's Python path, which splits it by campaign; a
+ *       record that names no campaign (a heartbeat, an empty batch) only moves event time and leaves
+ *       nothing.</li>
  * </ul>
  *
- * <p>The reports of an unfinished window are operator state, checkpointed with the source's offsets. Reports
- * are keyed by campaign on budget.spend, so all of a campaign's reports reach the same source subtask, and its
- * windows (server counts included) are exact at any parallelism.
+ * <p>The reports of an unfinished window are operator state, checkpointed with the source's offsets. Every
+ * report of a campaign is on the budget.spend partition its id picks (a keyed record by its key, a batch entry
+ * by the writer's choice of partition: core.spend.partition_of), so all of them reach the same source subtask,
+ * and its windows (server counts included) are exact at any parallelism.
  *
  * <p>Called from PyFlink through {@link #apply}; the input has the Kafka table's columns topic, partition,
  * offset, k and v (read by name), with event-time timestamps and watermarks.
@@ -172,16 +177,31 @@ public final class SpendWindows {
         }
 
         /**
-         * Adds report {@code r} (a {@link DecodeSpendReport} row, or null when it did not decode) at event time
-         * {@code ts}; true when the record must leave as {@code spend_raw} for the Python path.
+         * Adds the reports of one record ({@link DecodeSpendReport} rows, or null when it did not decode) at
+         * event time {@code ts}; true when the whole record must leave as {@code spend_raw} for the Python path.
          */
-        boolean offer(Row r, long ts) {
-            if (r == null || ts <= watermark) {  // not readable here, or behind the job's clock
-                return r == null || (Long) r.getField(2) > 0;  // a late heartbeat: nothing to add
+        boolean offer(List<Row> reports, long ts) {
+            if (reports == null) {
+                return true;  // not readable here
             }
+            if (ts <= watermark) {  // behind the job's clock: the Python path adds it on arrival
+                for (Row r : reports) {
+                    if ((Long) r.getField(2) > 0) {
+                        return true;
+                    }
+                }
+                return false;  // a late heartbeat: nothing to add
+            }
+            for (Row r : reports) {
+                addReport(r, ts);
+            }
+            return false;
+        }
+
+        private void addReport(Row r, long ts) {
             long campaign = (Long) r.getField(2);
             if (campaign <= 0) {
-                return false;  // a heartbeat: it carried event time forward at the source
+                return;  // names no campaign: only its record's event time counted, at the source
             }
             Report report = new Report((String) r.getField(0), (Long) r.getField(1), campaign);
             String lease = (String) r.getField(8);
@@ -195,7 +215,6 @@ public final class SpendWindows {
                 add(metered, end(ts, serverWindowMs), report,
                     new Figures(lease, spend, served, eligible, price, wants));
             }
-            return false;
         }
 
         private static long end(long ts, long size) {

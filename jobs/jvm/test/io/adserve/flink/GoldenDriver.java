@@ -2,11 +2,13 @@ package io.adserve.flink;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeSet;
 
 import org.apache.flink.streaming.api.TimerService;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
@@ -23,8 +25,9 @@ import org.apache.flink.util.OutputTag;
  * <pre>
  *   fields                                  the operators' column constants and DecodeAdEvent's output type
  *   read VALUE TYPES                        AvroBinaryReader from byte 0: TYPES comma-separated, each of
- *                                           long, string, nullable_string, enumN (N symbols), at_end
- *   spend HEADER VALUE                      DecodeSpendReport.decode
+ *                                           long, string, nullable_string, enumN (N symbols), bytes,
+ *                                           string_map, long_set (sorted), at_end
+ *   spend HEADER VALUE                      DecodeSpendReport.decode: a row per campaign, or null
  *   event HEADER VALUE                      DecodeAdEvent.eval's one row
  *   campaign HEADER VALUE LEADING_LONGS     LeadingCampaignId.eval
  *   split HEADER VALUE BILLABLE REASON|-    FirstSeen.Split on the input row the click aggregator's view
@@ -83,6 +86,7 @@ public final class GoldenDriver {
         fields.put("FirstSeen.OUTPUT_FIELDS", List.of(FirstSeen.OUTPUT_FIELDS));
         fields.put("SpendWindows.OUTPUT_FIELDS", List.of(SpendWindows.OUTPUT_FIELDS));
         fields.put("DecodeSpendReport.FIELDS", List.of(DecodeSpendReport.FIELDS));
+        fields.put("DecodeSpendReport.COLUMNS", List.of(DecodeSpendReport.COLUMNS));
         fields.put("DecodeAdEvent.output", DecodeAdEvent.class.getAnnotation(FunctionHint.class).output().value());
         return fields;
     }
@@ -100,6 +104,15 @@ public final class GoldenDriver {
                     values.add(reader.nullableString());
                 } else if (type.startsWith("enum")) {
                     values.add(reader.enumIndex(Integer.parseInt(type.substring(4))));
+                } else if ("bytes".equals(type)) {
+                    ByteBuffer view = reader.bytes();
+                    byte[] copy = new byte[view.remaining()];
+                    view.get(copy);
+                    values.add(copy);
+                } else if ("string_map".equals(type)) {
+                    values.add(reader.stringMap());
+                } else if ("long_set".equals(type)) {
+                    values.add(new ArrayList<>(new TreeSet<>(reader.longSet())));
                 } else if ("at_end".equals(type)) {
                     values.add(reader.atEnd());
                 } else {
