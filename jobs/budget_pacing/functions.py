@@ -16,10 +16,12 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction,
 from core import budget
 from core.budget_events import (AdsChange, Billed, CampaignChange, LateReport, Market, ServerSpend, SpendWindow, Tick,
                                 apply, apply_held, change_instant_ms, new_state, window_end_ms)
+from core.dead_letters import dead_letter
+from core.errors import SchemaMismatch
 from core.pacing import Curves
-from core.spend import report_key
+from core.spend import report_key, spend_items
 from jobs.budget_pacing import state as pacer_state
-from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards
+from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards, dead_letter_row
 
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -51,30 +53,61 @@ def load_curves(path: str) -> Curves:
     return Curves.from_document(json.loads(Path(path).read_text()))
 
 
-def keyed_row(kind: str, campaign_id: int, row) -> Row:
-    """A row of the JVM's layout for a record decoded here: its kind, campaign and coordinates."""
+def keyed_row(kind: str, campaign_id: int, row, value: bytes | None = None) -> Row:
+    """A row of the JVM's layout for a record decoded here: its kind, campaign and coordinates, and its value
+    (`value` when given: a spend report split out of a batch)."""
     values = {"kind": kind, "campaign_id": campaign_id, "topic": row.topic, "part": row.part, "off": row.off,
-              "k": row.k, "v": row.v}
+              "k": row.k, "v": row.v if value is None else value}
     return Row(*[values.get(name) for name in ROW_FIELDS])
+
+
+def campaign_reports(record: dict) -> list[dict]:
+    """A SpendReport's reports of a campaign (core.spend.spend_items), whole or not at all: columns that do not
+    fit raise SchemaMismatch."""
+    try:
+        return [r for r in spend_items(record) if int(r["campaign_id"]) > 0]
+    except ValueError as error:  # numpy refuses a packed column that is not whole entries of its width
+        raise SchemaMismatch(f"SpendReport columns not whole entries of their widths: {error}") from error
 
 
 class Route(ProcessFunction):
     """The rows the JVM could not key (late or undecodable spend reports, records of another contract version)
-    decoded for their campaign id; corrupt ones -> dead letters (counted), late heartbeats dropped."""
+    decoded for their campaign id. A spend record leaves as one spend_raw row per campaign it carries, each a
+    single-campaign SpendReport keyed by its own campaign (a batch is split here); corrupt ones -> dead letters
+    (counted), late heartbeats dropped."""
 
     def open(self, runtime_context: RuntimeContext):
         from schemas.codec import AvroCodec
 
-        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
-                                         runtime_context.get_metrics_group().counter("corrupt_records"))
+        self.codec = AvroCodec()
+        self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
+        self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, self.corrupt)
 
     def process_element(self, row, ctx):
         record, dead = self.decoder.decode(row.v, RECORD_TYPES[row.kind], topic=row.topic, partition=row.part,
                                            offset=row.off, key=row.k)
         if dead is not None:
             yield DEAD_LETTERS, dead
-        elif row.kind != "spend_raw" or int(record["campaign_id"]) > 0:  # campaign 0: a late heartbeat
+        elif row.kind != "spend_raw":
             yield keyed_row(row.kind, int(record["campaign_id"]), row)
+        else:
+            yield from self._spend(record, row)
+
+    def _spend(self, record: dict, row):
+        try:
+            reports = campaign_reports(record)
+        except SchemaMismatch as error:
+            self.corrupt.inc()
+            yield DEAD_LETTERS, dead_letter_row(dead_letter(
+                JOB_NAME, topic=row.topic or "?", partition=row.part, offset=row.off, timestamp_ms=None, key=row.k,
+                value=row.v, reason=str(error), error_type=type(error).__name__), self.codec)
+            return
+        if len(reports) == 1 and record.get("campaigns") is None:  # a single-campaign record: as it came
+            yield keyed_row(row.kind, int(record["campaign_id"]), row)
+            return
+        for report in reports:  # none for a late heartbeat
+            yield keyed_row(row.kind, int(report["campaign_id"]), row,
+                            self.codec.encode("SpendReport", dict(report, campaigns=None)))
 
 
 class Pace(KeyedProcessFunction):
@@ -142,8 +175,8 @@ class Pace(KeyedProcessFunction):
         if row.kind == "server":
             return ServerSpend(row.server_id, row.lease_id, row.spend, bool(row.wants), row.price or 0,
                                window_end_ms(event_ms)), None
-        if row.kind == "spend_raw":
-            return self._late_report(self.codec.decode(row.v, "SpendReport"), now_ms), None
+        if row.kind == "spend_raw":  # decoded and split by campaign in Route
+            return self._late_report(row.campaign_id, self.codec.decode(row.v, "SpendReport"), now_ms), None
         # its campaign id read in the JVM; the rest may still be corrupt
         record, dead = self.decoder.decode(row.v, RECORD_TYPES[row.kind], topic=row.topic, partition=row.part,
                                            offset=row.off, key=row.k)
@@ -155,14 +188,18 @@ class Pace(KeyedProcessFunction):
             return Billed(record), None
         return self._ads_change(row.campaign_id, record, now_ms), None
 
-    def _late_report(self, record: dict, now_ms: int) -> LateReport | None:
-        """A late report counts once by core.spend.report_key; the keys seen expire by Flink's state TTL."""
-        key = pacer_state.late_report_key(report_key(record))
+    def _late_report(self, campaign_id: int, record: dict, now_ms: int) -> LateReport | None:
+        """The record's report of the row's campaign, counted once by core.spend.report_key; the keys seen expire
+        by Flink's state TTL."""
+        report = next((r for r in campaign_reports(record) if r["campaign_id"] == campaign_id), None)
+        if report is None:
+            return None
+        key = pacer_state.late_report_key(report_key(report))
         if self.late_seen.contains(key):
             return None
         self.late_seen.put(key, True)
         self.late.inc()
-        return LateReport(record, now_ms)
+        return LateReport(report, now_ms)
 
     def _ads_change(self, campaign_id: int, record: dict, now_ms: int) -> AdsChange | None:
         ads = pacer_state.ads_from_rows(self.ads.get(campaign_id))

@@ -6,10 +6,17 @@ from pathlib import Path
 
 from pyflink.common import Row
 
+import json
+
+import numpy as np
+from fastavro.schema import parse_schema
+
 from core.budget_events import SpendWindow
+from core.spend import SpendCut, batch_records, heartbeat_record, spend_items
 from jobs.budget_pacing import state as pacer_state
-from jobs.budget_pacing.functions import DEAD_LETTERS, ROW_FIELDS, Pace, PacerSettings
-from schemas.codec import AvroCodec
+from jobs.budget_pacing.functions import DEAD_LETTERS, ROW_FIELDS, Pace, PacerSettings, Route
+from schemas import HISTORY_DIR
+from schemas.codec import AvroCodec, plain_timestamps
 
 T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
 DOLLAR = 1_000_000
@@ -118,6 +125,31 @@ def _report(server, sequence, campaign_id, at_ms, spend):
             "eligible_requests": 5, "lease_id": None, "max_price_micros": 2 * DOLLAR, "wants_slice": False}
 
 
+def _batch(server, sequence, at_ms, spend_of, leases=None, wants=()):
+    """One batch record (a single partition) of `spend_of`: campaign -> spend, as an ad server sends it."""
+    ids = np.array(sorted(spend_of), np.int64)
+    cut = SpendCut(server, sequence, at_ms - 1000, at_ms, ids, np.array([spend_of[c] for c in ids], np.int64),
+                   np.ones(len(ids), np.int32), np.full(len(ids), 5, np.int32), np.full(len(ids), 2 * DOLLAR, np.int64),
+                   dict(leases or {}), set(wants))
+    [(_, record)] = batch_records(cut, 1)
+    return record
+
+
+def _routed(route, value):
+    """What Route makes of a spend_raw row with `value` (campaign unknown: the JVM could not key it)."""
+    outputs = list(route.process_element(_row("spend_raw", None, value), None))
+    for out in outputs:
+        if not isinstance(out, tuple):
+            out.set_field_names(ROW_FIELDS)
+    return outputs
+
+
+def _route():
+    route, runtime = Route(), FakeRuntimeContext()
+    route.open(runtime)
+    return route, runtime
+
+
 def _pacer():
     pace, runtime = Pace(PacerSettings(shards=2)), FakeRuntimeContext()
     pace.open(runtime)
@@ -208,3 +240,79 @@ def test_late_report_keys_expire_by_flinks_state_ttl_without_turning_the_state_c
     assert ttl.get_ttl().to_milliseconds() == 3_600_000
     assert ttl.get_update_type() == StateTtlConfig.UpdateType.OnCreateAndWrite
     assert ttl.get_state_visibility() == StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
+
+
+def test_route_splits_a_late_batch_into_single_campaign_reports_each_keyed_by_its_own_campaign():
+    route, _ = _route()
+    codec = AvroCodec()
+    batch = _batch("s9", 4, T0 + 30_000, {7: 700, 9: 900, 12: 0}, leases={9: "lease-9"}, wants={12})
+    rows = _routed(route, codec.encode("SpendReport", batch))
+    assert [(r.kind, r.campaign_id, r.topic, r.part, r.off, r.k) for r in rows] == [
+        ("spend_raw", c, "t", 0, 1, b"k") for c in (7, 9, 12)]
+    assert [codec.decode(r.v) for r in rows] == [dict(item, campaigns=None) for item in spend_items(batch)]
+
+
+def test_route_drops_a_late_heartbeat_and_a_late_batch_of_no_campaigns():
+    route, runtime = _route()
+    codec = AvroCodec()
+    assert _routed(route, codec.encode("SpendReport", heartbeat_record("s9", 5, T0))) == []
+    assert _routed(route, codec.encode("SpendReport", _batch("s9", 5, T0, {}))) == []
+    assert runtime.counters.get("corrupt_records").count == 0
+
+
+def test_route_passes_a_single_campaign_report_of_an_older_version_on_as_it_came():
+    route, _ = _route()
+    v2 = parse_schema(plain_timestamps(json.loads((HISTORY_DIR / "spend_report.v2.avsc").read_text())),
+                      named_schemas={})
+    value = AvroCodec().encode(v2, _report("s9", 1, 7, T0, 777))
+    [row] = _routed(route, value)
+    assert (row.kind, row.campaign_id, row.v) == ("spend_raw", 7, value)
+
+
+def test_route_sends_a_batch_with_columns_of_unequal_length_to_the_dead_letters_naming_them():
+    route, runtime = _route()
+    codec = AvroCodec()
+    batch = _batch("s9", 4, T0, {7: 700, 9: 900})
+    value = codec.encode("SpendReport", dict(batch, campaigns=dict(batch["campaigns"], served_ads=b"\1\0\0\0")))
+    [(tag, dead)] = _routed(route, value)
+    letter = codec.decode(dead[1])
+    assert tag is DEAD_LETTERS and "unequal length" in letter["reason"]
+    assert (letter["error_type"], letter["value"], letter["source_topic"]) == ("SchemaMismatch", value, "t")
+    assert runtime.counters["corrupt_records"].count == 1
+
+
+def test_route_sends_a_batch_with_a_column_not_of_whole_entries_to_the_dead_letters():
+    route, runtime = _route()
+    codec = AvroCodec()
+    batch = _batch("s9", 4, T0, {7: 700, 9: 900})
+    value = codec.encode("SpendReport", dict(batch, campaigns=dict(batch["campaigns"],
+                                                                   campaign_id=batch["campaigns"]["campaign_id"][:-1])))
+    [(tag, dead)] = _routed(route, value)
+    assert tag is DEAD_LETTERS and codec.decode(dead[1])["error_type"] == "SchemaMismatch"
+    assert runtime.counters["corrupt_records"].count == 1
+
+
+def test_a_late_batch_its_resend_and_the_same_report_sent_alone_count_each_campaign_once():
+    route, _ = _route()
+    pace, runtime, ctx = _pacer()
+    codec = AvroCodec()
+    for campaign_id in (7, 9):
+        _feed(pace, ctx, _row("campaign", campaign_id,
+                              codec.encode("ServingCampaign", _campaign(campaign_id, 100 * DOLLAR))), T0)
+    batch = codec.encode("SpendReport", _batch("s9", 1, T0 + 30_000, {7: 700, 9: 900}))
+    alone = codec.encode("SpendReport", _report("s9", 1, 9, T0 + 30_000, 900))
+    for value in (batch, batch, alone):
+        for row in _routed(route, value):
+            _feed(pace, ctx, row, T0 + 30_000)
+    assert (_committed(pace, 7), _committed(pace, 9)) == (700, 900)
+    assert runtime.counters["late_reports"].count == 2
+    assert sorted(runtime.states["late_reports"].keys()) == ["s9|1|7", "s9|1|9"]
+
+
+def test_the_pacer_counts_only_its_rows_campaign_of_a_spend_record_that_carries_several():
+    pace, runtime, ctx = _pacer()
+    codec = AvroCodec()
+    batch = codec.encode("SpendReport", _batch("s9", 1, T0 + 30_000, {7: 700, 9: 900}))
+    _feed(pace, ctx, _row("spend_raw", 7, batch), T0 + 30_000)
+    assert (_committed(pace, 7), _committed(pace, 9)) == (700, 0)
+    assert runtime.states["late_reports"].keys() == ["s9|1|7"]
