@@ -1,15 +1,18 @@
 """The budget_pacing Flink job on the real platform: a scripted stretch of event time in, budget states,
-slices, dead letters and Redis pacing curves out."""
+slices, dead letters and Redis pacing curves out. Spend comes in both forms of budget.spend: one record per
+campaign (as tools send it) and batches of packed columns, one per partition and second (as ad servers do)."""
 from __future__ import annotations
 
 import json
 import time
 import uuid
 
+import numpy as np
 import pytest
 from confluent_kafka import Producer
 
 from core.pacing import SpendPlan, TargetCurve, forecast_participation, local_day
+from core.spend import SpendCut, batch_records
 from jobs import deploy
 from schemas.codec import AvroCodec
 from streams import kafka
@@ -46,6 +49,14 @@ def _report(server: str, sequence: int, campaign_id: int, at_ms: int, spend: int
             "eligible_requests": 5, "lease_id": lease_id, "max_price_micros": price, "wants_slice": wants_slice}
 
 
+def _cut(server: str, sequence: int, at_ms: int, spend_of: dict[int, int]) -> SpendCut:
+    """A server's second of spend (campaign -> spend micros), one ad served and five eligible requests each."""
+    ids = np.array(sorted(spend_of), np.int64)
+    n = len(ids)
+    return SpendCut(server, sequence, at_ms - 1000, at_ms, ids, np.array([spend_of[c] for c in ids], np.int64),
+                    np.ones(n, np.int32), np.full(n, 5, np.int32), np.full(n, 2 * DOLLAR, np.int64))
+
+
 class Feed:
     def __init__(self, bootstrap: str, topics: dict[str, str]):
         self.codec, self.topics = AvroCodec(), topics
@@ -55,6 +66,17 @@ class Feed:
         for _ in range(times):
             self.producer.produce(self.topics["spend"], key=str(report["campaign_id"]).encode(),
                                   value=self.codec.encode("SpendReport", report), timestamp=report["event_time"])
+
+    def batches(self, cut: SpendCut, *, times: int = 1) -> None:
+        """The cut as an ad server sends it: one record per partition, each with that partition's campaigns."""
+        for _ in range(times):
+            for partition, record in batch_records(cut, PARTITIONS):
+                self.producer.produce(self.topics["spend"], partition=partition, timestamp=cut.event_time,
+                                      value=self.codec.encode("SpendReport", record))
+
+    def batch_value(self, record: dict, at_ms: int) -> None:
+        self.producer.produce(self.topics["spend"], partition=0, timestamp=at_ms,
+                              value=self.codec.encode("SpendReport", record))
 
     def heartbeat(self, at_ms: int) -> None:
         for partition in range(PARTITIONS):
@@ -104,14 +126,16 @@ def pacing(platform, tmp_path_factory):
                                      "--redis-url", platform.redis_url, "--curves", str(curves)])
     deploy.wait_running(platform.flink_rest_url, job_id)
     feed = Feed(platform.kafka_bootstrap, topics)
-    expected = {101: 0}
+    expected = {101: 0, 107: 0, 108: 0}
     feed.campaign(_campaign(101, 10_000 * DOLLAR))  # paced, far from its limit
     feed.campaign(_campaign(102, 20 * DOLLAR))  # $20 with $2 clicks: metered from the start
     feed.campaign(_campaign(103, 1_000 * DOLLAR))  # lowered below its spend at +45 s
     feed.campaign(_campaign(105, 5_000 * DOLLAR))  # new; its first ad (video only) comes 3 s later
     feed.campaign(_campaign(106, 3_000 * DOLLAR))  # new; its ad may serve anywhere: p from a forecast
+    feed.campaign(_campaign(107, 10_000 * DOLLAR))  # 107 and 108: spent only through batches
+    feed.campaign(_campaign(108, 10_000 * DOLLAR))
     feed.ad(_ad(10_601, 106, None, T0 - 1000))  # a $2 CPC bid: worth 2 % of it, 40,000 a view
-    sequence = {"s1": 0, "s2": 0}
+    sequence = {"s1": 0, "s2": 0, "b1": 0, "b2": 0}
     for second in range(1, 121):
         now = T0 + second * 1000
         for server in ("s1", "s2"):
@@ -122,6 +146,13 @@ def pacing(platform, tmp_path_factory):
                 expected[101] += spend
             if second <= 30:
                 feed.spend(_report(server, sequence[server], 103, now, 10 * DOLLAR))
+        if second <= 60:  # batching servers: 101 (also reported alone by s1 and s2), 107 and 108
+            for server, times in (("b1", 2), ("b2", 1)):  # b1's batches all sent twice
+                sequence[server] += 1
+                spend_of = {101: 3000 + second, 107: 5000 + second, 108: 7000 + second}
+                feed.batches(_cut(server, sequence[server], now, spend_of), times=times)
+                for campaign_id, spend in spend_of.items():
+                    expected[campaign_id] += spend
         if second == 3:
             feed.ad(_ad(10_501, 105, ["video"], now))
         if second <= 60:  # 106 is eligible for 5 requests a second on each server, and enters none yet
@@ -135,15 +166,25 @@ def pacing(platform, tmp_path_factory):
             feed.raw("campaigns", b"{not avro}", now)
             # a campaign record whose id the JVM reads, its body cut short: the pacer sends it to the dead letters
             feed.raw("campaigns", AvroCodec().encode("ServingCampaign", _campaign(104, DOLLAR))[:14], now)
+            # batches the JVM leaves to the Python path, which sends them to the dead letters: columns of unequal
+            # length, and an id column that is not whole 8-byte ids
+            [(_, batch)] = batch_records(_cut("b9", 1, now, {107: DOLLAR, 108: DOLLAR}), 1)
+            columns = batch["campaigns"]
+            feed.batch_value(dict(batch, campaigns=dict(columns, served_ads=columns["served_ads"][:4])), now)
+            feed.batch_value(dict(batch, campaigns=dict(columns, campaign_id=columns["campaign_id"][:-1])), now)
         if second == 45:
             feed.campaign(_campaign(103, 500 * DOLLAR, version=2, at_ms=now))
         feed.heartbeat(now)
-        if second == 100:  # a report from +30 s arriving long after its window closed, and its resend
+        if second == 100:  # reports from +30 s arriving long after their window closed, and their resends
             late = _report("s9", 1, 101, T0 + 30_000, 777)
+            late_batch = _cut("b9", 2, T0 + 30_000, {107: 555, 108: 666})
             feed.flush()
             time.sleep(1.0)
             feed.spend(late, times=2)
+            feed.batches(late_batch, times=2)
             expected[101] += 777
+            expected[107] += 555
+            expected[108] += 666
     feed.flush()
     outputs = {"job_id": job_id, "topics": topics, "expected": expected}
     # The last spend window closes at +70 s of event time; heartbeats carry event time to +120 s.
@@ -187,6 +228,13 @@ def test_spend_counts_once_per_server_and_sequence_late_reports_included(pacing)
     assert latest["remaining_micros"] == 10_000 * DOLLAR - pacing["expected"][101]
 
 
+def test_batched_spend_counts_once_per_server_sequence_and_campaign_late_batches_included(pacing):
+    for campaign_id in (107, 108):
+        latest = _latest(pacing["states"], campaign_id)
+        assert latest["event_time"] >= T0 + 80_000
+        assert latest["committed_spend_micros"] == pacing["expected"][campaign_id], campaign_id
+
+
 def test_the_controller_moves_p_every_ten_seconds_of_event_time(pacing):
     steps = sorted({s["event_time"] for s in pacing["states"] if s["campaign_id"] == 101})
     assert all((t - T0) % 10_000 == 0 for t in steps[1:])
@@ -212,8 +260,10 @@ def test_a_budget_lowered_below_todays_spend_stops_within_thirty_seconds(pacing)
 
 
 def test_corrupt_records_go_to_dead_letters_and_the_job_keeps_running(pacing):
-    assert len(pacing["dead"]) == 3
+    assert len(pacing["dead"]) == 5
     assert {d["job"] for d in pacing["dead"]} == {"budget_pacing"}
+    batches = [d for d in pacing["dead"] if d["error_type"] == "SchemaMismatch"]
+    assert len(batches) == 2 and any("unequal length" in d["reason"] for d in batches)
     assert _latest(pacing["states"], 101)["event_time"] >= T0 + 80_000
 
 
@@ -229,13 +279,15 @@ def test_a_taskmanager_killed_mid_stream_neither_loses_nor_double_counts_spend(p
     from infra.platform.services import Flink, http_json
 
     feed = Feed(platform.kafka_bootstrap, pacing["topics"])
-    expected = pacing["expected"][101]
+    expected, expected_batched = pacing["expected"][101], pacing["expected"][107]
     flink = Flink(platform)
     for second in range(121, 301):
         now = T0 + second * 1000
         if second <= 240:
             feed.spend(_report("s3", second, 101, now, 2000 + second))
+            feed.batches(_cut("b3", second, now, {107: 4000 + second}))
             expected += 2000 + second
+            expected_batched += 4000 + second
         feed.heartbeat(now)
         if second == 180:
             feed.flush()
@@ -246,6 +298,8 @@ def test_a_taskmanager_killed_mid_stream_neither_loses_nor_double_counts_spend(p
     # spend ends at +240 s; its last window closes at +250 s
     latest = _wait_for_state(platform, pacing["topics"]["state"], 101, T0 + 250_000)
     assert latest["committed_spend_micros"] == expected
+    batched = _wait_for_state(platform, pacing["topics"]["state"], 107, T0 + 250_000)
+    assert batched["committed_spend_micros"] == expected_batched
     history = http_json(f"{platform.flink_rest_url}/jobs/{pacing['job_id']}/exceptions")["exceptionHistory"]
     assert history["entries"], "the job never failed over: the kill did not reach it"
 
