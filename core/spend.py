@@ -200,6 +200,10 @@ def heartbeat_record(server_id: str, sequence: int, event_time: int, interval_st
             "max_price_micros": 0, "wants_slice": False, "campaigns": None}
 
 
+COLUMN_WIDTHS = {"campaign_id": 8, "expected_spend_micros": 8, "served_ads": 4, "eligible_requests": 4,
+                 "max_price_micros": 8}  # bytes per entry of each packed column
+
+
 def spend_items(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """One single-campaign report (the top-level fields' shape, `campaigns` left out) per campaign a SpendReport
     carries, in either form: its top-level campaign when campaign_id > 0, then each column entry. A heartbeat
@@ -210,6 +214,10 @@ def spend_items(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
     columns = record.get("campaigns")
     if not columns:
         return
+    for name, width in COLUMN_WIDTHS.items():
+        if len(columns[name]) % width:
+            raise SchemaMismatch(f"SpendReport column {name}: {len(columns[name])} bytes is not whole {width}-byte "
+                                 "entries")
     ids = np.frombuffer(columns["campaign_id"], "<i8")
     n = len(ids)
     spend = np.frombuffer(columns["expected_spend_micros"], "<i8")
