@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks, idempotently and quickly when nothing is missing:
-#   apt:   Java 17 (JDK), Maven, PostgreSQL, Redis
+#   apt:   Java 17 (JDK), Maven, PostgreSQL, Redis, HAProxy (the gateway in front of the ad servers)
 #   pip:   a Python 3.11 virtual environment in .venv with this project and its pinned requirements
 #   Maven: the Kafka, Kafka Connect + Debezium and Flink Kafka connector jars into .platform/jars
 # Called by ./run before anything else; safe to run by hand.
@@ -13,6 +13,7 @@ missing=()
 command -v javac >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/javac" ] || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 if ! command -v postgres >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
   missing+=(postgresql)
 fi
