@@ -48,9 +48,12 @@ def _add_decision(bsub) -> None:
 def _add_serve(bsub) -> None:
     from bench import serve as bench_serve
 
-    v = bsub.add_parser("serve", help="the ad server under load over loopback (needs `adserve up`)",
+    v = bsub.add_parser("serve", help="the serving tier (workers behind the gateway) under load over loopback, "
+                                      "driven by vegeta (needs `adserve up`)",
                         description=bench_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    v.add_argument("--ads", default="100000,1000000", help="comma-separated ad counts (default 100000,1000000)")
+    v.add_argument("--ads", default="100000,1000000,10000000",
+                   help="comma-separated ad counts (default 100000,1000000,10000000)")
+    v.add_argument("--workers", type=int, default=None, help="ad-server worker processes (default: one per core)")
     v.add_argument("--duration", type=float, default=10.0, help="seconds per load step (default 10)")
     v.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     v.set_defaults(handler=cmd_bench_serve)
@@ -189,7 +192,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 
     sizes = [int(x.replace("_", "")) for x in args.ads.split(",") if x.strip()]
     log = _log(args)
-    figures = bench_serve.run(sizes, duration=args.duration, log=log)
+    figures = bench_serve.run(sizes, duration=args.duration, workers=args.workers, log=log)
     return _emit(args, figures, bench_serve.render)
 
 

@@ -37,8 +37,14 @@ def _add_ads(ssub) -> None:
                                     "follows budget.state and budget.leases, reads profiles and frequency records "
                                     "from Redis, writes ad.served and budget.spend. OpenAPI at /openapi.json.",
                         epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
-    a.add_argument("--port", type=int, default=8080)
-    a.add_argument("--server-id", default="adserver-1", help="tags spend reports and leases (default adserver-1)")
+    a.add_argument("--port", type=int, default=8080, help="the gateway's port; worker i listens on PORT+1+i "
+                                                          "(with --workers 0: the server's own port; default 8080)")
+    a.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="ad-server processes behind the gateway (HAProxy, hashing users to workers), sharing one "
+                        "copy of the index loaded from --snapshot-dir (default: one per core); 0: a single server "
+                        "process on --port without a gateway")
+    a.add_argument("--server-id", default="adserver-1", help="tags spend reports and leases; worker i of a tier "
+                                                             "uses SERVER_ID-wI (default adserver-1)")
     a.add_argument("--tracker-url", default="http://127.0.0.1:8081", help="base of impression and click URLs")
     a.add_argument("--max-in-flight", type=int, default=64, help="requests in the handler before 503 (default 64)")
     a.add_argument("--geo-table", help="CSV of 'cidr,COUNTRY/Region/City' to locate requests by IP")
@@ -125,12 +131,61 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
 
     try:
         settings = AdServerSettings.from_args(args, platform_environ())
-        predictor = ads_predictor(args)
+        predictor = ads_predictor(args) if args.workers == 0 else None  # a tier loads it in each worker
     except (ValueError, AdserveError) as exc:
         print(f"adserve serve ads: {exc}", file=sys.stderr)
         return 2
-    serve(settings, predictor, log=lambda line: print(line, flush=True))
-    return 0
+    if args.workers < 0:
+        print(f"adserve serve ads: --workers must be 0 or more, got {args.workers}", file=sys.stderr)
+        return 2
+    if args.workers == 0:
+        serve(settings, predictor, log=lambda line: print(line, flush=True))
+        return 0
+    return serve_tier(settings, args)
+
+
+def serve_tier(settings, args: argparse.Namespace) -> int:
+    """--workers N: the index loaded once (from the newest snapshot, if any), N forked workers on the ports after
+    --port, and the gateway on --port in front of them, until interrupted or terminated."""
+    import dataclasses
+    import signal
+    import threading
+
+    from infra.gateway import Backend, start_gateway
+    from serving.adserver.main import load_for_tier, serve
+    from serving.adserver.tier import fork_workers, worker_server_id
+
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    state, start_offsets = load_for_tier(settings)
+    if start_offsets is None:
+        say("no snapshot in --snapshot-dir: each worker reads the state topics into an index of its own "
+            "(`adserve snapshots write` makes one the workers share)")
+    ports = [settings.port + 1 + i for i in range(args.workers)]
+
+    def run_worker(worker: int) -> None:
+        worker_settings = dataclasses.replace(settings, port=ports[worker],
+                                              server_id=worker_server_id(settings.server_id, worker))
+        serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets)
+
+    tier = fork_workers(args.workers, run_worker)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    gateway = None
+    try:
+        gateway = start_gateway([Backend(settings.host, port, worker_server_id(settings.server_id, i))
+                                 for i, port in enumerate(ports)], settings.port,
+                                PlatformSettings.from_env().run_dir / f"gateway-{settings.port}", host=settings.host)
+        say(f"gateway on {gateway.url} in front of {args.workers} workers on ports {ports[0]}-{ports[-1]}")
+        while not stop.wait(1.0):
+            if len(tier.alive()) < args.workers:
+                say("an ad-server worker exited: stopping the tier")
+                return 1
+        return 0
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        tier.stop()
 
 
 def ads_predictor(args: argparse.Namespace):

@@ -43,7 +43,8 @@ from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
 from serving import served_log
 from serving.decision.recall import RecallMonitor, check as recall_check
-from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
+from serving.adserver.request import (REQUEST_START_HEADER, BadRequest, GeoResolver, gateway_wait_s,
+                                      parse_ad_request, targeting_terms)
 from serving.adserver.state import ServingState
 from serving.decision.engine import Decision, DecisionEngine, EngineConfig, RequestContext
 from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE, FilterContext
@@ -180,15 +181,16 @@ class AdServer:
             return self._error(503, f"not ready: index {self.lag_s():.1f} s behind its topics")
         self.in_flight += 1
         began = time.perf_counter()
+        # The deadline counts from when the gateway had the request: time spent waiting there is spent.
+        waited_s = gateway_wait_s(request.headers.get(REQUEST_START_HEADER), self.clock())
         try:
-            return await self._serve(request, began)
+            return await self._serve(request, began, began - waited_s + self.config.deadline_ms / 1000, waited_s)
         finally:
             self.in_flight -= 1
             m.latency.observe(time.perf_counter() - began)
 
-    async def _serve(self, request: web.Request, began: float) -> web.Response:
-        m, cfg = self.metrics, self.config
-        deadline = began + cfg.deadline_ms / 1000
+    async def _serve(self, request: web.Request, began: float, deadline: float, waited_s: float) -> web.Response:
+        m = self.metrics
         try:
             body = await request.json(loads=json.loads)
         except ValueError:
@@ -220,7 +222,8 @@ class AdServer:
         answer = self._answer(ad_request, decision, now_ms)
         self._observe(decision, ad_request, answer, user_context_s)
         self.service_ms = 0.95 * self.service_ms + 0.05 * (time.perf_counter() - cpu_began) * 1000
-        self.timings.append({"user_context": user_context_s * 1000, **decision.timings_ms,
+        self.timings.append({"gateway_wait": waited_s * 1000, "user_context": user_context_s * 1000,
+                             **decision.timings_ms,
                              "handler": (time.perf_counter() - began) * 1000})
         task = asyncio.get_running_loop().create_task(
             self._after_response(ad_request, decision, location, features, now_ms))

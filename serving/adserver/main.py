@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,17 +62,24 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                           geo: GeoResolver | None = None, wait_ready_s: float = 60.0,
                           producer_overrides: dict[str, Any] | None = None, state: ServingState | None = None,
                           follow: bool = True, engine: DecisionEngine | None = None,
-                          snapshot_dir: Path | None = None, predictor: Predictor | None = None) -> RunningAdServer:
+                          snapshot_dir: Path | None = None, predictor: Predictor | None = None,
+                          start_offsets: dict[str, dict[int, int]] | None = None) -> RunningAdServer:
     """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
     are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
     once, without reading the state topics (benchmarks load synthetic ads that way). `predictor` scores the
     pre-ranked candidates (serving.model.remote.RemotePredictor: the prediction service; ModelPredictor: the
-    model in process; default the priors) unless a whole `engine` is given."""
+    model in process; default the priors) unless a whole `engine` is given. A worker of a tier
+    (serving.adserver.tier) passes the `state` its parent loaded from a snapshot with that snapshot's
+    `start_offsets`: it follows the topics from there without loading anything itself."""
     boot_began = time.monotonic()
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
     state = state or ServingState(config.server_id)
-    start_offsets, boot = _load_snapshot(state, snapshot_dir if follow else None)
+    state.serve_as(config.server_id)
+    if start_offsets is None:
+        start_offsets, boot = _load_snapshot(state, snapshot_dir if follow else None)
+    else:
+        boot = {"snapshot": "loaded by the tier's parent", "snapshot_records": 0, "snapshot_load_s": 0.0}
     if engine is None and predictor is not None:  # on the index as loaded: later changes update it in place
         engine = DecisionEngine(state.index, state.campaigns, predictor, config=config.engine,
                                 reserves=state.reserves)
@@ -150,20 +158,36 @@ async def _wait_caught_up(follower: TopicFollower, wait_ready_s: float) -> None:
 
 
 def serve(settings: AdServerSettings, predictor: Predictor | None = None,
-          log: Callable[[str], None] = print) -> None:
-    """`adserve serve ads`: the settings printed once (secrets masked), then the server until interrupted."""
+          log: Callable[[str], None] = print, state: ServingState | None = None,
+          start_offsets: dict[str, dict[int, int]] | None = None) -> None:
+    """One ad server (`adserve serve ads --workers 0`, or one worker of a tier, which passes the `state` its
+    parent loaded and the snapshot's `start_offsets`): the settings printed once (secrets masked), then the
+    server until interrupted or terminated."""
     log(f"ad server settings: {settings.describe()}")
     run_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.redis_host, redis_port=settings.redis_port,
                   keys=settings.token_keys, config=settings.server_config(), host=settings.host, port=settings.port,
                   geo=GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None,
-                  snapshot_dir=settings.snapshot_dir, predictor=predictor)
+                  snapshot_dir=settings.snapshot_dir, predictor=predictor, state=state, start_offsets=start_offsets)
+
+
+def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, dict[int, int]] | None]:
+    """What a tier's parent loads before it forks: the newest snapshot in --snapshot-dir and its offsets, or an
+    empty state and None (each worker then reads the topics from the beginning into memory of its own)."""
+    state = ServingState(settings.server_id)
+    start_offsets, _ = _load_snapshot(state, settings.snapshot_dir)
+    return state, start_offsets
 
 
 def run_ad_server(**kwargs: Any) -> None:
+    """An ad server until interrupted or terminated (SIGINT, SIGTERM); either stops it cleanly: the last spend
+    reported, the served log flushed."""
     async def main() -> None:
         running = await start_ad_server(**kwargs)
+        stopped = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stopped.set)
         try:
-            await asyncio.Event().wait()
+            await stopped.wait()
         finally:
             await running.stop()
     asyncio.run(main())

@@ -136,3 +136,19 @@ def targeting_terms(request: AdRequest, location: str | None, profile: Mapping[s
             if values:
                 attributes[name] = values
     return request_terms(location=locations, **attributes)
+
+
+# Set by the gateway (infra.gateway): "t=<microseconds since the Unix epoch>" when it had the whole request.
+REQUEST_START_HEADER = "X-Request-Start"
+
+
+def gateway_wait_s(header: str | None, now_s: float) -> float:
+    """How long the request already waited before reaching the server (seconds, 0 to 10), from the gateway's
+    X-Request-Start header; 0 when the header is absent or unreadable (a direct call). Clocks of one host."""
+    if not header or not header.startswith("t="):
+        return 0.0
+    try:
+        started_s = int(header[2:]) / 1_000_000
+    except ValueError:
+        return 0.0
+    return min(10.0, max(0.0, now_s - started_s))

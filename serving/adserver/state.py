@@ -80,6 +80,13 @@ class ServingState:
         # (record type, id, version, commit -> applied lag in s) of recent changes (bench freshness)
         self.recent_lags: collections.deque[tuple[str, int | str, int, float]] = collections.deque(maxlen=100_000)
 
+    def serve_as(self, server_id: str) -> None:
+        """The state of the server `server_id`: a tier's worker takes over its parent's loaded state under its
+        own id, with no slice held yet (a lease names the one server it was granted to)."""
+        if server_id != self.server_id:
+            self.server_id = server_id
+            self.leases = LeaseBook(server_id)
+
     def apply(self, topic: str, record: dict[str, Any], now_ms: int) -> None:
         self.applied += 1
         if topic in CHANGE_TOPICS:

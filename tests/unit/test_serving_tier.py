@@ -1,0 +1,74 @@
+"""The serving tier's plumbing: forked workers share the parent's pages, take their own server ids, and read
+the gateway's deadline header."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from serving.adserver.request import REQUEST_START_HEADER, gateway_wait_s
+from serving.adserver.state import ServingState
+from serving.adserver.tier import cpu_seconds, fork_workers, private_memory_bytes, worker_server_id
+
+MB = 1024 * 1024
+
+
+def test_the_server_reads_the_header_the_gateway_writes():
+    from infra.gateway import REQUEST_START_HEADER as written
+
+    assert REQUEST_START_HEADER == written
+    now = 1_700_000_000.5
+    assert gateway_wait_s(f"t={int((now - 0.012) * 1_000_000)}", now) == \
+        now - int((now - 0.012) * 1_000_000) / 1_000_000
+    assert gateway_wait_s(None, now) == 0.0  # a direct call
+    assert gateway_wait_s("t=abc", now) == 0.0 and gateway_wait_s("12345", now) == 0.0  # unreadable
+    assert gateway_wait_s(f"t={int((now + 5) * 1_000_000)}", now) == 0.0  # a clock ahead counts as no wait
+    assert gateway_wait_s("t=0", now) == 10.0  # capped
+
+
+def test_a_worker_serves_under_its_own_id_with_no_slice_of_its_parent():
+    state = ServingState("adserver-1")
+    state.leases.grant({"lease_id": "L", "server_id": "adserver-1", "campaign_id": 5, "event_time": 1_000,
+                        "amount_micros": 100, "expires_at": 60_000})
+    assert state.leases.held(5, 2_000)
+    state.serve_as(worker_server_id("adserver-1", 1))
+    assert state.server_id == "adserver-1-w1" and not state.leases.held(5, 2_000)
+    assert not state.leases.grant({"lease_id": "M", "server_id": "adserver-1-w0", "campaign_id": 5,
+                                   "event_time": 1_000, "amount_micros": 100, "expires_at": 60_000})
+
+
+def test_forked_workers_read_the_parents_arrays_without_copying_them(tmp_path):
+    shared = np.arange(40 * MB // 8, dtype=np.int64)  # 40 MB the workers only read
+    expected = int(shared.sum())
+
+    def run_worker(worker: int) -> None:
+        total = int(shared.sum())  # every page read
+        own = private_memory_bytes(os.getpid())["uss"]
+        (tmp_path / f"w{worker}").write_text(f"{total} {own}")
+
+    tier = fork_workers(2, run_worker)
+    for pid in tier.pids:
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    for worker in (0, 1):
+        total, own = map(int, (tmp_path / f"w{worker}").read_text().split())
+        assert total == expected
+        assert own < shared.nbytes / 4, f"worker {worker} holds {own / MB:.0f} MB of its own"
+
+
+def test_a_tier_stops_its_workers():
+    def run_worker(worker: int) -> None:
+        while True:
+            time.sleep(1)
+
+    tier = fork_workers(2, run_worker)
+    assert len(tier.alive()) == 2
+    tier.stop(timeout_s=10)
+    assert tier.alive() == []
+
+
+def test_process_figures_of_this_process():
+    memory = private_memory_bytes(os.getpid())
+    assert memory["rss"] >= memory["pss"] > 0 and memory["rss"] >= memory["uss"] > 0
+    assert cpu_seconds(os.getpid()) > 0
