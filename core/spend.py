@@ -150,17 +150,22 @@ class Partitioner:
 
     def __init__(self, partitions: int):
         self.partitions = partitions
-        self._of: dict[int, int] = {}
+        self._ids = np.zeros(0, np.int64)  # campaigns met so far, sorted
+        self._parts = np.zeros(0, np.int64)  # their partitions
 
     def __call__(self, campaign_ids: np.ndarray) -> np.ndarray:
-        of, n = self._of, self.partitions
-        out = np.empty(len(campaign_ids), np.int64)
-        for i, c in enumerate(campaign_ids.tolist()):
-            p = of.get(c)
-            if p is None:
-                p = of[c] = partition_of(c, n)
-            out[i] = p
-        return out
+        ids = np.asarray(campaign_ids, dtype=np.int64)
+        at = np.searchsorted(self._ids, ids)
+        known = at < len(self._ids)
+        known[known] = self._ids[at[known]] == ids[known]
+        if not known.all():  # CRC-32 only for campaigns never met before
+            new = np.unique(ids[~known])
+            merged = np.concatenate((self._ids, new))
+            order = np.argsort(merged, kind="stable")
+            new_parts = np.fromiter((partition_of(c, self.partitions) for c in new.tolist()), np.int64, len(new))
+            self._ids, self._parts = merged[order], np.concatenate((self._parts, new_parts))[order]
+            at = np.searchsorted(self._ids, ids)
+        return self._parts[at]
 
 
 def partition_of(campaign_id: int, partitions: int) -> int:

@@ -188,3 +188,32 @@ def test_the_location_comes_from_the_ip_by_the_longest_prefix():
     assert geo.locate("203.0.113.200") == "US/CA/San Francisco"
     assert geo.locate("203.0.113.5") == "US/CA"
     assert geo.locate("198.51.100.1") is None
+
+
+def test_a_cut_travels_as_one_record_per_partition_and_reads_back_as_its_reports():
+    import numpy as np
+
+    from core.spend import Partitioner, batch_records, partition_of, spend_items
+    from schemas.codec import AvroCodec
+
+    acc = SpendAccumulator("s1")
+    rng = np.random.default_rng(3)
+    batches = [np.unique(rng.integers(1, 5_000, 300)) for _ in range(50)]
+    for batch in batches:
+        acc.eligible_many(batch, NOW)
+    acc.add(17, 900, NOW, price_micros=2_000)
+    acc.want_slice(23, 1_500, NOW)
+    cut = acc.cut(NOW + 1000, {17: "lease-17", 99_999: "not here"})
+    partitioner = Partitioner(4)
+    records = batch_records(cut, 4, partitioner)
+    assert [p for p, _ in records] == [0, 1, 2, 3]  # every partition, an empty record its heartbeat
+    codec = AvroCodec()
+    read = {p: list(spend_items(codec.decode(codec.encode("SpendReport", r), "SpendReport"))) for p, r in records}
+    assert all(partition_of(item["campaign_id"], 4) == p for p, items in read.items() for item in items)
+    items = sorted((i for items in read.values() for i in items), key=lambda i: i["campaign_id"])
+    assert items == cut.items()
+    by_id = {i["campaign_id"]: i for i in items}
+    assert by_id[17]["lease_id"] == "lease-17" and by_id[17]["expected_spend_micros"] == 900
+    assert by_id[23]["wants_slice"] and 99_999 not in by_id
+    assert sum(i["eligible_requests"] for i in items) == sum(len(b) for b in batches)
+    assert (partitioner(cut.campaign_id) == [partition_of(c, 4) for c in cut.campaign_id.tolist()]).all()
