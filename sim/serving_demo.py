@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import CorruptRecord
-from core.spend import SpendDedupe
+from core.spend import SpendDedupe, spend_items
 from core.tokens import TokenKeys
 from infra.platform import PlatformSettings
 from schemas.codec import AvroCodec
@@ -266,8 +266,8 @@ def run_serving(settings: PlatformSettings, *, requests: int = 3_000, users: int
     report.spend_expected_micros = sum(w["expected_cost_micros"] for r in served.values() for w in r["winners"])
     dedupe = SpendDedupe()
     report.spend_reported_micros = sum(
-        r["expected_spend_micros"] for r in _decoded_since(bootstrap, BUDGET_SPEND, starts[BUDGET_SPEND])
-        if r["server_id"] == server_id and dedupe.first_time(r))
+        item["expected_spend_micros"] for r in _decoded_since(bootstrap, BUDGET_SPEND, starts[BUDGET_SPEND])
+        if r["server_id"] == server_id for item in spend_items(r) if dedupe.first_time(item))
     served_impressions = {w["impression_id"] for r in served.values() for w in r["winners"]}
     events = [e for e in _decoded_since(bootstrap, AD_EVENTS, starts[AD_EVENTS])
               if e["impression_id"] in served_impressions]

@@ -46,7 +46,7 @@ class SpendReporter:
         self.codec = AvroCodec()
         self.producer = producer if producer is not None else \
             kafka.producer(str(bootstrap), **(producer_overrides or {}))
-        self.pending: dict[tuple[int, int], bytes] = {}  # (sequence, partition) -> encoded record
+        self.pending: dict[tuple[int, int], tuple[bytes, int]] = {}  # (sequence, partition) -> (record, time)
         self.in_transit: set[tuple[int, int]] = set()
         self.sent = 0  # records the broker acknowledged
         self.resent = 0
@@ -122,8 +122,8 @@ class SpendReporter:
             partitions = 1
         for partition, record in batch_records(taken.columns(leases), partitions, self._partitioner):
             key = (taken.sequence, partition)
-            self.pending[key] = self.codec.encode("SpendReport", record)
-            self._produce(key, partition, self.pending[key], now_ms)
+            self.pending[key] = (self.codec.encode("SpendReport", record), now_ms)
+            self._produce(key, partition, self.pending[key][0], now_ms)
 
     def _produce(self, key: tuple[int, int] | None, partition: int, value: bytes, now_ms: int) -> None:
         try:
@@ -138,10 +138,10 @@ class SpendReporter:
         if time.monotonic() - self._last_resend < RESEND_EVERY_S:
             return
         self._last_resend = time.monotonic()
-        for key, value in list(self.pending.items()):
-            if key not in self.in_transit:
+        for key, (value, event_ms) in list(self.pending.items()):
+            if key not in self.in_transit:  # the same record at the same event time: counted once downstream
                 self.resent += 1
-                self._produce(key, key[1], value, int(time.time() * 1000))
+                self._produce(key, key[1], value, event_ms)
 
     def _delivered(self, key: tuple[int, int]):
         def callback(err, msg) -> None:

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from core.errors import CorruptRecord
+from core.spend import spend_items
 from core.tokens import TokenKeys
 from infra.platform.process import wait_until
 from infra.platform.services import Redis
@@ -152,7 +153,7 @@ def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(plat
     assert set(request_ids) <= set(served)
     expected = sum(w["expected_cost_micros"] for rid in request_ids for w in served[rid]["winners"])
     assert expected > 0  # the winner pays what keeps it above the runner-up's 3 $ CPM
-    spend = _decoded(platform, "budget.spend")
+    spend = [item for r in _decoded(platform, "budget.spend") for item in spend_items(r)]
     assert sum(r["expected_spend_micros"] for r in spend if r["campaign_id"] == base) == expected
 
 
