@@ -65,22 +65,28 @@ def vegeta_targets(url: str, bodies: list[bytes], path: Path) -> Path:
 
 
 def vegeta_attack(binary: Path, targets: Path, rate: float, duration: float, timeout_s: float = 5.0) -> dict[str, Any]:
-    """One constant-rate step: vegeta's JSON report reduced to the bench's figures (latencies in ms)."""
-    attack = subprocess.Popen([str(binary), "attack", "-format=json", f"-targets={targets}", f"-rate={rate:g}/s",
-                               f"-duration={duration:g}s", f"-timeout={timeout_s:g}s", "-keepalive=true",
-                               "-max-workers=2000"], stdout=subprocess.PIPE)
-    report = subprocess.run([str(binary), "report", "-type=json"], stdin=attack.stdout, capture_output=True,
-                            check=True)
-    attack.wait()
-    r = json.loads(report.stdout)
-    codes = {str(k): int(v) for k, v in (r.get("status_codes") or {}).items()}
-    total = int(r.get("requests", 0))
-    lat = r.get("latencies", {})
+    """One constant-rate step: vegeta's results reduced to the bench's figures (latencies in ms), with the
+    latency of the 503 answers apart (`p99_503_ms`: how fast an overloaded tier refuses)."""
+    with tempfile.TemporaryDirectory(prefix="adserve-vegeta-") as folder:
+        results = Path(folder) / "results.bin"
+        with results.open("wb") as out:
+            subprocess.run([str(binary), "attack", "-format=json", f"-targets={targets}", f"-rate={rate:g}/s",
+                            f"-duration={duration:g}s", f"-timeout={timeout_s:g}s", "-keepalive=true",
+                            "-max-workers=2000"], stdout=out, check=True)
+        report = json.loads(subprocess.run([str(binary), "report", "-type=json", str(results)],
+                                           capture_output=True, check=True).stdout)
+        rows = subprocess.run([str(binary), "encode", "-to=csv", str(results)], capture_output=True,
+                              check=True).stdout.decode().splitlines()
+    refused = [int(row.split(",")[2]) / 1e6 for row in rows if row.split(",")[1:2] == ["503"]]
+    codes = {str(k): int(v) for k, v in (report.get("status_codes") or {}).items()}
+    total = int(report.get("requests", 0))
+    lat = report.get("latencies", {})
     ok = codes.get("200", 0)
-    return {"achieved_rps": round(float(r.get("rate", 0.0)), 1), "requests": total,
+    return {"achieved_rps": round(float(report.get("rate", 0.0)), 1), "requests": total,
             "p50_ms": round(lat.get("50th", 0) / 1e6, 2), "p90_ms": round(lat.get("90th", 0) / 1e6, 2),
             "p99_ms": round(lat.get("99th", 0) / 1e6, 2), "max_ms": round(lat.get("max", 0) / 1e6, 2),
-            "non_200_share": round(1 - ok / max(1, total), 4), "status_codes": codes}
+            "non_200_share": round(1 - ok / max(1, total), 4), "status_codes": codes,
+            "p99_503_ms": round(float(np.percentile(refused, 99)), 2) if refused else None}
 
 
 def targets_file(url: str, bodies: list[bytes]) -> Path:

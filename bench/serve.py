@@ -32,7 +32,8 @@ Figures (--json names; per-size figures are objects keyed by ad count):
   server_cpu_ms_per_request (workers' CPU / requests, at the highest rate
   held), gateway_cpu_ms_per_request, stage_p99_ms (server-side, per funnel
   stage, at that rate), open_loop (vegeta, per rate: achieved_rps, p50_ms,
-  p90_ms, p99_ms, max_ms, non_200_share, status_codes, server_cpu_ms_per_request),
+  p90_ms, p99_ms, max_ms, non_200_share, status_codes, p99_503_ms: the 503s' own p99,
+  server_cpu_ms_per_request), overload_p99_503_ms (the 503s' p99 at the first rate not held),
   aiohttp_max_rps_at_p99_under_100ms and aiohttp_open_loop (the project's
   generator, same steps), closed_loop (per concurrency: achieved_rps, p50_ms,
   p99_ms), rss_first_worker_mb, rss_per_extra_worker_mb (mean USS of the
@@ -254,6 +255,7 @@ def _measure(n: int, baseline: bool, workers: int, duration: float, vegeta: Path
                 break
             best = rate
         out["max_rps"], out["aiohttp_max_rps"] = best, best_aiohttp
+        out["overload_p99_503_ms"] = None if _held(result) else result["p99_503_ms"]
         out.update(tier.memory())
         return out
     finally:
@@ -274,7 +276,8 @@ def run(sizes: list[int], duration: float = 10.0, workers: int | None = None, lo
                          "ads_loaded": sorted(sizes), "workers": workers, "load_generator": f"vegeta "
                          f"{loadgen.VEGETA_VERSION} (open loop), aiohttp (closed loop and same-run open loop)"}
     for key in ("max_rps_at_p99_under_100ms", "p50_ms", "p99_ms", "p99_ms_at_100_rps", "server_cpu_ms_per_request",
-                "gateway_cpu_ms_per_request", "stage_p99_ms", "open_loop", "aiohttp_max_rps_at_p99_under_100ms",
+                "gateway_cpu_ms_per_request", "stage_p99_ms", "open_loop", "overload_p99_503_ms",
+                "aiohttp_max_rps_at_p99_under_100ms",
                 "aiohttp_open_loop", "closed_loop", "rss_first_worker_mb", "rss_per_extra_worker_mb",
                 "baseline_max_rps_at_p99_under_100ms", "baseline_open_loop"):
         f[key] = {}
@@ -292,6 +295,7 @@ def run(sizes: list[int], duration: float = 10.0, workers: int | None = None, lo
             f[name][key] = at[name] if at else None
         at_100 = m["open_loop"].get("100")
         f["p99_ms_at_100_rps"][key] = at_100["p99_ms"] if at_100 else None
+        f["overload_p99_503_ms"][key] = m["overload_p99_503_ms"]
         f["rss_first_worker_mb"][key] = m["rss_first_worker_mb"]
         f["rss_per_extra_worker_mb"][key] = m["rss_per_extra_worker_mb"]
         if n == min(sizes):
@@ -312,7 +316,8 @@ def render(f: dict[str, Any]) -> str:
                      f"(vegeta; aiohttp: {f['aiohttp_max_rps_at_p99_under_100ms'][n]}); at that rate p50 "
                      f"{f['p50_ms'][n]} ms, p99 {f['p99_ms'][n]} ms, server CPU {f['server_cpu_ms_per_request'][n]} "
                      f"ms/request, gateway CPU {f['gateway_cpu_ms_per_request'][n]} ms/request")
-        lines.append(f"                p99 at 100 req/s: {f['p99_ms_at_100_rps'][n]} ms; memory: first worker "
+        lines.append(f"                p99 at 100 req/s: {f['p99_ms_at_100_rps'][n]} ms; 503s when overloaded: "
+                     f"p99 {f['overload_p99_503_ms'][n]} ms; memory: first worker "
                      f"{f['rss_first_worker_mb'][n]} MB resident, each extra worker {f['rss_per_extra_worker_mb'][n]} "
                      "MB of its own")
         lines.append(f"                server-side stage p99 (ms): {f['stage_p99_ms'][n]}")
