@@ -84,6 +84,9 @@ def _add_pacing(bsub) -> None:
     g.add_argument("--campaigns", type=int, default=2_000, help="campaigns reported on (default 2,000)")
     g.add_argument("--controller-campaigns", type=int, default=100_000,
                    help="campaigns in the controller part (default 100,000)")
+    g.add_argument("--single-reports", action="store_true",
+                   help="one record per spend report, as tools send them (default: each server's second batched "
+                        "per partition, as ad servers send them)")
     g.add_argument("--checkpoint-interval-ms", type=int, default=bench_pacing.CHECKPOINT_MS,
                    help=f"the job's checkpoint interval (default {bench_pacing.CHECKPOINT_MS}, the job's own)")
     g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
@@ -174,7 +177,8 @@ def cmd_bench_pacing(args: argparse.Namespace) -> int:
     log = _log(args)
     figures = bench_pacing.run(items=args.items, servers=args.servers, campaigns=args.campaigns,
                                controller_campaigns=args.controller_campaigns,
-                               checkpoint_ms=args.checkpoint_interval_ms, log=log)
+                               checkpoint_ms=args.checkpoint_interval_ms, log=log,
+                               batched=not args.single_reports)
     return _emit(args, figures, bench_pacing.render)
 
 

@@ -2,14 +2,17 @@
 
 Part 1, the job: --items spend reports (default 4 M) from --servers servers
 (default 200) on --campaigns campaigns (default 2,000), one report per server
-and campaign it served and second, with the heartbeats of every second, are
-produced to a fresh topic, and a campaign record for each campaign ($5,000 a
+and campaign it served and second, are produced to a fresh topic as ad servers
+send them: each server's second in one record per partition, the campaigns as
+packed columns (--single-reports: one record per report, with the heartbeats
+of every second, as tools send them), and a campaign record for each campaign ($5,000 a
 day, open through the run, so the controller steps every campaign every 10 s
 and emits its budget states, as in service); `budget_pacing` then runs bounded over them on the
 platform's Flink cluster with checkpointing on (exactly-once state, every
 --checkpoint-interval-ms: by default the job's own default, 5 s). Figure: items per second through the job while it runs (the offsets
 it commits at each checkpoint, from the first checkpoint that moved them to
-the last: start-up excluded), and the job's whole run time.
+the last: start-up excluded; with batched records, records/s times the
+reports per record), and the job's whole run time.
 
 Part 2, the controller (pure, one core): the budget job's per-campaign work
 for --controller-campaigns (default 100,000) campaigns: one 10 s window of
@@ -21,8 +24,8 @@ project's codec and deduplicate it with core.spend.SpendDedupe in one plain
 Python loop, no Flink at all): an upper bound for any Python per-item
 operator, which the design's figures put at 4-11 k/s inside PyFlink.
 
-Figures (--json names): spend_items_per_s, job_run_s, items, campaigns,
-servers, checkpoint_interval_ms, controller_steps_per_s,
+Figures (--json names): spend_items_per_s, job_run_s, items, records,
+report_form (batched or single), campaigns, servers, checkpoint_interval_ms, controller_steps_per_s,
 controller_steps_per_s_with_state, controller_campaigns,
 baseline_python_items_per_s."""
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 from infra.platform import PlatformSettings
 from jobs.flink_io import KafkaJobSettings
-from sim.synthetic import spend_reports
+from sim.synthetic import spend_batches, spend_reports
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
 CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
@@ -41,7 +44,7 @@ BUDGET_MICROS = 5_000 * 1_000_000  # each campaign's daily budget: open through 
 
 
 def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns: int, checkpoint_ms: int,
-              log) -> dict[str, Any]:
+              log, batched: bool = True) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     from infra.platform.jars import flink_connector_jar
@@ -62,7 +65,11 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
 
     # so the controller steps every campaign, as it would in service
     produce_campaign_records(producer, topics["campaigns"], campaigns, T0 - 60_000, BUDGET_MICROS)
-    for key, value, ts, partition in spend_reports(items, servers, campaigns, seed=5, start_ms=T0):
+    records = 0
+    stream = spend_batches(items, servers, campaigns, seed=5, start_ms=T0) if batched else \
+        ((*report, None) for report in spend_reports(items, servers, campaigns, seed=5, start_ms=T0))
+    for key, value, ts, partition, _ in stream:
+        records += 1
         while True:
             try:
                 if partition is None:
@@ -87,9 +94,10 @@ def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns
     deploy.wait_running(rest, job_id, timeout_s=300)
     from bench.common import committed_rate
 
-    rate, job_run_s = committed_rate(settings, job_id, f"bench-pacing-{suffix}", topics["spend"], 4, items)
-    return {"spend_items_per_s": round(rate), "job_run_s": round(job_run_s, 1), "items": items,
-            "campaigns": campaigns, "servers": servers, "checkpoint_interval_ms": checkpoint_ms}
+    rate, job_run_s = committed_rate(settings, job_id, f"bench-pacing-{suffix}", topics["spend"], 4, records)
+    return {"spend_items_per_s": round(rate * items / records), "job_run_s": round(job_run_s, 1), "items": items,
+            "records": records, "report_form": "batched" if batched else "single", "campaigns": campaigns,
+            "servers": servers, "checkpoint_interval_ms": checkpoint_ms}
 
 
 def bench_controller(campaigns: int) -> dict[str, Any]:
@@ -136,7 +144,7 @@ def bench_python_baseline(items: int) -> dict[str, Any]:
 
 
 def run(*, items: int, servers: int, campaigns: int, controller_campaigns: int, checkpoint_ms: int = CHECKPOINT_MS,
-        log=print) -> dict[str, Any]:
+        log=print, batched: bool = True) -> dict[str, Any]:
     from bench.common import machine
     from infra.platform import control
 
@@ -144,7 +152,7 @@ def run(*, items: int, servers: int, campaigns: int, controller_campaigns: int, 
     control.up(settings, log=log)
     figures: dict[str, Any] = {"machine": machine()}
     figures.update(bench_job(settings, items=items, servers=servers, campaigns=campaigns, checkpoint_ms=checkpoint_ms,
-                             log=log))
+                             log=log, batched=batched))
     log(f"controller: {controller_campaigns:,} campaigns, one step each ...")
     figures.update(bench_controller(controller_campaigns))
     log("baseline: the per-item path in plain Python ...")
@@ -157,7 +165,8 @@ def render(f: dict[str, Any]) -> str:
     return "\n".join([
         f"machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB",
         f"budget job (Flink, checkpoint every {f['checkpoint_interval_ms']} ms): {f['spend_items_per_s']:,} spend "
-        f"items/s ({f['items']:,} items, {f['servers']} servers, {f['campaigns']:,} campaigns; run {f['job_run_s']} s)",
+        f"items/s ({f['items']:,} items in {f['records']:,} {f['report_form']} records, {f['servers']} servers, "
+        f"{f['campaigns']:,} campaigns; run {f['job_run_s']} s)",
         f"baseline, per-item decode + dedupe in plain Python: {f['baseline_python_items_per_s']:,} items/s "
         f"(x{f['spend_items_per_s'] / max(1, f['baseline_python_items_per_s']):.1f})",
         f"controller: {f['controller_steps_per_s']:,} steps/s, {f['controller_steps_per_s_with_state']:,} with the "

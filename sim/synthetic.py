@@ -222,6 +222,37 @@ def spend_reports(items: int, servers: int, campaigns: int, seed: int, start_ms:
                 "lease_id": None, "max_price_micros": 0, "wants_slice": False}), now, partition
 
 
+def spend_batches(items: int, servers: int, campaigns: int, seed: int, start_ms: int, partitions: int = 4):
+    """(key, value, timestamp, partition, items in it) spend reports as ad servers send them: second by second,
+    each server's campaigns of the second in one record per partition (core.spend.batch_records), so every
+    server's records are also every partition's heartbeats."""
+    import numpy as np
+
+    from core.spend import Partitioner, SpendCut, batch_records
+
+    codec = AvroCodec()
+    rng = random.Random(seed)
+    partitioner = Partitioner(partitions)
+    sequence = [0] * servers
+    produced = second = 0
+    while produced < items:
+        now = start_ms + second * 1000
+        for server in range(servers):
+            sequence[server] += 1
+            chosen = sorted(rng.sample(range(1, campaigns + 1), min(campaigns, 50, items - produced)))
+            n = len(chosen)
+            produced += n
+            cut = SpendCut(f"bench-{server}", sequence[server], now - 1000, now, np.array(chosen, np.int64),
+                           np.array([rng.randint(1, 5000) for _ in range(n)], np.int64), np.ones(n, np.int32),
+                           np.full(n, 3, np.int32), np.full(n, 2_000_000, np.int64))
+            for partition, record in batch_records(cut, partitions, partitioner):
+                count = len(record["campaigns"]["campaign_id"]) // 8
+                yield str(partition).encode(), codec.encode("SpendReport", record), now, partition, count
+            if produced >= items:
+                break
+        second += 1
+
+
 # ------------------------------------------------------------------ the columnar catalogue (design's shape)
 
 COUNTRIES = [f"C{i:02d}" for i in range(30)]
