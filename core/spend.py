@@ -173,26 +173,34 @@ def partition_of(campaign_id: int, partitions: int) -> int:
     return zlib.crc32(str(int(campaign_id)).encode()) % partitions
 
 
-def batch_records(cut: SpendCut, partitions: int,
-                  partitioner: Partitioner | None = None) -> list[tuple[int, dict[str, Any]]]:
+MAX_CAMPAIGNS_PER_RECORD = 20_000  # 32 bytes each: ~640 kB, under Kafka's default 1 MB record limit
+
+
+def batch_records(cut: SpendCut, partitions: int, partitioner: Partitioner | None = None,
+                  max_campaigns: int = MAX_CAMPAIGNS_PER_RECORD) -> list[tuple[int, dict[str, Any]]]:
     """(partition, SpendReport record) for every partition, each carrying that partition's campaigns as
-    packed columns; a partition with none gets an empty one, which is its heartbeat for the interval."""
+    packed columns, at most `max_campaigns` to a record (a partition with more gets several records under the
+    same sequence: each campaign is in one of them); a partition with none gets an empty one, which is its
+    heartbeat for the interval."""
     part = (partitioner or Partitioner(partitions))(cut.campaign_id) if len(cut.campaign_id) else \
         np.zeros(0, np.int64)
     out = []
     for p in range(partitions):
-        rows = np.flatnonzero(part == p)
-        ids = cut.campaign_id[rows]
-        columns = {
-            "campaign_id": ids.astype("<i8").tobytes(),
-            "expected_spend_micros": cut.expected_spend_micros[rows].astype("<i8").tobytes(),
-            "served_ads": cut.served_ads[rows].astype("<i4").tobytes(),
-            "eligible_requests": cut.eligible_requests[rows].astype("<i4").tobytes(),
-            "max_price_micros": cut.max_price_micros[rows].astype("<i8").tobytes(),
-            "lease_id": {str(c): lease for c, lease in cut.lease_id.items() if partition_of(c, partitions) == p},
-            "wants_slice": sorted(c for c in cut.wants_slice if partition_of(c, partitions) == p)}
-        out.append((p, {**heartbeat_record(cut.server_id, cut.sequence, cut.event_time, cut.interval_start),
-                        "campaigns": columns}))
+        rows_of_partition = np.flatnonzero(part == p)
+        for begin in range(0, max(1, len(rows_of_partition)), max_campaigns):
+            rows = rows_of_partition[begin:begin + max_campaigns]
+            ids = cut.campaign_id[rows]
+            mine = set(ids.tolist()) if cut.lease_id or cut.wants_slice else set()
+            columns = {
+                "campaign_id": ids.astype("<i8").tobytes(),
+                "expected_spend_micros": cut.expected_spend_micros[rows].astype("<i8").tobytes(),
+                "served_ads": cut.served_ads[rows].astype("<i4").tobytes(),
+                "eligible_requests": cut.eligible_requests[rows].astype("<i4").tobytes(),
+                "max_price_micros": cut.max_price_micros[rows].astype("<i8").tobytes(),
+                "lease_id": {str(c): lease for c, lease in cut.lease_id.items() if c in mine},
+                "wants_slice": sorted(c for c in cut.wants_slice if c in mine)}
+            out.append((p, {**heartbeat_record(cut.server_id, cut.sequence, cut.event_time, cut.interval_start),
+                            "campaigns": columns}))
     return out
 
 

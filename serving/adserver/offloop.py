@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from confluent_kafka import KafkaException
+
 from core.spend import Partitioner, SpendAccumulator, SpendTake, batch_records, heartbeat_record
 from schemas import topics
 from schemas.codec import AvroCodec
@@ -46,8 +48,9 @@ class SpendReporter:
         self.codec = AvroCodec()
         self.producer = producer if producer is not None else \
             kafka.producer(str(bootstrap), **(producer_overrides or {}))
-        self.pending: dict[tuple[int, int], tuple[bytes, int]] = {}  # (sequence, partition) -> (record, time)
-        self.in_transit: set[tuple[int, int]] = set()
+        # (sequence, partition, record number) -> (encoded record, event time)
+        self.pending: dict[tuple[int, int, int], tuple[bytes, int]] = {}
+        self.in_transit: set[tuple[int, int, int]] = set()
         self.sent = 0  # records the broker acknowledged
         self.resent = 0
         self.skipped_ticks = 0  # ticks that found the queue full (their spend stayed for the next one)
@@ -120,12 +123,13 @@ class SpendReporter:
             return
         if not partitions:  # unknown yet: keep the interval as one record for partition 0 until it is known
             partitions = 1
-        for partition, record in batch_records(taken.columns(leases), partitions, self._partitioner):
-            key = (taken.sequence, partition)
+        for number, (partition, record) in enumerate(batch_records(taken.columns(leases), partitions,
+                                                                   self._partitioner)):
+            key = (taken.sequence, partition, number)
             self.pending[key] = (self.codec.encode("SpendReport", record), now_ms)
             self._produce(key, partition, self.pending[key][0], now_ms)
 
-    def _produce(self, key: tuple[int, int] | None, partition: int, value: bytes, now_ms: int) -> None:
+    def _produce(self, key: tuple[int, int, int] | None, partition: int, value: bytes, now_ms: int) -> None:
         try:
             self.producer.produce(self.topic, key=str(partition).encode(), value=value, partition=partition,
                                   timestamp=now_ms, on_delivery=self._delivered(key) if key else None)
@@ -133,6 +137,8 @@ class SpendReporter:
                 self.in_transit.add(key)
         except BufferError:
             self.producer.poll(0.1)  # a full local queue: pending records go again at the next resend
+        except KafkaException as error:  # refused at once (the broker unknown yet, ...): it goes again
+            LOG.warning("spend report %s not produced (%s); it will be sent again", key, error)
 
     def _resend_failed(self) -> None:
         if time.monotonic() - self._last_resend < RESEND_EVERY_S:
@@ -143,7 +149,7 @@ class SpendReporter:
                 self.resent += 1
                 self._produce(key, key[1], value, event_ms)
 
-    def _delivered(self, key: tuple[int, int]):
+    def _delivered(self, key: tuple[int, int, int]):
         def callback(err, msg) -> None:
             self.in_transit.discard(key)
             if err is None:

@@ -217,3 +217,19 @@ def test_a_cut_travels_as_one_record_per_partition_and_reads_back_as_its_reports
     assert by_id[23]["wants_slice"] and 99_999 not in by_id
     assert sum(i["eligible_requests"] for i in items) == sum(len(b) for b in batches)
     assert (partitioner(cut.campaign_id) == [partition_of(c, 4) for c in cut.campaign_id.tolist()]).all()
+
+
+def test_a_partition_with_many_campaigns_travels_in_records_of_bounded_size():
+    from core.spend import batch_records, spend_items
+
+    acc = SpendAccumulator("s1")
+    acc.eligible_many(list(range(1, 41)), NOW)
+    acc.add(7, 500, NOW)
+    cut = acc.cut(NOW + 1000, {7: "lease-7"})
+    records = batch_records(cut, 2, max_campaigns=3)
+    assert all(len(r["campaigns"]["campaign_id"]) <= 3 * 8 for _, r in records)
+    assert len(records) >= 40 // 3  # several records per partition, each campaign in exactly one
+    items = sorted((i for _, r in records for i in spend_items(r)), key=lambda i: i["campaign_id"])
+    assert items == cut.items()
+    assert {r["sequence"] for _, r in records} == {cut.sequence}
+    assert sum(1 for _, r in records if r["campaigns"]["lease_id"]) == 1
