@@ -105,6 +105,11 @@ def _tier_process(n: int, baseline: bool, workers: int, ports: Any) -> None:
         asyncio.run(main())
 
     tier = fork_workers(workers, run_worker)
+
+    def terminated(*_: Any) -> None:
+        raise SystemExit(0)  # so the workers are stopped below, not left behind
+    import signal
+    signal.signal(signal.SIGTERM, terminated)
     try:
         while tier.alive():
             time.sleep(0.5)

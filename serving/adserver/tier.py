@@ -73,12 +73,14 @@ def fork_workers(count: int, run_worker: Callable[[int], None]) -> Tier:
     writes to the shared pages."""
     gc.collect()
     gc.freeze()
+    parent = os.getpid()
     pids = []
     for worker in range(count):
         pid = os.fork()
         if pid == 0:  # the worker
             status = 1
             try:
+                _end_with_parent(parent)
                 run_worker(worker)
                 status = 0
             except BaseException:  # noqa: BLE001 - reported, then the worker exits with status 1
@@ -87,6 +89,19 @@ def fork_workers(count: int, run_worker: Callable[[int], None]) -> Tier:
                 os._exit(status)
         pids.append(pid)
     return Tier(pids)
+
+
+def _end_with_parent(parent: int) -> None:
+    """Ask Linux to send this process SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), so a tier whose
+    parent was killed leaves no worker behind; exit at once if the parent is already gone."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the parent's Tier.stop is the only way out
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def private_memory_bytes(pid: int) -> dict[str, int]:

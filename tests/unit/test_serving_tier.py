@@ -72,3 +72,32 @@ def test_process_figures_of_this_process():
     memory = private_memory_bytes(os.getpid())
     assert memory["rss"] >= memory["pss"] > 0 and memory["rss"] >= memory["uss"] > 0
     assert cpu_seconds(os.getpid()) > 0
+
+
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    import signal
+
+    pids_file = tmp_path / "pids"
+    middle = os.fork()
+    if middle == 0:  # a tier's parent that forks two workers and is then killed without stopping them
+        tier = fork_workers(2, lambda worker: time.sleep(120))
+        pids_file.write_text(" ".join(map(str, tier.pids)))
+        time.sleep(120)
+        os._exit(0)
+    while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
+        time.sleep(0.05)
+    workers = [int(p) for p in pids_file.read_text().split()]
+    os.kill(middle, signal.SIGKILL)
+    os.waitpid(middle, 0)
+    deadline = time.monotonic() + 30  # a guard, not a measurement
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers), "a worker outlived its killed parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
