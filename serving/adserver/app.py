@@ -3,12 +3,14 @@
 Per request, inside a 100 ms deadline: parse and validate (400 naming the
 field), resolve the location, read the user's profile and frequency record
 from Redis in parallel (5 ms), run the decision engine, sign a token per
-filled slot and answer. After the response is written: the winners' frequency
-fields are incremented (with an in-memory "just served" note covering the
-gap), the `ad.served` record is queued for the served-log thread, and the
-expected cost goes to the spend accumulator, whose reporter thread sends
-budget.spend once a second (serving.adserver.offloop: nothing that is not an
-answer is encoded or produced on the event loop).
+filled slot and answer. Before the answer leaves, the winners' expected cost
+goes to the spend accumulator (whose reporter thread sends budget.spend once a
+second) and the user gets an in-memory "just served" note, so no concurrent
+request of that user can miss this serve. After the response is written: the
+winners' frequency fields are incremented in Redis (the note covers the gap)
+and the `ad.served` record is queued for the served-log thread
+(serving.adserver.offloop: nothing that is not an answer is encoded or
+produced on the event loop).
 
 Overload: a request that would wait behind those in flight for more than half
 its deadline (their count x the moving average of the time a request takes),
@@ -225,8 +227,15 @@ class AdServer:
         self.timings.append({"gateway_wait": waited_s * 1000, "user_context": user_context_s * 1000,
                              **decision.timings_ms,
                              "handler": (time.perf_counter() - began) * 1000})
+        # Before the answer leaves, and before any other request's decision can run: the winners' cost into the
+        # spend and their slices, and the user's "just served" note, so a concurrent request of the same user
+        # (its frequency record read before this serve lands in Redis) already counts this serve.
+        account_served(self.spend, self.state, decision, now_ms)
+        notes = self.just_served.note(ad_request.user_id, sorted({w.campaign_id for w in decision.winners}),
+                                      day_number(now_ms), now_ms) if decision.winners and ad_request.user_id \
+            else None
         task = asyncio.get_running_loop().create_task(
-            self._after_response(ad_request, decision, location, features, now_ms))
+            self._after_response(ad_request, decision, location, features, now_ms, notes))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return web.json_response(answer)
@@ -276,22 +285,18 @@ class AdServer:
             m.stage.labels(stage).observe(ms / 1000)
 
     # ------------------------------------------------------- after response
-    async def _after_response(self, ad_request, decision, location, features, now_ms: int) -> None:
+    async def _after_response(self, ad_request, decision, location, features, now_ms: int, notes) -> None:
         await asyncio.sleep(0)  # let the response go out first
-        winners = decision.winners
-        account_served(self.spend, self.state, decision, now_ms)
         try:
             self.served_log.put(ad_request.request_id.encode(),
                                 self.served_record(ad_request, decision, location, features, now_ms))
         except Exception:  # noqa: BLE001 - counted and logged; the response already went out
             self.metrics.after_errors.labels("served_log").inc()
             LOG.exception("could not produce the ad.served record of %s", ad_request.request_id)
-        if winners and ad_request.user_id:
-            campaigns = sorted({w.campaign_id for w in winners})
-            day = day_number(now_ms)
-            notes = self.just_served.note(ad_request.user_id, campaigns, day, now_ms)
+        if notes is not None:
+            campaigns = sorted({w.campaign_id for w in decision.winners})
             try:
-                await self.store.record_served(ad_request.user_id, campaigns, day)
+                await self.store.record_served(ad_request.user_id, campaigns, day_number(now_ms))
                 JustServed.landed(notes, int(self.clock() * 1000))
             except Exception:  # noqa: BLE001 - the note keeps counting until it expires
                 self.metrics.after_errors.labels("frequency_write").inc()
