@@ -38,26 +38,6 @@ def test_a_worker_serves_under_its_own_id_with_no_slice_of_its_parent():
                                    "event_time": 1_000, "amount_micros": 100, "expires_at": 60_000})
 
 
-def test_forked_workers_read_the_parents_arrays_without_copying_them(tmp_path):
-    shared = np.arange(40 * MB // 8, dtype=np.int64)  # 40 MB the workers only read
-    expected = int(shared.sum())
-
-    def run_worker(worker: int) -> None:
-        before = private_memory_bytes(os.getpid())["uss"]
-        total = int(shared.sum())  # every page read
-        own = private_memory_bytes(os.getpid())["uss"] - before  # what reading them made this worker's own
-        (tmp_path / f"w{worker}").write_text(f"{total} {own}")
-
-    tier = fork_workers(2, run_worker)
-    for pid in tier.pids:
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    for worker in (0, 1):
-        total, own = map(int, (tmp_path / f"w{worker}").read_text().split())
-        assert total == expected
-        assert own < shared.nbytes / 4, f"reading the array made {own / MB:.0f} MB worker {worker}'s own"
-
-
 def test_a_tier_stops_its_workers():
     def run_worker(worker: int) -> None:
         while True:
