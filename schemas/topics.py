@@ -14,11 +14,14 @@ SERVING_RESERVES = "serving.reserves"
 AD_SERVED = "ad.served"
 AD_EVENTS = "ad.events"
 AD_CONVERSIONS = "ad.conversions"
+AD_FEEDBACK = "ad.feedback"
 BUDGET_SPEND = "budget.spend"
 BUDGET_STATE = "budget.state"
 BUDGET_LEASES = "budget.leases"
 BILLED_SPEND = "billing.billed_spend"
 TRAINING_EXAMPLES = "training.examples"
+FEATURES_ADS = "features.ads"
+MODEL_REGISTRY = "model.registry"
 DEAD_LETTERS = "dead.letters"
 EVENT_COUNTS = "ops.event_counts"
 CDC_CAMPAIGNS = "cdc.public.campaigns"
@@ -59,11 +62,14 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(AD_SERVED, key="request id", schema="ad_served.avsc"),
     TopicSpec(AD_EVENTS, key="campaign id", schema="ad_event.avsc"),
     TopicSpec(AD_CONVERSIONS, key="impression id", schema="ad_conversion.avsc"),
+    TopicSpec(AD_FEEDBACK, key="impression id", schema="ad_feedback.avsc"),
     TopicSpec(BUDGET_SPEND, key="campaign id", schema="spend_report.avsc"),
     TopicSpec(BUDGET_STATE, key="campaign id", schema="budget_state.avsc", compacted=True),
     TopicSpec(BUDGET_LEASES, key="server id", schema="budget_lease.avsc"),
     TopicSpec(BILLED_SPEND, key="campaign id", schema="billed_spend.avsc"),
     TopicSpec(TRAINING_EXAMPLES, key="impression id", schema="training_example.avsc"),
+    TopicSpec(FEATURES_ADS, key="ad id", schema="ad_features.avsc", compacted=True),
+    TopicSpec(MODEL_REGISTRY, key="role", schema="registry_entry.avsc", partitions=1, compacted=True),
     TopicSpec(DEAD_LETTERS, key="job name", schema="dead_letter.avsc", partitions=1),
     TopicSpec(EVENT_COUNTS, key="campaign id", schema="event_count.avsc"),
     # Debezium's change streams of the campaign store (JSON envelopes, see infra/platform/cdc.py); created

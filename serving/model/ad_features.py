@@ -8,7 +8,11 @@ A snapshot is one file `ad-features-v{version}.npz` in a snapshot folder, column
   ad_id (int64), campaign_id (int64), bid_type (int8: 0 cpm, 1 cpc, 2 cpa), bid_micros (int64),
   ctr_prior (float32: the ad's historical click rate at the top position of an average placement),
   quality_prior (float32), category (int32: the ad's vertical, 0..CATEGORIES-1),
-  embedding (float32, shape (ads, dim)).
+  embedding (float32, shape (ads, dim)),
+and optionally (snapshots of the features job carry them; older files read with the defaults):
+  ctr_alpha, ctr_beta (float32: the Beta posterior of ctr_prior, whose mean it is; new-ad exploration samples
+  from it; default a weak prior of 10 pseudo-impressions at ctr_prior),
+  impressions (float32: the ad's own impressions in the features window; default 0).
 It is written under a temporary name and renamed, so a reader never sees half a file. Versions only
 grow (a version is the epoch ms of the cut, or any increasing number a test picks)."""
 from __future__ import annotations
@@ -24,6 +28,8 @@ from core.errors import AdserveError
 
 FILE_PATTERN = re.compile(r"^ad-features-v(\d+)\.npz$")
 COLUMNS = ("ad_id", "campaign_id", "bid_type", "bid_micros", "ctr_prior", "quality_prior", "category", "embedding")
+OPTIONAL_COLUMNS = ("ctr_alpha", "ctr_beta", "impressions")
+DEFAULT_PRIOR_STRENGTH = 10.0  # pseudo-impressions behind ctr_prior in a snapshot without a posterior
 
 
 class SnapshotMissing(AdserveError):
@@ -41,8 +47,17 @@ class AdFeatureSnapshot:
     quality_prior: np.ndarray
     category: np.ndarray
     embedding: np.ndarray
+    ctr_alpha: np.ndarray | None = None
+    ctr_beta: np.ndarray | None = None
+    impressions: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        prior = np.asarray(self.ctr_prior, dtype=np.float32)
+        if self.ctr_alpha is None or self.ctr_beta is None:
+            self.ctr_alpha = (prior * DEFAULT_PRIOR_STRENGTH).astype(np.float32)
+            self.ctr_beta = ((1 - prior) * DEFAULT_PRIOR_STRENGTH).astype(np.float32)
+        if self.impressions is None:
+            self.impressions = np.zeros(len(prior), dtype=np.float32)
         ids = np.asarray(self.ad_id, dtype=np.int64)
         self._order = np.argsort(ids, kind="stable")
         self._sorted = ids[self._order]
@@ -64,7 +79,7 @@ class AdFeatureSnapshot:
         folder.mkdir(parents=True, exist_ok=True)
         final = folder / f"ad-features-v{self.version}.npz"
         partial = folder / f".ad-features-v{self.version}.partial.npz"
-        np.savez(partial, **{name: getattr(self, name) for name in COLUMNS})
+        np.savez(partial, **{name: getattr(self, name) for name in COLUMNS + OPTIONAL_COLUMNS})
         os.replace(partial, final)
         return final
 
@@ -86,4 +101,5 @@ def load(folder: Path, version: int | None = None) -> AdFeatureSnapshot:
     elif version not in present:
         raise SnapshotMissing(f"ad-feature snapshot v{version} is not in {folder} (present: {present[-5:]})")
     with np.load(folder / f"ad-features-v{version}.npz") as data:
-        return AdFeatureSnapshot(version, **{name: data[name] for name in COLUMNS})
+        return AdFeatureSnapshot(version, **{name: data[name] for name in COLUMNS},
+                                 **{name: data[name] for name in OPTIONAL_COLUMNS if name in data.files})
