@@ -54,9 +54,14 @@ def _add_ads(ssub) -> None:
     scoring.add_argument("--prediction-url", help="score candidates with the prediction service at this URL "
                                                   "(e.g. http://127.0.0.1:8090; `adserve serve prediction`); the "
                                                   "pre-ranker's scores when it does not answer within the model "
-                                                  "budget. Default: the priors-only predictor")
+                                                  "budget; the ad server follows only the registry's feature "
+                                                  "snapshot. Default: the model registry (topic model.registry): "
+                                                  "the published model in process, swapped when a new one is "
+                                                  "promoted; the priors until one is")
     scoring.add_argument("--model", type=Path, help="score with this click model in process (models/click-vN; "
-                                                    "needs --ad-features)")
+                                                    "needs --ad-features), fixed: the registry is not followed")
+    scoring.add_argument("--priors", action="store_true",
+                         help="rank on priors only and do not follow the model registry")
     a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model or --prerank-model "
                                                     "(newest version)")
     a.add_argument("--prerank-model", type=Path,
@@ -139,7 +144,7 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
         print(f"adserve serve ads: --workers must be 0 or more, got {args.workers}", file=sys.stderr)
         return 2
     if args.workers == 0:
-        serve(settings, predictor, log=lambda line: print(line, flush=True))
+        serve(settings, predictor, log=lambda line: print(line, flush=True), registry=registry_mode(args))
         return 0
     return serve_tier(settings, args)
 
@@ -165,7 +170,8 @@ def serve_tier(settings, args: argparse.Namespace) -> int:
     def run_worker(worker: int) -> None:
         worker_settings = dataclasses.replace(settings, port=ports[worker],
                                               server_id=worker_server_id(settings.server_id, worker))
-        serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets)
+        serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets,
+              registry=registry_mode(args))
 
     tier = fork_workers(args.workers, run_worker)
     stop = threading.Event()
@@ -186,6 +192,14 @@ def serve_tier(settings, args: argparse.Namespace) -> int:
         if gateway is not None:
             gateway.stop()
         tier.stop()
+
+
+def registry_mode(args: argparse.Namespace) -> str | None:
+    """What the ad server follows in the model registry: everything ("models") by default, only the feature
+    snapshot ("features") beside a prediction service, nothing with a fixed --model or --priors."""
+    if getattr(args, "model", None) or getattr(args, "priors", False):
+        return None
+    return "features" if getattr(args, "prediction_url", None) else "models"
 
 
 def ads_predictor(args: argparse.Namespace):

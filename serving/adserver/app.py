@@ -47,9 +47,11 @@ from serving import served_log
 from serving.decision.recall import RecallMonitor, check as recall_check
 from serving.adserver.request import (REQUEST_START_HEADER, BadRequest, GeoResolver, gateway_wait_s,
                                       parse_ad_request, targeting_terms)
+from serving.adserver.learned import Scoring
 from serving.adserver.state import ServingState
 from serving.decision.engine import Decision, DecisionEngine, EngineConfig, RequestContext
 from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE, FilterContext
+from serving.decision.prediction import PriorPredictor
 from serving.frequency_store import UserStore
 
 LOG = logging.getLogger("adserve.adserver")
@@ -98,6 +100,18 @@ class Metrics:
         self.after_errors = Counter("adserve_after_response_errors", "Post-response work that failed",
                                     ["what"], registry=r)
         self.recall = RecallMonitor(registry=r)  # the pre-ranker's recall on the sampled share (engine config)
+        self.on_priors = Gauge("adserve_scoring_on_priors",
+                               "1 while no model is published and the server ranks on priors", registry=r)
+        self.on_priors.set(1)
+        self.scoring_swaps = Counter("adserve_scoring_swaps", "Model or feature-snapshot swaps installed",
+                                     ["what"], registry=r)
+        self.scoring_refusals = Gauge("adserve_scoring_refusals",
+                                      "Published models or snapshots refused (checks or load failed)", registry=r)
+        self.feature_snapshot_version = Gauge("adserve_feature_snapshot_version",
+                                              "Version (event-time cut, epoch ms) of the applied ad-feature snapshot",
+                                              registry=r)
+        self.feature_snapshot_age = Gauge("adserve_feature_snapshot_age_seconds",
+                                          "Wall clock now minus the applied ad-feature snapshot's cut", registry=r)
 
 
 class AdServer:
@@ -123,6 +137,32 @@ class AdServer:
         self._background: set[asyncio.Task] = set()
         # Per-request stage timings (ms) of the latest requests, for `adserve bench serve` (GET /debug/timings).
         self.timings: collections.deque[dict[str, float]] = collections.deque(maxlen=200_000)
+        self.scoring = Scoring()  # what the registry follower installed (serving.adserver.learned)
+
+    def install_scoring(self, scoring: Scoring) -> None:
+        """Swap in what the registry follower prepared (on the event loop, between two requests): the predictor
+        (None: the priors) and, when the feature snapshot is newer than the one applied, its learned columns on
+        the index (ctr_prior, the exploration posterior, the learned quality term) and its version for the served
+        log."""
+        m = self.metrics
+        if scoring.predictor is not self.scoring.predictor and (scoring.predictor is not None
+                                                                or not self.scoring.on_priors):
+            self.engine.predictor = scoring.predictor if scoring.predictor is not None else PriorPredictor()
+            m.scoring_swaps.labels("model").inc()
+            LOG.info("scoring with %s%s", scoring.model_version or "the priors",
+                     f", canary {scoring.canary_version} on {scoring.canary_share:.1%}" if scoring.canary_version
+                     else "")
+        snapshot = scoring.snapshot
+        if snapshot is not None and snapshot.version != self.state.features_version:
+            changed = self.engine.index.apply_learned(snapshot.ad_id, snapshot.ctr_prior, snapshot.ctr_alpha,
+                                                      snapshot.ctr_beta, snapshot.quality_prior)
+            self.state.features_version = snapshot.version
+            m.feature_snapshot_version.set(snapshot.version)
+            m.scoring_swaps.labels("feature_snapshot").inc()
+            LOG.info("ad-feature snapshot v%d applied to %d ads of the index", snapshot.version, changed)
+        m.on_priors.set(1 if scoring.on_priors else 0)
+        m.scoring_refusals.set(len(scoring.refusals))
+        self.scoring = scoring
 
     # ---------------------------------------------------------------- routes
     def app(self) -> web.Application:
@@ -137,13 +177,15 @@ class AdServer:
         ready = self.is_ready()
         body = {"ready": ready, "index_lag_s": round(lag, 3), "commit_lag_s": round(self.state.commit_lag_s, 3),
                 "ads": len(self.state.index),
-                "snapshot_version": self.state.snapshot_version}
+                "snapshot_version": self.state.snapshot_version, "scoring": self.scoring.describe()}
         return web.json_response(body, status=200 if ready else 503)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         self.metrics.index_lag.set(self.lag_s())
         self.metrics.commit_lag.set(self.state.commit_lag_s)
         self.metrics.ads.set(len(self.state.index))
+        if self.state.features_version:
+            self.metrics.feature_snapshot_age.set(max(0.0, self.clock() - self.state.features_version / 1000))
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 
     async def handle_timings(self, request: web.Request) -> web.Response:
@@ -318,7 +360,7 @@ class AdServer:
             decision, request_id=ad_request.request_id, server_id=self.config.server_id, now_ms=now_ms,
             placement=ad_request.placement, location=location, user_id=ad_request.user_id, device=ad_request.device,
             language=",".join(ad_request.languages) or None, page=ad_request.page, user_features=features,
-            snapshot_version=int(self.state.snapshot_version), reserve_micros=terms.reserve_micros,
+            snapshot_version=int(self.state.features_version), reserve_micros=terms.reserve_micros,
             quality_floor_micros=terms.quality_floor_micros, slot_positions=ad_request.positions)
 
     async def drain(self) -> None:

@@ -17,6 +17,7 @@ from aiohttp import web
 from core.tokens import TokenKeys
 from schemas import topics
 from serving.adserver.app import AdServer, ServerConfig
+from serving.adserver.learned import RegistryFollower
 from serving.adserver.offloop import ServedLog, SpendReporter
 from serving.adserver.request import GeoResolver
 from serving.adserver.settings import AdServerSettings
@@ -42,6 +43,7 @@ class RunningAdServer:
     tasks: list[asyncio.Task]
     served_log: ServedLog
     boot: dict[str, Any] = field(default_factory=dict)  # snapshot loaded, records, seconds
+    registry: RegistryFollower | None = None  # the model registry's follower (None: scoring fixed at start)
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -51,6 +53,8 @@ class RunningAdServer:
         self.follower.stop()
         if self.follower.is_alive():
             self.follower.join(10)
+        if self.registry is not None:
+            self.registry.stop()
         self.reporter.tick(int(time.time() * 1000))
         self.reporter.close()
         self.served_log.close()
@@ -63,14 +67,18 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                           producer_overrides: dict[str, Any] | None = None, state: ServingState | None = None,
                           follow: bool = True, engine: DecisionEngine | None = None,
                           snapshot_dir: Path | None = None, predictor: Predictor | None = None,
-                          start_offsets: dict[str, dict[int, int]] | None = None) -> RunningAdServer:
+                          start_offsets: dict[str, dict[int, int]] | None = None,
+                          registry: str | None = None) -> RunningAdServer:
     """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
     are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
     once, without reading the state topics (benchmarks load synthetic ads that way). `predictor` scores the
     pre-ranked candidates (serving.model.remote.RemotePredictor: the prediction service; ModelPredictor: the
     model in process; default the priors) unless a whole `engine` is given. A worker of a tier
     (serving.adserver.tier) passes the `state` its parent loaded from a snapshot with that snapshot's
-    `start_offsets`: it follows the topics from there without loading anything itself."""
+    `start_offsets`: it follows the topics from there without loading anything itself. `registry` follows the
+    model registry (serving.adserver.learned): "models" swaps the model and the feature snapshot it names,
+    "features" only the snapshot's learned columns (the model is the prediction service's); None scores with
+    what was given at start."""
     boot_began = time.monotonic()
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
@@ -104,6 +112,12 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
     if follow:
         follower.start()
+    registry_follower = None
+    if registry is not None:
+        registry_follower = RegistryFollower(
+            bootstrap, lambda scoring: loop.call_soon_threadsafe(server.install_scoring, scoring),
+            models=registry == "models")
+        registry_follower.start()
     served_log.on_error = lambda what: server.metrics.after_errors.labels(what).inc()
     tasks = [loop.create_task(_every_second(reporter, state, server))]
     runner = web.AppRunner(server.app(), access_log=None)
@@ -116,7 +130,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     LOG.info("ad server %s on %s:%d, %d ads, ready=%s", config.server_id, host, bound, len(state.index),
              server.is_ready())
     boot["ready_s"] = time.monotonic() - boot_began  # snapshot load + catching up with the topics
-    return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_log, boot)
+    return RunningAdServer(server, follower, reporter, runner, bound, tasks, served_log, boot, registry_follower)
 
 
 def _load_snapshot(state: ServingState, snapshot_dir: Path | None) -> tuple[Any, dict[str, Any]]:
@@ -159,7 +173,7 @@ async def _wait_caught_up(follower: TopicFollower, wait_ready_s: float) -> None:
 
 def serve(settings: AdServerSettings, predictor: Predictor | None = None,
           log: Callable[[str], None] = print, state: ServingState | None = None,
-          start_offsets: dict[str, dict[int, int]] | None = None) -> None:
+          start_offsets: dict[str, dict[int, int]] | None = None, registry: str | None = None) -> None:
     """One ad server (`adserve serve ads --workers 0`, or one worker of a tier, which passes the `state` its
     parent loaded and the snapshot's `start_offsets`): the settings printed once (secrets masked), then the
     server until interrupted or terminated."""
@@ -167,7 +181,8 @@ def serve(settings: AdServerSettings, predictor: Predictor | None = None,
     run_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.redis_host, redis_port=settings.redis_port,
                   keys=settings.token_keys, config=settings.server_config(), host=settings.host, port=settings.port,
                   geo=GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None,
-                  snapshot_dir=settings.snapshot_dir, predictor=predictor, state=state, start_offsets=start_offsets)
+                  snapshot_dir=settings.snapshot_dir, predictor=predictor, state=state, start_offsets=start_offsets,
+                  registry=registry)
 
 
 def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, dict[int, int]] | None]:

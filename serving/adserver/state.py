@@ -46,11 +46,14 @@ READY_LAG_S = 5.0
 
 
 def ad_record(r: dict[str, Any]) -> AdRecord:
+    """A serving.ads record as the index holds it; one written before the record had an exclusion category
+    (decoded with its own schema) has none."""
     return AdRecord(ad_id=int(r["ad_id"]), campaign_id=int(r["campaign_id"]), version=int(r["version"]),
                     bid_type=r["bid_type"], bid_micros=int(r["bid_micros"]),
                     quality_micros=int(round(r["quality_prior"])), static_score=float(r["static_score"]),
                     targeting=Targeting.from_clauses(r["targeting"]), creative_ref=r["creative_ref"],
-                    landing_url=r["landing_url"], removed=bool(r["removed"]))
+                    landing_url=r["landing_url"], exclusion_category=int(r.get("exclusion_category", 0)),
+                    removed=bool(r["removed"]))
 
 
 def campaign_record(r: dict[str, Any]) -> CampaignRecord:
@@ -70,6 +73,7 @@ class ServingState:
     budget: dict[int, tuple[str, float]] = field(default_factory=dict)  # campaign -> (state, p)
     bid_multipliers: dict[int, float] = field(default_factory=dict)  # CPA campaign -> the budget job's multiplier
     snapshot_version: int = 0  # highest ad or campaign version applied
+    features_version: int = 0  # the ad-feature snapshot whose learned columns the index carries (0: none yet)
     applied: int = 0
     commit_lag_s: float = 0.0  # commit -> applied lag of the latest ad, campaign or reserve record applied
     budget_heard_ms: int = 0  # event time of the newest budget.state record (0: the job never spoke)
@@ -174,7 +178,8 @@ class ServingState:
             quality_micros=np.rint(column("quality_prior", np.float64)).astype(np.int32),
             static_score=column("static_score", np.float32), ctr_prior=np.full(n, 0.01, dtype=np.float32),
             embedding=np.zeros((n, dim), dtype=np.float16), term_keys=list(terms), term_counts=counts,
-            terms_flat=np.frombuffer(flat, dtype=np.uint32) if n else np.zeros(0, np.uint32))
+            terms_flat=np.frombuffer(flat, dtype=np.uint32) if n else np.zeros(0, np.uint32),
+            exclusion_category=np.fromiter((r.get("exclusion_category", 0) for r in ads), dtype=np.int32, count=n))
         index.strings.bulk([f"{r['creative_ref']}\n{r['landing_url']}" for r in ads])
         self.index = index
         if ads:
