@@ -40,6 +40,8 @@ def register(sub) -> None:
     _add_train(msub)
     _add_evaluate(msub)
     _add_canary(msub)
+    from adserve import retrain_cli
+    retrain_cli.register(msub)
 
 
 def _add_train(msub) -> None:

@@ -1,0 +1,366 @@
+"""`adserve model retrain` and `adserve model registry`: the click model learned continuously from the platform's
+own streams, and the registry that names what the fleet scores with (the shell around learning.retrain and
+serving.model.registry: reads the topics, writes the model folders, publishes registry entries)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.errors import AdserveError
+
+RETRAIN_HELP = """Runs continuously (or once with --once): each run reads the training join's output (topic
+training.examples) and the registry (topic model.registry), then judges the canary, trains a new model, refits
+the current model's calibration, or waits (learning.retrain):
+
+  judge   a canary is published: its served traffic (ad.served since it was published) joined with its labels
+          goes through the promotion rule of `adserve model promote` (calibration 0.95-1.05 over --min-clicks
+          clicks, revenue per request within --tolerance of the current model's). "promote" makes it CURRENT;
+          "hold" takes it off; "not enough data" waits (at most --canary-max-age of event time).
+  full    daily (--full-every), or when no model exists yet: a model trained from scratch on the last --window
+          of examples, written to --models/click-vN, published as the CANARY on --canary-share of requests.
+  update  hourly (--every): the current model's per-segment calibration refit on the last --update-window of
+          examples, written as a new version and canaried the same way.
+
+Every version it writes holds evaluation.json (the run's kind, examples and validation figures). The ad
+servers and prediction services follow the registry and swap without a restart. Event time throughout: "every
+hour" is an hour of the examples' event time, so a replayed or simulated day retrains on its own clock; the
+loop itself wakes every --poll seconds of wall clock."""
+
+
+def register(msub) -> None:
+    from learning.canary import PromotionRule
+    from learning.retrain import RetrainPolicy
+
+    policy, rule = RetrainPolicy(), PromotionRule()
+    p = msub.add_parser("retrain", help="train, canary and promote click models from the platform's own streams, "
+                                        "continuously", description=RETRAIN_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", type=Path, help="models folder (default $ADSERVE_HOME/models)")
+    p.add_argument("--ad-features", type=Path, help="the features job's snapshot folder (default: the folder the "
+                                                    "registry's FEATURES entry names)")
+    p.add_argument("--every", type=_duration, default=policy.every_s, help="update cadence in event time, e.g. 1h "
+                                                                           "(default 1h)")
+    p.add_argument("--full-every", type=_duration, default=policy.full_every_s,
+                   help="full training cadence in event time (default 24h)")
+    p.add_argument("--window", type=_duration, default=policy.window_s,
+                   help="examples a full training reads, back from the newest (default 24h)")
+    p.add_argument("--update-window", type=_duration, default=policy.update_window_s,
+                   help="examples an update refits the calibration on (default 1h)")
+    p.add_argument("--min-examples", type=int, default=policy.min_examples,
+                   help=f"click examples needed to train (default {policy.min_examples:,})")
+    p.add_argument("--min-train-clicks", type=int, default=policy.min_clicks,
+                   help=f"clicks needed to train (default {policy.min_clicks:,})")
+    p.add_argument("--canary-share", type=float, default=policy.canary_share,
+                   help=f"share of requests a new version scores before its verdict (default {policy.canary_share})")
+    p.add_argument("--canary-max-age", type=_duration, default=policy.canary_max_age_s,
+                   help="event time a canary may wait for a verdict before it is taken off (default 6h)")
+    p.add_argument("--min-clicks", type=int, default=rule.min_clicks,
+                   help=f"labelled clicks of the canary before its verdict (default {rule.min_clicks:,})")
+    p.add_argument("--tolerance", type=float, default=rule.revenue_tolerance,
+                   help="how far below the current's revenue per request the canary's may be (default 0.02)")
+    p.add_argument("--epochs", type=int, default=10, help="most epochs of a full training (default 10)")
+    p.add_argument("--poll", type=float, default=60.0, help="wall-clock seconds between runs (default 60)")
+    p.add_argument("--once", action="store_true", help="one run, then exit (0: it trained, judged or waited; "
+                                                       "2: it could not read its inputs)")
+    p.add_argument("--json", action="store_true", help="one JSON object per run on stdout (learning.retrain."
+                                                       "RunReport: action, examples, model_version, verdict, ...)")
+    p.set_defaults(handler=cmd_model_retrain)
+
+    r = msub.add_parser("registry", help="show the model registry, or set its current model by hand (a rollback)",
+                        description="Shows the registry's CURRENT, CANARY and FEATURES entries (topic model.registry)."
+                                    " --set-current DIR publishes DIR as the current model after its checks "
+                                    "(serving.model.registry.model_refusal) and removes the canary: a rollback. "
+                                    "--clear-canary only removes the canary.")
+    r.add_argument("--set-current", type=Path, help="a model directory (models/click-vN) to make current")
+    r.add_argument("--clear-canary", action="store_true", help="take the canary off")
+    r.add_argument("--json", action="store_true", help="print the registry as one JSON object")
+    r.set_defaults(handler=cmd_model_registry)
+
+
+def _duration(text: str) -> float:
+    """Seconds of '90', '90s', '5m', '1h' or '1d'."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+    text = text.strip().lower()
+    try:
+        return float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 5m, 1h, 1d)") from None
+
+
+def _log(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} retrain: {line}", file=sys.stderr, flush=True)
+
+
+def _bootstrap() -> str:
+    from adserve.serve_cli import platform_environ
+    from infra.platform.settings import PlatformSettings
+
+    return PlatformSettings.from_env(platform_environ()).kafka_bootstrap
+
+
+def _home_models() -> Path:
+    from adserve.serve_cli import platform_environ
+    from infra.platform.settings import PlatformSettings
+
+    return PlatformSettings.from_env(platform_environ()).home / "models"
+
+
+def read_topic(bootstrap: str, topic: str, record_type: str, since_ms: int = 0) -> list[dict[str, Any]]:
+    """The records of a topic whose Kafka timestamp (their event time) is at or after `since_ms`, decoded;
+    undecodable ones are skipped and counted in the log (the jobs that write these topics dead-letter theirs)."""
+    from confluent_kafka import TopicPartition
+
+    from core.errors import CorruptRecord
+    from schemas.codec import AvroCodec
+    from streams import kafka
+
+    start = None
+    if since_ms > 0:
+        consumer = kafka.consumer(bootstrap, group_id=f"adserve-retrain-offsets-{time.monotonic_ns()}")
+        try:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in partitions], timeout=10)
+            start = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+            start.update({p: 1 << 62 for p in partitions if p not in start})  # nothing that recent there
+        finally:
+            consumer.close()
+    codec, records, corrupt = AvroCodec(), [], 0
+    for msg in kafka.read_all(bootstrap, topic, timeout_s=600, idle_s=1.0, start_offsets=start):
+        try:
+            records.append(codec.decode(msg.value(), record_type, topic=topic, partition=msg.partition(),
+                                        offset=msg.offset()))
+        except CorruptRecord:
+            corrupt += 1
+    if corrupt:
+        _log(f"{corrupt:,} undecodable records of {topic} skipped")
+    return records
+
+
+class Retrainer:
+    """One `adserve model retrain` process: its settings, its state file and its runs."""
+
+    def __init__(self, args: argparse.Namespace, bootstrap: str):
+        from learning.canary import PromotionRule
+        from learning.retrain import RetrainPolicy, RetrainState
+
+        self.args, self.bootstrap = args, bootstrap
+        self.models: Path = args.models or _home_models()
+        self.policy = RetrainPolicy(every_s=args.every, full_every_s=args.full_every, window_s=args.window,
+                                    update_window_s=args.update_window, min_examples=args.min_examples,
+                                    min_clicks=args.min_train_clicks, canary_share=args.canary_share,
+                                    canary_max_age_s=args.canary_max_age)
+        self.rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks)
+        self.state_file = self.models / "retrain-state.json"
+        self.state = RetrainState(**json.loads(self.state_file.read_text())) if self.state_file.exists() \
+            else RetrainState()
+
+    def save_state(self) -> None:
+        self.models.mkdir(parents=True, exist_ok=True)
+        partial = self.state_file.with_suffix(".partial")
+        partial.write_text(json.dumps(self.state.as_dict()))
+        partial.replace(self.state_file)
+
+    def run(self):
+        from learning import retrain
+        from serving.model.registry import read_registry
+
+        registry = read_registry(self.bootstrap)
+        since = 0
+        if self.state.last_full_ms:
+            since = int(min(self.state.last_full_ms, self.state.canary_since_ms or self.state.last_full_ms)
+                        - max(self.policy.window_s, self.policy.canary_max_age_s) * 1000)
+        examples = read_topic(self.bootstrap, _topics().TRAINING_EXAMPLES, "TrainingExample", max(0, since))
+        newest = max((int(r["served_time"]) for r in examples), default=0)
+        action = retrain.next_action(self.state, has_current=registry.current is not None,
+                                     has_canary=registry.canary is not None, newest_event_ms=newest,
+                                     policy=self.policy)
+        report = retrain.RunReport(action, newest)
+        if action == retrain.JUDGE:
+            self._judge(registry, examples, report)
+        elif action in (retrain.FULL, retrain.UPDATE):
+            self._train(action, registry, examples, newest, report)
+        self.state.runs += 1
+        self.save_state()
+        return report
+
+    def _snapshots(self, registry, records):
+        from serving.model import ad_features
+
+        folder = self.args.ad_features or (Path(registry.features.directory) if registry.features else None)
+        if folder is None:
+            return {}, None
+        available = set(ad_features.versions(folder))
+        needed = {int(r["ad_snapshot_version"]) for r in records} & available
+        return {v: ad_features.load(folder, v) for v in sorted(needed)}, folder
+
+    def _train(self, action: str, registry, examples, newest: int, report) -> None:
+        from learning import retrain
+        from learning.dataset import harmonise_keep_rate
+        from serving.model.click_model import ClickModel, save_versioned
+        from serving.model.registry import CANARY, model_entry, model_refusal, publish
+
+        window = self.policy.window_s if action == retrain.FULL else self.policy.update_window_s
+        records = retrain.in_window(examples, newest, window)
+        snapshots, folder = self._snapshots(registry, records)
+        records, report.examples_without_snapshot = retrain.with_snapshots(records, set(snapshots))
+        report.examples = len(records)
+        too_few = retrain.trainable(records, self.policy)
+        if too_few is not None:
+            report.action, report.reason = retrain.WAIT, f"not trained: {too_few}"
+            return
+        began = time.monotonic()
+        if action == retrain.FULL:
+            from learning.network import TrainConfig
+            from learning.trainer import train_click_model
+
+            records, keep_rate = harmonise_keep_rate([records])
+            model = train_click_model(records, snapshots, keep_rate, TrainConfig(epochs=self.args.epochs),
+                                      log=_log)
+            report.figures = {"validation_metrics": model.metadata["validation_metrics"]}
+        else:
+            model = ClickModel.load(Path(registry.current.directory))
+            report.figures = retrain.recalibrate(model, records, snapshots)
+            model.metadata["validation_metrics"] = {**model.metadata.get("validation_metrics", {}),
+                                                    "model": report.figures["model"]}
+            model.metadata["updated_from"] = registry.current.version
+        model.metadata.update(trained_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), retrain_kind=action,
+                              training_seconds=round(time.monotonic() - began, 1), newest_event_ms=newest)
+        directory = save_versioned(model, self.models, export_saved_model=False)
+        report.model_version = directory.name
+        (directory / "evaluation.json").write_text(json.dumps(
+            {"kind": action, "examples": report.examples, "examples_without_snapshot": report.examples_without_snapshot,
+             "newest_event_ms": newest, "ad_features": str(folder), **report.figures}, indent=1))
+        refusal = model_refusal(directory)
+        if refusal is not None:
+            report.reason = f"not published: {refusal}"
+            return
+        publish(self.bootstrap, model_entry(CANARY, directory.name, directory, share=self.policy.canary_share,
+                                            reason=f"{action} retrain on {report.examples:,} examples"))
+        report.published.append(f"CANARY {directory.name} on {self.policy.canary_share:.1%}")
+        self.state.canary_since_ms = newest
+        self.state.last_trained_ms = newest
+        if action == retrain.FULL:
+            self.state.last_full_ms = newest
+
+    def _judge(self, registry, examples, report) -> None:
+        from learning.canary import canary_report
+        from serving.decision.prediction import PriorPredictor
+        from serving.model.canary import HOLD, NOT_ENOUGH_DATA, PROMOTE
+        from serving.model.registry import CANARY, CURRENT, model_entry, publish
+
+        candidate = registry.canary.version
+        current = registry.current.version if registry.current else PriorPredictor.version
+        since = self.state.canary_since_ms
+        served = [r for r in read_topic(self.bootstrap, _topics().AD_SERVED, "ServedRecord", since)
+                  if r.get("model_version") in (candidate, current)]
+        judged = [r for r in examples if int(r["served_time"]) >= since]
+        verdict = canary_report(served, judged, current=current, candidate=candidate, rule=self.rule)
+        report.model_version, report.verdict = candidate, verdict["verdict"]
+        report.figures = {"canary_report": verdict}
+        newest = report.newest_event_ms
+        if verdict["verdict"] == PROMOTE:
+            publish(self.bootstrap, model_entry(CURRENT, candidate, registry.canary.directory,
+                                                reason=f"promoted over {current}: canary verdict promote"))
+            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} promoted"))
+            report.published += [f"CURRENT {candidate}", "CANARY none"]
+            self._record_verdict(registry.canary.directory, verdict)
+        elif verdict["verdict"] == HOLD or (verdict["verdict"] == NOT_ENOUGH_DATA and since
+                                            and newest - since > self.policy.canary_max_age_s * 1000):
+            why = "; ".join(verdict.get("reasons") or []) or "no verdict within the canary's time"
+            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} held: {why}"))
+            report.published.append("CANARY none")
+            report.reason = f"{candidate} taken off ({current} stays): {why}"
+            self._record_verdict(registry.canary.directory, verdict)
+        else:
+            report.reason = f"waiting for canary traffic: {verdict.get('reasons') or verdict['verdict']}"
+
+    @staticmethod
+    def _record_verdict(directory: str, verdict: dict[str, Any]) -> None:
+        path = Path(directory) / "evaluation.json"
+        try:
+            evaluation = json.loads(path.read_text()) if path.exists() else {}
+            evaluation["canary_report"] = verdict
+            path.write_text(json.dumps(evaluation, indent=1))
+        except (OSError, ValueError) as exc:
+            _log(f"could not add the canary report to {path}: {exc}")
+
+
+def _topics():
+    from schemas import topics
+    return topics
+
+
+def _say(report, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.as_dict()), flush=True)
+        return
+    line = f"{report.action}"
+    if report.model_version:
+        line += f" {report.model_version}"
+    if report.verdict:
+        line += f": verdict {report.verdict}"
+    if report.examples:
+        line += f" ({report.examples:,} examples, {report.examples_without_snapshot:,} without their snapshot)"
+    if report.published:
+        line += f"; published {', '.join(report.published)}"
+    if report.reason:
+        line += f"; {report.reason}"
+    _log(line)
+
+
+def cmd_model_retrain(args: argparse.Namespace) -> int:
+    try:
+        retrainer = Retrainer(args, _bootstrap())
+    except (AdserveError, OSError, ValueError) as exc:
+        print(f"adserve model retrain: {exc}", file=sys.stderr)
+        return 2
+    _log(f"models in {retrainer.models}; update every {args.every:.0f} s, full training every "
+         f"{args.full_every:.0f} s of event time; canary on {args.canary_share:.1%}")
+    while True:
+        try:
+            _say(retrainer.run(), args.json)
+        except AdserveError as exc:
+            _log(f"run failed: {exc}")
+            if args.once:
+                return 2
+        except KeyboardInterrupt:
+            return 0
+        if args.once:
+            return 0
+        try:
+            time.sleep(args.poll)
+        except KeyboardInterrupt:
+            return 0
+
+
+def cmd_model_registry(args: argparse.Namespace) -> int:
+    from serving.model.registry import CANARY, CURRENT, model_entry, model_refusal, publish, read_registry
+
+    try:
+        bootstrap = _bootstrap()
+        if args.set_current is not None:
+            directory = args.set_current.resolve()
+            refusal = model_refusal(directory)
+            if refusal is not None:
+                print(f"adserve model registry: refused: {refusal}", file=sys.stderr)
+                return 2
+            publish(bootstrap, model_entry(CURRENT, directory.name, directory, reason="set by hand"))
+            publish(bootstrap, model_entry(CANARY, None, None, reason="set by hand"))
+        elif args.clear_canary:
+            publish(bootstrap, model_entry(CANARY, None, None, reason="cleared by hand"))
+        registry = read_registry(bootstrap)
+    except (AdserveError, OSError, ValueError) as exc:
+        print(f"adserve model registry: {exc}", file=sys.stderr)
+        return 2
+    described = registry.describe()
+    if args.json:
+        print(json.dumps(described))
+        return 0
+    for role, name in (("current", "CURRENT"), ("canary", "CANARY"), ("features", "FEATURES")):
+        entry = described[role]
+        print(f"{name:<9} {json.dumps(entry) if entry else '(none)'}  {registry.reasons.get(name, '')}")
+    return 0
