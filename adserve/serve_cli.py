@@ -84,8 +84,10 @@ def _add_prediction(ssub) -> None:
                                     "POST /v1/score, GET /healthz, /v1/model, /metrics (serving.model.service; "
                                     "docs/learning.md). --canary-model scores the share of requests whose request-id "
                                     "hash is below --canary-share; `adserve model canary-report` judges it.")
-    r.add_argument("--model", type=Path, required=True, help="the model directory (models/click-vN)")
-    r.add_argument("--ad-features", type=Path, required=True,
+    r.add_argument("--model", type=Path, help="the model directory (models/click-vN); without it the service "
+                                              "follows the model registry (topic model.registry): it starts with "
+                                              "the published model and swaps to each one promoted or canaried")
+    r.add_argument("--ad-features", type=Path,
                    help="the ad-feature snapshot folder (the newest version is loaded, and re-checked every "
                         "--snapshot-refresh-s)")
     r.add_argument("--host", default="127.0.0.1")
@@ -244,19 +246,34 @@ def ads_predictor(args: argparse.Namespace):
 
 
 def cmd_serve_prediction(args: argparse.Namespace) -> int:
-    from core.errors import AdserveError
+    from core.errors import AdserveError, InvalidSettings
     from serving.model.service import load_service, run_prediction_service
     from serving.model.settings import PredictionServiceSettings
 
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    follow = None
     try:
-        settings = PredictionServiceSettings.from_args(args)
-        print(f"prediction service settings: {settings.describe()}", flush=True)
-        service = load_service(settings.model_dir, settings.ad_features_dir, canary_model_dir=settings.canary_model_dir,
-                               config=settings.service)
+        if args.model is None:
+            from serving.model.service import service_from_registry
+            from serving.model.settings import service_config
+
+            if args.canary_model is not None:
+                raise InvalidSettings("--canary-model goes with --model (the registry names its own canary)")
+            service, follow = service_from_registry(PlatformSettings.from_env(platform_environ()).kafka_bootstrap,
+                                                    service_config(args), log=say)
+            host, port = args.host, args.port
+        else:
+            if args.ad_features is None:
+                raise InvalidSettings("--model needs --ad-features (the snapshot folder it scores against)")
+            settings = PredictionServiceSettings.from_args(args)
+            print(f"prediction service settings: {settings.describe()}", flush=True)
+            service = load_service(settings.model_dir, settings.ad_features_dir,
+                                   canary_model_dir=settings.canary_model_dir, config=settings.service)
+            host, port = settings.host, settings.port
     except (ValueError, AdserveError) as exc:
         print(f"adserve serve prediction: {exc}", file=sys.stderr)
         return 2
-    run_prediction_service(service, host=settings.host, port=settings.port, log=lambda line: print(line, flush=True))
+    run_prediction_service(service, host=host, port=port, log=say, follow=follow)
     return 0
 
 

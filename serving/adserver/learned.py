@@ -47,6 +47,8 @@ class Scoring:
     canary_share: float = 0.0
     snapshot: ad_features.AdFeatureSnapshot | None = None
     refusals: list[str] = field(default_factory=list)
+    current: Any = None  # the current model's own predictor (the prediction service routes the arms itself)
+    candidate: Any = None  # the canary's predictor
 
     @property
     def on_priors(self) -> bool:
@@ -164,7 +166,7 @@ class RegistryFollower(threading.Thread):
         """Prepare what the registry names now and install it when anything changed. A model or snapshot that
         fails is refused: the previous one stays, and the refusal is kept for /ready."""
         before = self.scoring
-        snapshot, predictor, canary_version, share = before.snapshot, None, None, 0.0
+        snapshot, predictor, canary_version, share, candidate = before.snapshot, None, None, 0.0, None
         refusals = list(before.refusals[-4:])
         features = self.registry.features
         if features is not None and (snapshot is None or snapshot.version != features.version):
@@ -193,7 +195,7 @@ class RegistryFollower(threading.Thread):
         if canary_version == before.canary_version and model_version == before.model_version \
                 and current is self._installed_current:
             predictor = before.predictor  # the same arms: keep the installed wrapper
-        scoring = Scoring(predictor, model_version, canary_version, share, snapshot, refusals)
+        scoring = Scoring(predictor, model_version, canary_version, share, snapshot, refusals, current, candidate)
         if scoring.on_priors and self.models and not self._said_priors:
             self._said_priors = True
             LOG.warning("no model in the registry: ranking on priors until one is published (registry: %s)",

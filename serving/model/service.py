@@ -333,6 +333,19 @@ class PredictionService:
                  "; ".join(report.get("reasons", [])))
         return {"promoted": candidate.model.version, "previous": current.model.version}
 
+    def install_scoring(self, scoring) -> None:
+        """What the model registry names now (serving.adserver.learned.Scoring, prepared off the loop by its
+        follower): the current model and the canary with its share, swapped between two batches. A registry
+        without a current model leaves the one this service holds."""
+        if scoring.current is not None and scoring.current is not self.current:
+            LOG.info("registry: scoring with %s (was %s)", scoring.model_version, self.current.model.version)
+            self.current = scoring.current
+        candidate = scoring.candidate
+        if candidate is not None and candidate.model.version == self.current.model.version:
+            candidate = None
+        self.candidate = candidate
+        self.config.canary_share = scoring.canary_share if candidate is not None else 0.0
+
     def arm_of(self, request_id: str) -> str:
         share = self.config.canary_share if self.candidate is not None else 0.0
         return CANDIDATE if routes_to_candidate(request_id, share) else CURRENT
@@ -497,10 +510,43 @@ def load_service(model_dir: Path, ad_features_dir: Path, *, canary_model_dir: Pa
     return PredictionService(current, candidate, config)
 
 
+def service_from_registry(bootstrap: str, config: ServiceConfig | None = None, *, wait_s: float = 10 ** 9,
+                          log: Callable[[str], None] = print):
+    """(the service over the registry's current model and newest feature snapshot, its registry follower): waits
+    until the registry names a model that loads (saying so while it waits). The follower keeps swapping the
+    service's models afterwards once `follow(service, loop)` is called."""
+    from serving.adserver.learned import RegistryFollower
+
+    latest: list = []
+    follower = RegistryFollower(bootstrap, latest.append)
+    follower.start()
+    began, said = time.monotonic(), 0.0
+    while not (latest and latest[-1].current is not None):
+        if time.monotonic() - began > wait_s:
+            follower.stop()
+            raise InvalidSettings(f"the model registry named no loadable model within {wait_s:.0f} s")
+        if time.monotonic() - said > 30:
+            said = time.monotonic()
+            log("prediction service: waiting for the model registry to name a model (`adserve model retrain`)")
+        time.sleep(0.2)
+    scoring = latest[-1]
+    service = PredictionService(scoring.current, None, config or ServiceConfig())
+    service.install_scoring(scoring)
+
+    def follow(loop: asyncio.AbstractEventLoop) -> None:
+        follower.install = lambda update: loop.call_soon_threadsafe(service.install_scoring, update)
+        if follower.scoring is not scoring:
+            loop.call_soon_threadsafe(service.install_scoring, follower.scoring)
+    return service, follow
+
+
 def run_prediction_service(service: PredictionService, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                           log: Callable[[str], None] = print) -> None:
+                           log: Callable[[str], None] = print, follow: Callable | None = None) -> None:
+    """The service until interrupted; `follow(loop)` (service_from_registry's) hands registry swaps to its loop."""
     async def main() -> None:
         running = await start_prediction_service(service, host=host, port=port)
+        if follow is not None:
+            follow(asyncio.get_running_loop())
         described = service.describe()
         canary = described["canary"]
         log(f"prediction service on {host}:{running.port}: model {described['model_version']} (ad-feature snapshot "

@@ -40,3 +40,10 @@ class PredictionServiceSettings:
     def describe(self) -> str:
         """The settings as one line: printed once at start."""
         return describe(self)
+
+
+def service_config(args: argparse.Namespace) -> ServiceConfig:
+    """The batching flags of `adserve serve prediction` for a service that follows the model registry: the
+    registry names its canary and share, and its feature snapshots (no folder of its own is polled)."""
+    return ServiceConfig(max_wait_ms=args.max_wait_ms, max_batch_rows=args.max_batch_rows, canary_share=0.0,
+                         snapshot_refresh_s=0.0)
