@@ -63,6 +63,12 @@ def register(msub) -> None:
     p.add_argument("--tolerance", type=float, default=rule.revenue_tolerance,
                    help="how far below the current's revenue per request the canary's may be (default 0.02)")
     p.add_argument("--epochs", type=int, default=10, help="most epochs of a full training (default 10)")
+    p.add_argument("--calibration-band", default=f"{rule.calibration_low},{rule.calibration_high}",
+                   help="predicted over observed clicks the canary must stay within, LOW,HIGH (default "
+                        f"{rule.calibration_low},{rule.calibration_high}, the design's alert band)")
+    p.add_argument("--examples-topic", default=None, help="the training join's output (default training.examples)")
+    p.add_argument("--served-topic", default=None, help="the served log (default ad.served)")
+    p.add_argument("--registry-topic", default=None, help="the model registry (default model.registry)")
     p.add_argument("--poll", type=float, default=60.0, help="wall-clock seconds between runs (default 60)")
     p.add_argument("--once", action="store_true", help="one run, then exit (0: it trained, judged or waited; "
                                                        "2: it could not read its inputs)")
@@ -153,7 +159,16 @@ class Retrainer:
                                     update_window_s=args.update_window, min_examples=args.min_examples,
                                     min_clicks=args.min_train_clicks, canary_share=args.canary_share,
                                     canary_max_age_s=args.canary_max_age)
-        self.rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks)
+        try:
+            low, high = (float(x) for x in args.calibration_band.split(","))
+        except ValueError:
+            raise AdserveError(f"--calibration-band: expected LOW,HIGH, got {args.calibration_band!r}") from None
+        self.rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks,
+                                  calibration_low=low, calibration_high=high)
+        t = _topics()
+        self.examples_topic = args.examples_topic or t.TRAINING_EXAMPLES
+        self.served_topic = args.served_topic or t.AD_SERVED
+        self.registry_topic = args.registry_topic or t.MODEL_REGISTRY
         self.state_file = self.models / "retrain-state.json"
         self.state = RetrainState(**json.loads(self.state_file.read_text())) if self.state_file.exists() \
             else RetrainState()
@@ -168,12 +183,12 @@ class Retrainer:
         from learning import retrain
         from serving.model.registry import read_registry
 
-        registry = read_registry(self.bootstrap)
+        registry = read_registry(self.bootstrap, topic=self.registry_topic)
         since = 0
         if self.state.last_full_ms:
             since = int(min(self.state.last_full_ms, self.state.canary_since_ms or self.state.last_full_ms)
                         - max(self.policy.window_s, self.policy.canary_max_age_s) * 1000)
-        examples = read_topic(self.bootstrap, _topics().TRAINING_EXAMPLES, "TrainingExample", max(0, since))
+        examples = read_topic(self.bootstrap, self.examples_topic, "TrainingExample", max(0, since))
         newest = max((int(r["served_time"]) for r in examples), default=0)
         action = retrain.next_action(self.state, has_current=registry.current is not None,
                                      has_canary=registry.canary is not None, newest_event_ms=newest,
@@ -239,7 +254,8 @@ class Retrainer:
             report.reason = f"not published: {refusal}"
             return
         publish(self.bootstrap, model_entry(CANARY, directory.name, directory, share=self.policy.canary_share,
-                                            reason=f"{action} retrain on {report.examples:,} examples"))
+                                            reason=f"{action} retrain on {report.examples:,} examples"),
+                topic=self.registry_topic)
         report.published.append(f"CANARY {directory.name} on {self.policy.canary_share:.1%}")
         self.state.canary_since_ms = newest
         self.state.last_trained_ms = newest
@@ -255,7 +271,7 @@ class Retrainer:
         candidate = registry.canary.version
         current = registry.current.version if registry.current else PriorPredictor.version
         since = self.state.canary_since_ms
-        served = [r for r in read_topic(self.bootstrap, _topics().AD_SERVED, "ServedRecord", since)
+        served = [r for r in read_topic(self.bootstrap, self.served_topic, "ServedRecord", since)
                   if r.get("model_version") in (candidate, current)]
         judged = [r for r in examples if int(r["served_time"]) >= since]
         verdict = canary_report(served, judged, current=current, candidate=candidate, rule=self.rule)
@@ -264,14 +280,17 @@ class Retrainer:
         newest = report.newest_event_ms
         if verdict["verdict"] == PROMOTE:
             publish(self.bootstrap, model_entry(CURRENT, candidate, registry.canary.directory,
-                                                reason=f"promoted over {current}: canary verdict promote"))
-            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} promoted"))
+                                                reason=f"promoted over {current}: canary verdict promote"),
+                    topic=self.registry_topic)
+            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} promoted"),
+                    topic=self.registry_topic)
             report.published += [f"CURRENT {candidate}", "CANARY none"]
             self._record_verdict(registry.canary.directory, verdict)
         elif verdict["verdict"] == HOLD or (verdict["verdict"] == NOT_ENOUGH_DATA and since
                                             and newest - since > self.policy.canary_max_age_s * 1000):
             why = "; ".join(verdict.get("reasons") or []) or "no verdict within the canary's time"
-            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} held: {why}"))
+            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} held: {why}"),
+                    topic=self.registry_topic)
             report.published.append("CANARY none")
             report.reason = f"{candidate} taken off ({current} stays): {why}"
             self._record_verdict(registry.canary.directory, verdict)

@@ -41,6 +41,7 @@ class KafkaJobSettings:
     connector_jar: str
     startup_mode: str = "group-offsets"  # earliest-offset | latest-offset | group-offsets | specific-offsets
     start_offsets: str = ""  # with specific-offsets: "0:42,1:300" (partition:offset)
+    start_timestamp_ms: int = 0  # with timestamp: the first record read is the first at or after this time
     bounded: bool = False  # stop at the offsets that were latest at start (tests, backfills)
     checkpoint_interval_ms: int = 5000
     parallelism: int = 1
@@ -64,9 +65,13 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
                         help="path of flink-sql-connector-kafka (default: ADSERVE_FLINK_KAFKA_JAR or the one "
                              "`adserve up` fetched)")
     parser.add_argument("--startup-mode", default="group-offsets",
-                        choices=["earliest-offset", "latest-offset", "group-offsets", "specific-offsets"],
+                        choices=["earliest-offset", "latest-offset", "group-offsets", "specific-offsets",
+                                 "timestamp"],
                         help="where sources start: group-offsets resumes the consumer group (earliest when it "
-                             "has none); specific-offsets starts at --start-offsets")
+                             "has none); specific-offsets starts at --start-offsets; timestamp at the first record "
+                             "whose time is at or after --start-timestamp-ms (a backfill of a period)")
+    parser.add_argument("--start-timestamp-ms", type=int, default=0,
+                        help="with --startup-mode timestamp: epoch milliseconds to start from")
     parser.add_argument("--start-offsets", default="",
                         help="with --startup-mode specific-offsets: partition:offset pairs, e.g. 0:42,1:300")
     parser.add_argument("--bounded", action="store_true",
@@ -94,6 +99,7 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
     jar = args.connector_jar or fetched_jar("kafka")
     return KafkaJobSettings(job_name=job_name, bootstrap=args.bootstrap, group_id=args.group_id,
                             connector_jar=jar, startup_mode=args.startup_mode, start_offsets=args.start_offsets,
+                            start_timestamp_ms=args.start_timestamp_ms,
                             bounded=args.bounded,
                             checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism,
                             restart_attempts=args.restart_attempts,
@@ -240,6 +246,10 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
         if not pairs:
             raise InvalidSettings("--startup-mode specific-offsets needs --start-offsets partition:offset,...")
         options["scan.startup.specific-offsets"] = ";".join(f"partition:{p},offset:{o}" for p, o in pairs)
+    if settings.startup_mode == "timestamp":
+        if settings.start_timestamp_ms <= 0:
+            raise InvalidSettings("--startup-mode timestamp needs --start-timestamp-ms (epoch ms)")
+        options["scan.startup.timestamp-millis"] = str(settings.start_timestamp_ms)
     if settings.bounded:
         options["scan.bounded.mode"] = "latest-offset"
     if idle_timeout_ms is not None:

@@ -103,10 +103,11 @@ class RegistryFollower(threading.Thread):
     loop) each time what the server should score with changed and is ready."""
 
     def __init__(self, bootstrap: str, install: Callable[[Scoring], None], *, loader: ModelLoader | None = None,
-                 poll_s: float = 0.5, models: bool = True):
+                 poll_s: float = 0.5, models: bool = True, topic: str = topics.MODEL_REGISTRY):
         """models=False: follow the feature snapshot only (the models are the prediction service's)."""
         super().__init__(name="adserve-registry-follower", daemon=True)
         self.bootstrap, self.install, self.poll_s, self.models = bootstrap, install, poll_s, models
+        self.topic = topic
         self.loader = loader or ModelLoader()
         self.registry = Registry()
         self.scoring = Scoring()
@@ -135,12 +136,11 @@ class RegistryFollower(threading.Thread):
                                   **{"enable.partition.eof": True})
         try:
             metadata = consumer.list_topics(timeout=10)
-            if topics.MODEL_REGISTRY not in metadata.topics:
-                LOG.warning("topic %s does not exist: ranking on priors", topics.MODEL_REGISTRY)
+            if self.topic not in metadata.topics:
+                LOG.warning("topic %s does not exist: ranking on priors", self.topic)
                 self.loaded.set()
                 return
-            consumer.assign([TopicPartition(topics.MODEL_REGISTRY, p, 0)
-                             for p in metadata.topics[topics.MODEL_REGISTRY].partitions])
+            consumer.assign([TopicPartition(self.topic, p, 0) for p in metadata.topics[self.topic].partitions])
             changed = False
             while not self._halt.is_set():
                 msg = consumer.poll(self.poll_s)

@@ -68,7 +68,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                           follow: bool = True, engine: DecisionEngine | None = None,
                           snapshot_dir: Path | None = None, predictor: Predictor | None = None,
                           start_offsets: dict[str, dict[int, int]] | None = None,
-                          registry: str | None = None) -> RunningAdServer:
+                          registry: str | None = None, registry_topic: str = topics.MODEL_REGISTRY) -> RunningAdServer:
     """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
     are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
     once, without reading the state topics (benchmarks load synthetic ads that way). `predictor` scores the
@@ -116,7 +116,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     if registry is not None:
         registry_follower = RegistryFollower(
             bootstrap, lambda scoring: loop.call_soon_threadsafe(server.install_scoring, scoring),
-            models=registry == "models")
+            models=registry == "models", topic=registry_topic)
         registry_follower.start()
     served_log.on_error = lambda what: server.metrics.after_errors.labels(what).inc()
     tasks = [loop.create_task(_every_second(reporter, state, server))]

@@ -128,21 +128,22 @@ def model_refusal(directory: str | Path) -> str | None:
     return None
 
 
-def publish(bootstrap: str, entry: Mapping[str, Any], timeout_s: float = 15.0) -> None:
+def publish(bootstrap: str, entry: Mapping[str, Any], timeout_s: float = 15.0,
+            topic: str = topics.MODEL_REGISTRY) -> None:
     """Produce one RegistryEntry (keyed by its role) and wait for the broker's acknowledgement."""
     from schemas.codec import AvroCodec
     from streams import kafka
 
     producer = kafka.producer(bootstrap)
     failures: list[str] = []
-    producer.produce(topics.MODEL_REGISTRY, key=str(entry["role"]).encode(),
+    producer.produce(topic, key=str(entry["role"]).encode(),
                      value=AvroCodec().encode("RegistryEntry", dict(entry)), timestamp=int(entry["event_time"]),
                      on_delivery=lambda err, msg: failures.append(str(err)) if err else None)
     if producer.flush(timeout_s) or failures:
         raise InvalidArgument(f"registry entry {entry['role']} not acknowledged: {failures or 'timed out'}")
 
 
-def read_registry(bootstrap: str, timeout_s: float = 10.0) -> Registry:
+def read_registry(bootstrap: str, timeout_s: float = 10.0, topic: str = topics.MODEL_REGISTRY) -> Registry:
     """The registry's state: the topic read from its beginning to its end."""
     from confluent_kafka import KafkaError, TopicPartition
 
@@ -153,7 +154,7 @@ def read_registry(bootstrap: str, timeout_s: float = 10.0) -> Registry:
     consumer = kafka.consumer(bootstrap, group_id=f"adserve-registry-read-{time.monotonic_ns()}",
                               **{"enable.partition.eof": True})
     try:
-        consumer.assign([TopicPartition(topics.MODEL_REGISTRY, 0, 0)])
+        consumer.assign([TopicPartition(topic, 0, 0)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             msg = consumer.poll(0.2)
