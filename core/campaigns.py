@@ -5,7 +5,7 @@ Campaign payload (POST /v1/campaigns; PATCH takes any subset of the mutable fiel
     {"name": "Winter sale", "bid_type": "CPC", "daily_budget_micros": 50000000, "currency": "USD",
      "timezone": "America/New_York", "flight_start": "2026-12-01T00:00:00Z", "flight_end": null,
      "dayparts": [{"day_of_week": 1, "start_minute": 480, "end_minute": 1200}],
-     "cap_per_day": 3, "cap_per_week": 10, "cpa_target_micros": null, "status": "ACTIVE"}
+     "cap_per_day": 3, "cap_per_week": 10, "cpa_target_micros": null, "exclusion_category": 0, "status": "ACTIVE"}
 Ad payload (POST /v1/campaigns/{id}/ads; PATCH takes any subset):
     {"creative_ref": "cdn://x/1.png", "landing_url": "https://shop.example/", "bid_micros": 2000000,
      "targeting": {"location": ["US"], "interest": ["hiking"]}, "status": "ACTIVE"}
@@ -14,6 +14,8 @@ Advertisers set only what is theirs. The quality term and the review state are t
 names them is refused, like the ids, versions and times the store keeps. What each writable field does in the
 auction, the pacing and the billing, and the guard on it, is in docs/campaign-changes.md. A new ad waits for
 review (PENDING), and a change to what review approved (creative, landing URL, targeting) sends it back.
+A campaign's competitive-exclusion category (0: none) is the advertiser's declaration; its ads carry it into
+their serving records, and the auction never puts two ads of one nonzero category on a page.
 
 Every problem raises InvalidField naming the field, with a message an advertiser can act on."""
 from __future__ import annotations
@@ -45,8 +47,10 @@ MAX_REVIEWER_LEN = 200
 # conversion rate typical of a new ad.
 CTR_PRIOR = 0.01
 CVR_PRIOR = 0.05
+# Competitive-exclusion categories are Avro ints on serving.ads and int32 in the servers' index.
+MAX_EXCLUSION_CATEGORY = 2**31 - 1
 CAMPAIGN_FIELDS = ("name", "bid_type", "daily_budget_micros", "currency", "timezone", "flight_start", "flight_end",
-                   "dayparts", "cap_per_day", "cap_per_week", "cpa_target_micros", "status")
+                   "dayparts", "cap_per_day", "cap_per_week", "cpa_target_micros", "exclusion_category", "status")
 AD_FIELDS = ("creative_ref", "landing_url", "bid_micros", "targeting", "status")
 FIXED_CAMPAIGN_FIELDS = {"bid_type": "how the campaign bids and is billed",
                          "timezone": "the day its daily budget, pacing curve and billing run on"}
@@ -58,6 +62,10 @@ PLATFORM_FIELDS = {
     "review_note": "review belongs to the platform",
 }
 STORE_FIELDS = ("campaign_id", "ad_id", "advertiser_id", "version", "updated_at")  # kept by the store
+# What an ad shows of its campaign but never sets itself.
+CAMPAIGN_OWNED_AD_FIELDS = {
+    "exclusion_category": "an ad carries its campaign's competitive-exclusion category; change it on the campaign",
+}
 
 
 def _micros(value: Any, field: str, *, positive: bool = False, maximum: int = MAX_MICROS) -> int:
@@ -80,6 +88,8 @@ def _refuse_foreign_fields(payload: dict[str, Any], allowed: tuple[str, ...], wh
             raise InvalidField(name, f"is set by the platform, not by advertisers: {PLATFORM_FIELDS[name]}")
         if name in STORE_FIELDS:
             raise InvalidField(name, "is kept by the campaign store and cannot be written")
+        if name in CAMPAIGN_OWNED_AD_FIELDS:
+            raise InvalidField(name, f"is the campaign's: {CAMPAIGN_OWNED_AD_FIELDS[name]}")
         raise InvalidField(name, f"unknown field; {what} have {list(allowed)}")
 
 
@@ -102,6 +112,13 @@ def _cap(value: Any, field: str) -> int | None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
         raise InvalidField(field, "must be an integer from 1 to 1000, or null for no cap")
+    return value
+
+
+def _exclusion_category(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_EXCLUSION_CATEGORY:
+        raise InvalidField("exclusion_category", f"must be an integer from 0 (no competitive exclusion) to "
+                                                 f"{MAX_EXCLUSION_CATEGORY}")
     return value
 
 
@@ -139,12 +156,15 @@ def validate_campaign(payload: Any, *, existing: Mapping[str, Any] | None = None
     cpa_target = out.get("cpa_target_micros", (existing or {}).get("cpa_target_micros"))
     if bid_type == "CPA" and not cpa_target:
         raise InvalidField("cpa_target_micros", "a CPA campaign needs a target cost per conversion")
+    if "exclusion_category" in payload:
+        out["exclusion_category"] = _exclusion_category(payload["exclusion_category"])
     if "status" in payload:
         out["status"] = _choice(payload["status"], "status", CAMPAIGN_STATUSES)
     if creating:
         out.setdefault("currency", "USD")
         out.setdefault("status", "ACTIVE")
         out.setdefault("dayparts", [])
+        out.setdefault("exclusion_category", 0)
     return out
 
 
@@ -321,7 +341,8 @@ def campaign_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str,
 
 
 def ad_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
-    """schemas/serving_ad.avsc from an ads row: targeting compiled; removed unless active and approved."""
+    """schemas/serving_ad.avsc from an ads row: targeting compiled; removed unless active and approved; the
+    campaign's exclusion category, which the row carries (0 in a change from before the row had it)."""
     targeting = compile_targeting(_json(row["targeting"]))
     return {
         "ad_id": int(row["ad_id"]), "campaign_id": int(row["campaign_id"]), "advertiser_id": int(row["advertiser_id"]),
@@ -332,6 +353,7 @@ def ad_serving_record(row: Mapping[str, Any], commit_ms: int) -> dict[str, Any]:
         "landing_url": row["landing_url"],
         "static_score": static_score(row["bid_type"], int(row["bid_micros"]), float(row["quality_prior"])),
         "targeting": targeting.clauses(),
+        "exclusion_category": int(row.get("exclusion_category") or 0),
     }
 
 

@@ -4,8 +4,10 @@ ads, and the operators' reserve rules.
 Every write is one transaction that commits before the call returns; an
 update bumps the row's `version`, which travels with the change through
 Debezium and the index builder to the ad servers (an older version never
-overwrites a newer one there). An advertiser's reads and writes are scoped to
-that advertiser: another advertiser's row is simply not found. Review
+overwrites a newer one there). An ad carries two of its campaign's columns:
+the bid type (fixed) and the exclusion category, which the store copies onto
+the campaign's ads whenever it changes. An advertiser's reads and writes are
+scoped to that advertiser: another advertiser's row is simply not found. Review
 decisions, key revocation and reserve rules are operator calls; the rules they
 apply are core.campaigns' and core.reserves'."""
 from __future__ import annotations
@@ -210,10 +212,23 @@ class CampaignStore:
 
     async def update_campaign(self, advertiser_id: int, campaign_id: int,
                               fields: dict[str, Any]) -> dict[str, Any] | None:
+        """A change to a campaign; a new exclusion category is written on its ads too (below)."""
         async def tx(conn):
-            return await self._write(conn, "campaigns", "campaign_id", campaign_id, fields,
-                                     advertiser_id=advertiser_id)
+            row = await self._write(conn, "campaigns", "campaign_id", campaign_id, fields,
+                                    advertiser_id=advertiser_id)
+            if row is not None and "exclusion_category" in fields:
+                await self._copy_category_to_ads(conn, campaign_id, row["exclusion_category"])
+            return row
         return await self._run(tx)
+
+    @staticmethod
+    async def _copy_category_to_ads(conn, campaign_id: int, category: int) -> None:
+        """Every ad of the campaign takes its new exclusion category with a new version, in the campaign's
+        transaction: the ad's serving record carries the category, so each ad goes through CDC and the index
+        builder again and no server keeps serving the old one."""
+        await conn.execute(
+            "UPDATE ads SET exclusion_category = %s, version = version + 1, updated_at = now() "
+            "WHERE campaign_id = %s AND exclusion_category <> %s", (category, campaign_id, category))
 
     @staticmethod
     async def _write(conn, table: str, key: str, row_id: int, fields: dict[str, Any], extra_sets: tuple[str, ...] = (),
@@ -232,15 +247,17 @@ class CampaignStore:
         values = _to_db(fields)
 
         async def tx(conn):
+            # FOR SHARE: a concurrent change of the campaign's category waits for this ad, or this ad for it
             campaign = await (await conn.execute(
-                "SELECT bid_type FROM campaigns WHERE campaign_id = %s AND advertiser_id = %s",
-                (campaign_id, advertiser_id))).fetchone()
+                "SELECT bid_type, exclusion_category FROM campaigns WHERE campaign_id = %s AND advertiser_id = %s "
+                "FOR SHARE", (campaign_id, advertiser_id))).fetchone()
             if campaign is None:
                 return None
-            columns = ["campaign_id", "advertiser_id", "bid_type", *values]
+            columns = ["campaign_id", "advertiser_id", "bid_type", "exclusion_category", *values]
             return await (await conn.execute(
                 f"INSERT INTO ads ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) RETURNING *",
-                [campaign_id, advertiser_id, campaign["bid_type"], *values.values()])).fetchone()
+                [campaign_id, advertiser_id, campaign["bid_type"], campaign["exclusion_category"],
+                 *values.values()])).fetchone()
         return await self._run(tx)
 
     async def get_ad(self, advertiser_id: int, ad_id: int) -> dict[str, Any] | None:
@@ -355,14 +372,16 @@ class CampaignStore:
                 columns = ["advertiser_id", *values]
                 row = await (await conn.execute(
                     f"INSERT INTO campaigns ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
-                    "RETURNING campaign_id, bid_type", [advertiser_id, *values.values()])).fetchone()
+                    "RETURNING campaign_id, bid_type, exclusion_category",
+                    [advertiser_id, *values.values()])).fetchone()
                 n_campaigns += 1
                 async with conn.cursor().copy(
-                        "COPY ads (campaign_id, advertiser_id, bid_type, bid_micros, creative_ref, landing_url, "
-                        "targeting, status, review_status, reviewed_by, reviewed_at) FROM STDIN") as copy:
+                        "COPY ads (campaign_id, advertiser_id, bid_type, exclusion_category, bid_micros, creative_ref, "
+                        "landing_url, targeting, status, review_status, reviewed_by, reviewed_at) FROM STDIN") as copy:
                     for ad in ads:
-                        await copy.write_row((row["campaign_id"], advertiser_id, row["bid_type"], ad["bid_micros"],
-                                              ad["creative_ref"], ad["landing_url"], json.dumps(ad["targeting"]),
+                        await copy.write_row((row["campaign_id"], advertiser_id, row["bid_type"],
+                                              row["exclusion_category"], ad["bid_micros"], ad["creative_ref"],
+                                              ad["landing_url"], json.dumps(ad["targeting"]),
                                               ad.get("status", "ACTIVE"), review, reviewed_by, reviewed_at))
                         n_ads += 1
             return n_campaigns, n_ads

@@ -170,3 +170,54 @@ def test_a_server_booting_from_a_snapshot_cut_before_a_pause_still_honours_it(pl
     folder, boot, answer, status_code, in_snapshot = asyncio.run(scenario())
     assert boot["snapshot"] == str(folder) and boot["snapshot_records"] > 0 and in_snapshot
     assert _winner(answer) is None and status_code != 0  # 0 = ACTIVE: the replay applied the pause
+
+
+def test_two_campaigns_of_one_exclusion_category_never_share_a_page_until_one_changes_it(platform, index_builder):
+    placement = f"cc-{uuid.uuid4().hex[:8]}"
+    pages_per_server = 10
+
+    async def scenario():
+        async with World(platform) as w:
+            first_car, second_car, bookshop = await w.advertiser(), await w.advertiser(), await w.advertiser()
+            _, car_a = await w.campaign_with_ad(first_car, placement, 3_000_000, exclusion_category=7)
+            car_b_campaign, car_b = await w.campaign_with_ad(second_car, placement, 2_900_000, exclusion_category=7)
+            _, book = await w.campaign_with_ad(bookshop, placement, 1_000_000)
+            carried = [a["exclusion_category"] for a in (car_a, car_b, book)]  # each ad carries its campaign's
+            ads = {"car_a": car_a["ad_id"], "car_b": car_b["ad_id"], "book": book["ad_id"]}
+
+            def approved_everywhere() -> bool:
+                return all(w.applied("serving.ads", a["ad_id"], a["version"]) for a in (car_a, car_b, book))
+            await w.until(approved_everywhere, "the three approved ads reaching both servers")
+            indexed = [[int(s.server.state.index.exclusion_category.data[s.server.state.index.row_of(ad_id)])
+                        for ad_id in ads.values()] for s in w.servers]
+            # both cars outbid the bookshop: only the category keeps the second car off the page
+            rivals = [await two_slot_page(w, s, placement) for s in w.servers for _ in range(pages_per_server)]
+
+            status, changed = await w.call("PATCH", f"/v1/campaigns/{car_b_campaign['campaign_id']}", second_car,
+                                           {"exclusion_category": 8})
+            assert status == 200 and changed["exclusion_category"] == 8
+            _, car_b_now = await w.call("GET", f"/v1/ads/{car_b['ad_id']}", second_car)
+
+            def recompiled_everywhere() -> bool:
+                return w.applied("serving.ads", car_b["ad_id"], car_b_now["version"])
+            await w.until(recompiled_everywhere, "the second car's ad, recompiled, reaching both servers")
+            apart = [await two_slot_page(w, s, placement) for s in w.servers for _ in range(pages_per_server)]
+            return carried, indexed, ads, rivals, (car_b["version"], car_b_now), apart
+
+    carried, indexed, ads, rivals, (version_before, car_b_now), apart = asyncio.run(scenario())
+    assert carried == [7, 7, 0] and indexed == [[7, 7, 0], [7, 7, 0]]
+    # every page is full, and none shows both cars
+    assert all(len(page) == 2 and not {ads["car_a"], ads["car_b"]} <= set(page) for page in rivals)
+    assert car_b_now["exclusion_category"] == 8 and car_b_now["version"] == version_before + 1
+    # once their categories differ, the two best bids share pages again
+    assert any(set(page) == {ads["car_a"], ads["car_b"]} for page in apart)
+
+
+async def two_slot_page(w: World, server, placement: str) -> list[int]:
+    """The ad ids a two-slot request of a new user gets from `server`, in slot order."""
+    body = {"placement": placement, "slots": [{"position": 1}, {"position": 2}],
+            "user_id": f"u-{uuid.uuid4().hex[:6]}"}
+    async with w.http.post(f"http://127.0.0.1:{server.port}/v1/ads", json=body) as r:
+        assert r.status == 200
+        answer = await r.json()
+    return [s["ad_id"] for s in answer["slots"] if s.get("ad_id")]

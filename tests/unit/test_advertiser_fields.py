@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from core.auction import CPA, cpa_bids
-from core.campaigns import (AD_FIELDS, CAMPAIGN_FIELDS, MAX_BID_MICROS, PLATFORM_FIELDS, STORE_FIELDS, InvalidField,
-                            ReviewConflict, ad_serving_record, review_after_change, review_decision, validate_ad,
-                            validate_campaign)
+from core.campaigns import (AD_FIELDS, CAMPAIGN_FIELDS, MAX_BID_MICROS, MAX_EXCLUSION_CATEGORY, PLATFORM_FIELDS,
+                            STORE_FIELDS, InvalidField, ReviewConflict, ad_serving_record, review_after_change,
+                            review_decision, validate_ad, validate_campaign)
 from schemas.cdc import serving_record_from_change
 
 CAMPAIGN = {"name": "Winter", "bid_type": "CPC", "daily_budget_micros": 50_000_000, "timezone": "America/New_York"}
@@ -97,6 +97,20 @@ def test_campaign_cap_per_day_and_cap_per_week_only_limit_the_campaign_itself():
 def test_campaign_cpa_target_micros_is_positive_and_required_for_conversion_bids():
     refused("cpa_target_micros", {**CAMPAIGN, "bid_type": "CPA"})
     refused("cpa_target_micros", {**CAMPAIGN, "bid_type": "CPA", "cpa_target_micros": 0})
+
+
+def test_campaign_exclusion_category_is_the_advertisers_declaration_and_its_ads_only_carry_it():
+    assert validate_campaign(CAMPAIGN)["exclusion_category"] == 0  # none unless declared
+    assert validate_campaign({**CAMPAIGN, "exclusion_category": 7})["exclusion_category"] == 7
+    existing = validate_campaign(CAMPAIGN)
+    assert validate_campaign({"exclusion_category": MAX_EXCLUSION_CATEGORY}, existing=existing) == \
+        {"exclusion_category": MAX_EXCLUSION_CATEGORY}
+    assert validate_campaign({"exclusion_category": 0}, existing=existing) == {"exclusion_category": 0}
+    for bad in (-1, MAX_EXCLUSION_CATEGORY + 1, 1.5, True, "7", None):
+        refused("exclusion_category", {**CAMPAIGN, "exclusion_category": bad})
+        refused("exclusion_category", {"exclusion_category": bad}, existing=existing)
+    for creating in (True, False):
+        assert "the campaign's" in refused("exclusion_category", {**AD, "exclusion_category": 7}, creating=creating)
 
 
 def test_campaign_status_only_takes_the_known_states():
@@ -191,6 +205,7 @@ AUDIT = {
     "cap_per_day": test_campaign_cap_per_day_and_cap_per_week_only_limit_the_campaign_itself,
     "cap_per_week": test_campaign_cap_per_day_and_cap_per_week_only_limit_the_campaign_itself,
     "cpa_target_micros": test_campaign_cpa_target_micros_is_positive_and_required_for_conversion_bids,
+    "exclusion_category": test_campaign_exclusion_category_is_the_advertisers_declaration_and_its_ads_only_carry_it,
     "status": test_campaign_status_only_takes_the_known_states,
     "creative_ref": test_ad_creative_ref_and_landing_url_and_targeting_changes_send_the_ad_back_to_review,
     "landing_url": test_ad_creative_ref_and_landing_url_and_targeting_changes_send_the_ad_back_to_review,

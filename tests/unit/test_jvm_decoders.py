@@ -252,6 +252,15 @@ def test_leading_campaign_id_leaves_an_older_version_or_a_campaign_zero_to_the_p
                               f"campaign {billed_header} {older[:HEADER_LEN].hex()} 0"]) == [None, None, None]
 
 
+def test_leading_campaign_id_reads_a_serving_ad_with_its_exclusion_category_and_leaves_version_1_to_python():
+    header = CODEC.encode("ServingAd", AD)[:HEADER_LEN].hex()
+    current = CODEC.encode("ServingAd", dict(AD, exclusion_category=7))
+    version_1 = CODEC.encode(_older("serving_ad.v1.avsc"), AD)
+    assert run_golden_driver([f"campaign {header} {current.hex()} 1", f"campaign {header} {version_1.hex()} 1"]) \
+        == [32, None]
+    assert CODEC.decode(version_1, "ServingAd")["campaign_id"] == 32  # the Python path resolves the old version
+
+
 def test_first_seen_takes_each_decoded_column_from_its_named_input_position():
     value = CODEC.encode("AdEvent", CLICK)
     (emitted,) = _one(f"split {header_hex('AdEvent')} {value.hex()} true bot_agent")
