@@ -5,16 +5,22 @@
                                     appended as `adclid`; a CLICK event
     GET /v1/conversion?c=CLICKID -> 204, an AdConversion on ad.conversions (the advertiser reports a
                                     conversion with the click id its landing page received)
+    GET /v1/feedback?t=TOKEN&type=hide|report
+                                 -> 204, an AdFeedback on ad.feedback (the user hid or reported the ad)
 
 The landing URL comes only from the token's signed claims, never from an
 unsigned parameter, so the tracker cannot be used as an open redirect. A
 forged, tampered, unknown-key or expired token (a beacon token older than an
 hour, a click id older than 7 days) gets a 4xx (400 malformed, 403 bad
 signature or unknown key, 410 expired) and is counted by reason. Events are
-produced keyed by campaign, conversions by impression id; the answer does not
-wait for the broker's acknowledgement (delivery failures are counted and
-logged). Conversions are not billed (a CPA target bills clicks): they label
-the conversion model (core.training). Also: GET /metrics (Prometheus)."""
+produced keyed by campaign, conversions and feedback by impression id; the
+answer does not wait for the broker's acknowledgement (delivery failures are
+counted and logged). Conversions are not billed (a CPA target bills clicks):
+they label the conversion model (core.training). Feedback is never billed
+either (its own topic, never ad.events): it teaches the features job each ad's
+user-experience cost. A feedback beacon's token is verified like a click's; a
+`type` other than hide or report gets a 400 naming `type`. Also: GET /metrics
+(Prometheus)."""
 from __future__ import annotations
 
 import logging
@@ -26,13 +32,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenKeys
+from core.errors import InvalidField
+from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenClaims, TokenKeys
 from schemas import topics
 from schemas.codec import AvroCodec
 
 LOG = logging.getLogger("adserve.tracker")
 STATUS_OF = {"malformed": 400, "bad_signature": 403, "unknown_key": 403, "expired": 410}
 CLICK_ID_PARAMETER = "adclid"
+FEEDBACK_TYPES = {"hide": "HIDE", "report": "REPORT"}  # the beacon's `type` -> AdFeedback.feedback_type
 
 
 def with_click_id(landing_url: str, click_id: str) -> str:
@@ -49,10 +57,26 @@ def without_click_id(url: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def feedback_type(value: str | None) -> str:
+    """The AdFeedback feedback_type of a feedback beacon's `type` parameter (hide or report, in any case);
+    InvalidField naming `type` otherwise."""
+    found = FEEDBACK_TYPES.get((value or "").strip().lower())
+    if found is None:
+        raise InvalidField("type", f"must be one of {', '.join(FEEDBACK_TYPES)}, got {value!r}")
+    return found
+
+
+def feedback_record(claims: TokenClaims, kind: str, event_id: str, now_ms: int) -> dict[str, Any]:
+    """schemas/ad_feedback.avsc: what the user did about the impression the verified token names, at now_ms."""
+    return {"event_id": event_id, "impression_id": claims.impression_id, "feedback_type": kind,
+            "event_time": now_ms, "served_time": claims.served_ms or now_ms, "campaign_id": claims.campaign_id,
+            "ad_id": claims.ad_id, "user_id": None, "token_key_id": claims.key_id}
+
+
 class Tracker:
     def __init__(self, keys: TokenKeys, produce: Callable[[str, bytes, bytes], None],
                  clock: Callable[[], float] = time.time):
-        """produce(topic, key, value) queues one record (ad.events or ad.conversions)."""
+        """produce(topic, key, value) queues one record (ad.events, ad.conversions or ad.feedback)."""
         self.keys, self.produce, self.clock = keys, produce, clock
         self.codec = AvroCodec()
         self.registry = CollectorRegistry()
@@ -65,7 +89,8 @@ class Tracker:
     def app(self) -> web.Application:
         app = web.Application()
         app.add_routes([web.get("/v1/impression", self.impression), web.get("/v1/click", self.click),
-                        web.get("/v1/conversion", self.conversion), web.get("/metrics", self.metrics)])
+                        web.get("/v1/conversion", self.conversion), web.get("/v1/feedback", self.feedback),
+                        web.get("/metrics", self.metrics)])
         return app
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -125,6 +150,17 @@ class Tracker:
                   "served_time": claims.served_ms, "click_time": claims.click_ms, "campaign_id": claims.campaign_id,
                   "ad_id": claims.ad_id, "token_key_id": claims.key_id}
         self._queue(topics.AD_CONVERSIONS, claims.impression_id, "AdConversion", record, "CONVERSION")
+        return web.Response(status=204)
+
+    async def feedback(self, request: web.Request) -> web.Response:
+        claims, now_ms = self._verify(request)
+        try:
+            kind = feedback_type(request.query.get("type"))
+        except InvalidField as e:
+            self.rejected.labels("bad_feedback_type").inc()
+            raise web.HTTPBadRequest(text=str(e)) from None
+        record = feedback_record(claims, kind, uuid.uuid4().hex, now_ms)
+        self._queue(topics.AD_FEEDBACK, claims.impression_id, "AdFeedback", record, f"FEEDBACK_{kind}")
         return web.Response(status=204)
 
 

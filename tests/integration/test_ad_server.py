@@ -130,6 +130,11 @@ def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(plat
             tampered = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
             async with s.http.get(f"{tracker}/v1/click", params={"t": tampered}, allow_redirects=False) as r:
                 assert r.status == 403
+            # feedback: verified like a click, on its own topic, never billed
+            async with s.http.get(f"{tracker}/v1/feedback", params={"t": token, "type": "hide"}) as r:
+                assert r.status == 204
+            async with s.http.get(f"{tracker}/v1/feedback", params={"t": tampered, "type": "hide"}) as r:
+                assert r.status == 403
             expired = KEYS.sign(dataclasses.replace(claims, expires_ms=int(time.time() * 1000) - 1))
             async with s.http.get(slot["impression_url"].split("?")[0], params={"t": expired}) as r:
                 assert r.status == 410
@@ -138,13 +143,15 @@ def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(plat
             async with s.http.post(f"{s.url}/v1/ads", data=b"{not json") as r:
                 assert r.status == 400
             rejected = {labels["reason"]: value for labels, value in _samples(s.tracker.rejected)}
-            assert rejected == {"bad_signature": 1.0, "expired": 1.0, "malformed": 1.0}
+            assert rejected == {"bad_signature": 2.0, "expired": 1.0, "malformed": 1.0}
             return [a["request_id"] for a in answers], slot["impression_id"]
 
     request_ids, impression_id = asyncio.run(scenario())
     events = _decoded(platform, "ad.events")
     mine = [e for e in events if e["impression_id"] == impression_id]
     assert sorted(e["event_type"] for e in mine) == ["CLICK", "IMPRESSION"]
+    (hidden,) = [f for f in _decoded(platform, "ad.feedback") if f["impression_id"] == impression_id]
+    assert (hidden["feedback_type"], hidden["campaign_id"], hidden["ad_id"]) == ("HIDE", base, base + 1)
     (converted,) = [c for c in _decoded(platform, "ad.conversions") if c["impression_id"] == impression_id]
     click = next(e for e in mine if e["event_type"] == "CLICK")
     assert (converted["campaign_id"], converted["served_time"], converted["click_time"]) == \
