@@ -34,7 +34,7 @@ def served(result: AuctionResult, *, request_id: str = "r1", placement: str = "f
     """The ad.served record the ad server writes for this result, encoded and decoded as a reader sees it."""
     terms = AuctionTerms(reserve_micros, quality_floor_micros, 0)
     server = SimpleNamespace(config=SimpleNamespace(server_id="adserver-test"),
-                             state=SimpleNamespace(snapshot_version=7),
+                             state=SimpleNamespace(snapshot_version=7, features_version=7),
                              engine=SimpleNamespace(reserves=ReserveBook(base=terms)))
     ad_request = parse_ad_request({"request_id": request_id, "placement": placement,
                                    "slots": [{"position": p} for p in positions]})
