@@ -6,6 +6,7 @@
   adserve reserves list [--all]
   adserve reserves set --placement P [--country C] [--reserve-micros N] [--quality-floor-micros N]
                        [--default-quality-micros N] [--operator NAME]
+  adserve reserves set --from-file recommended_reserves.json [--operator NAME]
   adserve reserves unset --placement P [--country C] [--operator NAME]
 
 Both write the campaign store with who and when; the change reaches every ad server through CDC and the index
@@ -21,7 +22,7 @@ import os
 from typing import Any
 
 from core.campaigns import REVIEW_STATUSES, InvalidField, ReviewConflict
-from core.reserves import ANY, PLATFORM_TERMS, validate_rule
+from core.reserves import ANY, PLATFORM_TERMS, rules_from_document, validate_rule
 from infra.platform import PlatformSettings
 
 
@@ -83,12 +84,45 @@ def cmd_reserves_list(args) -> int:
 
 
 def cmd_reserves_set(args) -> int:
+    if args.from_file is not None:
+        return _reserves_from_file(args)
+    if args.placement is None:
+        print("adserve: error: placement: give --placement (or --from-file)")
+        return 2
+
     def run():
         fields = validate_rule(args.placement, args.country, reserve_micros=args.reserve_micros,
                                quality_floor_micros=args.quality_floor_micros,
                                default_quality_micros=args.default_quality_micros)
         return _with_store(lambda store: store.set_reserve(fields, args.operator or operator_name()))
     return _guarded(run)
+
+
+def _reserves_from_file(args) -> int:
+    """Every rule of a file (pipelines.auction_replay --recommend's recommended_reserves.json), each set as
+    `set` would; all are checked before the first is written."""
+    given = [flag for flag, value in (("--placement", args.placement), ("--reserve-micros", args.reserve_micros),
+                                      ("--quality-floor-micros", args.quality_floor_micros),
+                                      ("--default-quality-micros", args.default_quality_micros)) if value is not None]
+    if given or args.country != ANY:
+        print(f"adserve: error: --from-file sets the rules the file gives; drop {', '.join(given) or '--country'}")
+        return 2
+    try:
+        with open(args.from_file, encoding="utf-8") as f:
+            document = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"adserve: error: --from-file {args.from_file}: {e}")
+        return 2
+    try:
+        rules = rules_from_document(document)
+    except InvalidField as e:
+        print(f"adserve: error: {args.from_file}: {e}")
+        return 2
+    who = args.operator or operator_name()
+
+    async def set_all(store) -> list[dict[str, Any]]:
+        return [await store.set_reserve(fields, who) for fields in rules]
+    return _guarded(lambda: _with_store(set_all))
 
 
 def cmd_reserves_unset(args) -> int:
@@ -137,12 +171,16 @@ def register(sub) -> None:
     p.add_argument("--all", action="store_true", help="also the removed ones")
     p.set_defaults(handler=cmd_reserves_list)
     p = ssub.add_parser("set", help="set values of a rule; values not given keep the rule's current ones")
-    p.add_argument("--placement", required=True, help="placement name, or * for every placement")
+    p.add_argument("--placement", help="placement name, or * for every placement (required without --from-file)")
     p.add_argument("--country", default=ANY, help="ISO country code, or * for every country (default *)")
     p.add_argument("--reserve-micros", type=int, help="reserve per impression, micro-units (1000 = $1 CPM)")
     p.add_argument("--quality-floor-micros", type=int, help="quality floor per impression, micro-units")
     p.add_argument("--default-quality-micros", type=int,
                    help="quality term of ads without an estimate of their own, micro-units (may be negative)")
+    p.add_argument("--from-file", metavar="FILE",
+                   help='set every rule of a JSON file instead: {"rules": [{"placement", "country", "reserve_micros"'
+                        '}, ...]}, as pipelines.auction_replay --recommend writes recommended_reserves.json (all '
+                        "are checked before any is written)")
     p.add_argument("--operator", help="who sets it (default ADSERVE_OPERATOR, else your login name)")
     p.set_defaults(handler=cmd_reserves_set)
     p = ssub.add_parser("unset", help="remove a rule: requests fall back to the less specific ones")

@@ -153,6 +153,34 @@ def validate_rule(placement: Any, country: Any, *, reserve_micros: Any = None, q
     return fields
 
 
+def rules_from_document(document: Any) -> list[dict[str, Any]]:
+    """The rules a file gives `adserve reserves set --from-file`: {"rules": [rule, ...]} (the form
+    pipelines.auction_replay --recommend writes; other keys are ignored) or a bare list of rules, each
+    {"placement", "country" (default "*"), and any of reserve_micros, quality_floor_micros,
+    default_quality_micros}, checked by validate_rule. Every rule is checked before any is written: InvalidField
+    naming `rules[i].field`; a (placement, country) given twice is refused too."""
+    rules = document.get("rules") if isinstance(document, dict) else document
+    if not isinstance(rules, list) or not rules:
+        raise InvalidField("rules", 'expected a non-empty list of rules, e.g. {"rules": [{"placement": "feed", '
+                                    '"country": "US", "reserve_micros": 20000}]}')
+    checked: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            raise InvalidField(f"rules[{i}]", "expected an object with placement, country and values")
+        try:
+            fields = validate_rule(rule.get("placement"), rule.get("country", ANY),
+                                   **{name: rule.get(name) for name in VALUE_FIELDS})
+        except InvalidField as e:
+            raise InvalidField(f"rules[{i}].{e.field}", str(e).split(": ", 1)[1]) from None
+        key = (fields["placement"], fields["country"])
+        if key in seen:
+            raise InvalidField(f"rules[{i}]", f"placement {key[0]!r} and country {key[1]!r} are given twice")
+        seen.add(key)
+        checked.append(fields)
+    return checked
+
+
 def merged_rule(existing: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
     """The values a `set` writes: those given, and for the others the rule's current ones (none when the rule
     is new or was removed, so a removed rule does not come back with its old values)."""

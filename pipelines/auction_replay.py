@@ -23,9 +23,24 @@ Output: `<output>/summary.json` ({"from_day", "to_day", "quality_weight", "reser
 "corrupt_records", "placements": {placement: figures}, "total": figures}) and `<output>/table.txt` (the
 same as a table).
 
+With `--recommend` it recommends a reserve per (placement, country) instead (core.replay.recommend_reserves'
+rule): each replayed request under every candidate reserve (`--candidate-reserves 0,10000,...` micros per
+impression, else per (placement, country) 0, the reserves it was served with and half-octave steps from ~1/16
+to ~2x its median winner's bid value per impression), and of the candidates whose fill rate is at least
+`--min-fill` (default 0.8) x the fill with no reserve, the one with the highest revenue per thousand
+requests (ties: the lower reserve). Output: `<output>/recommended_reserves.json` ({"from_day", "to_day",
+"quality_weight", "min_fill", "min_requests", "total", "recommendations": [{"placement", "country",
+"requests", "candidates": [{"reserve_micros", "revenue_per_mille_micros", "fill_rate", "exact_share"}],
+"recommended_reserve_micros", "revenue_per_mille_micros", "fill_rate", "min_fill_rate",
+"revenue_per_mille_gain_pct", "in_rules"}], "rules": [{"placement", "country", "reserve_micros"}]}: the
+rules of the keys with at least `--min-requests` replayed requests, which `adserve reserves set --from-file`
+applies) and `<output>/recommended_reserves.txt` (the same as a table).
+
     python -m pipelines.auction_replay --archive .platform/archive --from-day 2026-03-10 --to-day 2026-03-16 \\
         --reserve feed=30000 --reserve feed/US=40000 --output out/replay
     python -m pipelines.auction_replay --served 'day/served.avro' --quality-weight 1.5 --output out/replay
+    python -m pipelines.auction_replay --archive .platform/archive --from-day 2026-03-10 --to-day 2026-03-16 \\
+        --recommend --output out/reserves && adserve reserves set --from-file out/reserves/recommended_reserves.json
 Every option Beam knows passes through (Dataflow: --runner=DataflowRunner --project=... --region=...)."""
 from __future__ import annotations
 
@@ -40,7 +55,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.errors import InvalidSettings
-from core.replay import RequestComparison, ReservePolicy, compare_request
+from core.replay import (DEFAULT_MIN_FILL_RATIO, BidProfile, RequestComparison, ReserveChoice, ReservePolicy,
+                         candidate_grid, choose_reserve, compare_request, is_replayed, overall_gain_pct, per_thousand,
+                         reserve_figures, reserve_key, sum_figures, sum_profiles)
+from core.reserves import MAX_RESERVE_MICROS
 from pipelines.avro_files import add_served_log_arguments, count_of, of_days, output_folder, served_log_files
 from pipelines.options import ServedLogOptions, parse_options
 from pipelines.unwrap import read_records
@@ -92,10 +110,6 @@ def add_counts(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
     return {name: a.get(name, 0) + b.get(name, 0) for name in COUNTS}
 
 
-def _per_thousand(micros: int, requests: int) -> int:
-    """Micros per thousand requests, rounded half up (integer arithmetic: equal sums give equal RPMs)."""
-    return (2000 * micros + requests) // (2 * requests) if requests else 0
-
 
 def _share(part: int, whole: int) -> float:
     return round(part / whole, 6) if whole else 0.0
@@ -105,8 +119,8 @@ def figures(counts: Mapping[str, int]) -> dict[str, Any]:
     """A placement's sums with the rates derived from them."""
     n, offered = counts["replayed_requests"], counts["offered_slots"]
     return {**{name: counts[name] for name in COUNTS},
-            "logged_rpm_micros": _per_thousand(counts["logged_revenue_micros"], n),
-            "replayed_rpm_micros": _per_thousand(counts["replayed_revenue_micros"], n),
+            "logged_rpm_micros": per_thousand(counts["logged_revenue_micros"], n),
+            "replayed_rpm_micros": per_thousand(counts["replayed_revenue_micros"], n),
             "logged_fill_rate": _share(counts["logged_filled_slots"], offered),
             "replayed_fill_rate": _share(counts["replayed_filled_slots"], offered),
             "exact_share": _share(counts["exact_requests"], n)}
@@ -150,6 +164,88 @@ def first_copy(copies: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return min(copies, key=lambda r: (int(r["event_time"]), str(r.get("server_id"))))
 
 
+def parse_candidate_reserves(text: str | None) -> list[int] | None:
+    """`0,10000,20000` (micros per impression) -> the candidate reserves, 0 always among them; None: none given."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) <= MAX_RESERVE_MICROS for p in parts):
+        raise InvalidSettings(f"--candidate-reserves {text!r}: expected reserves in micros per impression between 0 "
+                              f"and {MAX_RESERVE_MICROS}, separated by commas, e.g. 0,10000,20000")
+    return candidate_grid([int(p) for p in parts])
+
+
+def check_min_fill(value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise InvalidSettings(f"--min-fill {value}: expected a share of the fill with no reserve between 0 and 1, "
+                              "e.g. 0.8")
+    return value
+
+
+def recommendation_json(key: tuple[str, str], choice: ReserveChoice, min_requests: int) -> dict[str, Any]:
+    """One (placement, country)'s candidates and recommended reserve, as recommended_reserves.json holds it."""
+    best = choice.recommended
+    return {"placement": key[0], "country": key[1], "requests": best.requests,
+            "candidates": [{"reserve_micros": c.reserve_micros, "revenue_per_mille_micros": c.revenue_per_mille_micros,
+                            "fill_rate": c.fill_rate, "exact_share": c.exact_share} for c in choice.candidates],
+            "recommended_reserve_micros": best.reserve_micros,
+            "revenue_per_mille_micros": best.revenue_per_mille_micros, "fill_rate": best.fill_rate,
+            "min_fill_rate": choice.min_fill_rate,
+            "revenue_per_mille_gain_pct": choice.revenue_per_mille_gain_pct, "in_rules": best.requests >= min_requests}
+
+
+def recommendations_document(choices: Iterable[tuple[tuple[str, str], ReserveChoice]], min_requests: int,
+                             **header: Any) -> dict[str, Any]:
+    """recommended_reserves.json: the header, each (placement, country)'s recommendation, the overall gain of the
+    rules (keys under min_requests stay at no reserve in it) and the rules `adserve reserves set --from-file`
+    applies."""
+    by_key = dict(sorted(choices))
+    rows = [recommendation_json(key, choice, min_requests) for key, choice in by_key.items()]
+    ruled = [(row["placement"], row["country"]) for row in rows if row["in_rules"]]
+    requests = sum(c.no_reserve.requests for c in by_key.values())
+    return {**header, "min_requests": min_requests,
+            "total": {"requests": requests,
+                      "revenue_per_mille_micros_no_reserve": per_thousand(
+                          sum(c.no_reserve.revenue_micros for c in by_key.values()), requests),
+                      "revenue_per_mille_micros_recommended": per_thousand(
+                          sum((c.recommended if k in ruled else c.no_reserve).revenue_micros
+                              for k, c in by_key.items()), requests),
+                      "revenue_per_mille_gain_pct": overall_gain_pct(by_key, ruled)},
+            "recommendations": rows,
+            "rules": [{"placement": row["placement"], "country": row["country"],
+                       "reserve_micros": row["recommended_reserve_micros"]} for row in rows if row["in_rules"]]}
+
+
+def _pct(gain: float | None) -> str:
+    return "n/a" if gain is None else f"{gain:+.2f} %"
+
+
+def render_recommendations(document: Mapping[str, Any]) -> str:
+    """recommended_reserves.json as a table a person reads: per (placement, country) its recommendation, then
+    every candidate, the recommended one marked."""
+    lines = [f"Reserve recommendation {document.get('from_day') or ''}..{document.get('to_day') or ''}: quality "
+             f"weight {document.get('quality_weight')}, fill at least {document.get('min_fill')} x the fill with "
+             f"no reserve, rules for at least {document['min_requests']:,} requests. Reserves as CPM (micros per "
+             "impression x 1000); RPM: expected revenue per thousand replayed requests."]
+    columns = f"{'reserve':>12}{'RPM':>12}{'fill':>9}{'exact':>8}"
+    for row in document["recommendations"]:
+        lines += ["", f"{row['placement']}/{row['country']}: {row['requests']:,} requests, recommended "
+                      f"{_dollars(row['recommended_reserve_micros'] * 1000)} "
+                      f"({_pct(row['revenue_per_mille_gain_pct'])} against no reserve), fill floor "
+                      f"{row['min_fill_rate']:.1%}" + ("" if row["in_rules"] else "; too few requests for a rule"),
+                  columns, "-" * len(columns)]
+        for c in row["candidates"]:
+            mark = "  <- recommended" if c["reserve_micros"] == row["recommended_reserve_micros"] else ""
+            lines.append(f"{_dollars(c['reserve_micros'] * 1000):>12}{_dollars(c['revenue_per_mille_micros']):>12}"
+                         f"{c['fill_rate']:>9.1%}{c['exact_share']:>8.0%}{mark}")
+    total = document["total"]
+    lines += ["", f"all: {total['requests']:,} requests, RPM {_dollars(total['revenue_per_mille_micros_no_reserve'])} "
+                  f"with no reserve, {_dollars(total['revenue_per_mille_micros_recommended'])} under the "
+                  f"{len(document['rules'])} rules ({_pct(total['revenue_per_mille_gain_pct'])}). Apply them: "
+                  "adserve reserves set --from-file recommended_reserves.json"]
+    return "\n".join(lines) + "\n"
+
+
 # transforms ---------------------------------------------------------------------------------------------
 
 class SumCounts(beam.CombineFn):
@@ -188,6 +284,45 @@ class ReplayServedLog(beam.PTransform):
                 | "SumPerPlacement" >> beam.CombinePerKey(SumCounts()))
 
 
+class RecommendReserves(beam.PTransform):
+    """ServedRecord records -> ((placement, country), ReserveChoice), one copy per request id replayed under
+    every candidate reserve (`candidate_reserves` and 0, else each key's BidProfile.grid)."""
+
+    def __init__(self, candidate_reserves: list[int] | None = None, quality_weight: float = 1.0,
+                 min_fill_ratio: float = DEFAULT_MIN_FILL_RATIO):
+        super().__init__()
+        self.candidate_reserves = None if candidate_reserves is None else candidate_grid(candidate_reserves)
+        self.quality_weight = quality_weight
+        self.min_fill_ratio = min_fill_ratio
+
+    def expand(self, served):
+        weight, ratio, fixed = self.quality_weight, self.min_fill_ratio, self.candidate_reserves
+        keyed = (served
+                 | "KeyByRequest" >> beam.Map(lambda r: (str(r["request_id"]), r))
+                 | "FirstCopy" >> beam.CombinePerKey(first_copy)
+                 | "Records" >> beam.Values()
+                 | "Replayable" >> beam.Filter(is_replayed)
+                 | "KeyByPlacementCountry" >> beam.Map(lambda r: (reserve_key(r), r)))
+        def under_each(key_record, grid_of=None):
+            key, record = key_record
+            for reserve in (fixed if grid_of is None else grid_of[key]):
+                yield (key, reserve), reserve_figures(record, reserve, weight)
+
+        if fixed is None:
+            grids = (keyed
+                     | "Profile" >> beam.MapTuple(lambda key, r: (key, BidProfile.of(r)))
+                     | "SumProfiles" >> beam.CombinePerKey(sum_profiles)
+                     | "Grid" >> beam.MapTuple(lambda key, profile: (key, profile.grid())))
+            per_candidate = keyed | "UnderEachReserve" >> beam.FlatMap(under_each, grid_of=beam.pvalue.AsDict(grids))
+        else:
+            per_candidate = keyed | "UnderEachReserve" >> beam.FlatMap(under_each)
+        return (per_candidate
+                | "SumPerReserve" >> beam.CombinePerKey(sum_figures)
+                | "KeyByPlacementCountryAgain" >> beam.MapTuple(lambda key_reserve, f: (key_reserve[0], f))
+                | "Candidates" >> beam.GroupByKey()
+                | "Choose" >> beam.MapTuple(lambda key, figures: (key, choose_reserve(list(figures), ratio))))
+
+
 # I/O ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -195,7 +330,11 @@ class ReplayOptions(ServedLogOptions):
     reserve_micros: int | None = None  # replayed reserve of every placement without its own --reserve
     reserve: list[str] = field(default_factory=list)  # PLACEMENT[/COUNTRY]=MICROS overrides
     quality_weight: float = 1.0  # weight of the quality term in total value (1.0: the live rule)
-    output: str = ""  # folder for summary.json and table.txt
+    output: str = ""  # folder for summary.json and table.txt (or recommended_reserves.json and .txt)
+    recommend: bool = False  # recommend a reserve per (placement, country) instead of replaying one policy
+    candidate_reserves: str | None = None  # "0,10000,20000": the same candidates everywhere (default: a grid)
+    min_fill: float = DEFAULT_MIN_FILL_RATIO  # least fill of a recommendation, a share of no reserve's fill
+    min_requests: int = 1000  # least replayed requests of a (placement, country) for a rule
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -209,13 +348,51 @@ def _parser() -> argparse.ArgumentParser:
                         help="replayed reserve of a placement, or of a placement in a country; repeatable")
     parser.add_argument("--quality-weight", type=float, default=1.0,
                         help="weight of the quality term in total value (default 1.0, the live rule)")
-    parser.add_argument("--output", required=True, help="folder for summary.json and table.txt")
+    parser.add_argument("--output", required=True,
+                        help="folder for summary.json and table.txt (with --recommend: recommended_reserves.json "
+                             "and recommended_reserves.txt)")
+    parser.add_argument("--recommend", action="store_true",
+                        help="recommend a reserve per placement and country: the candidate with the highest "
+                             "revenue per thousand requests whose fill stays above --min-fill")
+    parser.add_argument("--candidate-reserves", default=None, metavar="MICROS,MICROS,...",
+                        help="with --recommend: the candidate reserves (micros per impression; 0 is always one), "
+                             "default per placement and country: 0, the reserves it was served with and "
+                             "half-octave steps from ~1/16 to ~2x its median winner's bid value per impression")
+    parser.add_argument("--min-fill", type=float, default=DEFAULT_MIN_FILL_RATIO,
+                        help="with --recommend: a recommended reserve keeps at least this share of the fill "
+                             f"with no reserve (default {DEFAULT_MIN_FILL_RATIO})")
+    parser.add_argument("--min-requests", type=int, default=1000,
+                        help="with --recommend: the least replayed requests of a placement and country for its "
+                             "recommendation to become a rule (default 1000)")
     return parser
+
+
+def _check_modes(parser: argparse.ArgumentParser, options: ReplayOptions) -> list[int] | None:
+    """The candidate reserves of --recommend (None: the default grid); a parser error on mixed modes."""
+    if not options.recommend:
+        if options.candidate_reserves is not None or options.min_fill != DEFAULT_MIN_FILL_RATIO or \
+                options.min_requests != 1000:
+            parser.error("--candidate-reserves, --min-fill and --min-requests go with --recommend")
+        return None
+    if options.reserve or options.reserve_micros is not None:
+        parser.error("--recommend replays its own candidate reserves: give --candidate-reserves, not --reserve or "
+                     "--reserve-micros")
+    if options.min_requests < 0:
+        parser.error("--min-requests: expected 0 or more")
+    try:
+        check_min_fill(options.min_fill)
+        return parse_candidate_reserves(options.candidate_reserves)
+    except InvalidSettings as exc:
+        parser.error(str(exc))
 
 
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
     parser = _parser()
     options, beam_options = parse_options(parser, ReplayOptions, argv, save_main_session)
+    candidates = _check_modes(parser, options)
+    if options.recommend:
+        days, files = served_log_files(parser, options)
+        return recommend(options, candidates, days, files, beam_options)
     try:
         policy = parse_reserves(options.reserve, options.reserve_micros)
     except ValueError as exc:
@@ -257,6 +434,39 @@ def replay(options: ReplayOptions, policy: ReservePolicy, days: list[str], files
     return result
 
 
+def recommend(options: ReplayOptions, candidates: list[int] | None, days: list[str], files: list[str],
+              beam_options: PipelineOptions) -> dict[str, Any]:
+    """The served files' requests replayed under each candidate reserve; the recommendations (also written to
+    <output>/recommended_reserves.json and .txt)."""
+    logging.info("reserve recommendation: %d served files, candidates %s, min fill %s, quality weight %s",
+                 len(files), candidates or "per placement and country", options.min_fill, options.quality_weight)
+    out = output_folder(options.output)
+    header = {"from_day": days[0], "to_day": days[-1], "quality_weight": options.quality_weight,
+              "min_fill": options.min_fill, "candidate_reserves": candidates}
+    with beam.Pipeline(options=beam_options) as pipeline:
+        served, corrupt = read_records(pipeline, "Served", files)
+        if options.archive:
+            served = of_days(served, days)
+        choices = served | "RecommendReserves" >> RecommendReserves(candidates, options.quality_weight,
+                                                                    options.min_fill)
+        document = (pipeline | "One" >> beam.Create([None])
+                    | "Document" >> beam.Map(
+                        lambda _, rows, served_n, corrupt_n: recommendations_document(
+                            rows, options.min_requests, **header, served_records=served_n, corrupt_records=corrupt_n),
+                        rows=beam.pvalue.AsList(choices), served_n=count_of("Served", served),
+                        corrupt_n=count_of("Corrupt", corrupt)))
+        document | "DocumentJson" >> beam.Map(lambda d: json.dumps(d, indent=2)) | "WriteDocument" >> \
+            beam.io.WriteToText(f"{out}/recommended_reserves", file_name_suffix=".json", shard_name_template="")
+        document | "Table" >> beam.Map(lambda d: render_recommendations(d).rstrip("\n")) | "WriteTable" >> \
+            beam.io.WriteToText(f"{out}/recommended_reserves", file_name_suffix=".txt", shard_name_template="")
+    with FileSystems.open(f"{out}/recommended_reserves.json") as f:
+        result = json.loads(f.read())
+    logging.info("reserve recommendation: %d rules, RPM gain %s %%", len(result["rules"]),
+                 result["total"]["revenue_per_mille_gain_pct"])
+    return result
+
+
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
-    print(render_table(run()), end="")
+    result = run()
+    print(render_recommendations(result) if "recommendations" in result else render_table(result), end="")

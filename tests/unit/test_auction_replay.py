@@ -1,5 +1,7 @@
 """The Beam auction replay on beam.Create: the unchanged rules give back the logged RPM and fill exactly, a
-higher reserve lowers fill, and the figures equal core.replay's in one process."""
+higher reserve lowers fill, and the figures equal core.replay's in one process; with --recommend, the reserve
+recommended per placement and country equals core.replay.recommend_reserves' and is written as rules
+`adserve reserves set --from-file` applies."""
 from __future__ import annotations
 
 import json
@@ -13,8 +15,11 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from core.auction import Candidate
-from core.replay import ReservePolicy, compare_request
-from pipelines.auction_replay import (ReplayServedLog, add_counts, counts_of, figures, parse_reserves, render_table,
+from core.errors import InvalidSettings
+from core.replay import ReservePolicy, compare_request, recommend_reserves
+from core.reserves import rules_from_document
+from pipelines.auction_replay import (RecommendReserves, ReplayServedLog, add_counts, counts_of, figures,
+                                      parse_candidate_reserves, parse_reserves, render_recommendations, render_table,
                                       run, summary_of)
 from schemas.codec import AvroCodec
 from tests.served_records import T0, auction_record
@@ -141,3 +146,55 @@ def test_the_pipeline_reads_the_archive_and_writes_a_summary_and_a_table(tmp_pat
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == summary
     table = (tmp_path / "out" / "table.txt").read_text()
     assert "feed" in table and "RPM logged" in table and table == render_table(summary)
+
+
+def test_the_recommendation_on_beam_equals_core_replays_in_one_process_and_counts_each_request_once():
+    records = _requests()
+    for candidates in (None, [5_000, 20_000, 60_000]):
+        expected = sorted(recommend_reserves(records, candidates).items())
+        assert {key for key, _ in expected} == {("feed", "US"), ("feed", "DE"), ("article", "US"), ("article", "DE")}
+        with TestPipeline() as p:
+            got = p | beam.Create(records + records[:5]) | RecommendReserves(candidates)
+            assert_that(got, equal_to(expected))
+
+
+def test_candidate_reserves_are_micros_separated_by_commas_with_no_reserve_always_among_them():
+    assert parse_candidate_reserves("20000, 10000,20000") == [0, 10_000, 20_000]
+    assert parse_candidate_reserves(None) is None
+    for bad in ("10k", "-5", "", "1,,x"):
+        with pytest.raises(InvalidSettings, match="--candidate-reserves"):
+            parse_candidate_reserves(bad)
+
+
+@pytest.mark.parametrize("flags", [["--recommend", "--reserve", "feed=1000"], ["--recommend", "--reserve-micros", "5"],
+                                   ["--min-fill", "0.5"], ["--candidate-reserves", "0,100"],
+                                   ["--recommend", "--min-fill", "1.5"], ["--recommend", "--candidate-reserves", "x"]])
+def test_recommendation_flags_that_do_not_fit_together_are_refused(flags, tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        run(["--served", str(tmp_path / "none.avro"), *flags, "--output", str(tmp_path / "out")],
+            save_main_session=False)
+    assert done.value.code == 2 and flags[-2] in capsys.readouterr().err
+
+
+def test_the_recommendation_writes_rules_the_reserves_command_reads_and_a_table(tmp_path):
+    records = _requests(24)
+    _archive(tmp_path / "archive", records)
+    document = run(["--archive", str(tmp_path / "archive"), "--from-day", "2027-01-15", "--recommend",
+                    "--candidate-reserves", "5000,20000,60000", "--min-requests", "6", "--output",
+                    str(tmp_path / "out")], save_main_session=False)
+    assert json.loads((tmp_path / "out" / "recommended_reserves.json").read_text()) == document
+    assert (document["served_records"], document["corrupt_records"]) == (24, 1)
+    expected = recommend_reserves(records, [5_000, 20_000, 60_000])
+    rows = {(row["placement"], row["country"]): row for row in document["recommendations"]}
+    assert set(rows) == set(expected)
+    for key, row in rows.items():
+        choice = expected[key]
+        assert [c["reserve_micros"] for c in row["candidates"]] == [0, 5_000, 20_000, 60_000]
+        assert (row["requests"], row["recommended_reserve_micros"], row["revenue_per_mille_gain_pct"]) == \
+            (choice.no_reserve.requests, choice.recommended.reserve_micros, choice.revenue_per_mille_gain_pct)
+        assert row["fill_rate"] >= row["min_fill_rate"] and row["in_rules"] == (row["requests"] >= 6)
+    ruled = [(r["placement"], r["country"], r["recommended_reserve_micros"]) for r in rows.values() if r["in_rules"]]
+    assert ruled and [(r["placement"], r["country"], r["reserve_micros"])
+                      for r in rules_from_document(document)] == sorted(ruled)
+    table = (tmp_path / "out" / "recommended_reserves.txt").read_text()
+    assert table == render_recommendations(document) and "<- recommended" in table

@@ -76,3 +76,57 @@ def test_setting_one_value_keeps_the_others_unless_the_rule_was_removed():
     assert merged_rule({**existing, "removed": True}, given) == {"reserve_micros": None, "quality_floor_micros": None,
                                                                  "default_quality_micros": 10}
     assert merged_rule(None, given)["reserve_micros"] is None
+
+
+def test_a_rules_file_gives_checked_rules_and_names_the_first_bad_field():
+    from core.reserves import rules_from_document
+
+    document = {"min_fill": 0.8, "rules": [{"placement": "feed", "country": "us", "reserve_micros": 20_000},
+                                           {"placement": "article", "reserve_micros": 0}]}
+    assert rules_from_document(document) == [
+        {"placement": "feed", "country": "US", "reserve_micros": 20_000, "quality_floor_micros": None,
+         "default_quality_micros": None},
+        {"placement": "article", "country": "*", "reserve_micros": 0, "quality_floor_micros": None,
+         "default_quality_micros": None}]
+    assert rules_from_document(document["rules"]) == rules_from_document(document)
+    for bad, field in [({"rules": [document["rules"][0], {"placement": "feed", "reserve_micros": -1}]},
+                        "rules[1].reserve_micros"),
+                       ({"rules": [{"placement": "feed", "country": "USA", "reserve_micros": 1}]}, "rules[0].country"),
+                       ({"rules": [document["rules"][0], document["rules"][0]]}, "rules[1]"),
+                       ({"rules": []}, "rules"), ({"rules": ["feed"]}, "rules[0]")]:
+        with pytest.raises(InvalidField) as e:
+            rules_from_document(bad)
+        assert e.value.field == field
+
+
+def test_reserves_set_from_file_sets_every_rule_of_the_file_and_none_of_a_bad_one(tmp_path, monkeypatch, capsys):
+    import asyncio
+    import json
+
+    from adserve import operators_cli
+    from adserve.cli import build_parser
+
+    written: list[tuple[dict, str]] = []
+
+    class Store:
+        async def set_reserve(self, fields, set_by, remove=False):
+            written.append((fields, set_by))
+            return {**fields, "version": len(written), "set_by": set_by}
+
+    monkeypatch.setattr(operators_cli, "_with_store", lambda fn: asyncio.run(fn(Store())))
+    good, bad = tmp_path / "recommended_reserves.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"rules": [{"placement": "feed", "country": "US", "reserve_micros": 20_000},
+                                          {"placement": "feed", "country": "*", "reserve_micros": 5_000}]}))
+    bad.write_text(json.dumps({"rules": [{"placement": "feed", "country": "US", "reserve_micros": 20_000},
+                                         {"placement": "feed", "reserve_micros": "lots"}]}))
+
+    def run(*argv: str) -> int:
+        args = build_parser().parse_args(["reserves", "set", *argv])
+        return args.handler(args)
+
+    assert run("--from-file", str(bad)) == 2 and written == []
+    assert "rules[1].reserve_micros" in capsys.readouterr().out
+    assert run("--from-file", str(good), "--placement", "feed") == 2 and written == []
+    assert run("--from-file", str(good), "--operator", "ops-anna") == 0
+    assert [(f["placement"], f["country"], f["reserve_micros"], who) for f, who in written] == [
+        ("feed", "US", 20_000, "ops-anna"), ("feed", "*", 5_000, "ops-anna")]
