@@ -20,6 +20,7 @@ def register(sub) -> None:
     _add_pacing(bsub)
     _add_billing(bsub)
     _add_model(bsub)
+    _add_live_loop(bsub)
 
 
 def _add_platform(bsub) -> None:
@@ -131,6 +132,41 @@ def _add_model(bsub) -> None:
     m.add_argument("--no-service", action="store_true", help="skip the prediction service")
     m.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     m.set_defaults(handler=cmd_bench_model)
+
+
+def _add_live_loop(bsub) -> None:
+    from bench import live_loop
+
+    g = bsub.add_parser("live-loop", help="the platform learning from its own traffic against a world of known click "
+                                          "rates: NE before and after the first model, calibration, snapshot age, "
+                                          "hot swaps, new ads, reserves (needs `adserve up`)",
+                        description=live_loop.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--requests", type=int, default=200_000, help="requests over the three phases (default 200,000)")
+    g.add_argument("--advertisers", type=int, default=20, help="advertisers of the world, 5 campaigns of 4 ads each "
+                                                               "(default 20: 400 ads)")
+    g.add_argument("--users", type=int, default=20_000, help="users of the world (default 20,000)")
+    g.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+    g.add_argument("--canary-share", type=float, default=0.25,
+                   help="share of requests the first model scores as a canary (default 0.25)")
+    g.add_argument("--new-ad-share", type=float, default=0.1,
+                   help="share of the ads that join part-way through the priors phase (default 0.1)")
+    g.add_argument("--seed", type=int, default=5)
+    g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    g.set_defaults(handler=cmd_bench_live_loop)
+
+
+def cmd_bench_live_loop(args: argparse.Namespace) -> int:
+    from bench import live_loop
+    from core.errors import AdserveError
+
+    try:
+        figures = live_loop.run(requests=args.requests, seed=args.seed, advertisers=args.advertisers,
+                                users=args.users, concurrency=args.concurrency, canary_share=args.canary_share,
+                                new_ad_share=args.new_ad_share, log=_log(args))
+    except (AdserveError, ValueError, RuntimeError, TimeoutError) as exc:
+        print(f"adserve bench live-loop: {exc}", file=sys.stderr)
+        return 2
+    return _emit(args, figures, live_loop.render)
 
 
 def _log(args: argparse.Namespace):

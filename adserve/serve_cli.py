@@ -62,6 +62,8 @@ def _add_ads(ssub) -> None:
                                                     "needs --ad-features), fixed: the registry is not followed")
     scoring.add_argument("--priors", action="store_true",
                          help="rank on priors only and do not follow the model registry")
+    a.add_argument("--registry-topic", default="model.registry",
+                   help="the model registry's topic (default model.registry; benchmarks use their own)")
     a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model or --prerank-model "
                                                     "(newest version)")
     a.add_argument("--prerank-model", type=Path,
@@ -146,7 +148,8 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
         print(f"adserve serve ads: --workers must be 0 or more, got {args.workers}", file=sys.stderr)
         return 2
     if args.workers == 0:
-        serve(settings, predictor, log=lambda line: print(line, flush=True), registry=registry_mode(args))
+        serve(settings, predictor, log=lambda line: print(line, flush=True), registry=registry_mode(args),
+              registry_topic=args.registry_topic)
         return 0
     return serve_tier(settings, args)
 
@@ -173,7 +176,7 @@ def serve_tier(settings, args: argparse.Namespace) -> int:
         worker_settings = dataclasses.replace(settings, port=ports[worker],
                                               server_id=worker_server_id(settings.server_id, worker))
         serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets,
-              registry=registry_mode(args))
+              registry=registry_mode(args), registry_topic=args.registry_topic)
 
     tier = fork_workers(args.workers, run_worker)
     stop = threading.Event()

@@ -1,4 +1,5 @@
-"""A plain progress line for long steps (stderr, one line, no dependency)."""
+"""A plain progress line for long steps (stderr, one line, no dependency): done of total, elapsed, and the
+expected time left at the rate so far."""
 from __future__ import annotations
 
 import sys
@@ -18,7 +19,8 @@ class Progress:
         self._last = percent
         elapsed = time.monotonic() - self.began
         bar = "#" * (percent // 4)
-        self.stream.write(f"\r{self.what}: [{bar:<25}] {percent:3d}% {done}/{self.total} ({elapsed:.1f} s)")
+        left = f", ETA {elapsed * (self.total - done) / done:.0f} s" if 0 < done < self.total else ""
+        self.stream.write(f"\r{self.what}: [{bar:<25}] {percent:3d}% {done}/{self.total} ({elapsed:.1f} s{left})")
         self.stream.flush()
 
     def close(self) -> None:

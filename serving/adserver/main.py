@@ -173,7 +173,8 @@ async def _wait_caught_up(follower: TopicFollower, wait_ready_s: float) -> None:
 
 def serve(settings: AdServerSettings, predictor: Predictor | None = None,
           log: Callable[[str], None] = print, state: ServingState | None = None,
-          start_offsets: dict[str, dict[int, int]] | None = None, registry: str | None = None) -> None:
+          start_offsets: dict[str, dict[int, int]] | None = None, registry: str | None = None,
+          registry_topic: str = topics.MODEL_REGISTRY) -> None:
     """One ad server (`adserve serve ads --workers 0`, or one worker of a tier, which passes the `state` its
     parent loaded and the snapshot's `start_offsets`): the settings printed once (secrets masked), then the
     server until interrupted or terminated."""
@@ -182,7 +183,7 @@ def serve(settings: AdServerSettings, predictor: Predictor | None = None,
                   keys=settings.token_keys, config=settings.server_config(), host=settings.host, port=settings.port,
                   geo=GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None,
                   snapshot_dir=settings.snapshot_dir, predictor=predictor, state=state, start_offsets=start_offsets,
-                  registry=registry)
+                  registry=registry, registry_topic=registry_topic)
 
 
 def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, dict[int, int]] | None]:

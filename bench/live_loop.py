@@ -1,0 +1,444 @@
+"""`adserve bench live-loop`: the platform learning from its own traffic, measured against a world whose true
+click rates are known (sim.live_world).
+
+The world's campaigns and ads are published as the index builder would compile them; its users' model features
+are their profiles in Redis. Then everything is the platform's: requests over HTTP to a real ad server process
+(following its own registry topic), impressions and clicks through a real tracker process (a user clicks with
+the world's true probability), the `features` job deployed on the Flink cluster publishing a snapshot every 5
+minutes of event time, `training_join` labelling the traffic (bounded runs over the bench's period: a label
+waits an hour of event time, which a streaming join would only reach an hour later) and `adserve model retrain
+--once` training, canarying and judging. Three phases of the --requests:
+
+  priors   (half): no model exists, the server ranks on priors (learned ctr_prior once a snapshot exists);
+  canary   (a quarter): the first trained model on --canary-share of requests, judged by the promotion rule;
+  learned  (a quarter): after the promotion.
+
+Some of the world's ads (--new-ad-share) join part-way through the priors phase: new ads.
+
+Figures (--json names):
+  ne_served_priors, ne_served_learned, ne_oracle: normalised entropy of the served top-slot pCTR (the served
+    log's) against the clicks, in the priors phase, the learned phase, and of the true probabilities of the
+    learned phase's impressions; targets ne_served_learned <= 1.05 x ne_oracle and < 0.9 x ne_served_priors;
+  calibration_min, calibration_max: the learned phase's predicted over true expected clicks per segment
+    (placement, country, slot position) with at least 100 expected clicks;
+  feature_snapshot_age_p99_s: request time minus the version (event-time cut) of the snapshot it was served
+    with, p99 over requests served with one; target <= 600;
+  hot_swap_failed_requests: answers other than 200 over the whole run (snapshot, canary and model swaps
+    included); target 0;
+  new_ad_impressions_to_20pct: median over new ads of their impressions when their snapshot estimate
+    (ctr_prior) first came within 20 % of their true top-slot rate and stayed (None when none did;
+    new_ads_within_20pct says how many did);
+  reserve_revenue_per_mille_gain_pct: the auction replay's recommended reserve against none, on the learned
+    phase's served log;
+  and the run's requests, impressions, clicks, verdict, model version, snapshots, phase seconds, requests/s.
+Same-run baseline: ne_served_priors (the platform before it learned)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from infra.platform import PlatformSettings
+
+PHASES = (("priors", 0.5), ("canary", 0.25), ("learned", 0.25))
+
+
+@dataclass
+class Impression:
+    phase: str
+    ad_id: int
+    placement: str
+    country: str
+    position: int
+    true_p: float
+    clicked: bool
+
+
+@dataclass
+class Run:
+    impressions: dict[str, Impression] = field(default_factory=dict)
+    statuses: dict[int, int] = field(default_factory=dict)
+    requests: int = 0
+
+
+def _ne(p: np.ndarray, y: np.ndarray) -> float | None:
+    if len(y) == 0 or y.sum() == 0:
+        return None
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    base = y.mean()
+    loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base))
+    return round(float(loss / entropy), 4)
+
+
+class Processes:
+    """The ad server and tracker processes of the run, stopped at the end."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, args: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "adserve", *args], stdout=open(log_path, "w"),
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _publish_world(bootstrap: str, records: list[tuple[str, dict]]) -> None:
+    from schemas.codec import AvroCodec
+    from streams import kafka
+
+    codec, now = AvroCodec(), int(time.time() * 1000)
+    kinds = {"serving.campaigns": ("ServingCampaign", "campaign_id"), "serving.ads": ("ServingAd", "ad_id")}
+    for topic in ("serving.campaigns", "serving.ads"):
+        name, key = kinds[topic]
+        kafka.produce_all(bootstrap, topic, [(str(r[key]).encode(), codec.encode(name, r), now)
+                                             for t, r in records if t == topic])
+
+
+def _write_profiles(settings: PlatformSettings, world) -> None:
+    import redis
+
+    from streams import redis_keys
+
+    client = redis.Redis(host=settings.host, port=settings.redis_port)
+    pipe = client.pipeline(transaction=False)
+    for user in range(world.users):
+        pipe.hset(redis_keys.user_profile(f"live-u{user}"), mapping={"features": json.dumps(world.user_features(user))})
+        if user % 2000 == 1999:
+            pipe.execute()
+    pipe.execute()
+
+
+async def _wait_http(url: str, check: Callable[[dict], bool], timeout_s: float, what: str) -> dict:
+    import aiohttp
+
+    began = time.monotonic()
+    async with aiohttp.ClientSession() as http:
+        while True:
+            try:
+                async with http.get(url) as r:
+                    body = await r.json(content_type=None)
+                    if check(body):
+                        return body
+            except (aiohttp.ClientError, ValueError):
+                pass
+            if time.monotonic() - began > timeout_s:
+                raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
+            await asyncio.sleep(0.5)
+
+
+async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency: int, rng: np.random.Generator,
+                   progress: Callable[[int], None], joined: Callable[[], np.ndarray]) -> None:
+    """n requests with their users' beacons, `concurrency` at a time."""
+    import aiohttp
+
+    from sim.live_world import pick_placement
+
+    connector = aiohttp.TCPConnector(limit=concurrency * 3)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=concurrency * 4)
+
+        async def one(user: int, placement: str, country: str) -> None:
+            body = {"request_id": uuid.uuid4().hex, "user_id": f"live-u{user}", "placement": placement,
+                    "location": country, "consent": {"personalization": True},
+                    "slots": [{"position": p} for p in (1, 2)]}
+            try:
+                async with http.post(f"{server}/v1/ads", json=body) as r:
+                    run.statuses[r.status] = run.statuses.get(r.status, 0) + 1
+                    if r.status != 200:
+                        return
+                    answer = await r.json()
+            except aiohttp.ClientError:
+                run.statuses[-1] = run.statuses.get(-1, 0) + 1
+                return
+            for slot in answer["slots"]:
+                if not slot.get("ad_id"):
+                    continue
+                row = int(np.searchsorted(world.ad_id, slot["ad_id"]))
+                p = float(world.true_ctr(user, np.array([row]), placement, int(slot["position"]))[0])
+                clicked = bool(rng.random() < p)
+                run.impressions[slot["impression_id"]] = Impression(phase, int(slot["ad_id"]), placement, country,
+                                                                    int(slot["position"]), p, clicked)
+                try:
+                    async with http.get(slot["impression_url"]) as b:
+                        await b.read()
+                    if clicked:
+                        async with http.get(slot["click_url"], allow_redirects=False) as c:
+                            await c.read()
+                except aiohttp.ClientError:
+                    pass
+
+        async def worker() -> None:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                await one(*item)
+
+        workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+        for i in range(n):
+            user = int(rng.integers(world.users))
+            await queue.put((user, pick_placement(rng), str(world.user_country[user])))
+            run.requests += 1
+            if i % 500 == 0:
+                progress(i)
+                joined()
+        for _ in workers:
+            await queue.put(None)
+        await asyncio.gather(*workers)
+
+
+def _job(job: str, settings: PlatformSettings, since_ms: int, *extra: str) -> None:
+    done = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--bounded", "--startup-mode", "timestamp",
+                           "--start-timestamp-ms", str(since_ms), "--bootstrap", settings.kafka_bootstrap,
+                           "--group-id", f"bench-live-{job}-{uuid.uuid4().hex[:6]}", *extra],
+                          capture_output=True, text=True, env=os.environ | settings.as_env())
+    if done.returncode != 0:
+        raise RuntimeError(f"{job} failed: {done.stderr[-3000:]}")
+
+
+def _retrain(settings: PlatformSettings, models: Path, registry: str, examples: str, args: list[str]) -> dict:
+    done = subprocess.run([sys.executable, "-m", "adserve", "model", "retrain", "--once", "--json", "--models",
+                           str(models), "--registry-topic", registry, "--examples-topic", examples, *args],
+                          capture_output=True, text=True, env=os.environ | settings.as_env())
+    if done.returncode != 0:
+        raise RuntimeError(f"retrain failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _served(settings: PlatformSettings, server_id: str, since_ms: int) -> list[dict]:
+    from adserve.retrain_cli import read_topic
+    from schemas import topics
+
+    return [r for r in read_topic(settings.kafka_bootstrap, topics.AD_SERVED, "ServedRecord", since_ms)
+            if r["server_id"] == server_id]
+
+
+def _new_ad_figures(world, features_dir: Path, users: np.ndarray) -> dict[str, Any]:
+    """Impressions each new ad had in the first snapshot whose estimate came within 20 % of its true top-slot rate
+    and stayed there in every later snapshot."""
+    from serving.model import ad_features
+
+    new_rows = np.flatnonzero(world.joins_at > 0)
+    truth = world.top_ctr(new_rows, users)
+    versions = ad_features.versions(features_dir)
+    history: dict[int, list[tuple[float, float]]] = {int(world.ad_id[r]): [] for r in new_rows}
+    for v in versions:
+        snap = ad_features.load(features_dir, v)
+        rows = snap.rows(world.ad_id[new_rows])
+        for ad, row in zip(world.ad_id[new_rows].tolist(), rows.tolist()):
+            if row >= 0:
+                history[ad].append((float(snap.impressions[row]), float(snap.ctr_prior[row])))
+    reached = []
+    for ad, true_rate in zip(world.ad_id[new_rows].tolist(), truth.tolist()):
+        seq = history[ad]
+        within = [abs(est / true_rate - 1) <= 0.2 for _, est in seq]
+        for i in range(len(seq)):
+            if all(within[i:]) and seq[i][0] > 0:
+                reached.append(seq[i][0])
+                break
+    return {"new_ads": len(new_rows), "new_ads_within_20pct": len(reached),
+            "new_ad_impressions_to_20pct": float(np.median(reached)) if reached else None}
+
+
+def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: int = 20_000,
+        concurrency: int = 16, canary_share: float = 0.25, new_ad_share: float = 0.1,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    from bench.common import machine
+    from infra.platform import control
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from infra.platform.topics import ensure_topics
+    from jobs import deploy
+    from schemas.topics import TopicSpec
+    from sim.live_world import make_live_world
+    from sim.progress import Progress
+
+    settings = PlatformSettings.from_env()
+    control.up(settings, log=lambda line: None)
+    world, placement_of = make_live_world(seed, advertisers=advertisers, users=users, new_ad_share=new_ad_share,
+                                          id_base=7_000_000 + (int(time.time()) % 1000) * 10_000)
+    suffix = uuid.uuid4().hex[:6]
+    registry, examples_a, examples_b = (f"bench.live.{n}.{suffix}" for n in ("registry", "examples-a", "examples-b"))
+    ensure_topics(settings.kafka_bootstrap, (TopicSpec(registry, key="role", schema="", partitions=1),
+                                             TopicSpec(examples_a, key="impression id", schema=""),
+                                             TopicSpec(examples_b, key="impression id", schema="")))
+    work = Path(tempfile.mkdtemp(prefix="adserve-live-loop-"))
+    features_dir, models = work / "features", work / "models"
+    since_ms = int(time.time() * 1000) - 1000
+    initial = np.flatnonzero(world.joins_at == 0)
+    _publish_world(settings.kafka_bootstrap, world.serving_records(placement_of, since_ms, initial))
+    _write_profiles(settings, world)
+    log(f"world: {world.ads} ads of {advertisers} advertisers ({len(initial)} from the start), {world.users:,} users")
+
+    env = os.environ | settings.as_env() | {"ADSERVE_DEV": "1"}
+    procs = Processes()
+    server_port, tracker_port = 18_580, 18_581
+    server_id = f"live-{suffix}"
+    job_id = None
+    run_state = Run()
+    figures: dict[str, Any] = {"machine": machine(), "requests": requests, "ads": world.ads, "users": world.users}
+    try:
+        procs.start(["serve", "tracker", "--dev", "--port", str(tracker_port)], work / "tracker.log", env)
+        procs.start(["serve", "ads", "--dev", "--workers", "0", "--port", str(server_port), "--server-id", server_id,
+                     "--tracker-url", f"http://127.0.0.1:{tracker_port}", "--registry-topic", registry],
+                    work / "adserver.log", env)
+        server = f"http://127.0.0.1:{server_port}"
+        job_id = deploy.deploy("features", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
+                               conf_dir=Flink(settings).conf_dir,
+                               job_args=["--bootstrap", settings.kafka_bootstrap, "--connector-jar",
+                                         str(flink_connector_jar(settings)), "--group-id", f"bench-live-{suffix}",
+                                         "--startup-mode", "timestamp", "--start-timestamp-ms", str(since_ms),
+                                         "--snapshot-dir", str(features_dir), "--registry-topic", registry])
+        deploy.wait_running(settings.flink_rest_url, job_id)
+        asyncio.run(_wait_http(f"{server}/ready", lambda b: b.get("ready") and b.get("ads", 0) >= len(initial),
+                               300, "the ad server is ready with the world's ads"))
+        rng = np.random.default_rng(seed + 1)
+        pending_new = sorted(set(np.flatnonzero(world.joins_at > 0).tolist()), key=lambda r: world.joins_at[r])
+        total = requests
+
+        def joined() -> np.ndarray:
+            """Publish the new ads whose time has come (their share of the run's requests)."""
+            share = run_state.requests / total
+            due = [r for r in pending_new if world.joins_at[r] <= share]
+            if due:
+                for r in due:
+                    pending_new.remove(r)
+                _publish_world(settings.kafka_bootstrap,
+                               world.serving_records(placement_of, int(time.time() * 1000), np.array(due)))
+            return np.array(due)
+
+        phase_s: dict[str, float] = {}
+        verdict, candidate = None, None
+        for phase, share in PHASES:
+            n = int(requests * share)
+            began = time.monotonic()
+            bar = Progress(f"{phase} phase", n)
+            asyncio.run(_traffic(world, run_state, phase, n, server, concurrency, rng, bar.update, joined))
+            bar.close()
+            phase_s[phase] = round(time.monotonic() - began, 1)
+            if phase == "priors":
+                _job("training_join", settings, since_ms, "--examples-topic", examples_a)
+                trained = _retrain(settings, models, registry, examples_a,
+                                   ["--canary-share", str(canary_share), "--min-clicks", "400",
+                                    "--min-examples", "2000"])
+                log(f"retrain: {json.dumps({k: trained[k] for k in ('action', 'model_version', 'examples', 'reason')})}")
+                candidate = trained.get("model_version")
+                if candidate:
+                    asyncio.run(_wait_http(f"{server}/ready",
+                                           lambda b: (b.get("scoring") or {}).get("canary_version") == candidate,
+                                           600, "the ad server canaries the model"))
+            elif phase == "canary" and candidate:
+                _job("training_join", settings, since_ms, "--examples-topic", examples_b)
+                judged = _retrain(settings, models, registry, examples_b, ["--min-clicks", "400"])
+                verdict = judged.get("verdict")
+                log(f"canary verdict: {verdict} {judged.get('reason', '')}")
+                if verdict == "promote":
+                    asyncio.run(_wait_http(f"{server}/ready",
+                                           lambda b: (b.get("scoring") or {}).get("model_version") == candidate,
+                                           600, "the ad server promotes the model"))
+        figures.update(phase_seconds=phase_s, verdict=verdict, model_version=candidate)
+    finally:
+        procs.stop()
+        if job_id is not None:
+            try:
+                deploy.stop(settings.flink_rest_url, job_id)
+            except Exception as exc:  # noqa: BLE001 - the figures still come out; the job is named
+                log(f"could not stop the features job {job_id}: {exc}")
+
+    served = _served(settings, server_id, since_ms)
+    figures.update(_figures(world, run_state, served, candidate))
+    figures.update(_new_ad_figures(world, features_dir, np.random.default_rng(seed).choice(world.users, 2000)))
+    figures["reserve_revenue_per_mille_gain_pct"] = _reserve_gain([r for r in served
+                                                                   if r.get("model_version") == candidate])
+    figures["snapshots"] = len(list(features_dir.glob("ad-features-v*.npz")))
+    figures["work_dir"] = str(work)
+    return figures
+
+
+def _figures(world, run_state: Run, served: list[dict], candidate: str | None) -> dict[str, Any]:
+    by_impression = {}
+    ages = []
+    for r in served:
+        if r["ad_snapshot_version"]:
+            ages.append((r["event_time"] - r["ad_snapshot_version"]) / 1000)
+        for w in r["winners"]:
+            by_impression[w["impression_id"]] = (w["pctr"], r.get("model_version"))
+    rows = []
+    for impression_id, imp in run_state.impressions.items():
+        if imp.position != 1 or impression_id not in by_impression:
+            continue
+        pctr, version = by_impression[impression_id]
+        rows.append((imp.phase, version, pctr, imp.true_p, imp.clicked, imp.placement, imp.country))
+    def pick(phase: str, version: str | None):
+        chosen = [r for r in rows if r[0] == phase and (version is None or r[1] == version)]
+        return (np.array([r[2] for r in chosen]), np.array([r[3] for r in chosen]),
+                np.array([r[4] for r in chosen], dtype=float), chosen)
+    p0, t0, y0, _ = pick("priors", "prior-baseline-1")
+    p1, t1, y1, chosen = pick("learned", candidate) if candidate else (np.zeros(0),) * 3 + ([],)
+    segments: dict[tuple[str, str], list[float]] = {}
+    for (_, _, p, t, _, placement, country) in chosen:
+        seg = segments.setdefault((placement, country), [0.0, 0.0])
+        seg[0] += p
+        seg[1] += t
+    ratios = [a / b for a, b in segments.values() if b >= 100 * 0.01 * 10]  # >= ~10 expected clicks
+    return {"impressions": len(run_state.impressions),
+            "clicks": sum(1 for i in run_state.impressions.values() if i.clicked),
+            "hot_swap_failed_requests": sum(n for status, n in run_state.statuses.items() if status != 200),
+            "statuses": {str(k): v for k, v in run_state.statuses.items()},
+            "ne_served_priors": _ne(p0, y0), "ne_served_learned": _ne(p1, y1) if len(y1) else None,
+            "ne_oracle": _ne(t1, y1) if len(y1) else _ne(t0, y0),
+            "ne_oracle_priors_phase": _ne(t0, y0),
+            "calibration_min": round(min(ratios), 3) if ratios else None,
+            "calibration_max": round(max(ratios), 3) if ratios else None,
+            "calibration_segments": len(ratios),
+            "feature_snapshot_age_p99_s": round(float(np.percentile(ages, 99)), 1) if ages else None,
+            "requests_served_with_a_snapshot": len(ages), "served_records": len(served)}
+
+
+def _reserve_gain(served: list[dict]) -> float | None:
+    if not served:
+        return None
+    from core.replay import overall_gain_pct, recommend_reserves
+
+    gain = overall_gain_pct(recommend_reserves(served))
+    return None if gain is None else round(gain, 2)
+
+
+def render(f: dict[str, Any]) -> str:
+    m = f["machine"]
+    lines = [f"live loop on {m['cpu']} ({m['cores']} cores): {f['requests']:,} requests, {f['ads']} ads, "
+             f"{f['users']:,} users; {f['impressions']:,} impressions, {f['clicks']:,} clicks",
+             f"  NE of the served pCTR: priors {f['ne_served_priors']}  learned {f['ne_served_learned']}  "
+             f"oracle {f['ne_oracle']}  (model {f['model_version']}, canary verdict {f['verdict']})",
+             f"  calibration against the truth per segment: {f['calibration_min']} - {f['calibration_max']} "
+             f"({f['calibration_segments']} segments)",
+             f"  feature snapshot age p99 {f['feature_snapshot_age_p99_s']} s; failed requests "
+             f"{f['hot_swap_failed_requests']}; snapshots {f['snapshots']}",
+             f"  new ads: {f['new_ads_within_20pct']} of {f['new_ads']} within 20 % of their true rate, after "
+             f"{f['new_ad_impressions_to_20pct']} impressions (median)",
+             f"  recommended reserve vs none: {f['reserve_revenue_per_mille_gain_pct']} % revenue per mille",
+             f"  phases (s): {f['phase_seconds']}"]
+    return "\n".join(lines)
