@@ -22,7 +22,10 @@ first; it stops once K broad ads matched, so long broad lists are never read to 
 Updates are in place and versioned: an older or equal version never
 overwrites a newer one. A changed static score keeps its row until the index
 is rebuilt (rows reflect static scores as of the last build); new ads append
-rows. Retrievals and updates may come from several threads: they take one lock.
+rows. Each row's click-rate estimate, its Beta posterior and its quality term are replaced whenever an
+ad-feature snapshot arrives (`apply_learned`) and then outlive edits of the ad's record; a new ad starts from
+its record's ctr_prior with a weak posterior. Retrievals and updates may come from several threads: they take
+one lock.
 Pure: no I/O, no clock."""
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ import numpy as np
 from pyroaring import BitMap
 
 from core.arrays import distinct_keys
-from core.errors import CapacityExceeded
+from core.errors import CapacityExceeded, InvalidArgument
+from core.exploration import weak_posterior
 from core.targeting import NARROW_ATTRIBUTES, Targeting
 from serving.decision import kernels
 from serving.decision.columns import Column, IdMap, RowTable, StringArena
@@ -129,16 +133,23 @@ class TargetingIndex:
         # What filters and the pre-ranker read per candidate, stored row by row (see RowTable).
         self.hot = RowTable({"campaign_id": (np.int64,), "bid_micros": (np.int64,), "bid_type": (np.int8,),
                              "quality_micros": (np.int32,), "static_score": (np.float32,),
-                             "ctr_prior": (np.float32,), "exclusion_category": (np.int32,),
-                             "embedding": (np.float16, (embedding_dim,))}, capacity)
+                             "ctr_prior": (np.float32,), "ctr_alpha": (np.float32,), "ctr_beta": (np.float32,),
+                             "exclusion_category": (np.int32,), "embedding": (np.float16, (embedding_dim,))},
+                            capacity)
         self.campaign_id = self.hot.field("campaign_id")
         self.bid_type = self.hot.field("bid_type")
         self.bid_micros = self.hot.field("bid_micros")
         self.quality_micros = self.hot.field("quality_micros")
         self.static_score = self.hot.field("static_score")
         self.ctr_prior = self.hot.field("ctr_prior")
+        # the Beta posterior of ctr_prior (its mean), which the exploration slice samples from (core.exploration)
+        self.ctr_alpha = self.hot.field("ctr_alpha")
+        self.ctr_beta = self.hot.field("ctr_beta")
         self.exclusion_category = self.hot.field("exclusion_category")
         self.embedding = self.hot.field("embedding")
+        # rows whose ctr_prior, posterior and quality came from an ad-feature snapshot (apply_learned): an update
+        # of the ad's record keeps them, since serving.ads carries no learned estimate
+        self.learned = Column(np.bool_, capacity=capacity)
         self.strings = StringArena(capacity)  # creative_ref + "\n" + landing_url
         self.term_start = Column(np.int64, capacity=capacity)
         self.term_count = Column(np.uint16, capacity=capacity)
@@ -214,13 +225,15 @@ class TargetingIndex:
                      bid_micros: np.ndarray, quality_micros: np.ndarray, static_score: np.ndarray,
                      ctr_prior: np.ndarray, embedding: np.ndarray, term_keys: Sequence[tuple[str, str, bool]],
                      term_counts: np.ndarray, terms_flat: np.ndarray,
-                     exclusion_category: np.ndarray | None = None) -> "TargetingIndex":
+                     exclusion_category: np.ndarray | None = None, ctr_alpha: np.ndarray | None = None,
+                     ctr_beta: np.ndarray | None = None) -> "TargetingIndex":
         """Bulk build from columns (millions of ads), rows already in descending static-score order.
 
         Targeting comes row-major: row r has term ids terms_flat[start_r : start_r + term_counts[r]],
         each an index into term_keys ((attribute, value, excluded)). A uint32 terms_flat becomes the index's
         term arena without a copy, and each row's terms are reordered within the row (the exact check's
-        terms first)."""
+        terms first). Without `ctr_alpha` and `ctr_beta`, each ad's posterior is the weak prior at its
+        ctr_prior (core.exploration.weak_posterior)."""
         n = len(ad_id)
         index = cls(embedding.shape[1], capacity=max(1024, n))
         index.size = n
@@ -231,6 +244,12 @@ class TargetingIndex:
             column.data[:n] = values
         if exclusion_category is not None:
             index.exclusion_category.data[:n] = exclusion_category
+        if (ctr_alpha is None) != (ctr_beta is None):
+            raise InvalidArgument("ctr_alpha and ctr_beta: give both (a Beta posterior) or neither")
+        if ctr_alpha is None:
+            ctr_alpha, ctr_beta = weak_posterior(index.ctr_prior.data[:n])
+        index.ctr_alpha.data[:n] = ctr_alpha
+        index.ctr_beta.data[:n] = ctr_beta
         index.ids.bulk(ad_id, np.arange(n, dtype=np.int32))
         for key in term_keys:
             index._term_id(key)
@@ -324,8 +343,8 @@ class TargetingIndex:
 
     def _row_columns(self) -> tuple[Column, ...]:
         return (self.ad_id, self.campaign_id, self.version, self.bid_type, self.bid_micros, self.quality_micros,
-                self.static_score, self.ctr_prior, self.exclusion_category, self.embedding, self.term_start,
-                self.term_count)
+                self.static_score, self.ctr_prior, self.ctr_alpha, self.ctr_beta, self.exclusion_category,
+                self.embedding, self.term_start, self.term_count, self.learned)
 
     def _write(self, row: int, r: AdRecord) -> None:
         self.ad_id.data[row] = r.ad_id
@@ -333,9 +352,12 @@ class TargetingIndex:
         self.version.data[row] = r.version
         self.bid_type.data[row] = BID_TYPE_CODE[r.bid_type.upper()]
         self.bid_micros.data[row] = r.bid_micros
-        self.quality_micros.data[row] = r.quality_micros
         self.static_score.data[row] = r.static_score
-        self.ctr_prior.data[row] = r.ctr_prior
+        if not self.learned.data[row]:  # a snapshot's estimates outlive an edit of the ad (apply_learned)
+            self.quality_micros.data[row] = r.quality_micros
+            self.ctr_prior.data[row] = r.ctr_prior
+            alpha, beta = weak_posterior(np.float32(r.ctr_prior))
+            self.ctr_alpha.data[row], self.ctr_beta.data[row] = alpha, beta
         self.exclusion_category.data[row] = r.exclusion_category
         if len(r.embedding):
             self.embedding.data[row] = r.embedding
@@ -393,6 +415,43 @@ class TargetingIndex:
         self.alive.discard(row)
         self.narrow.discard(row)
         self.term_count.data[row] = 0
+
+    # ------------------------------------------------------------ learned estimates
+    def apply_learned(self, ad_ids: np.ndarray, ctr_prior: np.ndarray, ctr_alpha: np.ndarray, ctr_beta: np.ndarray,
+                      quality_micros: np.ndarray) -> int:
+        """Set the click-rate estimate, its Beta posterior and the quality term of these ads (an ad-feature
+        snapshot's columns, one value per id); ids the index does not hold are ignored. Vectorised: one id lookup
+        for all, one write per column. Those rows keep these values through later updates of the ads' records,
+        until the next snapshot. Returns how many rows changed."""
+        ids = np.asarray(ad_ids, dtype=np.int64).reshape(-1)
+        values = {"ctr_prior": ctr_prior, "ctr_alpha": ctr_alpha, "ctr_beta": ctr_beta,
+                  "quality_micros": quality_micros}
+        arrays = {name: np.asarray(v, dtype=np.float64).reshape(-1) for name, v in values.items()}
+        for name, array in arrays.items():
+            if len(array) != len(ids):
+                raise InvalidArgument(f"{name}: {len(array)} values for {len(ids)} ad ids")
+            if not np.isfinite(array).all():
+                raise InvalidArgument(f"{name}: not finite for ad {int(ids[~np.isfinite(array)][0])}")
+        prior, alpha, beta = arrays["ctr_prior"], arrays["ctr_alpha"], arrays["ctr_beta"]
+        for name, bad in (("ctr_prior", (prior < 0) | (prior > 1)), ("ctr_alpha", alpha <= 0),
+                          ("ctr_beta", beta <= 0)):
+            if bad.any():
+                raise InvalidArgument(f"{name}: {arrays[name][bad][0]} for ad {int(ids[bad][0])} "
+                                      f"({'a rate in [0, 1]' if name == 'ctr_prior' else 'above 0'})")
+        quality = np.clip(np.rint(arrays["quality_micros"]), np.iinfo(np.int32).min, np.iinfo(np.int32).max)
+        with self._lock:
+            rows = self.ids.get_many(ids)
+            held = rows >= 0
+            rows = rows[held]
+            new = {"ctr_prior": prior[held].astype(np.float32), "ctr_alpha": alpha[held].astype(np.float32),
+                   "ctr_beta": beta[held].astype(np.float32), "quality_micros": quality[held].astype(np.int32)}
+            changed = np.zeros(len(rows), dtype=bool)
+            for name, column in (("ctr_prior", self.ctr_prior), ("ctr_alpha", self.ctr_alpha),
+                                 ("ctr_beta", self.ctr_beta), ("quality_micros", self.quality_micros)):
+                changed |= column.data[rows] != new[name]
+                column.data[rows] = new[name]
+            self.learned.data[rows] = True
+        return int(len(np.unique(rows[changed])))
 
     # -------------------------------------------------------------- retrieval
     def _posting(self, attribute: str, value: str, excluded: bool = False) -> BitMap | None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 import random
 from unittest.mock import patch
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import InvalidArgument
 from core.targeting import Targeting, matches, request_terms
 import serving.decision.index as index_module
 from serving.decision.index import AdRecord, TargetingIndex
@@ -210,10 +213,8 @@ def test_values_outside_the_closed_vocabularies_and_other_attributes_are_checked
         assert retrieved_ids(index, request_terms(gender="male", age_band="25-34", interest=["golf"]), k=10) == set()
 
 
-def _bulk(ads: list[AdRecord]) -> TargetingIndex:
+def _bulk(ads: list[AdRecord], **columns) -> TargetingIndex:
     """TargetingIndex.from_columns of these ads (rows in the order given)."""
-    import numpy as np
-
     keys, ids, counts, flat = [], {}, [], []
     for a in ads:
         terms = [(attr, v, False) for attr, vs in a.targeting.include.items() for v in vs]
@@ -228,8 +229,9 @@ def _bulk(ads: list[AdRecord]) -> TargetingIndex:
     return TargetingIndex.from_columns(
         ad_id=np.array([a.ad_id for a in ads]), campaign_id=np.array([a.campaign_id for a in ads]),
         version=np.ones(n), bid_type=np.zeros(n), bid_micros=np.ones(n), quality_micros=np.zeros(n),
-        static_score=np.array([a.static_score for a in ads]), ctr_prior=np.full(n, 0.01),
-        embedding=np.zeros((n, 8)), term_keys=keys, term_counts=np.array(counts), terms_flat=np.array(flat))
+        static_score=np.array([a.static_score for a in ads]), ctr_prior=np.array([a.ctr_prior for a in ads]),
+        embedding=np.zeros((n, 8)), term_keys=keys, term_counts=np.array(counts), terms_flat=np.array(flat),
+        **columns)
 
 
 def _upserted(ads: list[AdRecord]) -> TargetingIndex:
@@ -305,3 +307,72 @@ def test_updates_on_one_thread_while_another_retrieves_leave_the_index_exact():
     assert wrong == []
     for terms in requests:
         assert retrieved_ids(index, terms, k=10**9) == brute_force(ads, terms)
+
+
+# ------------------------------------------------------------------------- learned estimates (apply_learned)
+def learned_ads():
+    return [AdRecord(ad_id=i, campaign_id=i, version=1, bid_type="CPC", bid_micros=1_000_000, quality_micros=100 * i,
+                     static_score=1.0 / i, targeting=Targeting({"placement": frozenset({"feed"})}, {}),
+                     ctr_prior=0.01 * i) for i in (1, 2, 3)]
+
+
+def columns_of(index, ad_id):
+    row = index.row_of(ad_id)
+    return (float(index.ctr_prior.data[row]), float(index.ctr_alpha.data[row]), float(index.ctr_beta.data[row]),
+            int(index.quality_micros.data[row]))
+
+
+def test_a_new_ad_holds_ten_pseudo_impressions_at_its_ctr_prior_however_the_index_was_built():
+    for index in (TargetingIndex.build(learned_ads()), _upserted(learned_ads()), _bulk(learned_ads())):
+        prior = float(index.ctr_prior.data[index.row_of(2)])
+        assert columns_of(index, 2)[1:3] == pytest.approx((10 * prior, 10 * (1 - prior)))
+    given = _bulk(learned_ads(), ctr_alpha=np.array([1.0, 2.0, 3.0]), ctr_beta=np.array([10.0, 20.0, 30.0]))
+    assert columns_of(given, 3)[1:3] == (3.0, 30.0)
+
+
+def test_a_snapshot_sets_the_held_ads_estimates_ignores_others_and_counts_the_rows_it_changed():
+    index = TargetingIndex.build(learned_ads())
+    ids = np.array([3, 99, 1])  # 99: an ad this index does not hold
+    args = (ids, np.array([0.05, 0.5, 0.004]), np.array([150.0, 1.0, 8.0]), np.array([2_850.0, 1.0, 1_992.0]),
+            np.array([-250.4, 7.0, 1_000.6]))
+    assert index.apply_learned(*args) == 2
+    assert columns_of(index, 3) == pytest.approx((0.05, 150.0, 2_850.0, -250))
+    assert columns_of(index, 1) == pytest.approx((0.004, 8.0, 1_992.0, 1_001))
+    assert columns_of(index, 2) == pytest.approx((0.02, 0.2, 9.8, 200))  # not in the snapshot: untouched
+    assert index.apply_learned(*args) == 0  # the same snapshot again changes nothing
+    assert index.apply_learned(np.array([1]), [0.004], [8.0], [1_993.0], [1_001]) == 1
+
+
+def test_an_edit_of_an_ad_keeps_the_snapshots_estimates_and_a_new_ad_starts_from_its_record():
+    index = _upserted(learned_ads())
+    index.apply_learned(np.array([1]), [0.004], [8.0], [1_992.0], [-30])
+    assert index.upsert(AdRecord(**{**learned_ads()[0].__dict__, "version": 2, "bid_micros": 2_000_000}))
+    assert columns_of(index, 1) == pytest.approx((0.004, 8.0, 1_992.0, -30))
+    assert int(index.bid_micros.data[index.row_of(1)]) == 2_000_000
+    # an ad the snapshot never covered takes its record's values on an edit
+    assert index.upsert(AdRecord(**{**learned_ads()[1].__dict__, "version": 2, "quality_micros": 7,
+                                    "ctr_prior": 0.03}))
+    assert columns_of(index, 2) == pytest.approx((0.03, 0.3, 9.7, 7))
+    assert index.upsert(AdRecord(ad_id=50, campaign_id=9, version=1, bid_type="CPM", bid_micros=5, quality_micros=0,
+                                 static_score=0.1, targeting=Targeting({}, {}), ctr_prior=0.05))
+    assert columns_of(index, 50) == pytest.approx((0.05, 0.5, 9.5, 0))
+
+
+def test_a_snapshot_reaches_ads_by_id_when_the_ids_are_sparse():
+    ads = [AdRecord(**{**a.__dict__, "ad_id": a.ad_id * 10**12}) for a in learned_ads()]
+    index = _bulk(ads)
+    assert index.apply_learned(np.array([2 * 10**12, 5]), [0.07, 0.1], [70.0, 1.0], [930.0, 9.0], [0, 0]) == 1
+    assert columns_of(index, 2 * 10**12)[:3] == (np.float32(0.07), 70.0, 930.0)
+
+
+def test_a_snapshot_with_a_missing_or_impossible_value_is_refused_naming_the_column():
+    index = TargetingIndex.build(learned_ads())
+    ids = np.array([1, 2])
+    good = {"ctr_prior": [0.01, 0.02], "ctr_alpha": [1.0, 2.0], "ctr_beta": [99.0, 98.0], "quality_micros": [0, 0]}
+    for column, bad in (("ctr_prior", [0.01, 1.5]), ("ctr_alpha", [0.0, 2.0]), ("ctr_beta", [99.0, -1.0]),
+                        ("quality_micros", [0, float("nan")]), ("ctr_alpha", [1.0])):
+        with pytest.raises(InvalidArgument, match=column):
+            index.apply_learned(ids, **{**good, column: bad})
+    assert columns_of(index, 1)[1] == pytest.approx(0.1)  # a refused snapshot changes nothing
+    with pytest.raises(InvalidArgument, match="ctr_beta"):
+        _bulk(learned_ads(), ctr_alpha=np.ones(3))
