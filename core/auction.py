@@ -28,6 +28,14 @@ fractions from the predictions' decimal values, rounded UP to a whole micro
 bid ROUNDED DOWN, so a charge never exceeds the bid. Ranking itself uses
 float totals.
 
+Exploration: on `exploration_share` of requests the page is explored. With the candidates' click-rate
+posteriors (`ctr_posterior`), by Thompson sampling (core.exploration): each ad whose estimate is still uncertain
+ranks on a draw of its pCTR, and each winner logs the probability that sampling puts it in its slot. Without
+posteriors, or when no ad on the page is uncertain, the candidates within `exploration_margin` of the best total
+(one per campaign) are shuffled and take the first slots, each logging 1 / their number. Either way only the
+ranking changes: eligibility, and every price, come from the model's totals (a winner pays for the place its
+model total holds over the best rival total at or below it), so a price never exceeds the bid.
+
 Quality weight: `quality_weight` scales the quality term in the total (and so
 in the price: next - weight x quality); 1.0 is the live rule. Only a replay
 of logged auctions (core.replay) asks for another weight.
@@ -45,17 +53,22 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
+
+from core.errors import InvalidArgument
+from core.exploration import (CtrPosterior, ctr_multipliers, placement_probabilities, sampled_totals,
+                              thompson_fill)
 
 BID_TYPES = ("cpm", "cpc", "cpa")
 CPM, CPC, CPA = 0, 1, 2
 DEFAULT_EXPLORATION_SHARE = 0.01
 DEFAULT_EXPLORATION_MARGIN = 0.05  # candidates within 5 % of the best total may be shuffled
 SAMPLED_LOSERS = 20
+PosteriorSource = Union[CtrPosterior, Callable[[], CtrPosterior]]
 
 
 def cpa_bids(bid_micros: np.ndarray, bid_code: np.ndarray, multiplier: np.ndarray) -> np.ndarray:
@@ -204,6 +217,7 @@ class AuctionResult:
     sampled_losers: list[dict[str, Any]] = field(default_factory=list)
     reserve_micros: int = 0
     candidate_count: int = 0  # candidates that entered the auction (the served log's auction_candidates)
+    exploration_policy: str | None = None  # "thompson" or "shuffle" on an explored request, else None
 
 
 def _plain(value: Any) -> Any:
@@ -345,7 +359,8 @@ def _winner(value: np.ndarray, eligible: np.ndarray, campaigns: np.ndarray, cand
             "exclusion_category": own.exclusion_category,
             "candidate_index": chosen,
             "participation_probability": own.participation_probability,
-            # only a placement the shuffle made has a propensity below 1; slots filled after it are greedy
+            # only a placement exploration made has a propensity below 1 (the shuffle's 1 / n, Thompson
+            # sampling's share of draws); slots filled after the shuffle are greedy
             "exploration_probability": exploration_probability,
             "scored_by_fallback": scores_from_fallback,
         })
@@ -399,6 +414,17 @@ class _Board:
             return True
         return exactly_eligible(self.candidate(i), slot, reserve, self.quality_floor_micros, self.quality_weight)
 
+    def exactly_allowed(self) -> np.ndarray:
+        """`allowed` with the exact check applied where the float check is close to the reserve: who may fill
+        each slot, decided as `exact` decides it for a winner. Shape (candidates, slots)."""
+        allowed = self.allowed.copy()
+        value, bid_value, reserve = self.value, self.bid_values, self.reserve_micros
+        scale = np.maximum(np.maximum(1.0, abs(reserve)), np.maximum(np.abs(value), np.abs(bid_value)))
+        for i, slot in np.argwhere(allowed & (np.minimum(value, bid_value) - reserve <= 1e-9 * scale)):
+            allowed[i, slot] = exactly_eligible(self.candidate(int(i)), int(slot), reserve,
+                                                self.quality_floor_micros, self.quality_weight)
+        return allowed
+
     def best(self, eligible: np.ndarray, slot: int) -> int | None:
         """The highest total among `eligible` that also passes the exact check (`eligible` is narrowed)."""
         while eligible.any():
@@ -421,8 +447,11 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
                 reserve_micros: int = 0, quality_floor_micros: int | None = None,
                 rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,
                 exploration_margin: float = DEFAULT_EXPLORATION_MARGIN,
-                scores_from_fallback: bool = False, quality_weight: float = 1.0) -> AuctionResult:
-    """Fill the slots; see the module docstring for the rules."""
+                scores_from_fallback: bool = False, quality_weight: float = 1.0,
+                ctr_posterior: PosteriorSource | None = None) -> AuctionResult:
+    """Fill the slots; see the module docstring for the rules. `ctr_posterior`: the candidates' click-rate
+    posteriors (or a function returning them, called only on an explored request) for Thompson sampling in
+    the exploration slice; without it the slice shuffles near ties."""
     rng = rng or random.Random(0)
     slots = len(slot_positions)
     if not len(candidates) or not slots:
@@ -431,16 +460,64 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
         CandidateArrays.from_candidates(candidates, slots)
     board = _Board(columns, reserve_micros, quality_floor_micros, quality_weight)
     explored = exploration_share > 0 and rng.random() < exploration_share
-    shuffled = _exploration_order(board.value, board.allowed, board.campaigns, rng, exploration_margin) \
-        if explored else []
-    propensity = 1.0 / len(shuffled) if len(shuffled) > 1 else 1.0
-    explored = explored and len(shuffled) > 1
-    winners, won = _fill_slots(board, slot_positions, shuffled if explored else [], propensity,
-                               scores_from_fallback)
+    policy = None
+    if explored:
+        posterior = ctr_posterior() if callable(ctr_posterior) else ctr_posterior
+        page = _thompson_page(board, slot_positions, posterior, rng, scores_from_fallback) \
+            if posterior is not None else None
+        if page is not None:
+            (winners, won), policy = page, "thompson"
+    if policy is None:
+        shuffled = _exploration_order(board.value, board.allowed, board.campaigns, rng, exploration_margin) \
+            if explored else []
+        propensity = 1.0 / len(shuffled) if len(shuffled) > 1 else 1.0
+        policy = "shuffle" if explored and len(shuffled) > 1 else None
+        winners, won = _fill_slots(board, slot_positions, shuffled if policy else [], propensity,
+                                   scores_from_fallback)
     losers = sorted(set(range(len(columns))) - set(won))
     sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
     sampled = [_loser(columns, i, board.value) for i in sample]
-    return AuctionResult(winners, explored, sampled, reserve_micros, len(columns))
+    return AuctionResult(winners, policy is not None, sampled, reserve_micros, len(columns), policy)
+
+
+def _thompson_page(board: _Board, slot_positions: Sequence[int], posterior: CtrPosterior, rng: random.Random,
+                   scores_from_fallback: bool) -> tuple[list[Winner], list[int]] | None:
+    """The exploration slice's page by Thompson sampling (core.exploration): draw 0 ranks the candidates, draws
+    1..K estimate each winner's probability of its slot. Prices come from the model's totals, as on any page
+    (_winner). None when no candidate allowed on the page is uncertain, or fewer than two are allowed: then
+    sampling is the greedy order and the slice shuffles near ties instead."""
+    columns = board.columns
+    if len(posterior.alpha) != len(columns):
+        raise InvalidArgument(f"ctr_posterior: {len(posterior.alpha)} posteriors for {len(columns)} candidates")
+    allowed = board.exactly_allowed()
+    anywhere = allowed.any(axis=1)
+    if anywhere.sum() < 2 or not (anywhere & posterior.uncertain()).any():
+        return None
+    # only candidates allowed in some slot can be drawn onto the page: sample those alone
+    cut = np.flatnonzero(anywhere)
+    contenders = replace(posterior, alpha=np.asarray(posterior.alpha)[cut], beta=np.asarray(posterior.beta)[cut])
+    multipliers = ctr_multipliers(contenders, posterior.draws + 1, np.random.default_rng(rng.getrandbits(64)))
+    sampled = sampled_totals(board.value[cut], board.bid_values[cut], columns.pctr[cut], columns.bid_code[cut] != CPM,
+                             multipliers)
+    categories = columns.exclusion_category
+    picked = thompson_fill(sampled, allowed[cut], board.campaigns[cut], categories[cut])
+    chosen = np.where(picked >= 0, cut[np.maximum(picked, 0)], -1)
+    probabilities = placement_probabilities(chosen, posterior.propensity_floor)
+    available = np.ones(len(columns), dtype=bool)
+    winners: list[Winner] = []
+    won: list[int] = []
+    for slot, pick in enumerate(chosen[0].tolist()):
+        if pick < 0:
+            break
+        eligible = available & allowed[:, slot]
+        winners.append(_winner(board.value, eligible, board.campaigns, board.candidate, pick, slot,
+                               slot_positions, board.reserve_micros, board.quality_floor_micros,
+                               board.quality_weight, float(probabilities[slot]), scores_from_fallback))
+        won.append(pick)
+        available &= board.campaigns != board.campaigns[pick]
+        if categories[pick]:
+            available &= categories != categories[pick]
+    return winners, won
 
 
 def _fill_slots(board: _Board, slot_positions: Sequence[int], shuffled: list[int], propensity: float,

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from core.auction import CandidateArrays, cpa_bids, run_auction
+from core.exploration import CERTAIN_AT_PSEUDO_IMPRESSIONS, THOMPSON_DRAWS, CtrPosterior
 from core.reserves import AuctionTerms, ReserveBook
 from serving.decision.campaigns import CampaignTable
 from serving.decision.filters import FilterContext, apply_filters
@@ -27,6 +28,10 @@ class EngineConfig:
     k: int = DEFAULT_K
     keep: int = DEFAULT_KEEP
     exploration_share: float = 0.01
+    # Thompson sampling in the exploration slice (core.exploration): an ad with fewer pseudo-impressions than
+    # this ranks on a draw from its posterior; each winner's logged probability comes from this many draws
+    exploration_certain_at: float = CERTAIN_AT_PSEUDO_IMPRESSIONS
+    exploration_draws: int = THOMPSON_DRAWS
     placement_ctr_multiplier: Mapping[str, float] = field(default_factory=dict)
     model_budget_s: float = 0.035
     cvr_prior: float = DEFAULT_CVR_PRIOR
@@ -166,7 +171,8 @@ class DecisionEngine:
         candidates = self._candidates(pre.rows, filtered, at, pctr, pcvr, terms)
         result = run_auction(candidates, request.slot_positions, reserve_micros=terms.reserve_micros,
                              quality_floor_micros=terms.quality_floor_micros, rng=rng,
-                             exploration_share=cfg.exploration_share, scores_from_fallback=fallback)
+                             exploration_share=cfg.exploration_share, scores_from_fallback=fallback,
+                             ctr_posterior=lambda: self._posterior(pre.rows))
         winners = [self._slot_decision(w) for w in result.winners]
         laps.lap("auction")
         funnel["winners"] = len(winners)
@@ -207,6 +213,12 @@ class DecisionEngine:
         except Exception:  # noqa: BLE001 - timeout or model error: the pre-ranker's scores run the auction
             pctr = pre.approx_pctr[:, None] * position_effect(request.slot_positions)[None, :]
             return pctr, np.full(len(pre.rows), self.config.cvr_prior), None, None, True
+
+    def _posterior(self, rows: np.ndarray) -> CtrPosterior:
+        """The candidates' click-rate posteriors from the index (what the latest ad-feature snapshot set, or the
+        weak prior at their ctr_prior): the auction reads them only on a request of its exploration slice."""
+        return CtrPosterior(self.index.ctr_alpha.data[rows], self.index.ctr_beta.data[rows],
+                            certain_at=self.config.exploration_certain_at, draws=self.config.exploration_draws)
 
     def _candidates(self, rows: np.ndarray, filtered: Any, at: np.ndarray, pctr: np.ndarray, pcvr: np.ndarray,
                     terms: AuctionTerms) -> CandidateArrays:

@@ -5,10 +5,13 @@ import random
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.auction import CPA, CPC, CPM, Candidate, cpa_bids, exact_bid_value, exact_total, run_auction
+from core.errors import InvalidArgument
+from core.exploration import CtrPosterior
 
 
 def cpc(ad, campaign, bid, pctr, quality=0, slots=1, **kw):
@@ -212,3 +215,121 @@ def test_only_cpa_bids_run_at_the_multiplier_rounded_down_and_never_above_the_ta
     got = cpa_bids(bids, codes, np.array([0.5, 0.5, 0.5, 1.7], dtype=np.float32))
     assert got.tolist() == [1_000_001, 1_000_001, 500_000, 1_000_001]
     assert got.dtype == np.int64
+
+
+# ------------------------------------------------------------------ Thompson sampling in the exploration slice
+def new_and_established():
+    """An established ad at 2.0 % and a new one just below it (model 1.9 %, 20 pseudo-impressions), then a
+    certain ad far below: the new ad's draws put it on top in some explored auctions."""
+    ads = [cpc("OLD", "a", 1_000_000, 0.020, slots=2), cpc("NEW", "b", 1_000_000, 0.019, slots=2),
+           cpc("LOW", "c", 1_000_000, 0.010, slots=2)]
+    posterior = CtrPosterior(np.array([200.0, 0.4, 50.0]), np.array([9_800.0, 19.6, 4_950.0]))
+    return ads, posterior
+
+
+def test_a_new_ad_near_the_top_wins_explored_auctions_as_often_as_its_logged_probability_says():
+    ads, posterior = new_and_established()
+    wins, logged = {"OLD": 0, "NEW": 0}, {"OLD": [], "NEW": []}
+    for seed in range(400):
+        result = run_auction(ads, [1, 2], rng=random.Random(seed), exploration_share=1.0, ctr_posterior=posterior)
+        assert result.explored and result.exploration_policy == "thompson"
+        first = result.winners[0]
+        wins[first.candidate.ad_id] += 1
+        logged[first.candidate.ad_id].append(first.explanation["exploration_probability"])
+    assert 40 <= wins["NEW"] <= 360  # it wins some auctions, not all
+    for ad_id, count in wins.items():  # each logged probability estimates the ad's share of first slots
+        assert np.mean(logged[ad_id]) == pytest.approx(count / 400, abs=0.08)
+
+
+def test_thompson_sampling_decides_the_order_but_the_price_follows_the_model_values_below():
+    ads, posterior = new_and_established()
+    for seed in range(60):
+        result = run_auction(ads, [1, 2], rng=random.Random(seed), exploration_share=1.0, ctr_posterior=posterior)
+        if result.winners[0].candidate.ad_id == "NEW":
+            break
+    else:
+        pytest.fail("the new ad never took the first slot")
+    new, second = result.winners
+    # NEW (model total 19,000) above OLD (20,000): OLD is above it in model value, so LOW (10,000) prices it
+    assert new.explanation["runner_up_ad_id"] == "LOW" and new.price_micros == 526_316  # 10,000 / 0.019, up
+    assert second.candidate.ad_id == "OLD" and second.price_micros == 500_000  # LOW's 10,000 / 0.020
+    assert 0 < new.explanation["exploration_probability"] < 1
+
+
+def test_a_page_of_certain_ads_is_explored_by_the_shuffle_as_without_posteriors():
+    ads, _ = new_and_established()
+    certain = CtrPosterior(np.array([200.0, 60.0, 50.0]), np.array([9_800.0, 2_940.0, 4_950.0]))
+    # all three certain: no draw moves anything, the slice shuffles the near ties as without posteriors
+    for seed in range(20):
+        with_certain = run_auction(ads, [1, 2], rng=random.Random(seed), exploration_share=1.0,
+                                   ctr_posterior=certain)
+        plain = run_auction(ads, [1, 2], rng=random.Random(seed), exploration_share=1.0)
+        assert with_certain.exploration_policy == plain.exploration_policy == "shuffle"
+        assert [(w.candidate.ad_id, w.price_micros, w.explanation["exploration_probability"])
+                for w in with_certain.winners] == \
+            [(w.candidate.ad_id, w.price_micros, w.explanation["exploration_probability"]) for w in plain.winners]
+
+
+def test_every_explored_winner_logs_the_models_pctr_not_its_draw():
+    ads, posterior = new_and_established()
+    model = {c.ad_id: c.pctr for c in ads}
+    for seed in range(50):
+        result = run_auction(ads, [1, 2], rng=random.Random(seed), exploration_share=1.0, ctr_posterior=posterior)
+        for w in result.winners:
+            assert w.explanation["pctr"] == model[w.candidate.ad_id][w.slot - 1]
+            assert w.explanation["pctr_by_slot"] == model[w.candidate.ad_id]
+
+
+def test_the_posterior_is_read_only_on_an_explored_request():
+    ads, posterior = new_and_established()
+    asked = []
+
+    def posterior_of_candidates():
+        asked.append(1)
+        return posterior
+
+    run_auction(ads, [1], rng=random.Random(0), exploration_share=0.0, ctr_posterior=posterior_of_candidates)
+    assert asked == []
+    run_auction(ads, [1], rng=random.Random(0), exploration_share=1.0, ctr_posterior=posterior_of_candidates)
+    assert asked == [1]
+
+
+def test_a_posterior_for_another_candidate_list_is_refused():
+    ads, _ = new_and_established()
+    with pytest.raises(InvalidArgument, match="ctr_posterior"):
+        run_auction(ads, [1], exploration_share=1.0, ctr_posterior=CtrPosterior(np.ones(2), np.ones(2)))
+
+
+def test_a_winner_logs_at_least_the_propensity_floor():
+    # two ads whose draws almost never cross: a lucky draw that puts the lower one on top still logs 1 / (2 K)
+    ads = [cpc("TOP", "a", 1_000_000, 0.030), cpc("LONGSHOT", "b", 1_000_000, 0.010)]
+    posterior = CtrPosterior(np.array([1.0, 1.0]), np.array([32.0, 99.0]), draws=10)
+    probabilities = {run_auction(ads, [1], rng=random.Random(seed), exploration_share=1.0,
+                                 ctr_posterior=posterior).winners[0].explanation["exploration_probability"]
+                     for seed in range(200)}
+    assert min(probabilities) >= 0.05 and all(p <= 1.0 for p in probabilities)
+
+
+@settings(max_examples=200, deadline=None)
+@given(candidates=st.lists(candidate_strategy, min_size=1, max_size=12, unique_by=lambda c: c.ad_id),
+       reserve=st.integers(0, 20_000), slots=st.integers(1, 3),
+       quality_floor=st.one_of(st.none(), st.integers(-5_000, 5_000)), seed=st.integers(0, 2**32 - 1),
+       strength=st.sampled_from([2.0, 50.0, 2_000.0, 10_000.0]))
+def test_auction_invariants_hold_under_thompson_sampling(candidates, reserve, slots, quality_floor, seed, strength):
+    prior = np.array([c.pctr[0] for c in candidates])
+    posterior = CtrPosterior(prior * strength, (1 - prior) * strength)
+    result = run_auction(candidates, list(range(1, slots + 1)), reserve_micros=reserve,
+                         quality_floor_micros=quality_floor, rng=random.Random(seed), exploration_share=1.0,
+                         ctr_posterior=posterior)
+    campaigns = [w.candidate.campaign_id for w in result.winners]
+    assert len(campaigns) == len(set(campaigns))
+    for w in result.winners:
+        c, slot = w.candidate, w.slot - 1
+        assert 0 <= w.price_micros <= c.bid_micros
+        assert exact_total(c, slot) >= reserve and exact_bid_value(c, slot) >= reserve
+        assert quality_floor is None or c.quality_micros >= quality_floor
+        assert exact_bid_value(replace(c, bid_micros=w.price_micros), slot) >= reserve
+        assert 0 < w.explanation["exploration_probability"] <= 1
+        # second price on the model's values: the runner-up never has a higher model total than the winner
+        runner_up = w.explanation["runner_up_total_value_micros"]
+        assert runner_up is None or runner_up <= w.total_value_micros

@@ -182,3 +182,38 @@ def test_a_campaign_change_applies_once_and_an_older_record_is_ignored():
     assert 1 not in survivors(index, campaigns)[0]
     assert campaigns.upsert(CampaignRecord(campaign_id=1, advertiser_id=101, version=3, status="ACTIVE"))
     assert 1 in survivors(index, campaigns)[0]
+
+
+def test_the_exploration_slice_samples_the_click_rates_of_ads_the_snapshot_is_unsure_of():
+    index, campaigns = world()  # six ads within 1 % of each other: all near ties
+    engine = DecisionEngine(index, campaigns, config=EngineConfig(exploration_share=1.0))
+    # no snapshot yet: every ad holds the weak prior, so Thompson sampling ranks the page and logs its draws' share
+    probabilities = {w.explanation["exploration_probability"] for seed in range(10)
+                     for w in decide_with(engine, seed).winners}
+    # shares of 100 draws, or the floor 1 / 200: never the shuffle's 1 / 6
+    assert probabilities and all(0 < p <= 1 and abs(p * 200 - round(p * 200)) < 1e-9 for p in probabilities)
+    # the snapshot knows every ad well: nothing to sample, the slice shuffles the six near ties (1 / 6 each)
+    ids = index.ad_id.data[:6]
+    assert index.apply_learned(ids, np.full(6, 0.02), np.full(6, 200.0), np.full(6, 9_800.0), np.zeros(6)) == 6
+    for seed in range(10):
+        decision = decide_with(engine, seed)
+        assert decision.explored
+        assert [w.explanation["exploration_probability"] for w in decision.winners] == [1 / 6, 1 / 6]
+
+
+def test_the_engine_reads_no_posterior_outside_the_exploration_slice(monkeypatch):
+    index, campaigns = world()
+    engine = DecisionEngine(index, campaigns, config=EngineConfig(exploration_share=0))
+
+    def unwanted(rows):
+        raise AssertionError("posterior read on a request outside the exploration slice")
+
+    monkeypatch.setattr(engine, "_posterior", unwanted)
+    assert [w.campaign_id for w in decide(engine).winners] == [6, 5]
+
+
+def decide_with(engine, seed, slots=(1, 2)):
+    request = RequestContext(f"req-{seed}", "feed", list(slots),
+                             request_terms(location=["US/NY"], placement=["feed"]), FilterContext(NOW))
+    return engine.decide(request, clock=lambda: 0.0, deadline=0.1, rng=random.Random(seed),
+                         np_rng=np.random.default_rng(seed))
