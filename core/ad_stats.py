@@ -15,6 +15,7 @@ with many expected clicks its own. Its Beta posterior has n_eff = (expected clic
 pseudo-impressions: alpha = ctr_estimate x n_eff, beta = (1 - ctr_estimate) x n_eff."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -226,3 +227,90 @@ def estimate(ads: Mapping[int, AdTraffic], rules: EstimateRules = EstimateRules(
             shrunk_rate(counts.conversions, counts.clicks, prior_cvr, rules.cvr_pseudo_clicks),
             quality_micros(counts, platform_hide, platform_report, rules))
     return out
+
+
+# ------------------------------------------------------------------ an ad's published row
+
+@dataclass(frozen=True)
+class AdAttributes:
+    """What serving.ads says of an ad that its published row carries (the compiled serving record, newest
+    version), with its content embedding (core.ad_content)."""
+
+    campaign_id: int
+    advertiser_id: int
+    version: int
+    bid_type: str
+    bid_micros: int
+    category: int
+    removed: bool
+    embedding: tuple[float, ...]
+
+
+def features_record(found: AdEstimate, attributes: AdAttributes, version: int) -> dict:
+    """The ad's AdFeatures record (schemas/ad_features.avsc) in the snapshot `version`."""
+    counts = found.counts
+    return {
+        "snapshot_version": int(version), "event_time": int(version), "ad_id": int(found.ad_id),
+        "campaign_id": int(found.campaign_id), "advertiser_id": int(found.advertiser_id),
+        "bid_type": attributes.bid_type, "bid_micros": int(attributes.bid_micros), "category": int(attributes.category),
+        "impressions": counts.impressions, "clicks": counts.clicks, "conversions": counts.conversions,
+        "hides": counts.hides, "reports": counts.reports, "expected_clicks": float(found.expected_clicks),
+        "ctr_estimate": float(found.ctr_estimate), "ctr_alpha": float(found.ctr_alpha),
+        "ctr_beta": float(found.ctr_beta), "cvr_estimate": float(found.cvr_estimate),
+        "quality_micros": int(found.quality_micros),
+        "static_score": static_score(attributes.bid_type, attributes.bid_micros, found.ctr_estimate,
+                                     found.cvr_estimate, found.quality_micros),
+        "embedding": [float(v) for v in attributes.embedding],
+    }
+
+
+def row_fingerprint(record: dict) -> int:
+    """A 63-bit fingerprint of what an AdFeatures record says, its snapshot version and time aside, with the
+    estimates to 6 significant digits: equal fingerprints, nothing worth republishing for the ad."""
+    def canonical(value):
+        if isinstance(value, float):
+            return f"{value:.6g}"
+        if isinstance(value, list):
+            return [canonical(v) for v in value]
+        return value
+
+    said = sorted((k, canonical(v)) for k, v in record.items() if k not in ("snapshot_version", "event_time"))
+    digest = hashlib.blake2b(repr(said).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def advertiser_of(campaign_id: int, attributes: AdAttributes | None, advertisers: Mapping[int, int]) -> int:
+    """An ad's advertiser: its campaign's (serving.campaigns), else what its serving record says, else 0."""
+    found = advertisers.get(campaign_id)
+    if found:
+        return int(found)
+    return attributes.advertiser_id if attributes is not None else UNKNOWN_ADVERTISER
+
+
+@dataclass(frozen=True)
+class KnownAd:
+    """What the publisher holds of one ad: its campaign, its attributes (None until serving.ads had it) and
+    its latest window by cell."""
+
+    campaign_id: int
+    attributes: AdAttributes | None = None
+    cells: Mapping[Cell, Counts] = field(default_factory=dict)
+
+    @property
+    def listed(self) -> bool:
+        """Whether the ad belongs in a snapshot: known to serving.ads and not removed."""
+        return self.attributes is not None and not self.attributes.removed
+
+
+def published_records(ads: Mapping[int, KnownAd], advertisers: Mapping[int, int], version: int,
+                      rules: EstimateRules = EstimateRules()) -> dict[int, dict]:
+    """The AdFeatures record of every listed ad in snapshot `version`, by ad id, from every ad's window (ads
+    that are removed or not known to serving.ads still count in the base rates and their advertiser's pool,
+    since their traffic was real)."""
+    campaign = {ad_id: (ad.attributes.campaign_id if ad.attributes is not None else ad.campaign_id)
+                for ad_id, ad in ads.items()}
+    traffic = {ad_id: AdTraffic(campaign[ad_id], advertiser_of(campaign[ad_id], ad.attributes, advertisers),
+                                ad.cells) for ad_id, ad in ads.items()}
+    found = estimate(traffic, rules)
+    return {ad_id: features_record(found[ad_id], ad.attributes, version)
+            for ad_id, ad in sorted(ads.items()) if ad.listed}

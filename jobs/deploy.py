@@ -52,6 +52,9 @@ JOBS: dict[str, JobSpec] = {
                         "files (the archive)"),
     "training_join": JobSpec("training_join", "jobs.training_join.main",
                              "ad.served, ad.events -> labelled, down-sampled training.examples"),
+    "features": JobSpec("features", "jobs.features.main",
+                        "ad.served, beacons, feedback, serving.ads -> ad-feature snapshots, features.ads, "
+                        "model.registry; consented users' features -> Redis"),
 }
 
 

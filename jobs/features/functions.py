@@ -1,0 +1,356 @@
+"""The Flink functions of `features`. Decode turns records into the windows' inputs (core.feature_inputs);
+AdWindow keeps one ad's buckets and served slots (core.feature_windows) and sends its window to Publish at
+every tick; Publish (one key) estimates every ad (core.ad_stats) and writes the snapshot, the features.ads rows
+and the registry entry; UserWindow keeps one consented user's window and writes their features to Redis. The
+methods load state, call the rule, store and emit what it returns."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pyflink.common import Row
+from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+
+from core import ad_stats, feature_inputs, user_activity
+from core import feature_windows as windows
+from core.dead_letters import dead_letter
+from core.feature_windows import UNKNOWN_CELL, ServedSlot, WindowRules
+from jobs.features import snapshot, state
+from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row, timed_bytes_row_type
+from schemas.codec import AvroCodec
+
+JOB_NAME = "features"
+LOG = logging.getLogger("adserve.jobs.features")
+DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
+CAMPAIGNS = OutputTag("campaigns", state.PUBLISH_INPUT)
+USERS = OutputTag("users", state.USER_INPUT)
+REGISTRY = OutputTag("registry", timed_bytes_row_type())
+RECORD_TYPES = {"served": "ServedRecord", "event": "AdEvent", "conversion": "AdConversion",
+                "feedback": "AdFeedback", "ad": "ServingAd", "campaign": "ServingCampaign"}
+
+
+class Decode(ProcessFunction):
+    """Raw Kafka rows (with their source's kind) -> per-ad inputs; campaigns and consented users' inputs to
+    side outputs; corrupt records -> dead letters (counted, `corrupt_records`)."""
+
+    def __init__(self, user_features: bool = True):
+        self.user_features = user_features
+
+    def open(self, runtime_context: RuntimeContext):
+        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
+                                         runtime_context.get_metrics_group().counter("corrupt_records"))
+
+    def process_element(self, row, ctx):
+        record_type = RECORD_TYPES[row.kind]
+        record, dead = self.decoder.decode(row.v, record_type, topic=row.topic, partition=row.partition,
+                                           offset=row.offset, key=row.k)
+        if dead is not None:
+            yield DEAD_LETTERS, dead
+            return
+        where = (row.topic, row.partition, row.offset)
+        if row.kind == "campaign":
+            yield CAMPAIGNS, state.campaign_row(int(record["campaign_id"]), int(record["advertiser_id"]),
+                                                int(record["event_time"]))
+        elif row.kind == "ad":
+            yield state.ad_input_row(feature_inputs.attributes_input(record), *where)
+        elif row.kind == "served":
+            for found in feature_inputs.served_inputs(record):
+                yield state.ad_input_row(found, *where)
+            for user in feature_inputs.user_served_inputs(record) if self.user_features else ():
+                yield USERS, state.user_input_row(user)
+        else:
+            yield state.ad_input_row(feature_inputs.beacon_input(record_type, record), *where)
+            user = feature_inputs.user_beacon_input(record) if self.user_features and row.kind == "event" else None
+            if user is not None:
+                yield USERS, state.user_input_row(user)
+
+
+class KeyWindow:
+    """One key's buckets, served slots and waiting beacons in its Flink state (core.feature_windows does the
+    arithmetic); the per-ad and per-user windows differ only in their cells' rows."""
+
+    def __init__(self, states: dict[str, Any], rules: WindowRules, slot_row: Callable, slot_of: Callable,
+                 cells_rows: Callable, cells_of: Callable):
+        self.buckets, self.slots, self.waiting = states["buckets"], states["slots"], states["waiting"]
+        self.rules, self.slot_row, self.slot_of = rules, slot_row, slot_of
+        self.cells_rows, self.cells_of = cells_rows, cells_of
+
+    def slot(self, impression_id: str) -> ServedSlot | None:
+        return self.slot_of(self.slots.get(impression_id))
+
+    def serve(self, impression_id: str, slot: ServedSlot) -> None:
+        self.slots.put(impression_id, self.slot_row(windows.served_again(self.slot(impression_id), slot)))
+
+    def wait(self, impression_id: str, kind: str, event_ms: int) -> None:
+        self.waiting.put(f"{impression_id}|{kind}", Row(impression_id, kind, event_ms))
+
+    def count(self, impression_id: str, slot: ServedSlot | None, kind: str, event_ms: int, unknown_cell) -> None:
+        """Count a beacon under its slot's cell (unknown_cell without a slot)."""
+        kinds, counted = windows.count_beacon(slot, kind)
+        if counted is not None and counted != slot:
+            self.slots.put(impression_id, self.slot_row(counted))
+        if kinds:
+            start = windows.bucket_of(event_ms, self.rules)
+            cells = windows.add(self.cells_of(self.buckets.get(start)), slot.cell if slot else unknown_cell, kinds)
+            self.buckets.put(start, self.cells_rows(cells))
+
+    def resolve_waiting(self, tick_ms: int, unknown_cell) -> None:
+        """Count the beacons due at this tick under their slot's cell; without one, under unknown_cell (None:
+        not at all)."""
+        for key, (impression_id, kind, event_ms) in list(self.waiting.items()):
+            if windows.waiting_due(event_ms, tick_ms, self.rules):
+                self.waiting.remove(key)
+                slot = self.slot(impression_id)
+                if slot is not None or unknown_cell is not None:
+                    self.count(impression_id, slot, kind, event_ms, unknown_cell)
+
+    def totals(self, tick_ms: int) -> dict:
+        buckets = {int(start): self.cells_of(rows) for start, rows in self.buckets.items()}
+        return windows.window_totals(buckets, tick_ms, self.rules)
+
+    def clean(self, tick_ms: int) -> bool:
+        """Forget the buckets and slots no later tick needs; whether the key still holds anything."""
+        starts = [int(start) for start, _ in self.buckets.items()]
+        dropped = windows.buckets_to_drop(starts, tick_ms, self.rules)
+        for start in dropped:
+            self.buckets.remove(start)
+        slots = list(self.slots.items())
+        expired = [key for key, row in slots if windows.slot_expired(self.slot_of(row), tick_ms, self.rules)]
+        for key in expired:
+            self.slots.remove(key)
+        return len(starts) > len(dropped) or len(slots) > len(expired) or bool(list(self.waiting.items()))
+
+
+def _tick_at(ctx, time_ms: int, watermark_ms: int, rules: WindowRules) -> None:
+    """The tick that publishes what happened at time_ms: its bucket's, or the next one to fire if that has."""
+    tick = max(windows.tick_of_bucket(windows.bucket_of(time_ms, rules), rules), windows.next_tick(watermark_ms, rules))
+    ctx.timer_service().register_event_time_timer(tick)
+
+
+class AdWindow(KeyedProcessFunction):
+    """Per ad: served slots, beacons and attributes into its window; at each tick its window totals (and its
+    attributes when they changed) to the publisher. Late beacons are counted (`late_records`); expired ones go
+    to dead letters (`expired_records`)."""
+
+    def __init__(self, rules: WindowRules = WindowRules()):
+        self.rules = rules
+
+    def open(self, runtime_context: RuntimeContext):
+        self.codec = AvroCodec()
+        states = {name: (runtime_context.get_map_state(d) if name in ("buckets", "slots", "waiting")
+                         else runtime_context.get_state(d)) for name, d in state.ad_descriptors().items()}
+        self.attributes, self.status = states["attributes"], states["status"]
+        self.window = KeyWindow(states, self.rules, state.slot_to_row, state.slot_from_row, state.cells_to_rows,
+                                state.cells_from_rows)
+        metrics = runtime_context.get_metrics_group()
+        self.late, self.expired = metrics.counter("late_records"), metrics.counter("expired_records")
+
+    def process_element(self, row, ctx):
+        watermark = ctx.timer_service().current_watermark()
+        self._note_campaign(row.campaign_id)
+        if row.kind == feature_inputs.ATTRIBUTES:
+            self._attributes(row, ctx, watermark)
+        elif row.kind == feature_inputs.SERVED:
+            if not windows.slot_too_old(row.served_ms, watermark, self.rules):
+                self.window.serve(row.impression_id, ServedSlot((row.placement, row.position), row.served_ms))
+                _tick_at(ctx, row.served_ms, watermark, self.rules)
+        else:
+            yield from self._beacon(row, ctx, watermark)
+
+    def _beacon(self, row, ctx, watermark: int):
+        timing = windows.timing(row.event_ms, watermark, self.rules)
+        if timing == windows.EXPIRED:
+            self.expired.inc()
+            yield DEAD_LETTERS, dead_letter_row(dead_letter(
+                JOB_NAME, topic=row.topic, partition=row.partition, offset=row.offset, timestamp_ms=row.event_ms,
+                key=None, value=None, error_type="LateEvent",
+                reason=windows.late_reason(row.event_ms, watermark, self.rules)), self.codec)
+            return
+        if timing == windows.LATE:
+            self.late.inc()
+        slot = self.window.slot(row.impression_id)
+        if slot is None and timing == windows.ON_TIME:
+            self.window.wait(row.impression_id, row.kind, row.event_ms)
+        else:
+            self.window.count(row.impression_id, slot, row.kind, row.event_ms, UNKNOWN_CELL)
+        _tick_at(ctx, row.event_ms, watermark, self.rules)
+
+    def _attributes(self, row, ctx, watermark: int) -> None:
+        held = state.attributes_from_row(self.attributes.value())
+        new = state.attributes_from_row(row.attributes)
+        if held is None or new.version > held.version:
+            self.attributes.update(row.attributes)
+            self._update_status(attributes_changed=True)
+            _tick_at(ctx, row.event_ms, watermark, self.rules)
+
+    def on_timer(self, timestamp: int, ctx):
+        self.window.resolve_waiting(timestamp, UNKNOWN_CELL)
+        totals = self.window.totals(timestamp)
+        campaign_id, attributes_changed, sent_traffic = self.status.value() or (0, False, False)
+        if totals or sent_traffic or attributes_changed:
+            attributes = state.attributes_from_row(self.attributes.value()) if attributes_changed else None
+            yield state.window_row(ctx.get_current_key(), timestamp, campaign_id, attributes, totals)
+        self.status.update(Row(campaign_id, False, bool(totals)))
+        holds = self.window.clean(timestamp)
+        if windows.keeps_ticking(holds, False, False, ctx.timer_service().current_watermark()):
+            ctx.timer_service().register_event_time_timer(timestamp + self.rules.bucket_ms)
+
+    def _note_campaign(self, campaign_id: int) -> None:
+        held = self.status.value()
+        if held is None or (campaign_id and held[0] != campaign_id):
+            self._update_status(campaign_id=campaign_id)
+
+    def _update_status(self, *, campaign_id: int | None = None, attributes_changed: bool | None = None) -> None:
+        held_campaign, held_changed, sent = self.status.value() or (0, False, False)
+        self.status.update(Row(held_campaign if campaign_id is None else campaign_id,
+                               held_changed if attributes_changed is None else attributes_changed, sent))
+
+
+class Publish(KeyedProcessFunction):
+    """One key for the whole platform: every ad's latest window (staged per tick, so a tick sees exactly the
+    windows of that tick); at each tick the estimates of every ad (core.ad_stats.published_records), then the
+    snapshot file, the features.ads rows of the ads whose row changed, and the registry entry naming the file
+    (`snapshots_published`, gauge `ads_in_last_snapshot`). A tick without a listed ad publishes nothing."""
+
+    def __init__(self, rules: ad_stats.EstimateRules, window_rules: WindowRules, snapshot_dir: str,
+                 keep_snapshots: int):
+        self.rules, self.window_rules = rules, window_rules
+        self.folder, self.keep = Path(snapshot_dir), keep_snapshots
+
+    def open(self, runtime_context: RuntimeContext):
+        self.codec = AvroCodec()
+        descriptors = state.publisher_descriptors()
+        self.ads, self.staged = (runtime_context.get_map_state(descriptors[n]) for n in ("ads", "staged"))
+        self.advertisers = runtime_context.get_map_state(descriptors["advertisers"])
+        self.published_rows = runtime_context.get_map_state(descriptors["published_rows"])
+        self.version = runtime_context.get_state(descriptors["version"])
+        metrics = runtime_context.get_metrics_group()
+        self.published = metrics.counter("snapshots_published")
+        self.ads_in_last_snapshot = 0
+        metrics.gauge("ads_in_last_snapshot", lambda: self.ads_in_last_snapshot)
+
+    def process_element(self, row, ctx):
+        if row.kind == state.CAMPAIGN:
+            if self.advertisers.get(row.campaign_id) != row.advertiser_id:
+                self.advertisers.put(row.campaign_id, row.advertiser_id)
+            return
+        watermark = ctx.timer_service().current_watermark()
+        tick = row.tick if row.tick > watermark else windows.next_tick(watermark, self.window_rules)
+        self.staged.put(state.staged_key(tick, row.ad_id), row)
+        ctx.timer_service().register_event_time_timer(tick)
+
+    def on_timer(self, timestamp: int, ctx):
+        known = self._apply_staged(timestamp)
+        last = self.version.value()
+        if last is not None and timestamp <= last:
+            return
+        records = ad_stats.published_records(known, dict(self.advertisers.items()), timestamp, self.rules)
+        if not records:
+            return
+        snapshot.write_snapshot(timestamp, list(records.values()), self.folder, self.keep)
+        self.version.update(timestamp)
+        self.published.inc()
+        self.ads_in_last_snapshot = len(records)
+        for ad_id, record in records.items():
+            fingerprint = ad_stats.row_fingerprint(record)
+            if self.published_rows.get(ad_id) != fingerprint:
+                self.published_rows.put(ad_id, fingerprint)
+                yield Row(str(ad_id).encode(), self.codec.encode("AdFeatures", record), timestamp)
+        entry = snapshot.registry_entry(timestamp, self.folder, len(records), self.window_rules.window_ms)
+        yield REGISTRY, Row(snapshot.REGISTRY_KEY, self.codec.encode("RegistryEntry", entry), timestamp)
+        self._forget_gone(known)
+
+    def _apply_staged(self, tick_ms: int) -> dict[int, ad_stats.KnownAd]:
+        """Apply the windows staged for this tick or before (in tick order); every known ad afterwards."""
+        due = sorted(((state.staged_tick(key), key, row) for key, row in self.staged.items()
+                      if state.staged_tick(key) <= tick_ms), key=lambda t: t[0])
+        for _, key, row in due:
+            held = self.ads.get(row.ad_id)
+            attributes = row.attributes if row.attributes is not None else (held[1] if held is not None else None)
+            campaign_id = row.campaign_id or (held[0] if held is not None else 0)
+            self.ads.put(row.ad_id, Row(campaign_id, attributes, list(row.cells or [])))
+            self.staged.remove(key)
+        return {int(ad_id): ad_stats.KnownAd(int(entry[0]), state.attributes_from_row(entry[1]),
+                                             state.cells_from_rows(entry[2]))
+                for ad_id, entry in self.ads.items()}
+
+    def _forget_gone(self, known: dict[int, ad_stats.KnownAd]) -> None:
+        """Ads that are not listed and have nothing in the window are held no longer."""
+        for ad_id, ad in known.items():
+            if not ad.listed and not ad.cells:
+                self.ads.remove(ad_id)
+                self.published_rows.remove(ad_id)
+
+
+class UserWindow(KeyedProcessFunction):
+    """Per consented user: impressions and clicks by the ad's category over the window; at each tick the
+    user's features (core.user_activity) into Redis `user:{id}` (streams.user_feature_store), batched
+    (`user_feature_writes`; failed batches `user_feature_write_failures`, rewritten whole at the user's next
+    tick). Beacons whose impression was not served with consent are never counted."""
+
+    FLUSH_USERS, FLUSH_S = 500, 1.0
+
+    def __init__(self, rules: WindowRules, redis_url: str, ttl_ms: int):
+        self.rules, self.redis_url, self.ttl_ms = rules, redis_url, ttl_ms
+
+    def open(self, runtime_context: RuntimeContext):
+        states = {name: (runtime_context.get_map_state(d) if name != "wrote" else runtime_context.get_state(d))
+                  for name, d in state.user_descriptors().items()}
+        self.wrote = states["wrote"]
+        self.window = KeyWindow(states, self.rules, state.user_slot_to_row, state.user_slot_from_row,
+                                state.user_cells_to_rows, state.user_cells_from_rows)
+        metrics = runtime_context.get_metrics_group()
+        self.writes, self.failures = metrics.counter("user_feature_writes"), metrics.counter("user_feature_write_failures")
+        self.store = self._store()
+        self.pending: dict[str, dict[str, float]] = {}
+        self.flushed_at = time.monotonic()
+
+    def _store(self):
+        from streams.user_feature_store import UserFeatureStore
+
+        return UserFeatureStore(self.redis_url, self.ttl_ms)
+
+    def process_element(self, row, ctx):
+        watermark = ctx.timer_service().current_watermark()
+        if row.kind == feature_inputs.SERVED:
+            if not windows.slot_too_old(row.event_ms, watermark, self.rules):
+                self.window.serve(row.impression_id, ServedSlot(int(row.category), row.event_ms))
+                _tick_at(ctx, row.event_ms, watermark, self.rules)
+        elif windows.timing(row.event_ms, watermark, self.rules) != windows.EXPIRED:
+            slot = self.window.slot(row.impression_id)
+            if slot is None:
+                self.window.wait(row.impression_id, row.kind, row.event_ms)
+            else:
+                self.window.count(row.impression_id, slot, row.kind, row.event_ms, None)
+            _tick_at(ctx, row.event_ms, watermark, self.rules)
+        self._flush()
+        return []
+
+    def on_timer(self, timestamp: int, ctx):
+        self.window.resolve_waiting(timestamp, None)
+        features = user_activity.user_features(self.window.totals(timestamp))
+        if features or self.wrote.value():
+            self.pending[ctx.get_current_key()] = features
+            self.wrote.update(bool(features))
+        holds = self.window.clean(timestamp)
+        if windows.keeps_ticking(holds, False, False, ctx.timer_service().current_watermark()):
+            ctx.timer_service().register_event_time_timer(timestamp + self.rules.bucket_ms)
+        self._flush()
+        return []
+
+    def _flush(self, force: bool = False) -> None:
+        if not self.pending:
+            return
+        if force or len(self.pending) >= self.FLUSH_USERS or time.monotonic() - self.flushed_at > self.FLUSH_S:
+            try:
+                self.writes.inc(self.store.write(self.pending))
+            except Exception:  # noqa: BLE001 - Redis unreachable: the users' next ticks write absolute values again
+                self.failures.inc()
+                LOG.exception("writing %d users' features to Redis failed", len(self.pending))
+            self.pending, self.flushed_at = {}, time.monotonic()
+
+    def close(self):
+        self._flush(force=True)
+        self.store.close()

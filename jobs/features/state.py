@@ -1,0 +1,162 @@
+"""The features job's rows and Flink state, declared once, named and typed, with their conversions to and from
+core's types. Never decides anything.
+
+Rows between operators:
+  AD_INPUT       decode -> per-ad window (core.feature_inputs.AdInput, plus where the record came from)
+  PUBLISH_INPUT  per-ad window -> publisher: an ad's window totals by cell at a tick (and its attributes when
+                 they changed); or, straight from decode, a campaign's advertiser
+  USER_INPUT     decode -> per-user window (core.feature_inputs.UserInput)
+State per ad: its attributes, a status row, its buckets (bucket start -> counts by cell), the served slots of
+its impressions and the beacons that wait for theirs. Per user: the same with cells by ad category. The
+publisher (one key): every known ad's latest window and attributes, rows staged for a tick, campaign ->
+advertiser, the fingerprint of each ad's last published row and the last published version."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from pyflink.common import Row, Types
+from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
+
+from core import feature_inputs
+from core.ad_stats import AdAttributes
+from core.feature_windows import Counts, ServedSlot
+
+ATTRIBUTES = Types.ROW_NAMED(
+    ["campaign_id", "advertiser_id", "version", "bid_type", "bid_micros", "category", "removed", "embedding"],
+    [Types.LONG(), Types.LONG(), Types.LONG(), Types.STRING(), Types.LONG(), Types.INT(), Types.BOOLEAN(),
+     Types.PRIMITIVE_ARRAY(Types.FLOAT())])
+COUNT_FIELDS = ["impressions", "clicks", "conversions", "hides", "reports"]
+CELL = Types.ROW_NAMED(["placement", "position"] + COUNT_FIELDS,
+                       [Types.STRING(), Types.INT()] + [Types.LONG()] * len(COUNT_FIELDS))
+USER_CELL = Types.ROW_NAMED(["category"] + COUNT_FIELDS, [Types.LONG()] + [Types.LONG()] * len(COUNT_FIELDS))
+AD_INPUT = Types.ROW_NAMED(
+    ["kind", "ad_id", "campaign_id", "event_ms", "impression_id", "served_ms", "placement", "position", "attributes",
+     "topic", "partition", "offset"],
+    [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(), Types.STRING(), Types.LONG(), Types.STRING(),
+     Types.INT(), ATTRIBUTES, Types.STRING(), Types.INT(), Types.LONG()])
+WINDOW, CAMPAIGN = "window", "campaign"  # the kinds of PUBLISH_INPUT rows
+PUBLISH_INPUT = Types.ROW_NAMED(
+    ["kind", "ad_id", "tick", "campaign_id", "advertiser_id", "attributes", "cells"],
+    [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(), Types.LONG(), ATTRIBUTES, Types.LIST(CELL)])
+USER_INPUT = Types.ROW_NAMED(["kind", "user_id", "impression_id", "event_ms", "category"],
+                             [Types.STRING(), Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG()])
+
+SLOT = Types.ROW_NAMED(["placement", "position", "served_ms", "counted"],
+                       [Types.STRING(), Types.INT(), Types.LONG(), Types.INT()])
+USER_SLOT = Types.ROW_NAMED(["category", "served_ms", "counted"], [Types.LONG(), Types.LONG(), Types.INT()])
+WAITING = Types.ROW_NAMED(["impression_id", "kind", "event_ms"], [Types.STRING(), Types.STRING(), Types.LONG()])
+AD_STATUS = Types.ROW_NAMED(["campaign_id", "attributes_changed", "sent_traffic"],
+                            [Types.LONG(), Types.BOOLEAN(), Types.BOOLEAN()])
+AD_ENTRY = Types.ROW_NAMED(["campaign_id", "attributes", "cells"], [Types.LONG(), ATTRIBUTES, Types.LIST(CELL)])
+
+
+def ad_descriptors() -> dict[str, Any]:
+    """The per-ad window's state, by name."""
+    return {"attributes": ValueStateDescriptor("ad_attributes", ATTRIBUTES),
+            "status": ValueStateDescriptor("ad_status", AD_STATUS),
+            "buckets": MapStateDescriptor("ad_buckets", Types.LONG(), Types.LIST(CELL)),
+            "slots": MapStateDescriptor("ad_slots", Types.STRING(), SLOT),
+            "waiting": MapStateDescriptor("ad_waiting", Types.STRING(), WAITING)}
+
+
+def user_descriptors() -> dict[str, Any]:
+    """The per-user window's state, by name; `wrote`: the user's last write had features."""
+    return {"wrote": ValueStateDescriptor("user_wrote", Types.BOOLEAN()),
+            "buckets": MapStateDescriptor("user_buckets", Types.LONG(), Types.LIST(USER_CELL)),
+            "slots": MapStateDescriptor("user_slots", Types.STRING(), USER_SLOT),
+            "waiting": MapStateDescriptor("user_waiting", Types.STRING(), WAITING)}
+
+
+def publisher_descriptors() -> dict[str, Any]:
+    """The publisher's state, by name (one key holds the whole platform)."""
+    return {"ads": MapStateDescriptor("known_ads", Types.LONG(), AD_ENTRY),
+            "staged": MapStateDescriptor("staged_windows", Types.STRING(), PUBLISH_INPUT),
+            "advertisers": MapStateDescriptor("advertiser_of_campaign", Types.LONG(), Types.LONG()),
+            "published_rows": MapStateDescriptor("published_row_fingerprints", Types.LONG(), Types.LONG()),
+            "version": ValueStateDescriptor("published_version", Types.LONG())}
+
+
+# ------------------------------------------------------------------ conversions
+
+def _named(row_type, *values) -> Row:
+    """A row of a named row type, its fields readable by name before it crosses a Flink coder too."""
+    row = Row(*values)
+    row.set_field_names(list(row_type.get_field_names()))
+    return row
+
+
+def attributes_to_row(attributes: AdAttributes | None) -> Row | None:
+    if attributes is None:
+        return None
+    return Row(attributes.campaign_id, attributes.advertiser_id, attributes.version, attributes.bid_type,
+               attributes.bid_micros, attributes.category, attributes.removed, list(attributes.embedding))
+
+
+def attributes_from_row(row) -> AdAttributes | None:
+    if row is None:
+        return None
+    campaign_id, advertiser_id, version, bid_type, bid_micros, category, removed, embedding = row
+    return AdAttributes(int(campaign_id), int(advertiser_id), int(version), bid_type, int(bid_micros),
+                        int(category), bool(removed), tuple(float(v) for v in embedding))
+
+
+def ad_input_row(found: feature_inputs.AdInput, topic: str, partition: int, offset: int) -> Row:
+    return _named(AD_INPUT, found.kind, found.ad_id, found.campaign_id, found.event_ms, found.impression_id,
+                  found.served_ms, found.placement, found.position, attributes_to_row(found.attributes), topic,
+                  partition, offset)
+
+
+def user_input_row(found: feature_inputs.UserInput) -> Row:
+    return _named(USER_INPUT, found.kind, found.user_id, found.impression_id, found.event_ms, found.category)
+
+
+def campaign_row(campaign_id: int, advertiser_id: int, event_ms: int) -> Row:
+    return _named(PUBLISH_INPUT, CAMPAIGN, 0, event_ms, campaign_id, advertiser_id, None, [])
+
+
+def window_row(ad_id: int, tick_ms: int, campaign_id: int, attributes: AdAttributes | None,
+               cells: Mapping[tuple[str, int], Counts]) -> Row:
+    return _named(PUBLISH_INPUT, WINDOW, ad_id, tick_ms, campaign_id, 0, attributes_to_row(attributes),
+                  cells_to_rows(cells))
+
+
+def cells_to_rows(cells: Mapping[tuple[str, int], Counts]) -> list[Row]:
+    return [Row(placement, position, *counts.as_tuple()) for (placement, position), counts in sorted(cells.items())]
+
+
+def cells_from_rows(rows: Iterable | None) -> dict[tuple[str, int], Counts]:
+    return {(row[0], int(row[1])): Counts(*(int(v) for v in row[2:])) for row in rows or ()}
+
+
+def user_cells_to_rows(cells: Mapping[int, Counts]) -> list[Row]:
+    return [Row(category, *counts.as_tuple()) for category, counts in sorted(cells.items())]
+
+
+def user_cells_from_rows(rows: Iterable | None) -> dict[int, Counts]:
+    return {int(row[0]): Counts(*(int(v) for v in row[1:])) for row in rows or ()}
+
+
+def slot_to_row(slot: ServedSlot) -> Row:
+    placement, position = slot.cell
+    return Row(placement, position, slot.served_ms, slot.counted)
+
+
+def slot_from_row(row) -> ServedSlot | None:
+    return None if row is None else ServedSlot((row[0], int(row[1])), int(row[2]), int(row[3]))
+
+
+def user_slot_to_row(slot: ServedSlot) -> Row:
+    return Row(slot.cell, slot.served_ms, slot.counted)
+
+
+def user_slot_from_row(row) -> ServedSlot | None:
+    return None if row is None else ServedSlot(int(row[0]), int(row[1]), int(row[2]))
+
+
+def staged_key(tick_ms: int, ad_id: int) -> str:
+    """A staged window's key: its tick first, so the publisher can tell which tick a row is for."""
+    return f"{tick_ms}:{ad_id}"
+
+
+def staged_tick(key: str) -> int:
+    return int(key.split(":", 1)[0])
