@@ -24,17 +24,17 @@ SPAN_MS = 4 * TICK_MS  # four buckets: more than two ticks of traffic
 GOOD, MEDIOCRE, NEW_GOOD, HIDDEN, NEW_POOR, NEW_UNKNOWN, REMOVED = 11, 12, 13, 21, 22, 31, 41
 
 
-def _traffic(consented_user: str, anonymous_user: str):
+def _traffic(users: dict[int, tuple[str, bool]]):
     """Served records (one winner each) and beacons of 400 impressions per ad with traffic, over SPAN_MS:
     GOOD clicked 40 times, MEDIOCRE 4, HIDDEN 2 and hidden 60 times, REMOVED 10; positions alternate 1, 2.
-    GOOD's clicks come from the consented user (ads of category 4), REMOVED's from the anonymous one."""
+    An ad's impressions go to users[ad] (user id, consented) when it has one; GOOD's ads are of category 4."""
     plan = {GOOD: (1, 40, 0), MEDIOCRE: (1, 4, 0), HIDDEN: (2, 2, 60), REMOVED: (3, 10, 0)}
     served_log, events, hides = [], [], []
     for ad_id, (campaign_id, clicks, hidden) in plan.items():
         for n in range(400):
             at = T0 + (n * SPAN_MS) // 400 + ad_id
             impression = f"{ad_id}-{n}:1"
-            user, consented = {GOOD: (consented_user, True), REMOVED: (anonymous_user, False)}.get(ad_id, (None, False))
+            user, consented = users.get(ad_id, (None, False))
             served_log.append(served(f"{ad_id}-{n}", at, [winner(impression, ad_id, campaign_id, 1 + n % 2,
                                                                  category=4 if ad_id == GOOD else 0)],
                                      user_id=user, consented=consented))
@@ -64,11 +64,12 @@ def test_the_job_publishes_a_snapshot_its_rows_and_the_registry_entry(platform, 
     names = ("served", "events", "conversions", "feedback", "ads", "campaigns", "features", "registry", "dead")
     topics = dict(zip(names, fresh_topics(*names)))
     bootstrap = platform.kafka_bootstrap
-    consented_user, anonymous_user = f"u-{uuid.uuid4().hex[:8]}", f"u-{uuid.uuid4().hex[:8]}"
+    consented_user, new_user, anonymous_user = (f"u-{uuid.uuid4().hex[:8]}" for _ in range(3))
     profiles = redis.Redis.from_url(platform.redis_url)
     profiles.hset(redis_keys.user_profile(consented_user), mapping={"features": '{"age": 30.0}', "age_band": "25-34"})
 
-    served_log, events, hides = _traffic(consented_user, anonymous_user)
+    served_log, events, hides = _traffic({GOOD: (consented_user, True), MEDIOCRE: (new_user, True),
+                                          REMOVED: (anonymous_user, False)})
     ads = [serving_ad(GOOD, 1, 100, T0 - 60_000), serving_ad(MEDIOCRE, 1, 100, T0 - 60_000),
            serving_ad(NEW_GOOD, 1, 100, T0 - 60_000), serving_ad(HIDDEN, 2, 200, T0 - 60_000),
            serving_ad(NEW_POOR, 2, 200, T0 - 60_000), serving_ad(NEW_UNKNOWN, 3, 0, T0 - 60_000),
@@ -129,5 +130,8 @@ def test_the_job_publishes_a_snapshot_its_rows_and_the_registry_entry(platform, 
     assert json.loads(stored[b"features"]) == {"age": 30.0, "impressions_window": 400.0, "clicks_window": 40.0,
                                                "clicks_cat_4": 40.0}
     assert stored[b"age_band"] == b"25-34" and profiles.pttl(redis_keys.user_profile(consented_user)) == -1
+    assert json.loads(profiles.hget(redis_keys.user_profile(new_user), "features")) == {
+        "impressions_window": 400.0, "clicks_window": 4.0}
+    assert 0 < profiles.pttl(redis_keys.user_profile(new_user)) <= 7 * 86_400_000  # a key only the job made
     assert not profiles.exists(redis_keys.user_profile(anonymous_user))
-    profiles.delete(redis_keys.user_profile(consented_user))
+    profiles.delete(redis_keys.user_profile(consented_user), redis_keys.user_profile(new_user))

@@ -180,3 +180,38 @@ def test_estimates_stay_inside_zero_and_one():
            2: AdTraffic(10, 100, {("feed", 1): Counts(impressions=1_000_000, clicks=1_000)})}
     for e in ad_stats.estimate(ads, RULES).values():
         assert 0 < e.ctr_estimate < 1 and e.ctr_alpha > 0 and e.ctr_beta > 0
+
+
+def _attributes(campaign_id: int, advertiser_id: int, *, removed: bool = False, bid_type: str = "CPC"):
+    return ad_stats.AdAttributes(campaign_id, advertiser_id, 1, bid_type, 2_000_000, 3, removed, (1.0,) + (0.0,) * 15)
+
+
+def test_an_ads_advertiser_is_its_campaigns_then_its_serving_records_then_unknown():
+    assert ad_stats.advertiser_of(10, _attributes(10, 7), {10: 100}) == 100
+    assert ad_stats.advertiser_of(10, _attributes(10, 7), {}) == 7
+    assert ad_stats.advertiser_of(10, None, {}) == ad_stats.UNKNOWN_ADVERTISER
+
+
+def test_published_records_list_known_ads_that_are_not_removed_and_count_every_ads_traffic():
+    traffic = {("feed", 1): Counts(impressions=10_000, clicks=300)}
+    ads = {1: ad_stats.KnownAd(10, _attributes(10, 0), {}),
+           2: ad_stats.KnownAd(10, _attributes(10, 0, removed=True), traffic),
+           3: ad_stats.KnownAd(10, None, traffic)}
+    records = ad_stats.published_records(ads, {10: 100}, 1_800_000_300_000)
+    assert list(records) == [1]
+    record = records[1]
+    assert (record["snapshot_version"], record["event_time"], record["advertiser_id"]) == (1_800_000_300_000,) * 2 + (100,)
+    # The removed and the unlisted ad clicked at 3 %: their advertiser's new ad is estimated above the default.
+    assert record["ctr_estimate"] > 0.02 and record["impressions"] == 0
+    assert record["static_score"] == pytest.approx(2_000_000 * record["ctr_estimate"] + record["quality_micros"])
+    assert record["category"] == 3 and len(record["embedding"]) == 16
+
+
+def test_a_rows_fingerprint_ignores_its_version_and_float_noise_but_not_a_change():
+    ads = {1: ad_stats.KnownAd(10, _attributes(10, 100), {("feed", 1): Counts(impressions=100, clicks=3)})}
+    first = ad_stats.published_records(ads, {}, 1)[1]
+    assert ad_stats.row_fingerprint(first) == ad_stats.row_fingerprint({**first, "snapshot_version": 2,
+                                                                        "event_time": 2})
+    assert ad_stats.row_fingerprint(first) == ad_stats.row_fingerprint(
+        {**first, "ctr_estimate": first["ctr_estimate"] * (1 + 1e-9)})
+    assert ad_stats.row_fingerprint(first) != ad_stats.row_fingerprint({**first, "clicks": 4})
