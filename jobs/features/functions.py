@@ -238,7 +238,12 @@ class Publish(KeyedProcessFunction):
             return
         watermark = ctx.timer_service().current_watermark()
         tick = row.tick if row.tick > watermark else windows.next_tick(watermark, self.window_rules)
-        self.staged.put(state.staged_key(tick, row.ad_id), row)
+        key = state.staged_key(tick, row.ad_id)
+        held = self.staged.get(key)
+        if held is not None and row.attributes is None and held.attributes is not None:
+            row = state.window_row(row.ad_id, tick, row.campaign_id, state.attributes_from_row(held.attributes),
+                                   state.cells_from_rows(row.cells))
+        self.staged.put(key, row)
         ctx.timer_service().register_event_time_timer(tick)
 
     def on_timer(self, timestamp: int, ctx):
@@ -302,7 +307,8 @@ class UserWindow(KeyedProcessFunction):
         self.window = KeyWindow(states, self.rules, state.user_slot_to_row, state.user_slot_from_row,
                                 state.user_cells_to_rows, state.user_cells_from_rows)
         metrics = runtime_context.get_metrics_group()
-        self.writes, self.failures = metrics.counter("user_feature_writes"), metrics.counter("user_feature_write_failures")
+        self.writes = metrics.counter("user_feature_writes")
+        self.failures = metrics.counter("user_feature_write_failures")
         self.store = self._store()
         self.pending: dict[str, dict[str, float]] = {}
         self.flushed_at = time.monotonic()

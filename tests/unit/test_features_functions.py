@@ -195,7 +195,8 @@ def _publisher(tmp_path, keep: int = 10):
 
 
 def _attributes(ad_id: int, campaign_id: int, advertiser_id: int, removed: bool = False):
-    return feature_inputs.attributes_input(serving_ad(ad_id, campaign_id, advertiser_id, T0, removed=removed)).attributes
+    ad = serving_ad(ad_id, campaign_id, advertiser_id, T0, removed=removed)
+    return feature_inputs.attributes_input(ad).attributes
 
 
 def _run(result) -> list:
@@ -333,3 +334,14 @@ def test_clicks_on_impressions_served_without_consent_never_count():
     window.on_timer(T0 + TICK, ctx)
     window.close()
     assert window.store.written == []
+
+
+def test_a_late_window_staged_with_the_next_keeps_its_attributes(tmp_path):
+    publish, _, ctx = _publisher(tmp_path)
+    ctx.timers.watermark_ms = T0 + TICK + 5
+    _run(publish.process_element(state.window_row(11, T0 + TICK, 1, _attributes(11, 1, 100), {}), ctx))
+    _run(publish.process_element(state.window_row(11, T0 + 2 * TICK, 1, None, {("feed", 1): Counts(impressions=3)}),
+                                 ctx))
+    (row,) = [r for r in publish.on_timer(T0 + 2 * TICK, ctx) if not isinstance(r, tuple)]
+    record = CODEC.decode(row[1], "AdFeatures")
+    assert (record["ad_id"], record["advertiser_id"], record["impressions"]) == (11, 100, 3)
