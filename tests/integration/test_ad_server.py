@@ -315,7 +315,10 @@ def test_a_metered_campaign_serves_only_while_this_server_holds_a_slice(platform
     placement = f"it-{uuid.uuid4().hex[:8]}"
     base = _ids()
     publish(platform.kafka_bootstrap, placement, [{"id": base}])
-    now = int(time.time() * 1000)
+    # Stamped two minutes back: a state this recent would read as a live budget job to every server that boots in
+    # the next minute (other tests' servers), whose open campaigns would then spend only from slices once it fell
+    # silent.
+    now = int(time.time() * 1000) - 120_000
     kafka.produce_all(platform.kafka_bootstrap, "budget.state", [(str(base).encode(), CODEC.encode("BudgetState", {
         "campaign_id": base, "event_time": now, "budget_day": "2026-11-29", "state": "METERED",
         "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": 100_000_000,
