@@ -145,11 +145,16 @@ def _add_live_loop(bsub) -> None:
     g.add_argument("--advertisers", type=int, default=20, help="advertisers of the world, 5 campaigns of 4 ads each "
                                                                "(default 20: 400 ads)")
     g.add_argument("--users", type=int, default=20_000, help="users of the world (default 20,000)")
-    g.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+    g.add_argument("--concurrency", type=int, default=4,
+                   help="simulated users in flight, each waiting for its answer and beacons (default 4: a load one "
+                        "ad-server process holds without refusing requests on these two cores)")
     g.add_argument("--canary-share", type=float, default=0.25,
                    help="share of requests the first model scores as a canary (default 0.25)")
     g.add_argument("--new-ad-share", type=float, default=0.1,
                    help="share of the ads that join part-way through the priors phase (default 0.1)")
+    g.add_argument("--feature-tick-ms", type=int, default=300_000,
+                   help="the features job's snapshot period in event time (default 300,000: the design's 5 minutes; "
+                        "short runs use less so that their first phase is served with snapshots)")
     g.add_argument("--seed", type=int, default=5)
     g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     g.set_defaults(handler=cmd_bench_live_loop)
@@ -162,7 +167,7 @@ def cmd_bench_live_loop(args: argparse.Namespace) -> int:
     try:
         figures = live_loop.run(requests=args.requests, seed=args.seed, advertisers=args.advertisers,
                                 users=args.users, concurrency=args.concurrency, canary_share=args.canary_share,
-                                new_ad_share=args.new_ad_share, log=_log(args))
+                                new_ad_share=args.new_ad_share, feature_tick_ms=args.feature_tick_ms, log=_log(args))
     except (AdserveError, ValueError, RuntimeError, TimeoutError) as exc:
         print(f"adserve bench live-loop: {exc}", file=sys.stderr)
         return 2

@@ -115,37 +115,6 @@ def _home_models() -> Path:
     return PlatformSettings.from_env(platform_environ()).home / "models"
 
 
-def read_topic(bootstrap: str, topic: str, record_type: str, since_ms: int = 0) -> list[dict[str, Any]]:
-    """The records of a topic whose Kafka timestamp (their event time) is at or after `since_ms`, decoded;
-    undecodable ones are skipped and counted in the log (the jobs that write these topics dead-letter theirs)."""
-    from confluent_kafka import TopicPartition
-
-    from core.errors import CorruptRecord
-    from schemas.codec import AvroCodec
-    from streams import kafka
-
-    start = None
-    if since_ms > 0:
-        consumer = kafka.consumer(bootstrap, group_id=f"adserve-retrain-offsets-{time.monotonic_ns()}")
-        try:
-            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in partitions], timeout=10)
-            start = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
-            start.update({p: 1 << 62 for p in partitions if p not in start})  # nothing that recent there
-        finally:
-            consumer.close()
-    codec, records, corrupt = AvroCodec(), [], 0
-    for msg in kafka.read_all(bootstrap, topic, timeout_s=600, idle_s=1.0, start_offsets=start):
-        try:
-            records.append(codec.decode(msg.value(), record_type, topic=topic, partition=msg.partition(),
-                                        offset=msg.offset()))
-        except CorruptRecord:
-            corrupt += 1
-    if corrupt:
-        _log(f"{corrupt:,} undecodable records of {topic} skipped")
-    return records
-
-
 class Retrainer:
     """One `adserve model retrain` process: its settings, its state file and its runs."""
 
@@ -181,6 +150,7 @@ class Retrainer:
 
     def run(self):
         from learning import retrain
+        from streams.kafka import read_records
         from serving.model.registry import read_registry
 
         registry = read_registry(self.bootstrap, topic=self.registry_topic)
@@ -188,7 +158,7 @@ class Retrainer:
         if self.state.last_full_ms:
             since = int(min(self.state.last_full_ms, self.state.canary_since_ms or self.state.last_full_ms)
                         - max(self.policy.window_s, self.policy.canary_max_age_s) * 1000)
-        examples = read_topic(self.bootstrap, self.examples_topic, "TrainingExample", max(0, since))
+        examples = read_records(self.bootstrap, self.examples_topic, "TrainingExample", max(0, since))
         newest = max((int(r["served_time"]) for r in examples), default=0)
         action = retrain.next_action(self.state, has_current=registry.current is not None,
                                      has_canary=registry.canary is not None, newest_event_ms=newest,
@@ -267,11 +237,12 @@ class Retrainer:
         from serving.decision.prediction import PriorPredictor
         from serving.model.canary import HOLD, NOT_ENOUGH_DATA, PROMOTE
         from serving.model.registry import CANARY, CURRENT, model_entry, publish
+        from streams.kafka import read_records
 
         candidate = registry.canary.version
         current = registry.current.version if registry.current else PriorPredictor.version
         since = self.state.canary_since_ms
-        served = [r for r in read_topic(self.bootstrap, self.served_topic, "ServedRecord", since)
+        served = [r for r in read_records(self.bootstrap, self.served_topic, "ServedRecord", since)
                   if r.get("model_version") in (candidate, current)]
         judged = [r for r in examples if int(r["served_time"]) >= since]
         verdict = canary_report(served, judged, current=current, candidate=candidate, rule=self.rule)

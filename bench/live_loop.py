@@ -28,8 +28,8 @@ Figures (--json names):
   new_ad_impressions_to_20pct: median over new ads of their impressions when their snapshot estimate
     (ctr_prior) first came within 20 % of their true top-slot rate and stayed (None when none did;
     new_ads_within_20pct says how many did);
-  reserve_revenue_per_mille_gain_pct: the auction replay's recommended reserve against none, on the learned
-    phase's served log;
+  reserve_revenue_per_mille_gain_pct: the auction replay's recommended reserve (core.replay.recommend_reserves)
+    against none, over the run's served log;
   and the run's requests, impressions, clicks, verdict, model version, snapshots, phase seconds, requests/s.
 Same-run baseline: ne_served_priors (the platform before it learned)."""
 from __future__ import annotations
@@ -69,6 +69,7 @@ class Impression:
 class Run:
     impressions: dict[str, Impression] = field(default_factory=dict)
     statuses: dict[int, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)  # "status body" -> count
     requests: int = 0
 
 
@@ -168,6 +169,8 @@ async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency
                 async with http.post(f"{server}/v1/ads", json=body) as r:
                     run.statuses[r.status] = run.statuses.get(r.status, 0) + 1
                     if r.status != 200:
+                        reason = f"{r.status} {(await r.text())[:80]}"
+                        run.failures[reason] = run.failures.get(reason, 0) + 1
                         return
                     answer = await r.json()
             except aiohttp.ClientError:
@@ -229,10 +232,10 @@ def _retrain(settings: PlatformSettings, models: Path, registry: str, examples: 
 
 
 def _served(settings: PlatformSettings, server_id: str, since_ms: int) -> list[dict]:
-    from adserve.retrain_cli import read_topic
     from schemas import topics
+    from streams.kafka import read_records
 
-    return [r for r in read_topic(settings.kafka_bootstrap, topics.AD_SERVED, "ServedRecord", since_ms)
+    return [r for r in read_records(settings.kafka_bootstrap, topics.AD_SERVED, "ServedRecord", since_ms)
             if r["server_id"] == server_id]
 
 
@@ -264,8 +267,8 @@ def _new_ad_figures(world, features_dir: Path, users: np.ndarray) -> dict[str, A
 
 
 def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: int = 20_000,
-        concurrency: int = 16, canary_share: float = 0.25, new_ad_share: float = 0.1,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        concurrency: int = 4, canary_share: float = 0.25, new_ad_share: float = 0.1,
+        feature_tick_ms: int = 300_000, log: Callable[[str], None] = print) -> dict[str, Any]:
     from bench.common import machine
     from infra.platform import control
     from infra.platform.jars import flink_connector_jar
@@ -299,7 +302,8 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
     server_id = f"live-{suffix}"
     job_id = None
     run_state = Run()
-    figures: dict[str, Any] = {"machine": machine(), "requests": requests, "ads": world.ads, "users": world.users}
+    figures: dict[str, Any] = {"machine": machine(), "requests": requests, "ads": world.ads, "users": world.users,
+                               "feature_tick_s": feature_tick_ms / 1000}
     try:
         procs.start(["serve", "tracker", "--dev", "--port", str(tracker_port)], work / "tracker.log", env)
         procs.start(["serve", "ads", "--dev", "--workers", "0", "--port", str(server_port), "--server-id", server_id,
@@ -311,7 +315,8 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
                                job_args=["--bootstrap", settings.kafka_bootstrap, "--connector-jar",
                                          str(flink_connector_jar(settings)), "--group-id", f"bench-live-{suffix}",
                                          "--startup-mode", "timestamp", "--start-timestamp-ms", str(since_ms),
-                                         "--snapshot-dir", str(features_dir), "--registry-topic", registry])
+                                         "--snapshot-dir", str(features_dir), "--registry-topic", registry,
+                                         "--tick-ms", str(feature_tick_ms)])
         deploy.wait_running(settings.flink_rest_url, job_id)
         asyncio.run(_wait_http(f"{server}/ready", lambda b: b.get("ready") and b.get("ads", 0) >= len(initial),
                                300, "the ad server is ready with the world's ads"))
@@ -371,8 +376,7 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
     served = _served(settings, server_id, since_ms)
     figures.update(_figures(world, run_state, served, candidate))
     figures.update(_new_ad_figures(world, features_dir, np.random.default_rng(seed).choice(world.users, 2000)))
-    figures["reserve_revenue_per_mille_gain_pct"] = _reserve_gain([r for r in served
-                                                                   if r.get("model_version") == candidate])
+    figures["reserve_revenue_per_mille_gain_pct"] = _reserve_gain(served)
     figures["snapshots"] = len(list(features_dir.glob("ad-features-v*.npz")))
     figures["work_dir"] = str(work)
     return figures
@@ -408,6 +412,7 @@ def _figures(world, run_state: Run, served: list[dict], candidate: str | None) -
             "clicks": sum(1 for i in run_state.impressions.values() if i.clicked),
             "hot_swap_failed_requests": sum(n for status, n in run_state.statuses.items() if status != 200),
             "statuses": {str(k): v for k, v in run_state.statuses.items()},
+            "failures": dict(sorted(run_state.failures.items(), key=lambda kv: -kv[1])[:5]),
             "ne_served_priors": _ne(p0, y0), "ne_served_learned": _ne(p1, y1) if len(y1) else None,
             "ne_oracle": _ne(t1, y1) if len(y1) else _ne(t0, y0),
             "ne_oracle_priors_phase": _ne(t0, y0),

@@ -145,3 +145,33 @@ def produce_all(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None
         raise KafkaException(failures[0])
     return count
 
+
+def read_records(bootstrap: str, topic: str, record_type: str, since_ms: int = 0,
+                 log=LOG.warning) -> list[dict[str, Any]]:
+    """The records of a topic whose Kafka timestamp (their event time) is at or after `since_ms`, decoded as
+    `record_type`; undecodable ones are skipped and counted in one log line (the jobs that write the project's
+    topics dead-letter their own)."""
+    from core.errors import CorruptRecord
+    from schemas.codec import AvroCodec
+
+    start = None
+    if since_ms > 0:
+        cons = consumer(bootstrap, group_id=f"adserve-reader-offsets-{time.monotonic_ns()}")
+        try:
+            partitions = cons.list_topics(topic, timeout=DEFAULT_TIMEOUT_S).topics[topic].partitions
+            found = cons.offsets_for_times([TopicPartition(topic, p, since_ms) for p in partitions],
+                                           timeout=DEFAULT_TIMEOUT_S)
+            start = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+            start.update({p: 1 << 62 for p in partitions if p not in start})  # nothing that recent there
+        finally:
+            cons.close()
+    codec, records, corrupt = AvroCodec(), [], 0
+    for msg in read_all(bootstrap, topic, timeout_s=600, idle_s=1.0, start_offsets=start):
+        try:
+            records.append(codec.decode(msg.value(), record_type, topic=topic, partition=msg.partition(),
+                                        offset=msg.offset()))
+        except CorruptRecord:
+            corrupt += 1
+    if corrupt:
+        log(f"{corrupt:,} undecodable records of {topic} skipped")
+    return records
