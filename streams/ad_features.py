@@ -27,12 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
+from core.exploration import WEAK_PRIOR_PSEUDO_IMPRESSIONS, weak_posterior
+
 from core.errors import AdserveError
 
 FILE_PATTERN = re.compile(r"^ad-features-v(\d+)\.npz$")
 COLUMNS = ("ad_id", "campaign_id", "bid_type", "bid_micros", "ctr_prior", "quality_prior", "category", "embedding")
 OPTIONAL_COLUMNS = ("ctr_alpha", "ctr_beta", "impressions")
-DEFAULT_PRIOR_STRENGTH = 10.0  # pseudo-impressions behind ctr_prior in a snapshot without a posterior
+DEFAULT_PRIOR_STRENGTH = WEAK_PRIOR_PSEUDO_IMPRESSIONS  # behind ctr_prior in a snapshot without a posterior
 
 
 class SnapshotMissing(AdserveError):
@@ -57,8 +59,8 @@ class AdFeatureSnapshot:
     def __post_init__(self) -> None:
         prior = np.asarray(self.ctr_prior, dtype=np.float32)
         if self.ctr_alpha is None or self.ctr_beta is None:
-            self.ctr_alpha = (prior * DEFAULT_PRIOR_STRENGTH).astype(np.float32)
-            self.ctr_beta = ((1 - prior) * DEFAULT_PRIOR_STRENGTH).astype(np.float32)
+            alpha, beta = weak_posterior(prior)
+            self.ctr_alpha, self.ctr_beta = alpha.astype(np.float32), beta.astype(np.float32)
         if self.impressions is None:
             self.impressions = np.zeros(len(prior), dtype=np.float32)
         ids = np.asarray(self.ad_id, dtype=np.int64)
