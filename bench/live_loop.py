@@ -151,7 +151,7 @@ async def _wait_http(url: str, check: Callable[[dict], bool], timeout_s: float, 
 
 
 async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency: int, rng: np.random.Generator,
-                   progress: Callable[[int], None], joined: Callable[[], np.ndarray]) -> None:
+                   progress: Callable[[int], None], joined: Callable[[], np.ndarray], suffix: str) -> None:
     """n requests with their users' beacons, `concurrency` at a time."""
     import aiohttp
 
@@ -162,7 +162,7 @@ async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency
         queue: asyncio.Queue = asyncio.Queue(maxsize=concurrency * 4)
 
         async def one(user: int, placement: str, country: str) -> None:
-            body = {"request_id": uuid.uuid4().hex, "user_id": f"live-u{user}", "placement": placement,
+            body = {"request_id": uuid.uuid4().hex, "user_id": f"live-u{user}", "placement": placement + suffix,
                     "location": country, "consent": {"personalization": True},
                     "slots": [{"position": p} for p in (1, 2)]}
             try:
@@ -173,7 +173,7 @@ async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency
                         run.failures[reason] = run.failures.get(reason, 0) + 1
                         return
                     answer = await r.json()
-            except aiohttp.ClientError:
+            except (asyncio.TimeoutError, aiohttp.ClientError):
                 run.statuses[-1] = run.statuses.get(-1, 0) + 1
                 return
             for slot in answer["slots"]:
@@ -190,15 +190,19 @@ async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency
                     if clicked:
                         async with http.get(slot["click_url"], allow_redirects=False) as c:
                             await c.read()
-                except aiohttp.ClientError:
-                    pass
+                except (asyncio.TimeoutError, aiohttp.ClientError):
+                    run.failures["beacon not delivered"] = run.failures.get("beacon not delivered", 0) + 1
 
         async def worker() -> None:
             while True:
                 item = await queue.get()
                 if item is None:
                     return
-                await one(*item)
+                try:
+                    await one(*item)
+                except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:  # counted, never fatal
+                    reason = f"client {type(exc).__name__}"
+                    run.failures[reason] = run.failures.get(reason, 0) + 1
 
         workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
         for i in range(n):
@@ -292,7 +296,9 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
     features_dir, models = work / "features", work / "models"
     since_ms = int(time.time() * 1000) - 1000
     initial = np.flatnonzero(world.joins_at == 0)
-    _publish_world(settings.kafka_bootstrap, world.serving_records(placement_of, since_ms, initial))
+    placement_suffix = f".live-{suffix}"
+    _publish_world(settings.kafka_bootstrap, world.serving_records(placement_of, since_ms, initial,
+                                                                    suffix=placement_suffix))
     _write_profiles(settings, world)
     log(f"world: {world.ads} ads of {advertisers} advertisers ({len(initial)} from the start), {world.users:,} users")
 
@@ -332,7 +338,8 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
                 for r in due:
                     pending_new.remove(r)
                 _publish_world(settings.kafka_bootstrap,
-                               world.serving_records(placement_of, int(time.time() * 1000), np.array(due)))
+                               world.serving_records(placement_of, int(time.time() * 1000), np.array(due),
+                                                     suffix=placement_suffix))
             return np.array(due)
 
         phase_s: dict[str, float] = {}
@@ -341,7 +348,8 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
             n = int(requests * share)
             began = time.monotonic()
             bar = Progress(f"{phase} phase", n)
-            asyncio.run(_traffic(world, run_state, phase, n, server, concurrency, rng, bar.update, joined))
+            asyncio.run(_traffic(world, run_state, phase, n, server, concurrency, rng, bar.update, joined,
+                                 placement_suffix))
             bar.close()
             phase_s[phase] = round(time.monotonic() - began, 1)
             if phase == "priors":
@@ -367,6 +375,8 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
         figures.update(phase_seconds=phase_s, verdict=verdict, model_version=candidate)
     finally:
         procs.stop()
+        _publish_world(settings.kafka_bootstrap, world.serving_records(  # the run's ads retired again
+            placement_of, int(time.time() * 1000), suffix=placement_suffix, removed=True))
         if job_id is not None:
             try:
                 deploy.stop(settings.flink_rest_url, job_id)

@@ -68,7 +68,8 @@ class LiveWorld:
         return len(self.user_activity)
 
     def true_ctr(self, user: int, rows: np.ndarray, placement: str, position: int) -> np.ndarray:
-        logit = (self.ad_logit[rows] + PLACEMENTS[placement][1] + AFFINITY * (self.content[rows] @ self.user_taste[user])
+        """The true click probability; `placement` may carry a run's suffix ("feed.run1": the feed)."""
+        logit = (self.ad_logit[rows] + PLACEMENTS[placement.split(".")[0]][1] + AFFINITY * (self.content[rows] @ self.user_taste[user])
                  + 0.4 * self.user_activity[user] + math.log(float(position_effect([position])[0])))
         return _sigmoid(logit)
 
@@ -85,9 +86,12 @@ class LiveWorld:
         return dict(zip(USER_FEATURES, values.tolist()))
 
     def serving_records(self, placement_of: dict[int, tuple[str, ...]], now_ms: int,
-                        rows: np.ndarray | None = None) -> list[tuple[str, dict[str, Any]]]:
+                        rows: np.ndarray | None = None, *, suffix: str = "",
+                        removed: bool = False) -> list[tuple[str, dict[str, Any]]]:
         """(topic, record) of the campaigns and ads at `rows` (default all) as the index builder would compile
-        them: ServingCampaign and ServingAd, CPC, no caps, a budget no bench day spends."""
+        them: ServingCampaign and ServingAd, CPC, no caps, a budget no bench day spends. The ads target their
+        placements named with `suffix` ("feed" + ".run1"), so a run's requests meet only its own ads;
+        removed=True retires them."""
         rows = np.arange(self.ads) if rows is None else rows
         out: list[tuple[str, dict[str, Any]]] = []
         seen: set[int] = set()
@@ -103,11 +107,11 @@ class LiveWorld:
                     "cpa_target_micros": None}))
             out.append(("serving.ads", {
                 "ad_id": int(self.ad_id[row]), "campaign_id": campaign, "advertiser_id": int(self.advertiser_id[row]),
-                "version": now_ms, "event_time": now_ms, "removed": False, "bid_type": "CPC",
+                "version": now_ms, "event_time": now_ms, "removed": removed, "bid_type": "CPC",
                 "bid_micros": int(self.bid_micros[row]), "quality_prior": 0.0, "creative_ref": self.creative_ref[row],
                 "landing_url": self.landing_url[row], "static_score": float(self.bid_micros[row]) * BASE_CTR,
                 "exclusion_category": 0,
-                "targeting": [{"attribute": "placement", "values": list(placement_of[campaign]),
+                "targeting": [{"attribute": "placement", "values": [p + suffix for p in placement_of[campaign]],
                                "excluded": False}]}))
         return out
 

@@ -132,3 +132,25 @@ def _snapshot_folder(snapshot, tmp_path):
     folder = tmp_path / "ad-features"
     snapshot.write(folder)
     return folder
+
+
+def test_the_hourly_update_refits_the_calibration_and_keeps_the_network(trained):
+    from learning.retrain import recalibrate
+
+    model = trained[0]
+    world = make_world(seed=7)
+    day = simulate_day(world, requests=20_000, seed=4)
+    examples = training.join(day.served, day.events, 1.0)
+    # The users of this hour click half as often as the model learned: the refit must follow them.
+    rng = np.random.default_rng(0)
+    shifted = [dict(e, label=0) if e["label"] == 1 and rng.random() < 0.5 else e for e in examples]
+    kept, weights = model.calibration, model.network.get_weights()
+    try:
+        figures = recalibrate(model, shifted, {day.snapshot.version: day.snapshot})
+        click_rows = sum(1 for e in shifted if e["task"] == "CLICK" and not e["scored_by_fallback"])
+        assert figures["refit_rows"] + figures["validation_rows"] == click_rows
+        assert figures["model_before_refit"]["calibration"] > 1.5  # predicts twice the clicks it sees
+        assert 0.85 < figures["model"]["calibration"] < 1.15
+        assert all(np.array_equal(a, b) for a, b in zip(weights, model.network.get_weights()))
+    finally:
+        model.calibration = kept
