@@ -220,10 +220,12 @@ async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency
 def _job(job: str, settings: PlatformSettings, since_ms: int, *extra: str) -> None:
     done = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--bounded", "--startup-mode", "timestamp",
                            "--start-timestamp-ms", str(since_ms), "--bootstrap", settings.kafka_bootstrap,
-                           "--group-id", f"bench-live-{job}-{uuid.uuid4().hex[:6]}", *extra],
+                           "--group-id", f"bench-live-{job}-{uuid.uuid4().hex[:6]}",
+                           "--checkpoint-interval-ms", "30000", *extra],
                           capture_output=True, text=True, env=os.environ | settings.as_env())
     if done.returncode != 0:
-        raise RuntimeError(f"{job} failed: {done.stderr[-3000:]}")
+        causes = [line for line in done.stderr.splitlines() if "Caused by" in line or "Exception:" in line]
+        raise RuntimeError(f"{job} failed: {' | '.join(causes[-6:])[-3000:]}")
 
 
 def _retrain(settings: PlatformSettings, models: Path, registry: str, examples: str, args: list[str]) -> dict:

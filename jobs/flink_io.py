@@ -31,6 +31,9 @@ class MissingJar(AdserveError):
     """A jar a job needs was neither passed as a flag nor fetched by `adserve up`."""
 
 
+TOLERABLE_CHECKPOINT_FAILURES = 3
+
+
 @dataclass(frozen=True)
 class KafkaJobSettings:
     """Settings every Kafka-to-Kafka job takes (flags override ADSERVE_* environment)."""
@@ -198,6 +201,9 @@ def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = 
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(settings.parallelism)
     env.enable_checkpointing(settings.checkpoint_interval_ms, CheckpointingMode.EXACTLY_ONCE)
+    # A checkpoint that fails (a slow machine, a timeout) is skipped, not fatal: nothing is committed until the
+    # next one completes, so exactly-once holds; three in a row fail the job into its restart strategy.
+    env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(TOLERABLE_CHECKPOINT_FAILURES)
     jar = Path(settings.connector_jar)
     if not jar.exists():
         raise FileNotFoundError(f"Flink Kafka connector jar not found: {jar}")
