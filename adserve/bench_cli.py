@@ -145,11 +145,11 @@ def _add_live_loop(bsub) -> None:
     g.add_argument("--advertisers", type=int, default=20, help="advertisers of the world, 5 campaigns of 4 ads each "
                                                                "(default 20: 400 ads)")
     g.add_argument("--users", type=int, default=20_000, help="users of the world (default 20,000)")
-    g.add_argument("--concurrency", type=int, default=4,
-                   help="simulated users in flight, each waiting for its answer and beacons (default 4: a load one "
-                        "ad-server process holds without refusing requests on these two cores)")
-    g.add_argument("--canary-share", type=float, default=0.25,
-                   help="share of requests the first model scores as a canary (default 0.25)")
+    g.add_argument("--concurrency", type=int, default=3,
+                   help="simulated users in flight, each waiting for its answer and beacons (default 3: a load one "
+                        "ad-server process scoring with the model in process holds on two shared cores)")
+    g.add_argument("--canary-share", type=float, default=0.5,
+                   help="share of requests the first model scores as a canary (default 0.5)")
     g.add_argument("--new-ad-share", type=float, default=0.1,
                    help="share of the ads that join part-way through the priors phase (default 0.1)")
     g.add_argument("--feature-tick-ms", type=int, default=300_000,

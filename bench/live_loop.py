@@ -9,9 +9,12 @@ minutes of event time, `training_join` labelling the traffic (bounded runs over 
 waits an hour of event time, which a streaming join would only reach an hour later) and `adserve model retrain
 --once` training, canarying and judging. Three phases of the --requests:
 
-  priors   (half): no model exists, the server ranks on priors (learned ctr_prior once a snapshot exists);
-  canary   (a quarter): the first trained model on --canary-share of requests, judged by the promotion rule;
-  learned  (a quarter): after the promotion.
+  priors   (40 %): no model exists, the server ranks on priors (learned ctr_prior once a snapshot exists);
+  canary   (35 %): the first trained model on --canary-share of requests (default half: a bench needs its
+           verdict within the run, production canaries 1-5 %), judged by the promotion rule over at least 400
+           of its clicks with the calibration band 0.9-1.1 (+-2/sqrt(n) is +-10 % at 400 clicks; the model's
+           calibration against the truth is reported on its own below);
+  learned  (25 %): after the promotion.
 
 Some of the world's ads (--new-ad-share) join part-way through the priors phase: new ads.
 
@@ -29,7 +32,7 @@ Figures (--json names):
     (ctr_prior) first came within 20 % of their true top-slot rate and stayed (None when none did;
     new_ads_within_20pct says how many did);
   reserve_revenue_per_mille_gain_pct: the auction replay's recommended reserve (core.replay.recommend_reserves)
-    against none, over the run's served log;
+    against none, over the run's newest 10,000 served records;
   and the run's requests, impressions, clicks, verdict, model version, snapshots, phase seconds, requests/s.
 Same-run baseline: ne_served_priors (the platform before it learned)."""
 from __future__ import annotations
@@ -51,7 +54,7 @@ import numpy as np
 
 from infra.platform import PlatformSettings
 
-PHASES = (("priors", 0.5), ("canary", 0.25), ("learned", 0.25))
+PHASES = (("priors", 0.4), ("canary", 0.35), ("learned", 0.25))
 
 
 @dataclass
@@ -169,7 +172,7 @@ async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency
                 async with http.post(f"{server}/v1/ads", json=body) as r:
                     run.statuses[r.status] = run.statuses.get(r.status, 0) + 1
                     if r.status != 200:
-                        reason = f"{r.status} {(await r.text())[:80]}"
+                        reason = f"{phase}: {r.status} {(await r.text())[:60]}"
                         run.failures[reason] = run.failures.get(reason, 0) + 1
                         return
                     answer = await r.json()
@@ -273,7 +276,7 @@ def _new_ad_figures(world, features_dir: Path, users: np.ndarray) -> dict[str, A
 
 
 def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: int = 20_000,
-        concurrency: int = 4, canary_share: float = 0.25, new_ad_share: float = 0.1,
+        concurrency: int = 3, canary_share: float = 0.5, new_ad_share: float = 0.1,
         feature_tick_ms: int = 300_000, log: Callable[[str], None] = print) -> dict[str, Any]:
     from bench.common import machine
     from infra.platform import control
@@ -367,7 +370,8 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
                                            600, "the ad server canaries the model"))
             elif phase == "canary" and candidate:
                 _job("training_join", settings, since_ms, "--examples-topic", examples_b)
-                judged = _retrain(settings, models, registry, examples_b, ["--min-clicks", "400"])
+                judged = _retrain(settings, models, registry, examples_b,
+                                  ["--min-clicks", "400", "--calibration-band", "0.9,1.1"])
                 verdict = judged.get("verdict")
                 log(f"canary verdict: {verdict} {judged.get('reason', '')}")
                 if verdict == "promote":
@@ -435,12 +439,15 @@ def _figures(world, run_state: Run, served: list[dict], candidate: str | None) -
             "requests_served_with_a_snapshot": len(ages), "served_records": len(served)}
 
 
+RESERVE_SAMPLE = 10_000  # the newest served records the reserve replay reads (it replays each one per candidate)
+
+
 def _reserve_gain(served: list[dict]) -> float | None:
     if not served:
         return None
     from core.replay import overall_gain_pct, recommend_reserves
 
-    gain = overall_gain_pct(recommend_reserves(served))
+    gain = overall_gain_pct(recommend_reserves(served[-RESERVE_SAMPLE:]))
     return None if gain is None else round(gain, 2)
 
 
