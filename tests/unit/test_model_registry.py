@@ -137,3 +137,22 @@ def test_a_features_only_follower_never_loads_a_model():
     f.registry.apply(features_entry(300_000, "/f"))
     f.refresh()
     assert loader.loads == [] and installed[-1].snapshot.version == 300_000
+
+
+def test_the_prediction_service_takes_the_registrys_current_model_and_canary():
+    from types import SimpleNamespace
+
+    from serving.model.service import PredictionService
+
+    def model(version):
+        return SimpleNamespace(model=SimpleNamespace(version=version))
+
+    first, second, third = model("click-v1"), model("click-v2"), model("click-v3")
+    service = PredictionService(first)  # not started: no batcher thread, no port
+    service.install_scoring(Scoring(current=second, candidate=third, canary_share=0.1,
+                                    model_version="click-v2", canary_version="click-v3"))
+    assert service.current is second and service.candidate is third and service.config.canary_share == 0.1
+    service.install_scoring(Scoring(current=third, model_version="click-v3"))  # promoted
+    assert service.current is third and service.candidate is None and service.config.canary_share == 0.0
+    service.install_scoring(Scoring())  # a registry without a model leaves the one the service holds
+    assert service.current is third
