@@ -52,6 +52,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from core.errors import RunFailed
 from infra.platform import PlatformSettings
 
 PHASES = (("priors", 0.4), ("canary", 0.35), ("learned", 0.25))
@@ -228,7 +229,7 @@ def _job(job: str, settings: PlatformSettings, since_ms: int, *extra: str) -> No
                           capture_output=True, text=True, env=os.environ | settings.as_env())
     if done.returncode != 0:
         causes = [line for line in done.stderr.splitlines() if "Caused by" in line or "Exception:" in line]
-        raise RuntimeError(f"{job} failed: {' | '.join(causes[-6:])[-3000:]}")
+        raise RunFailed(f"{job} failed: {' | '.join(causes[-6:])[-3000:]}")
 
 
 def _retrain(settings: PlatformSettings, models: Path, registry: str, examples: str, args: list[str]) -> dict:
@@ -236,7 +237,7 @@ def _retrain(settings: PlatformSettings, models: Path, registry: str, examples: 
                            str(models), "--registry-topic", registry, "--examples-topic", examples, *args],
                           capture_output=True, text=True, env=os.environ | settings.as_env())
     if done.returncode != 0:
-        raise RuntimeError(f"retrain failed: {done.stderr[-3000:]}")
+        raise RunFailed(f"retrain failed: {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
