@@ -466,7 +466,11 @@ def recommend(options: ReplayOptions, candidates: list[int] | None, days: list[s
     return result
 
 
-if __name__ == "__main__":
+def main() -> None:
     logging.getLogger().setLevel(logging.INFO)
     result = run()
     print(render_recommendations(result) if "recommendations" in result else render_table(result), end="")
+
+
+if __name__ == "__main__":
+    main()
