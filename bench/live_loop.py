@@ -362,7 +362,7 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
                 _job("training_join", settings, since_ms, "--examples-topic", examples_a)
                 trained = _retrain(settings, models, registry, examples_a,
                                    ["--canary-share", str(canary_share), "--min-clicks", "400",
-                                    "--min-examples", "2000"])
+                                    "--min-examples", "1000"])
                 log(f"retrain: {json.dumps({k: trained[k] for k in ('action', 'model_version', 'examples', 'reason')})}")
                 candidate = trained.get("model_version")
                 if candidate:
