@@ -78,13 +78,12 @@ class Run:
 
 
 def _ne(p: np.ndarray, y: np.ndarray) -> float | None:
+    """Normalised entropy (learning.metrics) of predictions p against clicks y; None without a click."""
+    from learning.metrics import normalised_entropy
+
     if len(y) == 0 or y.sum() == 0:
         return None
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    base = y.mean()
-    loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
-    entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base))
-    return round(float(loss / entropy), 4)
+    return round(float(normalised_entropy(y, np.clip(p, 1e-6, 1 - 1e-6))), 4)
 
 
 class Processes:

@@ -22,6 +22,7 @@ import numpy as np
 
 from core.ad_content import EMBEDDING_DIM, content_embedding
 from serving.decision.prediction import position_effect
+from sim.learning_day import _logit, _sigmoid
 
 WORDS = ("shoes", "sale", "travel", "hotel", "phone", "laptop", "garden", "coffee", "yoga", "bike", "pizza",
          "books", "music", "games", "camera", "watch", "jacket", "tea", "paint", "kids", "pets", "fitness",
@@ -32,14 +33,6 @@ CATEGORIES = 10
 AFFINITY = 3.0
 BASE_CTR = 0.02
 USER_FEATURES = tuple(f"taste_{i}" for i in range(EMBEDDING_DIM)) + ("activity",)
-
-
-def _logit(p):
-    return np.log(p) - np.log1p(-p)
-
-
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 @dataclass
