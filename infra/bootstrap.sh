@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks, idempotently and quickly when nothing is missing:
-#   apt:   Java 17 (JDK), Maven, PostgreSQL, Redis, HAProxy (the gateway in front of the ad servers)
+#   apt:   Java 17 (JDK), Maven, PostgreSQL, Redis, HAProxy (the gateway in front of the ad servers), Prometheus,
+#          Chromium and chromium-driver (the dashboard's browser tests)
 #   pip:   a Python 3.11 virtual environment in .venv with this project and its pinned requirements
 #   Maven: the Kafka, Kafka Connect + Debezium and Flink Kafka connector jars into .platform/jars
 # Called by ./run before anything else; safe to run by hand.
@@ -14,6 +15,10 @@ command -v javac >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/javac" 
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)  # the metrics server `adserve up` starts
+# headless Chromium and its WebDriver: the dashboard's browser tests and its screenshot at the end of the day
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if ! command -v postgres >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
   missing+=(postgresql)
 fi
