@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from infra.platform import PlatformSettings
+from schemas import topics
 from serving.adserver.settings import TOKEN_KEYS_HELP, add_development_argument
 
 PORTS_HELP_SHORT = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
@@ -28,6 +29,7 @@ def register(sub) -> None:
     _add_prediction(ssub)
     _add_tracker(ssub)
     _add_advertiser_api(ssub)
+    _add_dashboard(ssub)
     _add_users(sub)
 
 
@@ -122,6 +124,27 @@ def _add_advertiser_api(ssub) -> None:
                                     "`adserve advertisers create NAME`.", epilog=PORTS_HELP_SHORT)
     v.add_argument("--port", type=int, default=8082)
     v.set_defaults(handler=cmd_serve_advertiser_api)
+
+
+def _add_dashboard(ssub) -> None:
+    d = ssub.add_parser("dashboard", help="the pacing dashboard: pacing API, fleet panels and the page",
+                        description="Follows budget.state and serving.campaigns (compacted) into memory and serves "
+                                    "GET /v1/pacing/campaigns (rows: state, p, spend against target, forecast, pace, "
+                                    "why under-delivering; filter, sort, page), GET /v1/pacing/campaigns/ID (the row "
+                                    "and its minute series from Redis pacing:ID), GET /v1/fleet (the fleet panels "
+                                    "from Prometheus), the page on / (polls every 2 s), /openapi.json, /metrics, "
+                                    "/ready. Rules: docs/dashboard.md.", epilog=PORTS_HELP_SHORT)
+    d.add_argument("--port", type=int, default=8092, help="HTTP port (default 8092; 0: any free port)")
+    d.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the platform's)")
+    d.add_argument("--redis-url", help="Redis holding pacing:{campaign} (default: the platform's)")
+    d.add_argument("--prometheus-url", help="Prometheus HTTP API the fleet panels query (default: the platform's; "
+                                            "'' for none: /v1/fleet then answers no panels and says why)")
+    d.add_argument("--state-topic", default=topics.BUDGET_STATE,
+                   help=f"budget states to follow (default {topics.BUDGET_STATE}; a simulated day's own topic "
+                        "to watch that day)")
+    d.add_argument("--campaigns-topic", default=topics.SERVING_CAMPAIGNS,
+                   help=f"campaign records to follow (default {topics.SERVING_CAMPAIGNS})")
+    d.set_defaults(handler=cmd_serve_dashboard)
 
 
 def _add_users(sub) -> None:
@@ -325,6 +348,33 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
         finally:
             await runner.cleanup()
             await store.close()
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_serve_dashboard(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from serving.dashboard.app import DashboardSettings, start_dashboard
+
+    platform = PlatformSettings.from_env()
+    settings = DashboardSettings(
+        kafka_bootstrap=args.bootstrap or platform.kafka_bootstrap, redis_url=args.redis_url or platform.redis_url,
+        prometheus_url=platform.prometheus_url if args.prometheus_url is None else (args.prometheus_url or None),
+        state_topic=args.state_topic, campaigns_topic=args.campaigns_topic, port=args.port)
+    print(f"dashboard settings: {settings.describe()}", flush=True)
+
+    async def main() -> None:
+        runner, port, _, _ = await start_dashboard(
+            bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url, prometheus_url=settings.prometheus_url,
+            state_topic=settings.state_topic, campaigns_topic=settings.campaigns_topic, host=settings.host,
+            port=settings.port)
+        print(f"pacing dashboard on http://{settings.host}:{port}/", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
 
     asyncio.run(main())
     return 0

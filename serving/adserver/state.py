@@ -232,9 +232,13 @@ class TopicFollower(threading.Thread):
 
     def __init__(self, bootstrap: str, deliver: Callable[[list[tuple[str, dict, int]]], None], *,
                  job: str = "adserver", clock: Callable[[], float] = time.time,
-                 start_offsets: dict[str, dict[int, int]] | None = None):
-        """start_offsets: per topic and partition where to begin (a snapshot's offsets); default 0."""
+                 start_offsets: dict[str, dict[int, int]] | None = None,
+                 state_topics: tuple[str, ...] = STATE_TOPICS, lease_topic: str | None = LEASE_TOPIC):
+        """start_offsets: per topic and partition where to begin (a snapshot's offsets); default 0.
+        state_topics: the compacted topics read from the start; lease_topic: the leases, read from 30 s ago
+        (None: none; a dashboard follows only budget.state and serving.campaigns)."""
         super().__init__(name="adserve-topic-follower", daemon=True)
+        self.state_topics, self.lease_topic = state_topics, lease_topic
         self.start_offsets = start_offsets or {}
         self.bootstrap, self.deliver, self.job, self.clock = bootstrap, deliver, job, clock
         self.codec = AvroCodec()
@@ -273,21 +277,21 @@ class TopicFollower(threading.Thread):
         try:
             assignment = []
             metadata = cons.list_topics(timeout=10)
-            for topic in (*STATE_TOPICS, LEASE_TOPIC):
+            for topic in (*self.state_topics, *([self.lease_topic] if self.lease_topic else [])):
                 if topic not in metadata.topics:
                     raise TopicMissing(f"topic {topic} does not exist: run `adserve up` first")
                 for p in metadata.topics[topic].partitions:
-                    if topic == LEASE_TOPIC:
+                    if topic == self.lease_topic:
                         since = int((self.clock() * 1000) - LEASE_LIFETIME_MS)
                         assignment.append(TopicPartition(topic, p, since))
                     else:
                         assignment.append(TopicPartition(topic, p, self.start_offsets.get(topic, {}).get(p, 0)))
                         self._at_end[(topic, p)] = False
-            leases = [tp for tp in assignment if tp.topic == LEASE_TOPIC]
+            leases = [tp for tp in assignment if tp.topic == self.lease_topic]
             if leases:
                 found = {(tp.topic, tp.partition): tp.offset for tp in cons.offsets_for_times(leases, timeout=10)}
                 for tp in assignment:
-                    if tp.topic == LEASE_TOPIC:
+                    if tp.topic == self.lease_topic:
                         tp.offset = found.get((tp.topic, tp.partition), -1)  # -1: from the end
             cons.assign(assignment)
             while not self._halt.is_set():

@@ -1,0 +1,148 @@
+"""The dashboard's handlers over an in-memory board and a scripted pacing store (no Kafka, Redis or Prometheus):
+what each endpoint answers, 400 naming the parameter, 404 for an unknown campaign, and the fleet without a
+Prometheus or with one that fails."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from serving.dashboard.app import NO_PROMETHEUS, DashboardServer, panel_series
+from serving.dashboard.board import PacingBoard
+from serving.dashboard.panels import PANELS, panel
+from streams.pacing_store import PacingDay, PacingPoint
+
+DAY = "2026-03-10"
+
+
+def campaign(campaign_id: int, advertiser_id: int, status: str = "ACTIVE", version: int = 1) -> dict:
+    return {"campaign_id": campaign_id, "advertiser_id": advertiser_id, "version": version, "status": status,
+            "daily_budget_micros": 100_000_000, "timezone": "UTC"}
+
+
+def state(campaign_id: int, committed: int, target: int, event_time: int = 1_000, kind: str = "OPEN",
+          limit: str | None = None) -> dict:
+    return {"campaign_id": campaign_id, "event_time": event_time, "budget_day": DAY, "state": kind,
+            "participation_probability": 0.5, "daily_budget_micros": 100_000_000, "billed_spend_micros": committed,
+            "committed_spend_micros": committed, "remaining_micros": 100_000_000 - committed,
+            "target_spend_micros": target, "delivery_limit": limit}
+
+
+def board() -> PacingBoard:
+    b = PacingBoard()
+    b.apply([("serving.campaigns", campaign(1, 10), 0), ("serving.campaigns", campaign(2, 20, "PAUSED"), 0),
+             ("budget.state", state(1, 20_000_000, 40_000_000, limit="BID"), 0),
+             ("budget.state", state(2, 40_000_000, 40_000_000), 0)])
+    return b
+
+
+def read_day(campaign_id: int) -> PacingDay | None:
+    if campaign_id != 1:
+        return None
+    points = [PacingPoint(601, 30, 25, 0.6, "OPEN"), PacingPoint(600, 20, 15, 0.5, "OPEN")]
+    return PacingDay(1, DAY, 100, "OPEN", 0.6, 30, 25, 20, 1_000, points)
+
+
+def call(server: DashboardServer, path: str) -> tuple[int, dict | str]:
+    async def run():
+        client = TestClient(TestServer(server.app()))
+        await client.start_server()
+        try:
+            response = await client.get(path)
+            body = await response.json() if response.content_type == "application/json" else await response.text()
+            return response.status, body
+        finally:
+            await client.close()
+    return asyncio.run(run())
+
+
+def test_the_list_answers_the_rows_of_the_board_and_their_count():
+    status, body = call(DashboardServer(board(), read_day), "/v1/pacing/campaigns?sort=campaign_id&order=desc")
+    assert status == 200 and body["total"] == 2
+    assert [(r["campaign_id"], r["under_delivery"]) for r in body["campaigns"]] == [(2, "paused"), (1, "bid")]
+
+
+def test_filters_reach_the_rows():
+    status, body = call(DashboardServer(board(), read_day), "/v1/pacing/campaigns?advertiser_id=10&pace=under")
+    assert (status, [r["campaign_id"] for r in body["campaigns"]], body["total"]) == (200, [1], 1)
+
+
+def test_a_bad_parameter_is_a_400_naming_it():
+    status, body = call(DashboardServer(board(), read_day), "/v1/pacing/campaigns?state=RUNNING")
+    assert status == 400 and body["field"] == "state" and body["error"].startswith("state:")
+
+
+def test_a_campaign_answers_its_row_and_its_minute_series_in_minute_order():
+    status, body = call(DashboardServer(board(), read_day), "/v1/pacing/campaigns/1")
+    assert status == 200 and body["campaign"]["campaign_id"] == 1
+    assert {k: body["series"][k] for k in ("minutes", "target", "committed", "p")} == \
+        {"minutes": [600, 601], "target": [20, 30], "committed": [15, 25], "p": [0.5, 0.6]}
+
+
+def test_a_campaign_without_a_pacing_day_has_an_empty_series():
+    status, body = call(DashboardServer(board(), read_day), "/v1/pacing/campaigns/2")
+    assert status == 200 and body["series"]["minutes"] == []
+
+
+def test_an_unknown_campaign_is_a_404_and_a_bad_id_a_400():
+    server = DashboardServer(board(), read_day)
+    assert call(server, "/v1/pacing/campaigns/99")[0] == 404
+    status, body = call(server, "/v1/pacing/campaigns/abc")
+    assert status == 400 and body["field"] == "campaign_id"
+
+
+def test_a_failing_store_still_answers_the_row_with_the_reason():
+    def broken(campaign_id: int):
+        raise ConnectionError("redis down")
+    status, body = call(DashboardServer(board(), broken), "/v1/pacing/campaigns/1")
+    assert status == 200 and body["series"] is None and "redis down" in body["series_error"]
+
+
+def test_without_prometheus_the_fleet_is_empty_and_says_why():
+    status, body = call(DashboardServer(board(), read_day), "/v1/fleet")
+    assert (status, body["panels"], body["reason"]) == (200, [], NO_PROMETHEUS)
+
+
+def test_an_unreachable_prometheus_gives_each_panel_an_error_not_a_crash():
+    status, body = call(DashboardServer(board(), read_day, prometheus_url="http://127.0.0.1:9"), "/v1/fleet")
+    assert status == 200 and [p["name"] for p in body["panels"]] == [p.name for p in PANELS]
+    assert all(p["error"] and "prometheus unavailable" in p["error"] for p in body["panels"])
+
+
+def test_a_prometheus_answer_becomes_series_with_the_panels_labels():
+    answer = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"type": "CLICK", "job": "tracker"}, "value": [1, "2.5"]},
+        {"metric": {"type": "IMPRESSION", "job": "tracker"}, "value": [1, "NaN"]}]}}
+    assert panel_series(panel("tracker_events_per_second"), answer) == [
+        {"labels": {"type": "CLICK"}, "value": 2.5}, {"labels": {"type": "IMPRESSION"}, "value": None}]
+
+
+def test_the_page_openapi_metrics_and_ready_answer():
+    server = DashboardServer(board(), read_day, ready=lambda: False)
+    status, page = call(server, "/")
+    assert status == 200 and "/static/app.js" in page
+    assert call(server, "/static/app.js")[0] == 200
+    status, spec = call(server, "/openapi.json")
+    assert status == 200 and "/v1/pacing/campaigns" in spec["paths"]
+    status, metrics = call(server, "/metrics")
+    assert status == 200 and "adserve_dashboard_campaigns 2.0" in metrics
+    status, ready = call(server, "/ready")
+    assert status == 503 and ready["campaigns"] == 2
+
+
+def test_an_older_budget_state_or_campaign_version_does_not_replace_the_newer():
+    b = board()
+    b.apply([("budget.state", state(1, 1, 40_000_000, event_time=500), 0),
+             ("serving.campaigns", campaign(1, 77, version=0), 0)])
+    assert (b.rows[1].committed_micros, b.rows[1].advertiser_id) == (20_000_000, 10)
+
+
+@pytest.mark.parametrize("name", [p.name for p in PANELS])
+def test_every_panel_is_found_by_its_name(name):
+    assert panel(name).name == name
+
+
+def test_panel_names_are_unique():
+    assert len({p.name for p in PANELS}) == len(PANELS)
+
