@@ -179,15 +179,19 @@ def test_two_campaigns_of_one_exclusion_category_never_share_a_page_until_one_ch
     async def scenario():
         async with World(platform) as w:
             first_car, second_car, bookshop = await w.advertiser(), await w.advertiser(), await w.advertiser()
-            _, car_a = await w.campaign_with_ad(first_car, placement, 3_000_000, exclusion_category=7)
+            car_a_campaign, car_a = await w.campaign_with_ad(first_car, placement, 3_000_000, exclusion_category=7)
             car_b_campaign, car_b = await w.campaign_with_ad(second_car, placement, 2_900_000, exclusion_category=7)
-            _, book = await w.campaign_with_ad(bookshop, placement, 1_000_000)
+            book_campaign, book = await w.campaign_with_ad(bookshop, placement, 1_000_000)
             carried = [a["exclusion_category"] for a in (car_a, car_b, book)]  # each ad carries its campaign's
             ads = {"car_a": car_a["ad_id"], "car_b": car_b["ad_id"], "book": book["ad_id"]}
 
+            campaign_ids = {int(c["campaign_id"]) for c in (car_a_campaign, car_b_campaign, book_campaign)}
+
             def approved_everywhere() -> bool:
-                return all(w.applied("serving.ads", a["ad_id"], a["version"]) for a in (car_a, car_b, book))
-            await w.until(approved_everywhere, "the three approved ads reaching both servers")
+                # ads and campaigns travel on two topics: an ad serves once its campaign has arrived as well
+                return all(w.applied("serving.ads", a["ad_id"], a["version"]) for a in (car_a, car_b, book)) and \
+                    all(campaign_ids <= {int(c) for c in s.server.state.campaigns.campaign_ids()} for s in w.servers)
+            await w.until(approved_everywhere, "the three approved ads and their campaigns reaching both servers")
             indexed = [[int(s.server.state.index.exclusion_category.data[s.server.state.index.row_of(ad_id)])
                         for ad_id in ads.values()] for s in w.servers]
             # both cars outbid the bookshop: only the category keeps the second car off the page
@@ -207,7 +211,7 @@ def test_two_campaigns_of_one_exclusion_category_never_share_a_page_until_one_ch
     carried, indexed, ads, rivals, (version_before, car_b_now), apart = asyncio.run(scenario())
     assert carried == [7, 7, 0] and indexed == [[7, 7, 0], [7, 7, 0]]
     # every page is full, and none shows both cars
-    assert all(len(page) == 2 and not {ads["car_a"], ads["car_b"]} <= set(page) for page in rivals)
+    assert all(len(page) == 2 and not {ads["car_a"], ads["car_b"]} <= set(page) for page in rivals), (ads, rivals)
     assert car_b_now["exclusion_category"] == 8 and car_b_now["version"] == version_before + 1
     # once their categories differ, the two best bids share pages again
     assert any(set(page) == {ads["car_a"], ads["car_b"]} for page in apart)
