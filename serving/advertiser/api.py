@@ -9,6 +9,9 @@
     GET    /v1/campaigns/{id}/ads            the campaign's ads
     POST   /v1/campaigns/{id}/ads            create an ad (bid, creative, landing URL, targeting)
     GET    /v1/ads/{id}, PATCH /v1/ads/{id}  read, change bid / targeting / creative / status
+    GET    /v1/reports?from=&to=&granularity=hour|day[&campaign_id=1,2]
+                                             billed impressions, clicks, spend and conversions per campaign
+                                             (core.reports; 400 naming the parameter, 404 for another's campaign)
     GET    /openapi.json                     the OpenAPI description
 
 A rejected request (4xx with {"error", "field"}) writes nothing; a field that
@@ -35,6 +38,7 @@ from aiohttp import web
 
 from core.campaigns import InvalidField, validate_ad, validate_campaign
 from core.errors import InvalidSettings
+from core.reports import parse_report_query
 from core.settings import describe
 from serving.advertiser.store import CampaignStore, to_json, with_ms_times
 
@@ -72,6 +76,7 @@ class AdvertiserApi:
             web.post("/v1/campaigns/{id}/pause", self.pause), web.post("/v1/campaigns/{id}/resume", self.resume),
             web.get("/v1/campaigns/{id}/ads", self.list_ads), web.post("/v1/campaigns/{id}/ads", self.create_ad),
             web.get("/v1/ads/{id}", self.get_ad), web.patch("/v1/ads/{id}", self.patch_ad),
+            web.get("/v1/reports", self.reports),
         ])
         return app
 
@@ -164,6 +169,12 @@ class AdvertiserApi:
         if not fields:
             raise InvalidField("body", "names no field to change")
         return self._found(await self.store.update_ad(request[ADVERTISER], self._id(request), fields), "ad")
+
+    async def reports(self, request: web.Request) -> web.Response:
+        report = await self.store.report(request[ADVERTISER], parse_report_query(request.query))
+        if report is None:
+            return _error(404, "no such campaign for this advertiser", "campaign_id")
+        return web.json_response(report)
 
 
 @dataclass(frozen=True)
