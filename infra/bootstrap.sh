@@ -3,7 +3,8 @@
 #   apt:   Java 17 (JDK), Maven, PostgreSQL, Redis, HAProxy (the gateway in front of the ad servers), Prometheus,
 #          Chromium and chromium-driver (the dashboard's browser tests)
 #   pip:   a Python 3.11 virtual environment in .venv with this project and its pinned requirements
-#   Maven: the Kafka, Kafka Connect + Debezium and Flink Kafka connector jars into .platform/jars
+#   Maven: the Kafka, Kafka Connect + Debezium, Flink Kafka connector and Flink Prometheus reporter jars into
+#          .platform/jars
 # Called by ./run before anything else; safe to run by hand.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -36,6 +36,7 @@ from core.errors import InvalidField
 from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenClaims, TokenKeys
 from schemas import topics
 from schemas.codec import AvroCodec
+from serving.scrape_targets import announce
 
 LOG = logging.getLogger("adserve.tracker")
 STATUS_OF = {"malformed": 400, "bad_signature": 403, "unknown_key": 403, "expired": 410}
@@ -186,8 +187,10 @@ async def start_tracker(*, bootstrap: str, keys: TokenKeys, host: str = "127.0.0
 
     tracker = Tracker(keys, produce)
     runner = web.AppRunner(tracker.app(), access_log=None)
+    target = announce(runner.app, "tracker")
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    target.publish(host, bound)
     return runner, bound, tracker, producer

@@ -34,7 +34,8 @@ KAFKA = JarGroup("kafka", "kafka", "kafka_2.13-")
 DEBEZIUM = JarGroup("debezium", "connect-plugins/debezium-postgres", "debezium-connector-postgres-")
 FLINK_CONNECTORS = JarGroup("flink", "flink", "flink-sql-connector-kafka-")
 FLINK_FORMATS = JarGroup("flink-formats", "flink-formats", "flink-sql-avro-")
-ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS, FLINK_FORMATS)
+FLINK_METRICS = JarGroup("flink-metrics", "flink-metrics", "flink-metrics-prometheus-")
+ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS, FLINK_FORMATS, FLINK_METRICS)
 
 
 def fetch(settings: PlatformSettings, groups: tuple[JarGroup, ...] = ALL_GROUPS,
@@ -82,3 +83,9 @@ def flink_connector_jar(settings: PlatformSettings) -> Path:
 def flink_avro_jar(settings: PlatformSettings) -> Path:
     """The Flink Avro SQL format jar (the archiver's file format); raises if it has not been fetched."""
     return _fetched_jar(settings, FLINK_FORMATS, "Flink Avro format")
+
+
+def flink_prometheus_reporter_jar(settings: PlatformSettings) -> Path:
+    """Flink's Prometheus metrics reporter jar (a plugin of the platform's cluster); raises if it has not been
+    fetched."""
+    return _fetched_jar(settings, FLINK_METRICS, "Flink Prometheus reporter")

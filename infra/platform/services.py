@@ -29,6 +29,7 @@ from infra.platform.process import ManagedProcess, port_in_use, reap, wait_until
 from infra.platform.settings import PlatformSettings
 
 HTTP_TIMEOUT_S = 3.0
+PROMETHEUS_REPORTER = "metrics.reporter.prom"  # the Flink config prefix of the Prometheus reporter
 
 
 def http_json(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> object:
@@ -411,7 +412,8 @@ class Flink(Service):
 
     @property
     def ports(self) -> list[int]:
-        return [self.settings.flink_rest_port, self.settings.flink_rpc_port]
+        return [self.settings.flink_rest_port, self.settings.flink_rpc_port,
+                self.settings.flink_jobmanager_metrics_port, self.settings.flink_taskmanager_metrics_port]
 
     def address(self) -> str:
         return (f"web UI and REST {self.settings.flink_rest_url}, "
@@ -424,6 +426,30 @@ class Flink(Service):
     @property
     def lib_dir(self) -> Path:
         return self.data_dir / "lib"
+
+    @property
+    def plugins_dir(self) -> Path:
+        return self.data_dir / "plugins"
+
+    def write_plugins(self) -> Path:
+        """The cluster's plugins/ (FLINK_PLUGINS_DIR): the Prometheus metrics reporter, fetched from Maven Central
+        (infra/maven/flink-metrics), in a folder of its own as Flink's plugin loader wants."""
+        from infra.platform.jars import flink_prometheus_reporter_jar
+
+        if self.plugins_dir.exists():
+            shutil.rmtree(self.plugins_dir)
+        reporter = self.plugins_dir / "metrics-prometheus"
+        reporter.mkdir(parents=True)
+        jar = flink_prometheus_reporter_jar(self.settings)
+        shutil.copy(jar, reporter / jar.name)
+        return self.plugins_dir
+
+    def reporter_port_args(self, component: str) -> list[str]:
+        """The dynamic property that gives the JobManager or the TaskManager its own reporter port: both read
+        the same config.yaml, whose port list only says which ports the reporters may take."""
+        port = (self.settings.flink_jobmanager_metrics_port if component == "jobmanager"
+                else self.settings.flink_taskmanager_metrics_port)
+        return ["-D", f"{PROMETHEUS_REPORTER}.port={port}"]
 
     def write_lib(self) -> Path:
         """The cluster's lib/ (FLINK_LIB_DIR): the distribution's jars plus the Python bridge (opt/flink-python)
@@ -489,6 +515,10 @@ class Flink(Service):
             "env.pid.dir": str(s.run_dir),
             "io.tmp.dirs": str(self.data_dir / "tmp"),
             "web.tmpdir": str(self.data_dir / "web"),
+            # Metrics for Prometheus (infra/platform/prometheus.py scrapes both ports); the plugin is in
+            # plugins/ (write_plugins), each process gets its port with reporter_port_args.
+            f"{PROMETHEUS_REPORTER}.factory.class": "org.apache.flink.metrics.prometheus.PrometheusReporterFactory",
+            f"{PROMETHEUS_REPORTER}.port": f"{s.flink_jobmanager_metrics_port},{s.flink_taskmanager_metrics_port}",
         }
         (self.data_dir / "tmp").mkdir(exist_ok=True)
         # Keep the distribution's settings (its JVM --add-opens among them), override ours.
@@ -503,6 +533,7 @@ class Flink(Service):
         return {
             "FLINK_CONF_DIR": str(self.conf_dir),
             "FLINK_LIB_DIR": str(self.lib_dir),
+            "FLINK_PLUGINS_DIR": str(self.plugins_dir),
             "FLINK_LOG_DIR": str(self.settings.log_dir / "flink"),
             "JAVA_HOME": str(Path(os.path.realpath(java)).parent.parent),
             "FLINK_PID_DIR": str(self.settings.run_dir),
@@ -513,12 +544,15 @@ class Flink(Service):
         (self.settings.log_dir / "flink").mkdir(parents=True, exist_ok=True)
         self.write_conf()
         self.write_lib()
+        self.write_plugins()
         bin_dir = pyflink_home() / "bin"
         env = self.env()
         jm, tm = self.processes()
         # The scripts read FLINK_CONF_DIR and exec java in the foreground, so the pid is the JVM's.
-        jm.start(["bash", str(bin_dir / "jobmanager.sh"), "start-foreground"], env=env)
-        tm.start(["bash", str(bin_dir / "taskmanager.sh"), "start-foreground"], env=env)
+        jm.start(["bash", str(bin_dir / "jobmanager.sh"), "start-foreground", *self.reporter_port_args("jobmanager")],
+                 env=env)
+        tm.start(["bash", str(bin_dir / "taskmanager.sh"), "start-foreground",
+                  *self.reporter_port_args("taskmanager")], env=env)
 
     def kill_taskmanager(self) -> None:
         """Kill the TaskManager at once (SIGKILL, no shutdown), as a crash would. Its jobs fail over and
@@ -534,13 +568,19 @@ class Flink(Service):
     def start_taskmanager(self) -> None:
         tm = self.processes()[1]
         if tm.pid() is None:
-            tm.start(["bash", str(pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"], env=self.env())
+            tm.start(["bash", str(pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground",
+                      *self.reporter_port_args("taskmanager")], env=self.env())
         wait_until(self.healthy, timeout_s=self.settings.start_timeout_s, what="TaskManager did not register")
 
     def healthy(self) -> bool:
+        """A TaskManager with all slots registered, and both metrics reporters listening (a cluster started
+        without them is restarted by `up`)."""
         overview = http_json(f"{self.settings.flink_rest_url}/overview")
+        s = self.settings
         return (overview.get("taskmanagers", 0) >= 1  # type: ignore[union-attr]
-                and overview.get("slots-total", 0) >= self.settings.flink_task_slots)  # type: ignore[union-attr]
+                and overview.get("slots-total", 0) >= s.flink_task_slots  # type: ignore[union-attr]
+                and port_in_use(s.host, s.flink_jobmanager_metrics_port)
+                and port_in_use(s.host, s.flink_taskmanager_metrics_port))
 
 
 _LOG4J2_CONSOLE = """\
@@ -560,6 +600,46 @@ logger.reflections.level = ERROR
 """
 
 
+class Prometheus(Service):
+    """Prometheus with the generated configuration (infra/platform/prometheus.py): scrapes the servers that
+    announce themselves in the targets folder and the Flink reporters, and evaluates the alert rules."""
+
+    name = "prometheus"
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.settings.prometheus_port]
+
+    def address(self) -> str:
+        return f"{self.settings.prometheus_url} (targets folder {self.settings.prometheus_targets_dir})"
+
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / "prometheus.yml"
+
+    def launch(self) -> None:
+        from infra.platform.prometheus import write_config
+        from serving.scrape_targets import remove_stale
+
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise PlatformError("prometheus is not installed: run `apt-get install -y prometheus` "
+                                "(bash infra/bootstrap.sh does it)")
+        write_config(self.settings, self.config_path)
+        remove_stale(self.settings.prometheus_targets_dir)  # servers killed before they could withdraw
+        self.process().start([
+            binary, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.data_dir / 'data'}",
+            f"--web.listen-address={self.settings.host}:{self.settings.prometheus_port}",
+            "--storage.tsdb.retention.time=7d", "--web.enable-lifecycle",
+        ])
+
+    def healthy(self) -> bool:
+        with urllib.request.urlopen(f"{self.settings.prometheus_url}/-/ready",  # noqa: S310 - loopback only
+                                    timeout=HTTP_TIMEOUT_S) as resp:
+            return resp.status == 200
+
+
 def all_services(settings: PlatformSettings) -> list[Service]:
-    """In start order: stores first, then the broker, then what needs the broker."""
-    return [Redis(settings), Postgres(settings), Kafka(settings), KafkaConnect(settings), Flink(settings)]
+    """In start order: stores first, then the broker, then what needs the broker, then what watches them all."""
+    return [Redis(settings), Postgres(settings), Kafka(settings), KafkaConnect(settings), Flink(settings),
+            Prometheus(settings)]

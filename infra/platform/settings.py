@@ -29,6 +29,9 @@ class PlatformSettings:
     flink_rest_port: int = 18081
     flink_rpc_port: int = 16123
     flink_task_slots: int = 8
+    flink_jobmanager_metrics_port: int = 19249  # the JobManager's Prometheus reporter
+    flink_taskmanager_metrics_port: int = 19250  # the TaskManager's Prometheus reporter
+    prometheus_port: int = 19090
     start_timeout_s: float = 120.0
 
     @classmethod
@@ -66,6 +69,12 @@ class PlatformSettings:
     def log_dir(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def prometheus_targets_dir(self) -> Path:
+        """Where each running ad server, tracker and prediction service keeps one file naming its /metrics
+        address (serving.scrape_targets), read by Prometheus' file-based discovery."""
+        return self.state_dir / "prometheus" / "targets"
+
     # Addresses ---------------------------------------------------------------
     @property
     def kafka_bootstrap(self) -> str:
@@ -80,6 +89,10 @@ class PlatformSettings:
         return f"http://{self.host}:{self.flink_rest_port}"
 
     @property
+    def prometheus_url(self) -> str:
+        return f"http://{self.host}:{self.prometheus_port}"
+
+    @property
     def redis_url(self) -> str:
         return f"redis://{self.host}:{self.redis_port}/0"
 
@@ -89,13 +102,15 @@ class PlatformSettings:
 
     def as_env(self) -> dict[str, str]:
         """The settings as ADSERVE_* variables, for child processes and tests; with the addresses derived from
-        them (ADSERVE_KAFKA_BOOTSTRAP, ADSERVE_POSTGRES_DSN), which the services' settings read."""
+        them (ADSERVE_KAFKA_BOOTSTRAP, ADSERVE_POSTGRES_DSN), which the services' settings read, and the folder
+        where servers announce their /metrics to Prometheus (ADSERVE_SCRAPE_TARGETS_DIR)."""
         env = {"ADSERVE_HOME": str(self.home)}
         for f in fields(self):
             if f.name != "home":
                 env[f"ADSERVE_{f.name.upper()}"] = str(getattr(self, f.name))
         env["ADSERVE_KAFKA_BOOTSTRAP"] = self.kafka_bootstrap
         env["ADSERVE_POSTGRES_DSN"] = self.postgres_dsn
+        env["ADSERVE_SCRAPE_TARGETS_DIR"] = str(self.prometheus_targets_dir)
         return env
 
     def describe(self) -> str:

@@ -18,6 +18,7 @@ from core.budget_events import (AdsChange, Billed, CampaignChange, LateReport, M
                                 apply, apply_held, change_instant_ms, new_state, window_end_ms)
 from core.dead_letters import dead_letter
 from core.errors import SchemaMismatch
+from core.monitoring import LIMITS, LimitedCampaigns
 from core.pacing import Curves
 from core.spend import report_key, spend_items
 from jobs.budget_pacing import state as pacer_state
@@ -127,6 +128,11 @@ class Pace(KeyedProcessFunction):
         metrics = runtime_context.get_metrics_group()
         self.steps, self.grants = metrics.counter("controller_steps"), metrics.counter("slices_granted")
         self.late = metrics.counter("late_reports")
+        # Monitoring only (never state): counts of campaigns limited for an hour, for the delivery alerts.
+        self.limited = LimitedCampaigns()
+        for limit in LIMITS:
+            metrics.gauge(f"campaigns_limited_by_{limit.lower()}_for_an_hour",
+                          lambda limit=limit: self.limited.count(limit))
         self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, metrics.counter("corrupt_records"))
         # In memory: after a restart the billing clock starts at 0 again, which only keeps expired slices
         # counted as spent a little longer.
@@ -162,6 +168,7 @@ class Pace(KeyedProcessFunction):
         for campaign_id in sorted(self._campaigns(ctx.get_current_key())):
             state, outputs = apply(self._load(campaign_id), Tick(timestamp), self.market)
             self.steps.inc()
+            self.limited.observe(campaign_id, state.delivery_limit, timestamp)
             self._save(state)
             yield from self._emit(outputs)
         if ctx.timer_service().current_watermark() < END_OF_INPUT:  # a bounded run ends; no more steps

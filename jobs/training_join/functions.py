@@ -9,6 +9,7 @@ from pyflink.common import Row, Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
 
 from core import training
+from core.monitoring import calibration_counts
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type
 from jobs.training_join import state as join_state
 from schemas.codec import AvroCodec
@@ -55,8 +56,8 @@ class Split(ProcessFunction):
 
 
 class Label(KeyedProcessFunction):
-    """Per impression: core.training.apply / on_timer on its LabelState; examples out (counted, `examples`),
-    late beacons and conversions and unjoined impressions counted."""
+    """Per impression: core.training.apply / on_timer on its LabelState; examples out (counted, `examples`, and
+    per calibration segment), late beacons and conversions and unjoined impressions counted."""
 
     def __init__(self, rules: training.JoinRules = training.JoinRules()):
         self.rules = rules
@@ -68,6 +69,7 @@ class Label(KeyedProcessFunction):
         self.emitted, self.late = metrics.counter("examples"), metrics.counter("late_beacons")
         self.unjoined = metrics.counter("unjoined_impressions")
         self.late_conversions = metrics.counter("late_conversions")
+        self.metrics, self.calibration = metrics, {}  # segment -> its (predicted micros, clicks) counters
 
     def process_element(self, row, ctx):
         state = join_state.label_from_row(self.state.value())
@@ -84,7 +86,24 @@ class Label(KeyedProcessFunction):
             ctx.timer_service().register_event_time_timer(timestamp)
         for made in step.examples:
             self.emitted.inc()
+            self._count_calibration(made)
             yield Row(made["impression_id"].encode(), self.codec.encode("TrainingExample", made), made["event_time"])
+
+    def _count_calibration(self, example: dict) -> None:
+        """The example's predicted and observed clicks, on counters labelled by its calibration segment
+        (placement, country, billing_type), for the calibration alert (infra/prometheus/rules.yml)."""
+        counts = calibration_counts(example)
+        if counts is None:
+            return
+        counters = self.calibration.get(counts.segment)
+        if counters is None:
+            placement, country, billing_type = counts.segment
+            group = (self.metrics.add_group("placement", placement).add_group("country", country)
+                     .add_group("billing_type", billing_type))
+            counters = self.calibration[counts.segment] = (group.counter("calibration_predicted_clicks_micros"),
+                                                           group.counter("calibration_clicks"))
+        counters[0].inc(counts.predicted_clicks_micros)
+        counters[1].inc(counts.clicks)
 
     def _keep(self, step: training.LabelStep) -> None:
         """Write the step's state and count what it reports."""

@@ -26,6 +26,7 @@ from serving.decision.engine import DecisionEngine
 from serving.decision.prediction import Predictor
 from serving.snapshots import latest_snapshot, read_snapshot
 from serving.frequency_store import UserStore
+from serving.scrape_targets import announce
 from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver")
@@ -121,10 +122,12 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     served_log.on_error = lambda what: server.metrics.after_errors.labels(what).inc()
     tasks = [loop.create_task(_every_second(reporter, state, server))]
     runner = web.AppRunner(server.app(), access_log=None)
+    target = announce(runner.app, "adserver")
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=256)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    target.publish(host, bound)
     if follow:
         await _wait_caught_up(follower, wait_ready_s)
     LOG.info("ad server %s on %s:%d, %d ads, ready=%s", config.server_id, host, bound, len(state.index),

@@ -45,6 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from core.errors import AdserveError, BadRequest, InvalidSettings
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
 from serving.model.canary import promotion_refusal, routes_to_candidate
+from serving.scrape_targets import announce
 
 LOG = logging.getLogger("adserve.prediction")
 DEFAULT_PORT = 8090
@@ -485,10 +486,12 @@ async def start_prediction_service(service: PredictionService, *, host: str = "1
                                    port: int = DEFAULT_PORT) -> RunningPredictionService:
     service.batcher.start()
     runner = web.AppRunner(service.app(), access_log=None)
+    target = announce(runner.app, "prediction")
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=512)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    target.publish(host, bound)
     tasks = []
     if service.config.ad_features_dir is not None and service.config.snapshot_refresh_s > 0:
         tasks.append(asyncio.get_running_loop().create_task(service.keep_snapshot_fresh()))

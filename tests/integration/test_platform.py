@@ -23,7 +23,8 @@ def isolated_env(home: Path, shift: int = PORT_SHIFT) -> dict[str, str]:
     base = PlatformSettings(home=home)
     env = {"ADSERVE_HOME": str(home)}
     for name in ("kafka_port", "kafka_controller_port", "connect_port", "postgres_port", "redis_port",
-                 "flink_rest_port", "flink_rpc_port"):
+                 "flink_rest_port", "flink_rpc_port", "flink_jobmanager_metrics_port",
+                 "flink_taskmanager_metrics_port", "prometheus_port"):
         env[f"ADSERVE_{name.upper()}"] = str(getattr(base, name) + shift)
     env["ADSERVE_FLINK_TASK_SLOTS"] = "2"
     # the jars are shared with the main instance so the test does not fetch them again
@@ -60,9 +61,10 @@ def test_up_twice_then_status_then_down_leaves_no_process(platform, tmp_path):
         assert status.returncode == 0, status.stdout
         rows = json.loads(status.stdout)
         assert {r["name"]: r["state"] for r in rows} == {
-            "redis": "running", "postgres": "running", "kafka": "running", "connect": "running", "flink": "running"}
+            "redis": "running", "postgres": "running", "kafka": "running", "connect": "running", "flink": "running",
+            "prometheus": "running"}
         pids = [pid for r in rows for pid in r["pids"]]
-        assert len(pids) == 6
+        assert len(pids) == 7
     finally:
         down = adserve(env, "down", "--purge")
     assert down.returncode == 0, down.stderr

@@ -15,11 +15,21 @@ class FakeCounter:
 
 
 class FakeMetrics:
-    def __init__(self) -> None:
-        self.counters: dict[str, FakeCounter] = {}
+    """Counters and gauges by name; a key-value group's are named `key=value.name` (nested groups in order)."""
+
+    def __init__(self, prefix: str = "", root: "FakeMetrics | None" = None) -> None:
+        self.counters: dict[str, FakeCounter] = root.counters if root is not None else {}
+        self.gauges: dict[str, Any] = root.gauges if root is not None else {}
+        self.prefix = prefix
 
     def counter(self, name: str) -> FakeCounter:
-        return self.counters.setdefault(name, FakeCounter())
+        return self.counters.setdefault(self.prefix + name, FakeCounter())
+
+    def gauge(self, name: str, obj) -> None:
+        self.gauges[self.prefix + name] = obj
+
+    def add_group(self, name: str, extra: str | None = None) -> "FakeMetrics":
+        return FakeMetrics(f"{self.prefix}{name}{'' if extra is None else '=' + extra}.", self)
 
 
 class FakeValueState:

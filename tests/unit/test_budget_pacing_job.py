@@ -65,7 +65,7 @@ class FakeCounter:
 
 class FakeRuntimeContext:
     def __init__(self):
-        self.states, self.counters = {}, {}
+        self.states, self.counters, self.gauges = {}, {}, {}
 
     def get_map_state(self, descriptor):
         return self.states.setdefault(descriptor.name, FakeMapState())
@@ -78,6 +78,9 @@ class FakeRuntimeContext:
 
     def counter(self, name):
         return self.counters.setdefault(name, FakeCounter())
+
+    def gauge(self, name, obj):
+        self.gauges[name] = obj
 
 
 class FakeTimerService:

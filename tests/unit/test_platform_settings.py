@@ -76,3 +76,17 @@ def test_the_change_translation_reads_and_writes_the_topics_the_platform_creates
     assert {cdc: serving for cdc, (serving, _) in CDC_ROUTES.items()} == {
         topics.CDC_CAMPAIGNS: topics.SERVING_CAMPAIGNS, topics.CDC_ADS: topics.SERVING_ADS,
         topics.CDC_RESERVES: topics.SERVING_RESERVES}
+
+
+def test_every_port_is_documented_with_its_environment_variable_and_default():
+    from dataclasses import fields
+
+    from adserve.cli import PORTS_HELP
+
+    doc = PLATFORM_DOC.read_text()
+    for f in fields(PlatformSettings):
+        if f.name.endswith("_port"):
+            variable = f"ADSERVE_{f.name.upper()}"
+            assert variable in doc, f"{variable}: not in docs/platform.md"
+            assert f"{variable} ({f.default})" in PORTS_HELP, f"{variable}: not in `adserve --help`"
+            assert str(f.default) in doc, f"{f.name}'s default {f.default}: not in docs/platform.md's table"
