@@ -114,7 +114,8 @@
     return {
       title, width, height: 200,
       scales: { x: { time: false } },
-      axes: [{ values: (u, ticks) => ticks.map(clock) }, { values: axisValues, size: 70 }],
+      axes: [{ values: (u, ticks) => ticks.map(clock), incrs: [15, 30, 60, 120, 180, 240, 360] },
+             { values: axisValues, size: 70 }],
       series: [{ label: "minute", value: (u, v) => (v === null ? "" : clock(v)) }, ...series],
     };
   }
