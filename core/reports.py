@@ -204,34 +204,37 @@ def _zero() -> dict[str, int]:
     return {name: 0 for name in METRICS}
 
 
-def hourly_rows(billed: Iterable[Mapping[str, Any]], conversions: Iterable[Mapping[str, Any]],
+HOURLY_BILLED_COLUMNS = ("campaign_id", "budget_day", "hour_start_ms", "billed_impressions", "billed_clicks",
+                         "billed_spend_micros")
+HOURLY_CONVERSION_COLUMNS = ("campaign_id", "hour_start_ms", "conversions")
+
+
+def hourly_rows(billed: Iterable[Sequence[Any]], conversions: Iterable[Sequence[Any]],
                 from_ms: int, to_ms: int) -> dict[int, list[dict[str, Any]]]:
     """campaign id -> hourly rows in [from, to), oldest first, only hours with something in them.
 
-    `billed`: rows of the hourly landing table (campaign_id, budget_day, hour_start_ms and the cumulative
-    BILLED_METRICS), including up to LOOKBACK_MS before `from_ms` so each budget day's first reported hour finds
-    its previous cumulative totals. An hour's billed figures are the growth since the previous hour of the same
-    budget day (an hour holding two budget days of a campaign adds both days' growth). `conversions`: rows of
-    (campaign_id, hour_start_ms, conversions). Written for a 30-day hourly report of many campaigns: one pass
-    over the rows in (campaign, hour) order, which visits each budget day's hours in order too."""
+    `billed`: rows of the hourly landing table as tuples of HOURLY_BILLED_COLUMNS (the cumulative totals),
+    including up to LOOKBACK_MS before `from_ms` so each budget day's first reported hour finds its previous
+    cumulative totals. An hour's billed figures are the growth since the previous hour of the same budget day
+    (an hour holding two budget days of a campaign adds both days' growth). `conversions`: tuples of
+    HOURLY_CONVERSION_COLUMNS. Written for 30-day hourly reports of many campaigns (tuples, not mappings: a
+    report reads tens of thousands of rows): one pass in (campaign, hour) order, which visits each budget
+    day's hours in order too."""
     buckets: dict[tuple[int, int], list[int]] = {}  # (campaign, hour) -> [impressions, clicks, conversions, spend]
     previous: dict[tuple[int, Any], tuple[int, int, int]] = {}
-    for row in sorted(billed, key=itemgetter("campaign_id", "hour_start_ms")):
-        campaign_id, hour = int(row["campaign_id"]), int(row["hour_start_ms"])
-        now = (int(row["billed_impressions"]), int(row["billed_clicks"]), int(row["billed_spend_micros"]))
-        before = previous.get((campaign_id, row["budget_day"]), (0, 0, 0))
-        previous[(campaign_id, row["budget_day"])] = now
+    for campaign_id, day, hour, impressions, clicks_n, spend in sorted(billed, key=itemgetter(0, 2)):
+        before = previous.get((campaign_id, day), (0, 0, 0))
+        previous[(campaign_id, day)] = (impressions, clicks_n, spend)
         if from_ms <= hour < to_ms:
             bucket = buckets.get((campaign_id, hour))
             if bucket is None:
                 bucket = buckets[(campaign_id, hour)] = [0, 0, 0, 0]
-            bucket[0] += now[0] - before[0]
-            bucket[1] += now[1] - before[1]
-            bucket[3] += now[2] - before[2]
-    for row in conversions:
-        campaign_id, hour = int(row["campaign_id"]), int(row["hour_start_ms"])
+            bucket[0] += impressions - before[0]
+            bucket[1] += clicks_n - before[1]
+            bucket[3] += spend - before[2]
+    for campaign_id, hour, conversions_n in conversions:
         if from_ms <= hour < to_ms:
-            buckets.setdefault((campaign_id, hour), [0, 0, 0, 0])[2] += int(row["conversions"])
+            buckets.setdefault((campaign_id, hour), [0, 0, 0, 0])[2] += int(conversions_n)
     hour_names: dict[int, str] = {}
     out: dict[int, list[dict[str, Any]]] = {}
     for (campaign_id, hour), (impressions, clicks_n, conversions_n, spend) in sorted(buckets.items()):

@@ -99,10 +99,9 @@ def test_a_record_with_a_bad_budget_day_is_refused():
 
 
 def test_an_hour_shows_what_its_budget_day_grew_by_since_the_previous_hour():
-    rows = [{"campaign_id": 1, "budget_day": "2026-03-10", "hour_start_ms": feed.T0 + h * HOUR,
-             "billed_impressions": 0, "billed_clicks": n, "billed_spend_micros": spend}
-            for h, n, spend in ((1, 2, 200), (3, 5, 700), (4, 5, 900))]
-    conversions = [{"campaign_id": 1, "hour_start_ms": feed.T0 + 3 * HOUR, "conversions": 2}]
+    rows = [(1, "2026-03-10", feed.T0 + h * HOUR, 0, n, spend) for h, n, spend in ((1, 2, 200), (3, 5, 700),
+                                                                                   (4, 5, 900))]
+    conversions = [(1, feed.T0 + 3 * HOUR, 2)]
     hourly = reports.hourly_rows(rows, conversions, feed.T0 + 2 * HOUR, feed.T0 + 5 * HOUR)
     assert hourly == {1: [
         {"hour": "2026-03-10T03:00:00Z", "billed_impressions": 0, "billed_clicks": 3, "conversions": 2,
@@ -112,9 +111,8 @@ def test_an_hour_shows_what_its_budget_day_grew_by_since_the_previous_hour():
 
 
 def test_the_first_hour_of_a_budget_day_counts_from_zero():
-    rows = [{"campaign_id": 1, "budget_day": day, "hour_start_ms": feed.T0 + h * HOUR, "billed_impressions": 0,
-             "billed_clicks": 0, "billed_spend_micros": spend}
-            for day, h, spend in (("2026-03-09", -1, 800), ("2026-03-10", 0, 300))]
+    rows = [(1, day, feed.T0 + h * HOUR, 0, 0, spend) for day, h, spend in (("2026-03-10", 0, 300),
+                                                                            ("2026-03-09", -1, 800))]
     hourly = reports.hourly_rows(rows, [], feed.T0 - HOUR, feed.T0 + HOUR)
     assert [r["billed_spend_micros"] for r in hourly[1]] == [800, 300]
 
@@ -133,7 +131,7 @@ def _landed(records: list[dict]) -> reports.LandingBatch:
 
 
 def _reports_of(batch: reports.LandingBatch, day: str = "2026-03-10"):
-    hourly_table = [{"campaign_id": c, "budget_day": d, "hour_start_ms": h, **r}
+    hourly_table = [(c, d, h, r["billed_impressions"], r["billed_clicks"], r["billed_spend_micros"])
                     for (c, d, h), r in batch.hourly.items()]
     start = reports.day_start_ms(day)
     hourly = reports.hourly_rows(hourly_table, [], start, start + reports.DAY_MS)
