@@ -8,6 +8,7 @@ are explained in docs/dashboard.md; this module must never do I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from core.errors import InvalidArgument
@@ -270,13 +271,17 @@ def matches(row: CampaignRow, query: ListQuery) -> bool:
 def select(rows: Iterable[CampaignRow], query: ListQuery) -> tuple[list[CampaignRow], int]:
     """(the requested page, how many rows match): filtered, sorted by the query's column (rows without a value
     in it last, whatever the order; ties by campaign id), then offset and limit."""
-    found = [row for row in rows if matches(row, query)]
-    column = query.sort
-    present = [row for row in found if getattr(row, column) is not None]
-    missing = [row for row in found if getattr(row, column) is None]
-    present.sort(key=lambda row: row.campaign_id)
-    present.sort(key=lambda row: getattr(row, column), reverse=query.order == "desc")
-    missing.sort(key=lambda row: row.campaign_id)
+    filtered = query.advertiser_id is not None or query.state is not None or query.pace is not None
+    found = [row for row in rows if matches(row, query)] if filtered else list(rows)
+    value = attrgetter(query.sort)
+    present, missing = [], []
+    for row in found:
+        (missing if value(row) is None else present).append(row)
+    by_id = attrgetter("campaign_id")
+    present.sort(key=by_id)
+    if query.sort != "campaign_id" or query.order == "desc":
+        present.sort(key=value, reverse=query.order == "desc")  # stable: ties stay in campaign id order
+    missing.sort(key=by_id)
     ordered = present + missing
     return ordered[query.offset: query.offset + query.limit], len(found)
 
