@@ -72,12 +72,14 @@ class LandingCounts:
 class ReportLanding:
     """The loop: read a batch, reduce it (core.reports.LandingBatch), write it with its offsets."""
 
-    def __init__(self, settings: ReportLandingSettings, conn: psycopg.Connection):
+    def __init__(self, settings: ReportLandingSettings, conn: psycopg.Connection, consumer: Any = None,
+                 producer: Any = None):
         self.settings, self.conn = settings, conn
         self.codec = AvroCodec()
         self.kinds = {settings.billed_topic: "billed", settings.conversions_topic: "conversions"}
-        self.consumer = kafka.consumer(settings.bootstrap, settings.group_id, **{"enable.partition.eof": True})
-        self.producer = kafka.producer(settings.bootstrap)
+        self.consumer = consumer or kafka.consumer(settings.bootstrap, settings.group_id,
+                                                   **{"enable.partition.eof": True})
+        self.producer = producer or kafka.producer(settings.bootstrap)
         self.positions: dict[tuple[str, int], int] = {}
         self.ends: dict[tuple[str, int], int] = {}
         self.counts = LandingCounts()
