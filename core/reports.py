@@ -44,6 +44,7 @@ CONVERSIONS_HOURLY_TABLE = "report_conversions_hourly"
 OFFSETS_TABLE = "report_landing_offsets"
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_PLUS_AS_SPACE = re.compile(r" (\d{2}:\d{2})$")  # an offset's "+" left unescaped in a URL arrives as a space
 
 
 # ------------------------------------------------------------------------------------------ the request
@@ -86,7 +87,7 @@ def _instant(name: str, text: str | None, granularity: str) -> int:
     if text is None or not text.strip():
         raise InvalidField(name, "is required: a date (YYYY-MM-DD) or, for hourly reports, an ISO-8601 hour "
                                  "such as 2026-03-10T13:00:00Z")
-    text = text.strip()
+    text = _PLUS_AS_SPACE.sub(r"+\1", text.strip())
     if _DATE.match(text):
         try:
             return day_start_ms(text)

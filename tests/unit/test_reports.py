@@ -32,6 +32,9 @@ def test_an_hourly_report_takes_whole_hours_with_a_zone_or_dates():
                                           "granularity": "hour", "campaign_id": "7,3,7"})
     assert request.from_ms == feed.T0 + 13 * HOUR and request.to_ms == feed.T0 + 15 * HOUR
     assert request.campaign_ids == (3, 7)
+    unescaped = reports.parse_report_query({"from": "2026-03-10T14:00:00 01:00", "to": "2026-03-11",
+                                            "granularity": "hour"})
+    assert unescaped.from_ms == feed.T0 + 13 * HOUR  # a "+" not escaped in the URL arrives as a space
     assert reports.parse_report_query({"from": "2026-03-10", "to": "2026-03-11", "granularity": "hour"}).to_ms \
         == feed.T0 + 24 * HOUR
 
