@@ -365,19 +365,24 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
         state_topic=args.state_topic, campaigns_topic=args.campaigns_topic, port=args.port)
     print(f"dashboard settings: {settings.describe()}", flush=True)
 
-    async def main() -> None:
-        runner, port, _, _ = await start_dashboard(
-            bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url, prometheus_url=settings.prometheus_url,
-            state_topic=settings.state_topic, campaigns_topic=settings.campaigns_topic, host=settings.host,
-            port=settings.port)
+    async def main() -> int:
+        try:
+            runner, port, _, _ = await start_dashboard(
+                bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url,
+                prometheus_url=settings.prometheus_url, state_topic=settings.state_topic,
+                campaigns_topic=settings.campaigns_topic, host=settings.host, port=settings.port)
+        except OSError as exc:  # the port is taken or not ours to bind
+            print(f"adserve serve dashboard: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
+                  file=sys.stderr)
+            return 2
         print(f"pacing dashboard on http://{settings.host}:{port}/", flush=True)
         try:
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
+        return 0
 
-    asyncio.run(main())
-    return 0
+    return asyncio.run(main())
 
 
 def cmd_users_delete(args: argparse.Namespace) -> int:

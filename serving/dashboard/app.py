@@ -226,6 +226,10 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:  # the port is taken: stop the follower and the store before saying so
+        await runner.cleanup()
+        raise
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, bound, server, follower
