@@ -2,9 +2,10 @@
 
 Each `Panel` is a PromQL expression over the metrics the processes really export on `/metrics` (the ad
 server: serving.adserver.app.Metrics; the tracker: serving.tracker.Tracker; the prediction service:
-serving.model.service.Metrics; the dashboard itself: serving.dashboard.app). The dashboard's `GET /v1/fleet`
-evaluates them against a Prometheus HTTP API, and the Grafana dashboard and the alert rules are generated
-from this same list, so a panel is defined once.
+serving.model.service.Metrics; the Flink jobs through their Prometheus reporter, and recording rules over
+them; the dashboard itself: serving.dashboard.app). The dashboard's `GET /v1/fleet`
+evaluates them against a Prometheus HTTP API, and the Grafana dashboard is generated from this same list
+(infra/platform/grafana.py), so a panel is defined once.
 
 The list is a contract: `name` is a stable identifier (snake_case, never reused for another meaning), `unit`
 is a Grafana unit id, and a panel's expression yields one series, or one per value of the labels named in
@@ -80,11 +81,12 @@ PANELS: tuple[Panel, ...] = (
           ("dashboard",),
           "Wall clock minus the event time of the newest budget.state record: the budget job's silence. Servers "
           "meter every open campaign after 60 s of it."),
-    Panel("billing_lag", "Unbilled share of committed spend",
-          "max(adserve_dashboard_unbilled_spend_micros) / clamp_min(max(adserve_dashboard_committed_spend_micros), 1)",
-          "percentunit", (), ("dashboard",),
-          "Committed spend that billing has not covered yet, over all committed spend today (budget.state): "
-          "it grows when the click aggregator falls behind the serving fleet."),
+    Panel("billing_lag", "Billing lag (click aggregator behind the wall clock)",
+          "max(flink_taskmanager_job_task_operator_currentEmitEventTimeLag{job_name=~\"click_aggregator.*\"}) / 1000",
+          "s", (), ("click_aggregator",),
+          "Wall clock minus the event time of the latest beacon the click aggregator's Kafka source read (Flink's "
+          "Prometheus reporter): billed spend replaces expected spend that much later. Replays of past days "
+          "read far behind by design."),
     Panel("tracker_events_per_second", "Tracker events/s",
           f"sum by (type) (rate(adserve_tracker_events_total[{RATE_WINDOW}]))", "short", ("type",), ("tracker",),
           "Impressions, clicks, conversions and feedback the tracker accepted, per second."),
@@ -92,10 +94,11 @@ PANELS: tuple[Panel, ...] = (
           f"sum by (reason) (rate(adserve_tracker_rejected_tokens_total[{RATE_WINDOW}]))", "short", ("reason",),
           ("tracker",), "Beacons refused by reason (malformed, bad_signature, unknown_key, expired)."),
     Panel("calibration_ratio", "Calibration (predicted / observed clicks) by segment",
-          "adserve_calibration_ratio", "short", ("segment",), (),
-          "Predicted over observed clicks per segment; 1.0 is calibrated (learning.metrics defines it). No "
-          "serving process exports it yet: the training and evaluation runs compute it offline, so the panel "
-          "has no data until an exporter publishes this gauge."),
+          "adserve_calibration_ratio", "short", ("segment",), ("training_join",),
+          "Predicted over observed clicks over the last hour per segment (placement/country/billing type): "
+          "training_join's calibration counters through the recording rule adserve_calibration_ratio "
+          "(infra/prometheus/rules.yml). 1.0 is calibrated; prices divide by pCTR, so a segment off by 5 % is "
+          "mispriced by 5 %."),
 )
 
 
