@@ -9,6 +9,8 @@ from pathlib import Path
 
 from infra.platform import PlatformSettings
 
+DEFAULT_REQUESTS = 60_000  # the default day: every figure and check of the full-size one in ~60 % of its time
+DEFAULT_SERVERS = 2
 TARGETS = {  # the simulated day's targets (README, "Targets and where they stand")
     "overspend_pct_paced": ("<=", 0.1), "max_overspend_clicks_small": ("<=", 1.0),
     "billed_above_budget_micros": ("<=", 0), "delivery_pct": (">=", 98.0), "curve_error_pct_hourly": ("<=", 5.0)}
@@ -20,12 +22,23 @@ def register(sub) -> None:
     p = sub.add_parser("simulate", help="the main job: a simulated day through the real budget and billing jobs, with a "
                        "report",
                        description=simulate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=int, default=200_000, help="ad requests over the day (default 200,000)")
-    p.add_argument("--servers", type=int, default=3, help="simulated ad servers (default 3)")
+    p.add_argument("--full", action="store_true",
+                   help=f"the full-size day: {simulate.FULL_DAY_REQUESTS:,} requests through "
+                        f"{simulate.FULL_DAY_SERVERS} ad servers at full budgets (15-25 minutes on 2 cores; the "
+                        "default day takes 10-15)")
+    p.add_argument("--requests", type=int,
+                   help=f"ad requests over the day (default {DEFAULT_REQUESTS:,}; {simulate.FULL_DAY_REQUESTS:,} with "
+                        f"--full); every budget scales by requests / {simulate.FULL_DAY_REQUESTS:,}")
+    p.add_argument("--servers", type=int,
+                   help=f"simulated ad servers (default {DEFAULT_SERVERS}; {simulate.FULL_DAY_SERVERS} with --full; "
+                        "at least 2: one is killed at 21:30)")
     p.add_argument("--lead-s", type=int, default=15,
                    help="how far (event-time seconds) servers may run ahead of the newest budget state: the loop "
                         "delay, 1-3 s in production; near the 30 s a slice lives, metered campaigns starve "
-                        "(default 15)")
+                        "(default 15). It sets the wall time too: the day waits on the job once per --lead-s less "
+                        "its 2 s of out-of-orderness, rounded down to its 10 s steps (15: once every step; 23: "
+                        "every other one, about half the time, but metered campaigns then keep 7 s of each "
+                        "slice and delivery and the curve error fall apart)")
     p.add_argument("--parallelism", type=int, default=2, help="parallelism of the budget job (default 2)")
     p.add_argument("--seed", type=int, default=1, help="random seed of traffic, clicks and campaigns")
     p.add_argument("--out", type=Path, default=Path("simulate-out"),
@@ -53,25 +66,50 @@ def _verdicts(figures: dict) -> list[tuple[str, bool, object, str]]:
     return out
 
 
+def day_size(args: argparse.Namespace) -> tuple[int, int]:
+    """(requests, servers) of the day asked for: the default day, the full-size one with --full, and either
+    number as given."""
+    from sim import pacing_day as simulate
+
+    requests = args.requests if args.requests is not None else \
+        simulate.FULL_DAY_REQUESTS if args.full else DEFAULT_REQUESTS
+    servers = args.servers if args.servers is not None else simulate.FULL_DAY_SERVERS if args.full else DEFAULT_SERVERS
+    if requests < 1:
+        raise SystemExit(f"adserve simulate: --requests must be at least 1 (got {requests})")
+    if servers < 2:
+        raise SystemExit(f"adserve simulate: --servers must be at least 2: one is killed at 21:30 (got {servers})")
+    return requests, servers
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from sim import pacing_day as simulate, pacing_report as simulate_report
+    from sim.progress import Progress
     from infra.platform import control
 
+    requests, servers = day_size(args)
     settings = PlatformSettings.from_env()
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
         control.up(settings, log=log)
+        bar: list[Progress] = []
 
-        def progress(second: int, requests: int, wall_s: float) -> None:
-            print(f"\r  simulated {second // 3600:02d}:{second % 3600 // 60:02d}  requests {requests:,}  "
-                  f"({wall_s:.0f} s)", end="", file=sys.stderr, flush=True)
+        def progress(where: simulate.DayProgress) -> None:
+            if not bar:  # the clock starts with the day's first second, not with the deploys before it
+                bar.append(Progress("simulated day", where.work_total))
+            clock = f"{where.second // 3600:02d}:{where.second % 3600 // 60:02d}"
+            note = f"{clock} of 24:00, {where.requests:,} requests"
+            if where.second >= 86_400:
+                bar[0].close(note)
+            else:
+                bar[0].update(where.work_done, note=note)
 
-        log(f"simulating {simulate.SIM_DAY} with {args.requests:,} requests through the budget and billing "
-            "jobs ...")
-        result = simulate.run_day(settings, requests=args.requests, seed=args.seed, servers=args.servers,
-                                  lead_s=args.lead_s, out_dir=args.out, parallelism=args.parallelism,
-                                  progress=progress)
-        print(file=sys.stderr)
+        log(f"simulating {simulate.SIM_DAY}: {requests:,} requests through {servers} ad servers at most {args.lead_s} s "
+            f"ahead of the budget job, budgets at {100 * requests / simulate.FULL_DAY_REQUESTS:g} % of the full-size "
+            "day's ...")
+        result = simulate.run_day(settings, requests=requests, seed=args.seed, servers=servers, lead_s=args.lead_s,
+                                  out_dir=args.out, parallelism=args.parallelism, progress=progress,
+                                  on_start=None,  # what watches the day starts here (run_day's OnStart)
+                                  log=log)
         figures = simulate_report.figures(result)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "simulate.html").write_text(simulate_report.picture(result, figures))

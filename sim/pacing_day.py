@@ -22,7 +22,15 @@ Time: every record carries simulated event time (2026-03-10, UTC). The
 servers run at most `--lead-s` seconds of event time ahead of the newest
 budget state they have received, so the loop delay is bounded however fast
 the machine is; the controller itself steps every 10 s of event time inside
-the job.
+the job. The wall time is mostly that loop: a budget state has to come back
+from the job for every 10 s of the day, whatever the traffic.
+
+Size: the full-size day (`--full`) is FULL_DAY_REQUESTS requests through
+FULL_DAY_SERVERS servers. A smaller day keeps the same campaigns, script and
+traffic curve with every budget scaled by its requests / FULL_DAY_REQUESTS,
+so each campaign meets the same share of its demand; its size classes stay
+those of the full-size budgets. Fewer clicks a campaign make its day's
+billing luck, and so its hourly curve error, larger.
 
 The day's script: campaigns from $20 a day with $2 clicks to $50,000 a day;
 a budget raised at 14:00, one lowered below its spend at 16:00, one paused
@@ -55,7 +63,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,6 +88,11 @@ RESERVE_MICROS = 20_000  # every placement's reserve: $0.02 of total value per i
 # the click aggregator would close the windows after a budget cut before the cut reached it and bill them
 # under the old budget (in service the record arrives long before those windows close).
 CHANGE_TRANSIT_S = 2.0
+# The full-size day: the requests and servers its budgets are written for. A smaller day (`adserve simulate`'s
+# default) scales every budget by requests / FULL_DAY_REQUESTS, so each campaign meets the same share of its
+# demand (the same p, the same throttling) in fewer requests.
+FULL_DAY_REQUESTS = 200_000
+FULL_DAY_SERVERS = 3
 
 
 def traffic(second: float) -> float:
@@ -102,7 +115,7 @@ class SimCampaign:
     ads: int = 2
     version: int = 1
     status: str = "ACTIVE"
-    planned_budget_micros: int = 0  # the budget the day started with (size class)
+    planned_budget_micros: int = 0  # the full-size day's starting budget: the size class it is reported under
     launch_s: int = 0  # second of the day it is created (0: it ran last week and starts the day)
     history: list[dict[str, Any]] = field(default_factory=list)  # its records published during the day
 
@@ -135,7 +148,10 @@ class Event:
     factor: float = 1.0
 
 
-def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
+def script(base_id: int, seed: int, budget_scale: float = 1.0) -> tuple[list[SimCampaign], list[Event]]:
+    """The day's campaigns and changes. Budgets are written for the full-size day; `budget_scale` (requests /
+    FULL_DAY_REQUESTS) scales each, and each keeps its full-size budget as the size class it is reported under
+    (a $10,000 campaign of a day at 30 % is still a large campaign with 30 % of the traffic)."""
     rng = random.Random(seed)
     every = tuple(PLACEMENTS)
     campaigns = [SimCampaign(base_id, "large-50k", 50_000 * DOLLAR, "CPC", 45 * DOLLAR, every, ("US", "CA", "GB")),
@@ -162,6 +178,8 @@ def script(base_id: int, seed: int) -> tuple[list[SimCampaign], list[Event]]:
     launched = SimCampaign(base_id + 50, "launched-15h", 300 * DOLLAR, "CPC", 15 * DOLLAR, ("video",),
                            ("US", "GB"), launch_s=15 * 3600)
     campaigns.append(launched)
+    for c in campaigns:
+        c.planned_budget_micros, c.budget_micros = c.budget_micros, int(c.budget_micros * budget_scale)
     events = [Event(12 * 3600, "pause", base_id + 11), Event(15 * 3600, "resume", base_id + 11),
               Event(launched.launch_s, "launch", launched.campaign_id),
               Event(14 * 3600, "raise", base_id + 10, 1.5), Event(16 * 3600, "lower", base_id + 12, 0.5),
@@ -347,23 +365,69 @@ class CampaignDay:
     stopped_after_lower_s: int | None = None
 
 
+@dataclass(frozen=True)
+class DayProgress:
+    """Where the day stands, for a progress bar: the simulated second reached, the requests served so far, and
+    the work done and to do in expected wall seconds (`work_model`), which is what an ETA should divide."""
+    second: int
+    requests: int
+    work_done: float
+    work_total: float
+
+
+# What a simulated second and a request cost in wall seconds on 2 busy cores, as measured: a second is the
+# budget job's loop (spend reports, windows, controller steps, states back to the servers), a request the
+# fleet's decision, its beacons and their billing. Only the ratio matters to an ETA; the busy evening costs
+# more than the night because it holds more requests.
+SECOND_COST_S = 0.0053
+REQUEST_COST_S = 0.007
+
+
+def work_model(requests: int) -> np.ndarray:
+    """Expected wall seconds of the day done by the end of each simulated second (cumulative, 86,400 values):
+    every second's fixed cost plus its share of `requests` on the day's traffic curve."""
+    shape = np.array([traffic(s) for s in range(86_400)])
+    per_second = SECOND_COST_S + REQUEST_COST_S * requests * shape / shape.sum()
+    return np.cumsum(per_second)
+
+
+# The hook a caller starts something with at the beginning of the day (a dashboard on the run's topics, say):
+# called once the run's topics exist and its jobs run, before the first simulated second, with the run's topic
+# names (spend, campaigns, ads, events, billed, state, leases, dead) and the Redis URL the budget job writes
+# pacing:{campaign} to. What it returns, if callable, is called with the day's result once the day is over
+# (while the jobs still run) and before run_day returns: the place for a last screenshot.
+OnStart = Callable[[dict[str, str], str], "Callable[[dict[str, Any]], None] | None"]
+
+
+def run_topics(run: str) -> dict[str, str]:
+    """The run's own topics, by role."""
+    return {name: f"sim.{run}.{name}" for name in ("spend", "campaigns", "ads", "events", "billed", "state",
+                                                    "leases", "dead")}
+
+
 def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, out_dir: Path, parallelism: int = 2,
-            progress=None) -> dict[str, Any]:
+            progress: Callable[[DayProgress], None] | None = None, on_start: OnStart | None = None,
+            log: Callable[[str], None] = LOG.info) -> dict[str, Any]:
+    """The day on the platform `platform`: its topics, its jobs, the simulated fleet, the billing's close and
+    the recount. Budgets scale with `requests` (see `script`). `progress` hears where the day stands every
+    simulated minute; `on_start` (see OnStart) starts whatever should watch the day; `log` hears the steps."""
     from infra.platform.topics import TopicSpec, ensure_topics
     from jobs import deploy
     from schemas.codec import AvroCodec
     from streams import kafka
 
     run = uuid.uuid4().hex[:8]
-    topics = {name: f"sim.{run}.{name}"
-              for name in ("spend", "campaigns", "ads", "events", "billed", "state", "leases", "dead")}
+    topics = run_topics(run)
+    # budget.spend with a partition per budget job subtask: every server sends each partition a record a second
     ensure_topics(platform.kafka_bootstrap, tuple(
-        TopicSpec(t, key="campaign id", schema="", partitions=4 if n == "spend" else 1,
+        TopicSpec(t, key="campaign id", schema="", partitions=parallelism if n == "spend" else 1,
                   compacted=n in ("campaigns", "ads", "state")) for n, t in topics.items()))
     base_id = 9_000_000 + int(run[:5], 16) % 900_000 * 100
-    campaigns, events = script(base_id, seed)
+    budget_scale = requests / FULL_DAY_REQUESTS
+    campaigns, events = script(base_id, seed, budget_scale)
     by_id = {c.campaign_id: c for c in campaigns}
     out_dir.mkdir(parents=True, exist_ok=True)
+    log("last week's market: the fleet's auctions on a sample of its requests ...")
     market = last_week(campaigns, platform.kafka_bootstrap, topics["spend"], seed=seed, day_requests=requests)
     curves_path = out_dir / "curves.json"
     curves_path.write_text(json.dumps(curves(campaigns, market)))
@@ -376,20 +440,32 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
                              timestamp=DAY0_MS - 60_000)
             _publish_ads(c, producer, codec, topics["ads"], DAY0_MS - 60_000)
     producer.flush(30)
+    log(f"deploying budget_pacing and click_aggregator on the run's topics (sim.{run}.*) ...")
     job_id, billing_id = _deploy_jobs(platform, topics, run, curves_path, parallelism)
     feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"], topics["billed"]])
     feed.start()
     try:
         deploy.wait_running(platform.flink_rest_url, job_id)
         deploy.wait_running(platform.flink_rest_url, billing_id)
+        on_end = on_start(topics, platform.redis_url) if on_start is not None else None
         result = _simulate(platform, campaigns, by_id, events, topics, requests=requests, seed=seed,
                            servers=servers, lead_s=lead_s, feed=feed, producer=producer, codec=codec,
-                           progress=progress)
+                           progress=progress, log=log)
+        result.update(run=run, topics=topics, job_id=job_id, billing_job_id=billing_id, last_week=market,
+                      budget_scale=budget_scale)
+        if callable(on_end):
+            on_end(result)
     finally:
         feed.halt.set()
         _stop_jobs(platform, job_id, billing_id)
-    result.update(run=run, topics=topics, job_id=job_id, billing_job_id=billing_id, last_week=market)
     return result
+
+
+# The jobs' timers, short: the day waits on the loop servers -> budget job -> servers once every 10 s of event
+# time, and each Python bundle and watermark interval is a wait on that loop (20 ms each made a night's hours
+# take 1.4x as long).
+BUNDLE_TIME_MS = "5"
+WATERMARK_INTERVAL_MS = "5"
 
 
 def _deploy_jobs(platform, topics: dict[str, str], run: str, curves_path: Path, parallelism: int) -> tuple[str, str]:
@@ -408,8 +484,8 @@ def _deploy_jobs(platform, topics: dict[str, str], run: str, curves_path: Path, 
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],
                                      "--redis-url", platform.redis_url, "--curves", str(curves_path),
-                                     "--heartbeat-ms", "10000", "--bundle-time-ms", "20",
-                                     "--watermark-interval-ms", "20", "--buffer-timeout-ms", "2",
+                                     "--heartbeat-ms", "10000", "--bundle-time-ms", BUNDLE_TIME_MS,
+                                     "--watermark-interval-ms", WATERMARK_INTERVAL_MS, "--buffer-timeout-ms", "2",
                                      "--checkpoint-interval-ms", "10000", "--parallelism", str(parallelism)])
     billing_id = deploy.deploy("click_aggregator", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
                                conf_dir=Flink(platform).conf_dir,
@@ -523,7 +599,7 @@ def _end_of_second(second: int, traffic_state: _Traffic, lowered: dict[int, int]
 
 
 def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, servers, lead_s, feed, producer,
-              codec, progress) -> dict[str, Any]:
+              codec, progress, log) -> dict[str, Any]:
     from streams.pacing_store import PacingStore
 
     rng = np.random.default_rng(seed)
@@ -538,6 +614,7 @@ def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, ser
     pending_events = list(events)
     waited_s = 0.0
     lowered: dict[int, int] = {}
+    work = work_model(requests)
     began = time.monotonic()
     for second in range(86_400):
         now_ms = DAY0_MS + second * 1000
@@ -552,17 +629,21 @@ def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, ser
         for server in fleet:
             server.second(now_ms)
         _end_of_second(second, day_traffic, lowered)
-        if progress is not None and second % 600 == 0:
-            progress(second, day_traffic.served_requests, time.monotonic() - began)
+        if progress is not None and second % 60 == 59:
+            progress(DayProgress(second + 1, day_traffic.served_requests, float(work[second]), float(work[-1])))
+    day_wall_s = time.monotonic() - began
     for server in fleet:
         server.reporter.close()
+    log(f"the day served in {day_wall_s:.0f} s; closing its billing and recounting {len(day_traffic.beacons):,} "
+        "beacons ...")
     billing = _close_billing(days, feed, producer, codec, topics["events"], day_traffic.beacons, versions, campaigns)
     store = PacingStore(platform.redis_url)
     pacing = {c.campaign_id: store.read(c.campaign_id) for c in campaigns}
     store.close()
     return {"days": days, "pacing": pacing, "requests": day_traffic.served_requests,
             "filled_slots": day_traffic.filled_slots, "billing": billing,
-            "wall_s": time.monotonic() - began, "waited_s": waited_s, "lead_s": lead_s, "servers": len(fleet)}
+            "wall_s": time.monotonic() - began, "day_wall_s": day_wall_s, "waited_s": waited_s, "lead_s": lead_s,
+            "servers": len(fleet)}
 
 
 def _clock(ms: int) -> str:

@@ -105,7 +105,9 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         "billing_recount_mismatches": len((result.get("billing") or {}).get("recount_mismatches") or []),
         "billing": result.get("billing"),
         "by_class": classes, "per_campaign": per_campaign,
-        "wall_s": round(result["wall_s"], 1), "waited_for_job_s": round(result["waited_s"], 1),
+        "budget_scale": round(result.get("budget_scale", 1.0), 4),
+        "wall_s": round(result["wall_s"], 1), "day_wall_s": round(result.get("day_wall_s", result["wall_s"]), 1),
+        "waited_for_job_s": round(result["waited_s"], 1),
         "lead_s": result["lead_s"], "servers": result["servers"]}
 
 
@@ -142,7 +144,9 @@ def _pct(part: float, whole: float) -> float | None:
 
 def text(f: dict[str, Any]) -> str:
     lines = [f"simulated day: {f['campaigns']} campaigns, {f['requests']:,} requests, {f['filled_slots']:,} ads "
-             f"served, {f['servers']} ad servers, budget job in Flink ({f['wall_s']:.0f} s)", "",
+             f"served, {f['servers']} ad servers, budget job in Flink ({f['wall_s']:.0f} s)",
+             f"budgets at {100 * f.get('budget_scale', 1.0):g} % of the full-size day's (size classes by the "
+             "full-size budget)" if f.get("budget_scale", 1.0) != 1.0 else "the full-size day", "",
              f"{'class':<8}{'campaigns':>10}{'delivery':>11}{'min':>8}{'billed $':>13}{'absorbed $':>12}"
              f"{'absorbed %':>12}{'curve err %':>13}"]
     for name, c in f["by_class"].items():
