@@ -72,7 +72,10 @@ def bench_cold_start(settings: PlatformSettings, log) -> dict[str, float]:
                              connect_port=settings.connect_port + shift,
                              postgres_port=settings.postgres_port + shift, redis_port=settings.redis_port + shift,
                              flink_rest_port=settings.flink_rest_port + shift,
-                             flink_rpc_port=settings.flink_rpc_port + shift)
+                             flink_rpc_port=settings.flink_rpc_port + shift,
+                             flink_jobmanager_metrics_port=settings.flink_jobmanager_metrics_port + shift,
+                             flink_taskmanager_metrics_port=settings.flink_taskmanager_metrics_port + shift,
+                             prometheus_port=settings.prometheus_port + shift)
     times: dict[str, float] = {}
     began = time.monotonic()
 

