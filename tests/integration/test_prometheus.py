@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import urllib.request
 
@@ -82,7 +81,6 @@ def test_servers_withdraw_their_target_files_when_they_stop(platform, monkeypatc
     assert not any((platform.prometheus_targets_dir / name).exists() for name in named)
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (infra/bootstrap.sh)")
 def test_the_running_configuration_passes_promtool(platform):
     done = subprocess.run(["promtool", "check", "config", str(Prometheus(platform).config_path)],
                           capture_output=True, text=True, timeout=60)

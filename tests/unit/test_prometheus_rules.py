@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,27 +22,20 @@ RULES_TEST = Path(__file__).resolve().parent / "prometheus" / "rules_test.yml"
 FLINK_OPERATOR_PREFIX = "flink_taskmanager_job_task_operator_"
 FLINK_BUILTIN = {"currentEmitEventTimeLag"}  # Flink's own source metric, not one of the jobs'
 
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
-                                    reason="promtool is not installed (infra/bootstrap.sh installs prometheus)")
-
-
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
-@needs_promtool
 def test_the_rules_file_passes_promtool_check():
     done = promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@needs_promtool
 def test_the_rules_fire_on_a_miscalibrated_segment_and_stay_quiet_on_healthy_series():
     done = promtool("test", "rules", RULES_TEST.name, cwd=RULES_TEST.parent)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@needs_promtool
 def test_the_generated_configuration_passes_promtool_check(tmp_path):
     settings = PlatformSettings(home=tmp_path)
     path = prometheus.write_config(settings, tmp_path / "prometheus.yml")
