@@ -8,7 +8,6 @@ import json
 import subprocess
 import urllib.request
 
-import pytest
 
 from infra.platform.errors import PlatformError
 from infra.platform.process import wait_until
