@@ -41,6 +41,13 @@ def page_state(browser) -> dict:
     return browser.execute_script("return JSON.parse(JSON.stringify(window.adserveDashboard || null));")
 
 
+def listed_rows(browser) -> list[int]:
+    """The table's campaign ids, read in one script call: the page re-renders the table on every poll, so rows found
+    by one WebDriver call may be gone by the next."""
+    return [int(i) for i in browser.execute_script(
+        'return Array.from(document.querySelectorAll("#campaigns tbody tr"), r => r.dataset.campaignId);')]
+
+
 def wait_until(browser, what: str, check):
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -65,18 +72,18 @@ def drawn_series(browser, campaign_id: int) -> dict | None:
 
 
 def test_the_page_shows_the_apis_campaigns_and_plots_the_selected_campaigns_series_live(world, browser):
-    from selenium.webdriver.common.by import By
 
     browser.get(world.url + "/")
     wait_until(browser, "a first poll", lambda: (page_state(browser) or {}).get("polls", 0) >= 1)
 
     listed = world.get("/v1/pacing/campaigns?sort=campaign_id&order=asc&limit=100&offset=0")[1]
-    rows = browser.find_elements(By.CSS_SELECTOR, "#campaigns tbody tr")
-    assert [int(row.get_attribute("data-campaign-id")) for row in rows] == \
+    assert listed_rows(browser) == \
         [row["campaign_id"] for row in listed["campaigns"]] == sorted(world.ids)
     assert [c["campaign_id"] for c in page_state(browser)["campaigns"]] == sorted(world.ids)
 
-    browser.find_element(By.CSS_SELECTOR, f'#campaigns tbody tr[data-campaign-id="{world.on_pace}"]').click()
+    # found and clicked in one script call, for the same reason as listed_rows
+    browser.execute_script("document.querySelector(arguments[0]).click();",
+                           f'#campaigns tbody tr[data-campaign-id="{world.on_pace}"]')
     drawn = wait_until(browser, "the selected campaign's series",
                        lambda: drawn_series(browser, world.on_pace))
     assert drawn == api_series(world, world.on_pace)
@@ -97,8 +104,7 @@ def test_sorting_and_filtering_on_the_page_list_what_the_api_lists(world, browse
     wait_until(browser, "a first poll", lambda: (page_state(browser) or {}).get("polls", 0) >= 1)
 
     def listed_on_page() -> list[int]:
-        return [int(row.get_attribute("data-campaign-id"))
-                for row in browser.find_elements(By.CSS_SELECTOR, "#campaigns tbody tr")]
+        return listed_rows(browser)
 
     browser.find_element(By.CSS_SELECTOR, 'th[data-column="committed_micros"]').click()
     browser.find_element(By.CSS_SELECTOR, 'th[data-column="committed_micros"]').click()  # again: descending
