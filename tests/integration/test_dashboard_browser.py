@@ -72,7 +72,6 @@ def drawn_series(browser, campaign_id: int) -> dict | None:
 
 
 def test_the_page_shows_the_apis_campaigns_and_plots_the_selected_campaigns_series_live(world, browser):
-
     browser.get(world.url + "/")
     wait_until(browser, "a first poll", lambda: (page_state(browser) or {}).get("polls", 0) >= 1)
 
