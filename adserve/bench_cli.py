@@ -21,6 +21,7 @@ def register(sub) -> None:
     _add_billing(bsub)
     _add_model(bsub)
     _add_live_loop(bsub)
+    _add_dashboard(bsub)
 
 
 def _add_platform(bsub) -> None:
@@ -158,6 +159,37 @@ def _add_live_loop(bsub) -> None:
     g.add_argument("--seed", type=int, default=5)
     g.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     g.set_defaults(handler=cmd_bench_live_loop)
+
+
+def _add_dashboard(bsub) -> None:
+    from bench import dashboard as bench_dashboard
+
+    d = bsub.add_parser("dashboard", help="the pacing campaign list at 10,000 campaigns, a 30-day hourly advertiser "
+                                          "report and the dashboard page in headless Chromium (needs `adserve up`)",
+                        description=bench_dashboard.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("--campaigns", type=int, default=10_000, help="campaigns the dashboard holds (default 10,000)")
+    d.add_argument("--requests", type=int, default=700, help="campaign-list requests (default 700)")
+    d.add_argument("--report-campaigns", type=int, default=10,
+                   help="campaigns of the reporting advertiser (default 10: 7,200 hourly rows in 30 days)")
+    d.add_argument("--report-requests", type=int, default=200, help="report requests (default 200)")
+    d.add_argument("--loads", type=int, default=7, help="page loads in Chromium (default 7)")
+    d.add_argument("--no-browser", action="store_true", help="skip the page in Chromium")
+    d.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    d.set_defaults(handler=cmd_bench_dashboard)
+
+
+def cmd_bench_dashboard(args: argparse.Namespace) -> int:
+    from bench import dashboard as bench_dashboard
+    from core.errors import AdserveError
+
+    try:
+        figures = bench_dashboard.run(campaigns=args.campaigns, requests=args.requests,
+                                      report_campaigns=args.report_campaigns, report_requests=args.report_requests,
+                                      loads=args.loads, browser=not args.no_browser, log=_log(args))
+    except AdserveError as exc:
+        print(f"adserve bench dashboard: {exc}", file=sys.stderr)
+        return 2
+    return _emit(args, figures, bench_dashboard.render)
 
 
 def cmd_bench_live_loop(args: argparse.Namespace) -> int:
