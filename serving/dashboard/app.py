@@ -31,6 +31,7 @@ from core.settings import describe
 from schemas import topics
 from serving.dashboard.board import PacingBoard
 from serving.dashboard.panels import PANELS, Panel
+from serving.scrape_targets import announce
 from streams.pacing_store import PacingDay
 
 LOG = logging.getLogger("adserve.dashboard")
@@ -205,8 +206,10 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
                           host: str = "127.0.0.1", port: int = DEFAULT_PORT
                           ) -> tuple[web.AppRunner, int, DashboardServer, Any]:
     """Start the dashboard: a follower of the two topics (on its thread, applying batches on this event loop),
-    the Redis pacing store and the HTTP server (port 0: any free port). Returns (runner, bound port, server,
-    follower); `await runner.cleanup()` stops the follower and closes the store too."""
+    the Redis pacing store and the HTTP server (port 0: any free port), announced to Prometheus as a `dashboard`
+    scrape target once bound (serving.scrape_targets; only where ADSERVE_SCRAPE_TARGETS_DIR is set). Returns
+    (runner, bound port, server, follower); `await runner.cleanup()` stops the follower, closes the store and
+    withdraws the target too."""
     from serving.adserver.state import TopicFollower
     from streams.pacing_store import PacingStore
 
@@ -224,6 +227,7 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
         store.close()
     app.on_cleanup.append(stop_sources)
     runner = web.AppRunner(app, access_log=None)
+    target = announce(app, "dashboard")
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:
@@ -232,4 +236,5 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
         await runner.cleanup()
         raise
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    target.publish(host, bound)
     return runner, bound, server, follower

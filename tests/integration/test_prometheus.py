@@ -1,17 +1,18 @@
-"""Prometheus on the platform: servers started in this process announce themselves in the targets folder and
-Prometheus scrapes them, beside the Flink JobManager's and TaskManager's reporters; the generated configuration
-passes `promtool check config`."""
+"""Prometheus on the platform: servers started in this process (ad server, tracker, prediction service, pacing
+dashboard) announce themselves in the targets folder and Prometheus scrapes them, beside the Flink JobManager's
+and TaskManager's reporters; the generated configuration passes `promtool check config`."""
 from __future__ import annotations
 
 import asyncio
 import json
 import subprocess
 import urllib.request
-
+from contextlib import asynccontextmanager
 
 from infra.platform.errors import PlatformError
 from infra.platform.process import wait_until
 from infra.platform.services import Prometheus
+from serving.dashboard.app import start_dashboard
 from serving.model.predictor import ModelPredictor
 from serving.model.service import PredictionService, ServiceThread
 from serving.scrape_targets import TARGETS_DIR_ENV
@@ -30,18 +31,31 @@ def _health(platform, wanted: dict[tuple[str, str], str]) -> dict[tuple[str, str
     return {key: seen.get(key, "absent") for key in wanted}
 
 
-def test_prometheus_scrapes_every_server_of_the_platform_and_the_flink_cluster(platform, monkeypatch):
+@asynccontextmanager
+async def dashboard(platform, fresh_topics):
+    """The pacing dashboard on a test's own (empty) topics, any free port; yields its port."""
+    state_topic, campaigns_topic = fresh_topics("prometheus-budget-state", "prometheus-campaigns")
+    runner, port, _, _ = await start_dashboard(bootstrap=platform.kafka_bootstrap, redis_url=platform.redis_url,
+                                               state_topic=state_topic, campaigns_topic=campaigns_topic, port=0)
+    try:
+        yield port
+    finally:
+        await runner.cleanup()
+
+
+def test_prometheus_scrapes_every_server_of_the_platform_and_the_flink_cluster(platform, fresh_topics, monkeypatch):
     monkeypatch.setenv(TARGETS_DIR_ENV, str(platform.prometheus_targets_dir))
     model, snapshot = tiny_model("click-prometheus-1")
     host = platform.host
 
     async def scenario():
-        async with Services(platform) as services:
+        async with Services(platform) as services, dashboard(platform, fresh_topics) as dashboard_port:
             with ServiceThread(PredictionService(ModelPredictor(model, snapshot))) as prediction:
                 wanted = {
                     ("adserver", f"127.0.0.1:{services.server.port}"): "up",
                     ("tracker", f"127.0.0.1:{services.tracker_runner.addresses[0][1]}"): "up",
                     ("prediction", f"127.0.0.1:{prediction._running.port}"): "up",
+                    ("dashboard", f"127.0.0.1:{dashboard_port}"): "up",
                     ("flink", f"{host}:{platform.flink_jobmanager_metrics_port}"): "up",
                     ("flink", f"{host}:{platform.flink_taskmanager_metrics_port}"): "up",
                 }
@@ -64,16 +78,17 @@ def test_prometheus_scrapes_every_server_of_the_platform_and_the_flink_cluster(p
     assert any(name.startswith("adserver-") for name in announced)
     assert any(name.startswith("tracker-") for name in announced)
     assert any(name.startswith("prediction-") for name in announced)
+    assert any(name.startswith("dashboard-") for name in announced)
 
 
-def test_servers_withdraw_their_target_files_when_they_stop(platform, monkeypatch):
+def test_servers_withdraw_their_target_files_when_they_stop(platform, fresh_topics, monkeypatch):
     monkeypatch.setenv(TARGETS_DIR_ENV, str(platform.prometheus_targets_dir))
 
     async def scenario() -> set[str]:
-        async with Services(platform) as services:
-            ports = {str(services.server.port), str(services.tracker_runner.addresses[0][1])}
+        async with Services(platform) as services, dashboard(platform, fresh_topics) as dashboard_port:
+            ports = {str(services.server.port), str(services.tracker_runner.addresses[0][1]), str(dashboard_port)}
             named = {p.name for p in platform.prometheus_targets_dir.glob("*.json") if p.name.split("-")[1] in ports}
-            assert len(named) == 2, f"expected the ad server's and the tracker's files, found {named}"
+            assert len(named) == 3, f"expected the ad server's, the tracker's and the dashboard's files, found {named}"
         return named
 
     named = asyncio.run(scenario())

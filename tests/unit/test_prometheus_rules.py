@@ -105,3 +105,26 @@ def test_the_files_of_servers_that_no_longer_run_are_removed(tmp_path):
     stale.write_text(json.dumps(target_document("tracker", "127.0.0.1", 8081)))
     assert remove_stale(tmp_path) == [stale]
     assert live is not None and live.exists() and live.name.endswith(f"-{os.getpid()}.json")
+
+
+def test_the_dashboard_announces_itself_as_a_dashboard_target_and_withdraws_at_cleanup(tmp_path, monkeypatch):
+    import asyncio
+
+    from serving.dashboard.app import start_dashboard
+    from serving.scrape_targets import TARGETS_DIR_ENV
+
+    monkeypatch.setenv(TARGETS_DIR_ENV, str(tmp_path))
+
+    async def scenario() -> tuple[int, dict[str, object], list[Path]]:
+        # nothing listens on port 9: the follower and the store only fail in the background, unread here
+        runner, port, _, _ = await start_dashboard(bootstrap="127.0.0.1:9", redis_url="redis://127.0.0.1:9/0",
+                                                   port=0)
+        announced = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+        await runner.cleanup()
+        return port, announced, sorted(tmp_path.glob("*.json"))
+
+    port, announced, left = asyncio.run(scenario())
+    assert [name.split("-")[:2] for name in announced] == [["dashboard", str(port)]]
+    assert list(announced.values()) == [[{"targets": [f"127.0.0.1:{port}"], "labels": {"kind": "dashboard"}}]]
+    assert left == []
+    assert "dashboard" in prometheus.SERVER_JOBS
