@@ -268,8 +268,9 @@ class SimServer:
             exploration_share=0.0, placement_ctr_multiplier={p: m for p, (_, m) in PLACEMENTS.items()}),
             reserves=ReserveBook.fixed(RESERVE_MICROS))
         self.spend = SpendAccumulator(server_id)
+        # linger 0: a second's reports go out as soon as they are made (the budget job's next step waits on them)
         self.reporter = SpendReporter(self.spend, bootstrap, self.state.lease_ids, topic=spend_topic,
-                                      producer_overrides={"linger.ms": 2})
+                                      producer_overrides={"linger.ms": 0})
         self.rng, self.np_rng = random.Random(seed), np.random.default_rng(seed)
 
     def decide(self, request_id: str, placement: str, country: str, now_ms: int):
@@ -299,7 +300,8 @@ class SimServer:
 
 class BudgetFeed(threading.Thread):
     """Reads the run's budget.state and budget.leases topics and queues what it reads for the servers; keeps
-    the click aggregator's billed totals (the third topic) for the report."""
+    the click aggregator's billed totals (the third topic) for the report. `advanced` is notified whenever
+    `progress_ms` (the newest budget state's event time) moves, so the servers wake the moment it does."""
 
     def __init__(self, bootstrap: str, topics: list[str]):
         super().__init__(name="budget-feed", daemon=True)
@@ -309,6 +311,7 @@ class BudgetFeed(threading.Thread):
         self.codec = AvroCodec()
         self.consumer = kafka.consumer(bootstrap, group_id=f"adserve-simulate-{uuid.uuid4().hex[:8]}",
                                        **{"auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+        self.advanced = threading.Condition()
         self.consumer.subscribe(topics)
         self.state_topic, self.billed_topic = topics[0], topics[2] if len(topics) > 2 else None
         self.inbox: queue.Queue = queue.Queue()
@@ -319,7 +322,11 @@ class BudgetFeed(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.is_set():
-            for message in self.consumer.consume(500, timeout=0.005):
+            # poll returns with the first record; consume(timeout=...) would wait out its timeout for a full batch
+            first = self.consumer.poll(0.05)
+            if first is None:
+                continue
+            for message in [first, *self.consumer.consume(500, timeout=0)]:
                 if message.error() is not None:
                     continue
                 record = self.codec.decode(message.value())
@@ -329,8 +336,10 @@ class BudgetFeed(threading.Thread):
                     continue
                 kind = BUDGET_STATE if message.topic() == self.state_topic else BUDGET_LEASES
                 self.inbox.put((kind, record))
-                if kind == BUDGET_STATE:
-                    self.progress_ms = max(self.progress_ms, int(record["event_time"]))
+                if kind == BUDGET_STATE and int(record["event_time"]) > self.progress_ms:
+                    with self.advanced:
+                        self.progress_ms = int(record["event_time"])
+                        self.advanced.notify_all()
         self.consumer.close()
 
 
@@ -462,10 +471,12 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
 
 
 # The jobs' timers, short: the day waits on the loop servers -> budget job -> servers once every 10 s of event
-# time, and each Python bundle and watermark interval is a wait on that loop (20 ms each made a night's hours
-# take 1.4x as long).
+# time, and each Python bundle, watermark interval and network buffer is a wait on that loop (20 ms each made a
+# night's hours take 1.4x as long). The budget job sees a few records a second, so flushing every buffer at
+# once (timeout 0) costs nothing.
 BUNDLE_TIME_MS = "5"
 WATERMARK_INTERVAL_MS = "5"
+BUFFER_TIMEOUT_MS = "0"
 
 
 def _deploy_jobs(platform, topics: dict[str, str], run: str, curves_path: Path, parallelism: int) -> tuple[str, str]:
@@ -485,7 +496,8 @@ def _deploy_jobs(platform, topics: dict[str, str], run: str, curves_path: Path, 
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],
                                      "--redis-url", platform.redis_url, "--curves", str(curves_path),
                                      "--heartbeat-ms", "10000", "--bundle-time-ms", BUNDLE_TIME_MS,
-                                     "--watermark-interval-ms", WATERMARK_INTERVAL_MS, "--buffer-timeout-ms", "2",
+                                     "--watermark-interval-ms", WATERMARK_INTERVAL_MS,
+                                     "--buffer-timeout-ms", BUFFER_TIMEOUT_MS,
                                      "--checkpoint-interval-ms", "10000", "--parallelism", str(parallelism)])
     billing_id = deploy.deploy("click_aggregator", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
                                conf_dir=Flink(platform).conf_dir,
@@ -575,9 +587,10 @@ class _Traffic:
 def _wait_for_budget(feed, now_ms: int, second: int, lead_s: int) -> float:
     """Hold the servers at most lead_s of event time ahead of the budget states they have heard; seconds held."""
     wait_began = time.monotonic()
-    while feed.progress_ms < now_ms - lead_s * 1000 and second > lead_s:
-        time.sleep(0.002)
-        if time.monotonic() - wait_began > 120:
+    if second <= lead_s:
+        return 0.0
+    with feed.advanced:
+        if not feed.advanced.wait_for(lambda: feed.progress_ms >= now_ms - lead_s * 1000, timeout=120):
             raise RunFailed(f"the budget job stopped answering at {_clock(feed.progress_ms)}")
     return time.monotonic() - wait_began
 
