@@ -75,7 +75,8 @@ PORTS_HELP = ("Ports and paths come from the environment: ADSERVE_HOME (default 
               "ADSERVE_POSTGRES_PORT (15432), ADSERVE_REDIS_PORT (16379), ADSERVE_FLINK_REST_PORT (18081), "
               "ADSERVE_FLINK_RPC_PORT (16123), ADSERVE_FLINK_JOBMANAGER_METRICS_PORT (19249), "
               "ADSERVE_FLINK_TASKMANAGER_METRICS_PORT (19250), ADSERVE_PROMETHEUS_PORT (19090), "
-              "ADSERVE_FLINK_TASK_SLOTS (8).")
+              "ADSERVE_FLINK_TASK_SLOTS (8); the pacing dashboard `adserve simulate` serves: "
+              "ADSERVE_DASHBOARD_PORT (18092).")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from infra.platform import PlatformSettings
+from sim.day_watch import DayWatch
 
 DEFAULT_REQUESTS = 60_000  # the default day: every figure and check of the full-size one in ~60 % of its time
 DEFAULT_SERVERS = 2
@@ -42,8 +43,14 @@ def register(sub) -> None:
     p.add_argument("--parallelism", type=int, default=2, help="parallelism of the budget job (default 2)")
     p.add_argument("--seed", type=int, default=1, help="random seed of traffic, clicks and campaigns")
     p.add_argument("--out", type=Path, default=Path("simulate-out"),
-                   help="folder for simulate.html (the picture) and simulate.json (default ./simulate-out)")
+                   help="folder for simulate.html (the picture), simulate.json and dashboard.png (the pacing "
+                        "dashboard at the end of the day) (default ./simulate-out)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--no-dashboard", action="store_true",
+                   help="do not serve the pacing dashboard on the day's topics (nor take its screenshot)")
+    p.add_argument("--dashboard-port", type=int,
+                   help="port of the day's pacing dashboard on 127.0.0.1 (default: the platform's dashboard port, "
+                        "ADSERVE_DASHBOARD_PORT, 18092; 0: any free port)")
     p.add_argument("--down", action="store_true", help="stop the platform at the end (default: leave it up)")
     p.set_defaults(handler=cmd_simulate)
 
@@ -89,6 +96,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     requests, servers = day_size(args)
     settings = PlatformSettings.from_env()
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    watch: DayWatch | None = None
     try:
         control.up(settings, log=log)
         bar: list[Progress] = []
@@ -106,10 +114,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         log(f"simulating {simulate.SIM_DAY}: {requests:,} requests through {servers} ad servers at most {args.lead_s} s "
             f"ahead of the budget job, budgets at {100 * requests / simulate.FULL_DAY_REQUESTS:g} % of the full-size "
             "day's ...")
+        if not args.no_dashboard:
+            watch = DayWatch(bootstrap=settings.kafka_bootstrap, prometheus_url=settings.prometheus_url,
+                             host="127.0.0.1", port=dashboard_port(args, settings), out_dir=args.out, log=log)
         result = simulate.run_day(settings, requests=requests, seed=args.seed, servers=servers, lead_s=args.lead_s,
                                   out_dir=args.out, parallelism=args.parallelism, progress=progress,
-                                  on_start=None,  # what watches the day starts here (run_day's OnStart)
-                                  log=log)
+                                  on_start=None if watch is None else watch.on_start, log=log)
         figures = simulate_report.figures(result)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "simulate.html").write_text(simulate_report.picture(result, figures))
@@ -124,10 +134,38 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 print(f"  {'met   ' if ok else 'MISSED'} {name} = {value} (target {target})")
             print(f"\npicture: {args.out / 'simulate.html'}; figures: {args.out / 'simulate.json'}")
             print(f"result: {'OK' if all(ok for _, ok, _, _ in verdicts) else 'targets missed (see above)'}")
+        failures = money_failures(figures)
+        for failure in failures:
+            print(f"FAILED: {failure}", file=sys.stderr)
     finally:
+        if watch is not None:
+            watch.close()
         if args.down:
             control.down(settings, log=log)
-    return 1 if figures["billed_above_budget_micros"] or figures["billing_recount_mismatches"] else 0
+    return 1 if failures else 0
+
+
+def dashboard_port(args: argparse.Namespace, settings: PlatformSettings) -> int:
+    """The day's dashboard port: --dashboard-port, else the platform's (ADSERVE_DASHBOARD_PORT)."""
+    port = settings.dashboard_port if args.dashboard_port is None else args.dashboard_port
+    if not 0 <= port <= 65_535:
+        raise SystemExit(f"adserve simulate: --dashboard-port must be 0-65535 (got {port})")
+    return port
+
+
+def money_failures(figures: dict) -> list[str]:
+    """What makes the day fail (exit 1) whatever its targets: money billed above a budget, the aggregator's totals
+    not equal to the recount, the advertiser reports not equal to the recount (or not checked)."""
+    from sim.day_reports import summary_line
+
+    out = []
+    if figures["billed_above_budget_micros"]:
+        out.append(f"{figures['billed_above_budget_micros']} micros billed above a budget")
+    if figures["billing_recount_mismatches"]:
+        out.append(f"{figures['billing_recount_mismatches']} campaigns' billed totals differ from the recount")
+    if figures.get("reports_equal_recount") is not True:
+        out.append(summary_line(figures))
+    return out
 
 
 def cmd_pacing_show(args: argparse.Namespace) -> int:

@@ -12,9 +12,13 @@ run's ad.events, as the tracker does; the click aggregator deduplicates, tags
 and bills them up to each budget and publishes billed totals every 10 s, which
 the budget job reads and the report takes its money figures from. At the end
 the same beacons are billed again in one process by core.clicks.recount (the
-nightly recount's rule) and compared with what the job billed. What is
-simulated: users and requests on a diurnal curve with a live event tripling
-traffic at 20:00, and clicks drawn from known true click probabilities. The
+nightly recount's rule) and compared with what the job billed; the job's billed
+totals are landed into the campaign store's report tables by report_landing
+and every campaign's daily report is compared with the same recount
+(sim.day_reports). The pacing dashboard watches the run's topics while the
+day runs (sim.day_watch, started through `on_start`). What is simulated:
+users and requests on a diurnal curve with a live event tripling traffic at
+20:00, and clicks drawn from known true click probabilities. The
 HTTP layer, the tracker's token checks, the user store and the served log are
 left out: they are not on the money path.
 
@@ -402,8 +406,8 @@ def work_model(requests: int) -> np.ndarray:
 
 # The hook a caller starts something with at the beginning of the day (a dashboard on the run's topics, say):
 # called once the run's topics exist and its jobs run, before the first simulated second, with the run's topic
-# names (spend, campaigns, ads, events, billed, state, leases, dead) and the Redis URL the budget job writes
-# pacing:{campaign} to. What it returns, if callable, is called with the day's result once the day is over
+# names (spend, campaigns, ads, events, billed, state, leases, dead, conversions) and the Redis URL the budget
+# job writes pacing:{campaign} to. What it returns, if callable, is called with the day's result once the day is over
 # (while the jobs still run) and before run_day returns: the place for a last screenshot.
 OnStart = Callable[[dict[str, str], str], "Callable[[dict[str, Any]], None] | None"]
 
@@ -411,7 +415,7 @@ OnStart = Callable[[dict[str, str], str], "Callable[[dict[str, Any]], None] | No
 def run_topics(run: str) -> dict[str, str]:
     """The run's own topics, by role."""
     return {name: f"sim.{run}.{name}" for name in ("spend", "campaigns", "ads", "events", "billed", "state",
-                                                    "leases", "dead")}
+                                                    "leases", "dead", "conversions")}
 
 
 def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, out_dir: Path, parallelism: int = 2,
@@ -423,6 +427,7 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
     from infra.platform.topics import TopicSpec, ensure_topics
     from jobs import deploy
     from schemas.codec import AvroCodec
+    from sim import day_reports
     from streams import kafka
 
     run = uuid.uuid4().hex[:8]
@@ -462,6 +467,10 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
                            progress=progress, log=log)
         result.update(run=run, topics=topics, job_id=job_id, billing_job_id=billing_id, last_week=market,
                       budget_scale=budget_scale)
+        log("landing the day's billed totals into the campaign store's reports and comparing each campaign's "
+            "daily report with the recount ...")
+        result["reports"] = day_reports.check(platform, topics, run, result["days"], day_reports.day_recount(
+            result["billing"].pop("recount"), SIM_DAY), SIM_DAY)
         if callable(on_end):
             on_end(result)
     finally:
@@ -717,7 +726,8 @@ def _close_billing(days, feed, producer, codec, events_topic: str, beacons, vers
             mismatched.append({"campaign_id": campaign_id, "job": job,
                                "recount": tuple(int(ref.get(f, 0)) for f in fields)})
     return {"by": "click_aggregator", "beacons": len(beacons), "totals_read": len(feed.billed),
-            "last_window_billed": closed, "recount_mismatches": mismatched}
+            "last_window_billed": closed, "recount_mismatches": mismatched,
+            "recount": {key: record for key, record in reference.items() if key[0] in days}}
 
 
 def job_bill(day: CampaignDay, records: list[dict[str, Any]]) -> JobBill:

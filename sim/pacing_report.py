@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import html
 import math
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
 
+from sim.day_reports import summary_line as reports_line
 from sim.pacing_day import DOLLAR
 from core.billing import SIZE_CLASSES, size_class
 
@@ -104,11 +106,35 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         "billed_by": (result.get("billing") or {}).get("by", "core.billing"),
         "billing_recount_mismatches": len((result.get("billing") or {}).get("recount_mismatches") or []),
         "billing": result.get("billing"),
+        **reports_figures(result.get("reports")), "dashboard": result.get("dashboard"),
         "by_class": classes, "per_campaign": per_campaign,
         "budget_scale": round(result.get("budget_scale", 1.0), 4),
         "wall_s": round(result["wall_s"], 1), "day_wall_s": round(result.get("day_wall_s", result["wall_s"]), 1),
         "waited_for_job_s": round(result["waited_s"], 1),
         "lead_s": result["lead_s"], "servers": result["servers"]}
+
+
+def reports_figures(reports: dict[str, Any] | None) -> dict[str, Any]:
+    """The daily reports against the recount (sim.day_reports): whether they are equal (None: not checked),
+    the campaigns compared and every difference."""
+    reports = reports or {}
+    return {"reports_equal_recount": reports.get("reports_equal_recount"),
+            "report_campaigns": reports.get("report_campaigns", 0),
+            "report_differences": reports.get("report_differences") or [],
+            "reports_error": reports.get("reports_error")}
+
+
+def dashboard_lines(dashboard: dict[str, Any] | None) -> list[str]:
+    """Where the day's pacing dashboard served and its screenshot, or why there is none."""
+    if not dashboard:
+        return ["pacing dashboard: not started (--no-dashboard)"]
+    if not dashboard.get("url"):
+        return [f"pacing dashboard: not served ({dashboard.get('error')})"]
+    listed = (f"answered at the end of the day with {dashboard.get('campaigns_listed', 0)} campaigns"
+              if dashboard.get("answered") else f"did not answer at the end of the day ({dashboard.get('error')})")
+    shot = (f"screenshot: {dashboard['screenshot']} (campaign {dashboard.get('selected_campaign')} selected)"
+            if dashboard.get("screenshot") else f"no screenshot: {dashboard.get('screenshot_error')}")
+    return [f"pacing dashboard: {dashboard['url']} (live while the day ran; {listed})", f"  {shot}"]
 
 
 def _launched(day, row: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +190,7 @@ def text(f: dict[str, Any]) -> str:
               f"hourly spend-to-curve error (paced, weighted): {_fmt(f['curve_error_pct_hourly'], '%')} "
               f"(in expected cost: {_fmt(f['curve_error_pct_hourly_expected'], '%')}, in clicks billed: "
               f"{_fmt(f['curve_error_pct_hourly_billed'], '%')})",
+              reports_line(f),
               f"budget lowered below spend at 16:00: served for {f['lowered_stopped_serving_after_s']} s more"]
     launched = f.get("launched")
     if launched:
@@ -174,6 +201,7 @@ def text(f: dict[str, Any]) -> str:
                      f"{' -> '.join(f'{p:g}' for p in ps[:4])} over its first minutes, first hour "
                      f"${first_hour[0] / DOLLAR:,.2f} against a target of ${first_hour[1] / DOLLAR:,.2f}, "
                      f"delivered {launched['delivery_pct']:.1f} %")
+    lines += dashboard_lines(f.get("dashboard"))
     return "\n".join(lines)
 
 
@@ -226,4 +254,23 @@ def picture(result: dict[str, Any], f: dict[str, Any]) -> str:
     body = "\n".join(panels)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>adserve simulate</title></head>"
             f"<body style='font-family:sans-serif'><h1>A simulated day through the budget job</h1>"
-            f"<pre>{html.escape(text(f))}</pre>{body}</body></html>")
+            f"<pre>{html.escape(text(f))}</pre>{_dashboard_html(f.get('dashboard'))}{body}</body></html>")
+
+
+def _dashboard_html(dashboard: dict[str, Any] | None) -> str:
+    """The pacing dashboard's address and its end-of-day screenshot (next to this page in the out folder)."""
+    if not dashboard or not dashboard.get("url"):
+        return ""
+    url = html.escape(dashboard["url"])
+    again = html.escape(f"adserve serve dashboard --state-topic {dashboard.get('state_topic')} "
+                        f"--campaigns-topic {dashboard.get('campaigns_topic')}")
+    out = (f"<h2>Pacing dashboard</h2><p>Served live while the day ran at <a href='{url}'>{url}</a>; it stops with "
+           f"the run, and <code>{again}</code> serves the day's topics again.</p>")
+    if dashboard.get("screenshot"):
+        name = html.escape(PurePath(dashboard["screenshot"]).name)
+        out += (f"<p>At the end of the day, campaign {dashboard.get('selected_campaign')} selected:</p>"
+                f"<a href='{name}'><img src='{name}' alt='the pacing dashboard at the end of the day' "
+                "style='max-width:100%;border:1px solid #ccc'></a>")
+    else:
+        out += f"<p>No screenshot: {html.escape(str(dashboard.get('screenshot_error')))}</p>"
+    return out

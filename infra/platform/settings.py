@@ -32,6 +32,7 @@ class PlatformSettings:
     flink_jobmanager_metrics_port: int = 19249  # the JobManager's Prometheus reporter
     flink_taskmanager_metrics_port: int = 19250  # the TaskManager's Prometheus reporter
     prometheus_port: int = 19090
+    dashboard_port: int = 18092  # the pacing dashboard `adserve simulate` serves on the day's own topics
     start_timeout_s: float = 120.0
 
     @classmethod

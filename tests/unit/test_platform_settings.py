@@ -18,6 +18,13 @@ def test_every_port_can_be_overridden_from_the_environment():
     assert settings.home == Path("/tmp/x")
 
 
+def test_the_pacing_dashboard_of_the_simulated_day_has_a_platform_port_of_its_own():
+    settings = PlatformSettings.from_env({"ADSERVE_HOME": "/tmp/x"})
+    assert settings.dashboard_port == 18092
+    assert PlatformSettings.from_env({"ADSERVE_DASHBOARD_PORT": "28092"}).dashboard_port == 28092
+    assert settings.as_env()["ADSERVE_DASHBOARD_PORT"] == "18092"
+
+
 def test_a_bad_port_value_names_the_variable():
     with pytest.raises(ValueError, match="ADSERVE_REDIS_PORT"):
         PlatformSettings.from_env({"ADSERVE_REDIS_PORT": "six"})
