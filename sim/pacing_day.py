@@ -408,7 +408,8 @@ def work_model(requests: int) -> np.ndarray:
 # called once the run's topics exist and its jobs run, before the first simulated second, with the run's topic
 # names (spend, campaigns, ads, events, billed, state, leases, dead, conversions) and the Redis URL the budget
 # job writes pacing:{campaign} to. What it returns, if callable, is called with the day's result once the day is over
-# (while the jobs still run) and before run_day returns: the place for a last screenshot.
+# and its reports are checked (while the jobs still run) and before run_day returns: the place for a last
+# screenshot.
 OnStart = Callable[[dict[str, str], str], "Callable[[dict[str, Any]], None] | None"]
 
 

@@ -9,6 +9,7 @@ from adserve.cli import build_parser
 from adserve.pacing_cli import dashboard_port, money_failures
 from infra.platform.settings import PlatformSettings
 from sim.day_reports import day_recount, summary_line, verdict
+from sim import day_watch
 from sim.day_watch import showcase_campaign
 from sim.pacing_report import dashboard_lines, reports_figures
 
@@ -22,6 +23,13 @@ def _args(*argv: str):
 def test_the_screenshot_selects_the_largest_budget_and_the_smallest_id_of_equals():
     assert showcase_campaign({7: 20_000_000, 3: 50_000_000_000, 5: 50_000_000_000}) == 3
     assert showcase_campaign({}) is None
+
+
+def test_without_chromium_the_screenshot_says_so_and_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(day_watch, "CHROMIUM", tmp_path / "no-chromium")
+    reason = day_watch.screenshot("http://127.0.0.1:1/", tmp_path / "dashboard.png", 7)
+    assert reason == f"{tmp_path / 'no-chromium'} is missing: no screenshot (install chromium and chromium-driver)"
+    assert not (tmp_path / "dashboard.png").exists()
 
 
 def test_the_recount_of_the_day_keeps_that_days_records_in_the_reports_fields():
