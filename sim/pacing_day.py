@@ -26,8 +26,20 @@ Time: every record carries simulated event time (2026-03-10, UTC). The
 servers run at most `--lead-s` seconds of event time ahead of the newest
 budget state they have received, so the loop delay is bounded however fast
 the machine is; the controller itself steps every 10 s of event time inside
-the job. The wall time is mostly that loop: a budget state has to come back
-from the job for every 10 s of the day, whatever the traffic.
+the job. The wall time is mostly that loop: the step at T runs once the job's
+watermark passes T, that is once the reports of second T + 2 are in (2 s of
+out-of-orderness), and with a lead of 15 s the servers need its state at
+second T + 6, so each of the day's 8,640 steps waits for one round trip
+servers -> Kafka -> budget job -> Kafka -> servers, whatever the traffic. On
+the 2 shared cores that round trip takes 80-120 ms: about half until the
+step's timer runs in the job's Python operator (the Kafka source, its
+watermark, the JVM's spend windows, the pacer taking the step's windows),
+then the Python step of every campaign of a subtask's shards (their states
+leave together when the bundle ends), then ~7 ms back to the servers. The
+waits on the loop are short: the job's watermarks every 5 ms, its Python
+bundles at most 5 ms, its network buffers flushed at once, no linger in the
+Kafka producers on the loop, and the servers woken the moment the feed hears
+the state (`_deploy_jobs`, `BudgetFeed`).
 
 Size: the full-size day (`--full`) is FULL_DAY_REQUESTS requests through
 FULL_DAY_SERVERS servers. A smaller day keeps the same campaigns, script and
