@@ -3,9 +3,10 @@ commands read and write the files).
 
 train_click_model: drop the impressions served on fallback scores (design: "the served log marks it as a
 fallback so training does not learn from it"), split by request id (90 / 10), learn the FeatureSpec on the
-training side, fit the network unweighted on the down-sampled examples with early stopping on the
-validation side, then on the validation side (examples the network never trained on) correct for the
-down-sampling with q = p / (p + (1 - p) / w) and fit the per-segment calibration with sample weights.
+training side, fit the network (anchored on the ads' click priors at the keep rate, learning.network)
+unweighted on the down-sampled examples with early stopping on the validation side, then on the validation
+side (examples the network never trained on) correct for the down-sampling with q = p / (p + (1 - p) / w) and
+fit the per-segment calibration with sample weights.
 
 Both also handle the CONVERSION examples in the records, if any (learning.conversion): training fits
 the bundle's conversion model on them, evaluation adds its figures under "conversion".
@@ -133,7 +134,7 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
         f"({held.positives:,} clicks); keep rate {keep_rate:g}; {spec.user_dim} user features, "
         f"snapshot v{newest}")
     train_inputs, held_inputs = example_inputs(spec, train, tables), example_inputs(spec, held, tables)
-    network = build(spec, config.architecture)
+    network = build(spec, config.architecture, prior_keep_rate=keep_rate)
     history = fit(network, train_inputs, train.label, held_inputs, held.label, config, log)
     model = ClickModel(network, spec, SegmentCalibration({}), keep_rate)
     corrected = model.corrected(model.raw_probabilities(held_inputs))
