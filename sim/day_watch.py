@@ -74,7 +74,7 @@ class DayDashboard:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
-    def probe(self) -> dict[str, Any]:
+    def check(self) -> dict[str, Any]:
         """Whether it answers now: /ready, and the campaigns its list holds (and how many have a budget state)."""
         try:
             ready, _ = self.get("/ready")
@@ -146,7 +146,7 @@ def _drawn(view: Mapping[str, Any] | None, campaign_id: int) -> bool:
 
 class DayWatch:
     """The dashboard of one simulated day: `on_start` starts it on the day's topics and prints its address;
-    the end callback it returns probes it, takes the screenshot into `out_dir` and stops it, and puts what it
+    the end callback it returns asks it for its campaign list, takes the screenshot into `out_dir` and stops it, and puts what it
     found into the day's result. `close()` stops it whatever happened (idempotent)."""
 
     def __init__(self, *, bootstrap: str, prometheus_url: str | None, host: str, port: int, out_dir: Path,
@@ -175,7 +175,7 @@ class DayWatch:
         if dashboard is None:
             return
         found: dict[str, Any] = {"url": dashboard.url, "state_topic": dashboard.options["state_topic"],
-                                 "campaigns_topic": dashboard.options["campaigns_topic"], **dashboard.probe()}
+                                 "campaigns_topic": dashboard.options["campaigns_topic"], **dashboard.check()}
         budgets = {campaign_id: day.campaign.budget_micros for campaign_id, day in result.get("days", {}).items()}
         found["selected_campaign"] = showcase_campaign(budgets)
         path = self.out_dir / SCREENSHOT_NAME
