@@ -332,20 +332,13 @@ def bench_pacing_api(world: _PacingWorld, requests: int, log) -> dict[str, Any]:
             "pacing_requests": requests, "pacing_queries": list(QUERIES)}
 
 
-def bench_page(port: int, loads: int, log, chromium: str = "/usr/bin/chromium",
-               chromedriver: str = "/usr/bin/chromedriver") -> dict[str, Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
+def bench_page(port: int, loads: int, log) -> dict[str, Any]:
     from selenium.webdriver.support.ui import WebDriverWait
 
-    options = Options()
-    options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,900"):
-        options.add_argument(argument)
+    from infra.browser import headless_chromium
+
     log(f"the page in headless Chromium x {loads}, alternating with a static file ...")
-    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    driver = headless_chromium()
     page_ms, static_ms = [], []
     try:
         driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FIRST_POLL_HOOK})

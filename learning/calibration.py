@@ -11,8 +11,8 @@ as the held-out scores are spread. A model trained on a log where the best ad of
 every impression scores its held-out examples at two or three values, and their slope is noise (0.5-1.1 on
 the same data) that would carry every other ad's pCTR toward the middle; over thousands of clicks of spread
 scores the prior weighs nothing. A fitted segment is also shrunk toward its parent by a prior worth some
-clicks, so a segment just over the minimum does not swing on noise: weakly at (placement, billing type) (coarse_prior_clicks, default 10: a placement's level is real and
-well measured), strongly at (placement, country, billing type) (prior_clicks, default 1,000: on the
+clicks, so a segment just over the minimum does not swing on noise: weakly at (placement, billing type)
+(coarse_prior_clicks, default 10: a placement's level is real and well measured), strongly at (placement, country, billing type) (prior_clicks, default 1,000: on the
 simulated day a country moved the fit by more noise than signal). Never runs on the request path."""
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
+from infra import browser
+
 SCREENSHOT_NAME = "dashboard.png"
 WINDOW = (1400, 1100)
 PAGE_WAIT_S = 60.0  # at most this long for the page's first poll and the selected campaign's series
@@ -98,24 +98,16 @@ class DayDashboard:
 def screenshot(url: str, path: Path, campaign_id: int | None, *, wait_s: float = PAGE_WAIT_S) -> str | None:
     """The page at `url` in headless Chromium, `campaign_id` selected and its series drawn, saved as PNG at
     `path`; None when saved, else why not (Chromium, chromedriver or selenium missing, or the page not drawn)."""
-    for binary in (CHROMIUM, CHROMEDRIVER):
-        if not binary.exists():
-            return f"{binary} is missing: no screenshot (install chromium and chromium-driver)"
+    absent = browser.missing()
+    if absent is not None:
+        return f"{absent} is missing: no screenshot (install chromium and chromium-driver)"
     try:
-        from selenium import webdriver
         from selenium.common.exceptions import WebDriverException
-        from selenium.webdriver.chrome.options import Options
-        from selenium.webdriver.chrome.service import Service
         from selenium.webdriver.support.ui import WebDriverWait
     except ImportError:
         return "selenium is not installed: no screenshot (pip install -e '.[test]')"
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     f"--window-size={WINDOW[0]},{WINDOW[1]}"):
-        options.add_argument(argument)
     try:
-        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+        driver = browser.headless_chromium(window=WINDOW)
     except WebDriverException as error:
         return f"Chromium did not start: {error.msg or error}"
     try:
@@ -146,8 +138,8 @@ def _drawn(view: Mapping[str, Any] | None, campaign_id: int) -> bool:
 
 class DayWatch:
     """The dashboard of one simulated day: `on_start` starts it on the day's topics and prints its address;
-    the end callback it returns asks it for its campaign list, takes the screenshot into `out_dir` and stops it, and puts what it
-    found into the day's result. `close()` stops it whatever happened (idempotent)."""
+    the end callback it returns asks it for its campaign list, takes the screenshot into `out_dir`, stops it
+    and puts what it found into the day's result. `close()` stops it whatever happened (idempotent)."""
 
     def __init__(self, *, bootstrap: str, prometheus_url: str | None, host: str, port: int, out_dir: Path,
                  log: Callable[[str], None] = print):

@@ -5,12 +5,10 @@ writes later appear on the page by its own polling (bounded waits, no timing ass
 from __future__ import annotations
 
 import pytest
-from selenium import webdriver
 
+from infra.browser import headless_chromium
 from tests.integration.dashboard_world import WAIT_S, dashboard_world
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 SERIES_KEYS = ("minutes", "target", "committed", "p")
 
 
@@ -23,16 +21,7 @@ def world(platform, fresh_topics):
 
 @pytest.fixture
 def browser():
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,900"):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = headless_chromium(console_log=True)
     yield driver
     driver.quit()
 

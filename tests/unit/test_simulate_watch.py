@@ -7,6 +7,7 @@ import pytest
 
 from adserve.cli import build_parser
 from adserve.pacing_cli import dashboard_port, money_failures
+from infra import browser
 from infra.platform.settings import PlatformSettings
 from sim.day_reports import day_recount, summary_line, verdict
 from sim import day_watch
@@ -26,7 +27,7 @@ def test_the_screenshot_selects_the_largest_budget_and_the_smallest_id_of_equals
 
 
 def test_without_chromium_the_screenshot_says_so_and_writes_nothing(monkeypatch, tmp_path):
-    monkeypatch.setattr(day_watch, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
     reason = day_watch.screenshot("http://127.0.0.1:1/", tmp_path / "dashboard.png", 7)
     assert reason == f"{tmp_path / 'no-chromium'} is missing: no screenshot (install chromium and chromium-driver)"
     assert not (tmp_path / "dashboard.png").exists()
