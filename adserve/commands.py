@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from adserve import (auction_cli, bench_cli, campaigns_cli, jobs_cli, learning_cli, model_cli, operators_cli,
-                     pacing_cli, serve_cli)
+                     pacing_cli, serve_cli, users_cli)
 from infra.platform import PlatformSettings
 
 
@@ -17,6 +17,7 @@ def register(sub) -> None:
     bench_cli.register(sub)
     _register_auction(sub)
     serve_cli.register(sub)
+    users_cli.register(sub)
     campaigns_cli.register(sub)
     campaigns_cli.register_snapshots(sub)
     operators_cli.register(sub)

@@ -1,6 +1,6 @@
-"""`adserve serve ads|prediction|tracker|advertiser-api` and `adserve users delete`: the HTTP services of
-serving/ started with their typed settings (flags over the platform's ADSERVE_* variables), each printed once
-at start with its secrets masked."""
+"""`adserve serve ads|prediction|tracker|advertiser-api|dashboard`: the HTTP services of serving/ started with
+their typed settings (flags over the platform's ADSERVE_* variables), each printed once at start with its
+secrets masked."""
 from __future__ import annotations
 
 import argparse
@@ -30,7 +30,6 @@ def register(sub) -> None:
     _add_tracker(ssub)
     _add_advertiser_api(ssub)
     _add_dashboard(ssub)
-    _add_users(sub)
 
 
 def _add_ads(ssub) -> None:
@@ -145,15 +144,6 @@ def _add_dashboard(ssub) -> None:
     d.add_argument("--campaigns-topic", default=topics.SERVING_CAMPAIGNS,
                    help=f"campaign records to follow (default {topics.SERVING_CAMPAIGNS})")
     d.set_defaults(handler=cmd_serve_dashboard)
-
-
-def _add_users(sub) -> None:
-    u = sub.add_parser("users", help="user data in Redis")
-    usub = u.add_subparsers(dest="action", required=True)
-    d = usub.add_parser("delete", help="remove a user's profile and frequency record",
-                        description="Deletes Redis keys user:{ID} and fc:{ID}.", epilog=PORTS_HELP_SHORT)
-    d.add_argument("user_id")
-    d.set_defaults(handler=cmd_users_delete)
 
 
 def cmd_serve_ads(args: argparse.Namespace) -> int:
@@ -383,22 +373,3 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(main())
-
-
-def cmd_users_delete(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from serving.frequency_store import UserStore
-
-    s = PlatformSettings.from_env()
-
-    async def main() -> int:
-        store = UserStore(s.host, s.redis_port)
-        try:
-            return await store.delete_user(args.user_id)
-        finally:
-            await store.close()
-
-    removed = asyncio.run(main())
-    print(f"user {args.user_id}: {removed} key(s) removed (profile and frequency record)")
-    return 0

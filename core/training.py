@@ -333,6 +333,7 @@ class JoinRecord:
     event_ms: int
     event_type: str | None = None
     context: dict[str, Any] | None = None
+    user_id: str | None = None  # a served slot's user (core.privacy: the join drops a deleted user's examples)
 
 
 def join_records(kind: str, record: dict[str, Any]) -> list[JoinRecord]:
@@ -340,7 +341,7 @@ def join_records(kind: str, record: dict[str, Any]) -> list[JoinRecord]:
     (`conversion`) as the join's inputs."""
     if kind == "served":
         return [JoinRecord(slot["impression_id"], "served", int(slot["served_time"]), int(slot["served_time"]),
-                           context=slot) for slot in impressions_of(record)]
+                           context=slot, user_id=record.get("user_id")) for slot in impressions_of(record)]
     return [JoinRecord(record["impression_id"], kind, int(record["served_time"]), int(record["event_time"]),
                        record.get("event_type"))]
 

@@ -7,10 +7,16 @@ final an hour after serving, so a click after midnight still counts) and ad.conv
 the conversion window's days after, groups everything by impression id, and keeps one click example per
 impression served in the range and one conversion example per positive (core.training.examples_of_impression).
 
+Deleted users (core.privacy): the served records of a user who asked to be deleted, from before the request,
+are dropped before the join, so none of their impressions becomes an example. The requests come from
+--deletions files (UserDeletion records, plain or archived) or, with --archive, the archive's copy of the
+privacy.deletions topic.
+
 Output: `<output>/examples-SSSSS-of-NNNNN.avro` (TrainingExample, the contract of training.examples) and
 `<output>/summary.json` ({"from_day", "to_day", "keep_rate", "conversion_window_ms", "served_records", "events",
 "conversions", "examples", "positives", "negatives_kept", "conversion_examples", "conversions_labelled",
-"corrupt_records"}; "examples", "positives" and "negatives_kept" count the click examples).
+"corrupt_records", "erased_served_records"}; "examples", "positives" and "negatives_kept" count the click
+examples, "served_records" those joined).
 
     python -m pipelines.training_set --archive .platform/archive --from-day 2026-03-10 --to-day 2026-03-11 \\
         --output out/training-set
@@ -31,6 +37,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import training
+from pipelines.archive_erasure import WithoutDeletedUsers, deletions_in_force, topic_files_pattern
 from pipelines.avro_files import (add_served_log_arguments, archive_pattern, count_of, matching_files, of_days,
                                   output_folder, schema_json, served_log_files)
 from pipelines.options import ServedLogOptions, parse_options
@@ -68,6 +75,7 @@ class TrainingSetOptions(ServedLogOptions):
     output: str = ""  # folder for the examples and summary.json
     events_topic: str = topics.AD_EVENTS
     conversions_topic: str = topics.AD_CONVERSIONS
+    deletions: list[str] = field(default_factory=list)  # Avro files (globs) of UserDeletion records
 
 
 def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> dict[str, Any]:
@@ -86,6 +94,10 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True) -> di
     parser.add_argument("--output", required=True, help="folder for the examples and summary.json")
     parser.add_argument("--events-topic", default=topics.AD_EVENTS, help="archive folder of the beacons")
     parser.add_argument("--conversions-topic", default=topics.AD_CONVERSIONS, help="archive folder of the conversions")
+    parser.add_argument("--deletions", action="append", default=[],
+                        help="Avro files (glob) of UserDeletion records, plain or archived: their users' served "
+                             f"records are dropped; repeatable (default with --archive: its {topics.PRIVACY_DELETIONS} "
+                             "files)")
     options, beam_options = parse_options(parser, TrainingSetOptions, argv, save_main_session)
     if not options.archive and not options.events:
         parser.error("give --archive with --from-day, or --served and --events files")
@@ -110,6 +122,9 @@ def build_training_set(options: TrainingSetOptions, rules: training.JoinRules, d
                                            for d in days + later])
     else:
         event_files, conversion_files = matching_files(options.events), matching_files(options.conversions)
+    deletion_patterns = options.deletions or (
+        [topic_files_pattern(options.archive, topics.PRIVACY_DELETIONS)] if options.archive else [])
+    deletion_files = matching_files(deletion_patterns)
     logging.info("training set: %d served files, %d event files, %d conversion files, %s", len(served_files),
                  len(event_files), len(conversion_files), rules)
     out = output_folder(options.output)
@@ -118,6 +133,9 @@ def build_training_set(options: TrainingSetOptions, rules: training.JoinRules, d
         served, bad_served = read_records(pipeline, "Served", served_files)
         if options.archive:
             served = of_days(served, days)
+        all_served = served
+        served = all_served | "WithoutDeleted" >> WithoutDeletedUsers(
+            deletions_in_force(pipeline, "Deletions", deletion_files))
         events, bad_events = read_records(pipeline, "Events", event_files)
         conversions, bad_conversions = read_records(pipeline, "Conversions", conversion_files)
         examples = (served, events, conversions) | "Join" >> JoinExamples(rules)
@@ -131,17 +149,19 @@ def build_training_set(options: TrainingSetOptions, rules: training.JoinRules, d
         corrupt = (bad_served, bad_events, bad_conversions) | "AllCorrupt" >> beam.Flatten()
         (pipeline | "One" >> beam.Create([None])
          | "Summary" >> beam.Map(lambda _, served_n, events_n, conversions_n, examples_n, positives_n,
-                                 conversion_examples_n, converted_n, corrupt_n: json.dumps({
+                                 conversion_examples_n, converted_n, corrupt_n, all_served_n: json.dumps({
              "from_day": first_day, "to_day": last_day, "keep_rate": keep_rate,
              "conversion_window_ms": rules.conversion_window_ms, "served_records": served_n, "events": events_n,
              "conversions": conversions_n, "examples": examples_n, "positives": positives_n,
              "negatives_kept": examples_n - positives_n, "conversion_examples": conversion_examples_n,
-             "conversions_labelled": converted_n, "corrupt_records": corrupt_n}, indent=2),
+             "conversions_labelled": converted_n, "corrupt_records": corrupt_n,
+             "erased_served_records": all_served_n - served_n}, indent=2),
              served_n=count_of("Served", served), events_n=count_of("Events", events),
              conversions_n=count_of("ConversionsIn", conversions), examples_n=count_of("Examples", clicks),
              positives_n=count_of("Positives", positives),
              conversion_examples_n=count_of("ConversionExamplesN", conversion_examples),
-             converted_n=count_of("ConvertedN", converted), corrupt_n=count_of("Corrupt", corrupt))
+             converted_n=count_of("ConvertedN", converted), corrupt_n=count_of("Corrupt", corrupt),
+             all_served_n=count_of("AllServed", all_served))
          | "WriteSummary" >> beam.io.WriteToText(f"{out}/summary", file_name_suffix=".json",
                                                  shard_name_template=""))
     with FileSystems.open(f"{out}/summary.json") as f:

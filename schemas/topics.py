@@ -24,6 +24,7 @@ FEATURES_ADS = "features.ads"
 MODEL_REGISTRY = "model.registry"
 DEAD_LETTERS = "dead.letters"
 EVENT_COUNTS = "ops.event_counts"
+PRIVACY_DELETIONS = "privacy.deletions"
 CDC_CAMPAIGNS = "cdc.public.campaigns"
 CDC_ADS = "cdc.public.ads"
 CDC_RESERVES = "cdc.public.reserves"
@@ -72,6 +73,9 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(MODEL_REGISTRY, key="role", schema="registry_entry.avsc", partitions=1, compacted=True),
     TopicSpec(DEAD_LETTERS, key="job name", schema="dead_letter.avsc", partitions=1),
     TopicSpec(EVENT_COUNTS, key="campaign id", schema="event_count.avsc"),
+    # Compacted: the newest request per user is the set of deletions in force, which every consumer
+    # (core.privacy) reads from the beginning.
+    TopicSpec(PRIVACY_DELETIONS, key="user id", schema="user_deletion.avsc", partitions=1, compacted=True),
     # Debezium's change streams of the campaign store (JSON envelopes, see infra/platform/cdc.py); created
     # here so they are compacted (the latest row per key survives, so the index builder can start over).
     TopicSpec(CDC_CAMPAIGNS, key="campaign_id (JSON)", schema="", compacted=True),

@@ -17,7 +17,7 @@ from schemas import topics
 
 JOB_NAME = "archiver"
 DEFAULT_TOPICS = (topics.AD_SERVED, topics.AD_EVENTS, topics.AD_CONVERSIONS, topics.BILLED_SPEND,
-                  topics.SERVING_CAMPAIGNS, topics.TRAINING_EXAMPLES)
+                  topics.SERVING_CAMPAIGNS, topics.TRAINING_EXAMPLES, topics.PRIVACY_DELETIONS)
 
 
 def archive_uri(archive: str) -> str:

@@ -2,7 +2,8 @@
 AdWindow keeps one ad's buckets and served slots (core.feature_windows) and sends its window to Publish at
 every tick; Publish (one key) estimates every ad (core.ad_stats) and writes the snapshot, the features.ads rows
 and the registry entry; UserWindow keeps one consented user's window and writes their features to Redis. The
-methods load state, call the rule, store and emit what it returns."""
+methods load state, call the rule, store and emit what it returns. A deletion request (core.privacy) makes
+UserWindow forget the user's window at once."""
 from __future__ import annotations
 
 import logging
@@ -13,7 +14,7 @@ from typing import Any, Callable
 from pyflink.common import Row
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
 
-from core import ad_stats, feature_inputs, user_activity
+from core import ad_stats, feature_inputs, privacy, user_activity
 from core import feature_windows as windows
 from core.dead_letters import dead_letter
 from core.feature_windows import UNKNOWN_CELL, ServedSlot, WindowRules
@@ -28,7 +29,8 @@ CAMPAIGNS = OutputTag("campaigns", state.PUBLISH_INPUT)
 USERS = OutputTag("users", state.USER_INPUT)
 REGISTRY = OutputTag("registry", timed_bytes_row_type())
 RECORD_TYPES = {"served": "ServedRecord", "event": "AdEvent", "conversion": "AdConversion",
-                "feedback": "AdFeedback", "ad": "ServingAd", "campaign": "ServingCampaign"}
+                "feedback": "AdFeedback", "ad": "ServingAd", "campaign": "ServingCampaign",
+                "deletion": "UserDeletion"}
 
 
 class Decode(ProcessFunction):
@@ -50,7 +52,11 @@ class Decode(ProcessFunction):
             yield DEAD_LETTERS, dead
             return
         where = (row.topic, row.partition, row.offset)
-        if row.kind == "campaign":
+        if row.kind == "deletion":
+            if self.user_features:
+                request = privacy.request_of(record)
+                yield USERS, state.user_deletion_row(request.user_id, request.requested_at_ms)
+        elif row.kind == "campaign":
             yield CAMPAIGNS, state.campaign_row(int(record["campaign_id"]), int(record["advertiser_id"]),
                                                 int(record["event_time"]))
         elif row.kind == "ad":
@@ -293,7 +299,8 @@ class UserWindow(KeyedProcessFunction):
     """Per consented user: impressions and clicks by the ad's category over the window; at each tick the
     user's features (core.user_activity) into Redis `user:{id}` (streams.user_feature_store), batched
     (`user_feature_writes`; failed batches `user_feature_write_failures`, rewritten whole at the user's next
-    tick). Beacons whose impression was not served with consent are never counted."""
+    tick). Beacons whose impression was not served with consent are never counted. A deletion request clears
+    the user's window and any write still pending for them (`user_deletions`)."""
 
     FLUSH_USERS, FLUSH_S = 500, 1.0
 
@@ -303,12 +310,13 @@ class UserWindow(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext):
         states = {name: (runtime_context.get_map_state(d) if name != "wrote" else runtime_context.get_state(d))
                   for name, d in state.user_descriptors().items()}
-        self.wrote = states["wrote"]
+        self.wrote, self.states = states["wrote"], states
         self.window = KeyWindow(states, self.rules, state.user_slot_to_row, state.user_slot_from_row,
                                 state.user_cells_to_rows, state.user_cells_from_rows)
         metrics = runtime_context.get_metrics_group()
         self.writes = metrics.counter("user_feature_writes")
         self.failures = metrics.counter("user_feature_write_failures")
+        self.deletions = metrics.counter("user_deletions")
         self.store = self._store()
         self.pending: dict[str, dict[str, float]] = {}
         self.flushed_at = time.monotonic()
@@ -320,7 +328,9 @@ class UserWindow(KeyedProcessFunction):
 
     def process_element(self, row, ctx):
         watermark = ctx.timer_service().current_watermark()
-        if row.kind == feature_inputs.SERVED:
+        if row.kind == state.DELETION:
+            self._forget(ctx.get_current_key())
+        elif row.kind == feature_inputs.SERVED:
             if not windows.slot_too_old(row.event_ms, watermark, self.rules):
                 self.window.serve(row.impression_id, ServedSlot(int(row.category), row.event_ms))
                 _tick_at(ctx, row.event_ms, watermark, self.rules)
@@ -345,6 +355,14 @@ class UserWindow(KeyedProcessFunction):
             ctx.timer_service().register_event_time_timer(timestamp + self.rules.bucket_ms)
         self._flush()
         return []
+
+    def _forget(self, user_id: str) -> None:
+        """Drop everything held of the user: the window's state and an unwritten write (its Redis keys go with
+        the request's applier, `adserve users apply-deletions`)."""
+        for held in self.states.values():
+            held.clear()
+        self.pending.pop(user_id, None)
+        self.deletions.inc()
 
     def _flush(self, force: bool = False) -> None:
         if not self.pending:

@@ -25,7 +25,7 @@ def _topic_arguments(parser: argparse.ArgumentParser) -> None:
                           ("conversions", topics.AD_CONVERSIONS), ("feedback", topics.AD_FEEDBACK),
                           ("ads", topics.SERVING_ADS), ("campaigns", topics.SERVING_CAMPAIGNS),
                           ("features", topics.FEATURES_ADS), ("registry", topics.MODEL_REGISTRY),
-                          ("dead-letter", topics.DEAD_LETTERS)):
+                          ("dead-letter", topics.DEAD_LETTERS), ("deletions", topics.PRIVACY_DELETIONS)):
         group.add_argument(f"--{flag}-topic", default=default)
 
 
@@ -90,7 +90,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> FeaturesSettings:
         settings_from_args(args, JOB_NAME), snapshot_dir=args.snapshot_dir,
         topics=FeaturesTopics(args.served_topic, args.events_topic, args.conversions_topic, args.feedback_topic,
                               args.ads_topic, args.campaigns_topic, args.features_topic, args.registry_topic,
-                              args.dead_letter_topic),
+                              args.dead_letter_topic, args.deletions_topic),
         windows=WindowRules(args.tick_ms, args.window_ms, args.served_retention_ms), estimates=rules,
         keep_snapshots=args.keep_snapshots, redis_url=args.redis_url, user_ttl_ms=args.user_ttl_ms,
         out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms)

@@ -28,6 +28,7 @@ class FeaturesTopics:
     features: str = topics.FEATURES_ADS
     registry: str = topics.MODEL_REGISTRY
     dead_letters: str = topics.DEAD_LETTERS
+    deletions: str = topics.PRIVACY_DELETIONS
 
 
 @dataclass(frozen=True)

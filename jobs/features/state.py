@@ -40,6 +40,7 @@ PUBLISH_INPUT = Types.ROW_NAMED(
     [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(), Types.LONG(), ATTRIBUTES, Types.LIST(CELL)])
 USER_INPUT = Types.ROW_NAMED(["kind", "user_id", "impression_id", "event_ms", "category"],
                              [Types.STRING(), Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG()])
+DELETION = "DELETION"  # the USER_INPUT kind of a deletion request (event_ms: the request's time)
 
 SLOT = Types.ROW_NAMED(["placement", "position", "served_ms", "counted"],
                        [Types.STRING(), Types.INT(), Types.LONG(), Types.INT()])
@@ -108,6 +109,11 @@ def ad_input_row(found: feature_inputs.AdInput, topic: str, partition: int, offs
 
 def user_input_row(found: feature_inputs.UserInput) -> Row:
     return _named(USER_INPUT, found.kind, found.user_id, found.impression_id, found.event_ms, found.category)
+
+
+def user_deletion_row(user_id: str, requested_at_ms: int) -> Row:
+    """A deletion request as the user's window input: the window forgets the user."""
+    return _named(USER_INPUT, DELETION, user_id, "", requested_at_ms, 0)
 
 
 def campaign_row(campaign_id: int, advertiser_id: int, event_ms: int) -> Row:

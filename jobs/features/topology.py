@@ -1,15 +1,18 @@
 """The wiring of `features`: the served log, beacons, conversions, feedback, serving.ads and serving.campaigns
 as raw rows -> Decode -> keyed by ad -> AdWindow -> one key -> Publish -> features.ads and model.registry
 (exactly-once, Kafka timestamp = the snapshot's event time); consented users' inputs -> keyed by user ->
-UserWindow -> Redis; corrupt and expired records -> dead.letters. No rule lives here.
+UserWindow -> Redis; deletion requests (privacy.deletions, always read from its start) -> keyed by user ->
+UserWindow, which forgets the user; corrupt and expired records -> dead.letters. No rule lives here.
 
 Event time: the served log and ad.events drive the clock (watermarks per partition, bounded out-of-orderness).
-Conversions, feedback and the compiled ads and campaigns are side inputs that never hold the clock back (a
+Conversions, feedback, deletion requests and the compiled ads and campaigns are side inputs that never hold the clock back (a
 partition idle for --idle-timeout-ms stops counting); a record of theirs behind the clock still counts in every
 window to come that holds its bucket. Publish runs its tick after every AdWindow's tick of the same time: a
 watermark passes an operator only after the timers it fires, so the windows of tick T are in when Publish's
 timer T fires."""
 from __future__ import annotations
+
+import dataclasses
 
 from jobs.features import state
 from jobs.features.functions import (CAMPAIGNS, DEAD_LETTERS, REGISTRY, USERS, AdWindow, Decode, Publish,
@@ -18,14 +21,15 @@ from jobs.features.settings import FeaturesSettings
 from jobs.flink_io import bytes_row_type, kafka_sink_table, kafka_source_table, timed_bytes_row_type, timed_table
 
 SOURCES = (("served", "served_in"), ("event", "events_in"), ("conversion", "conversions_in"),
-           ("feedback", "feedback_in"), ("ad", "ads_in"), ("campaign", "campaigns_in"))
-SIDE_INPUTS = frozenset({"conversion", "feedback", "ad", "campaign"})
+           ("feedback", "feedback_in"), ("ad", "ads_in"), ("campaign", "campaigns_in"), ("deletion", "deletions_in"))
+SIDE_INPUTS = frozenset({"conversion", "feedback", "ad", "campaign", "deletion"})
+FROM_THE_START = frozenset({"deletion"})  # every request in force, whatever the job's own start
 
 
 def _topic(settings: FeaturesSettings, kind: str) -> str:
     t = settings.topics
     return {"served": t.served, "event": t.events, "conversion": t.conversions, "feedback": t.feedback,
-            "ad": t.ads, "campaign": t.campaigns}[kind]
+            "ad": t.ads, "campaign": t.campaigns, "deletion": t.deletions}[kind]
 
 
 def build(t_env, settings: FeaturesSettings) -> None:
@@ -35,7 +39,8 @@ def build(t_env, settings: FeaturesSettings) -> None:
     kafka = settings.kafka
     for kind, table in SOURCES:
         if kind in SIDE_INPUTS:
-            kafka_source_table(t_env, table, _topic(settings, kind), kafka, idle_timeout_ms=settings.idle_timeout_ms,
+            source = dataclasses.replace(kafka, startup_mode="earliest-offset") if kind in FROM_THE_START else kafka
+            kafka_source_table(t_env, table, _topic(settings, kind), source, idle_timeout_ms=settings.idle_timeout_ms,
                                side_input=True)
         else:
             kafka_source_table(t_env, table, _topic(settings, kind), kafka,

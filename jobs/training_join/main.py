@@ -24,6 +24,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> TrainingJoinSettings:
     parser.add_argument("--conversions-topic", default=topics.AD_CONVERSIONS)
     parser.add_argument("--examples-topic", default=topics.TRAINING_EXAMPLES)
     parser.add_argument("--dead-letter-topic", default=topics.DEAD_LETTERS)
+    parser.add_argument("--deletions-topic", default=topics.PRIVACY_DELETIONS,
+                        help="the deletion requests: a deleted user's examples are never emitted")
     parser.add_argument("--keep-rate", type=float, default=training.DEFAULT_KEEP_RATE,
                         help=f"share of negatives kept (default {training.DEFAULT_KEEP_RATE}); every click is kept")
     parser.add_argument("--conversion-window-ms", type=int, default=training.CONVERSION_WINDOW_MS,
@@ -36,7 +38,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> TrainingJoinSettings:
     return TrainingJoinSettings(
         settings_from_args(args, JOB_NAME), served_topic=args.served_topic, events_topic=args.events_topic,
         conversions_topic=args.conversions_topic, examples_topic=args.examples_topic,
-        dead_letter_topic=args.dead_letter_topic, rules=training.JoinRules(args.keep_rate, args.conversion_window_ms),
+        dead_letter_topic=args.dead_letter_topic, deletions_topic=args.deletions_topic,
+        rules=training.JoinRules(args.keep_rate, args.conversion_window_ms),
         out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms)
 
 

@@ -19,6 +19,7 @@ class TrainingJoinSettings:
     conversions_topic: str = topics.AD_CONVERSIONS
     examples_topic: str = topics.TRAINING_EXAMPLES
     dead_letter_topic: str = topics.DEAD_LETTERS
+    deletions_topic: str = topics.PRIVACY_DELETIONS
     rules: training.JoinRules = field(default_factory=training.JoinRules)
     out_of_orderness_ms: int = 5000
     idle_timeout_ms: int = 2000

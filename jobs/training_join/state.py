@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyflink.common import Row, Types
-from pyflink.datastream.state import ValueStateDescriptor
+from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from core import training
 
@@ -21,6 +21,20 @@ CONTEXT_FIELDS = list(CONTEXT.get_field_names())
 LABEL_STATE = Types.ROW_NAMED(
     ["served_ms", "rendered", "first_click_ms", "first_conversion_ms", "context", "done", "conversion_done"],
     [Types.LONG(), Types.BOOLEAN(), Types.LONG(), Types.LONG(), CONTEXT, Types.BOOLEAN(), Types.BOOLEAN()])
+
+
+# A deletion request on the broadcast side: the user and the request's time (core.privacy).
+DELETION = Types.ROW_NAMED(["user_id", "requested_at_ms"], [Types.STRING(), Types.LONG()])
+
+
+def deletions_state() -> MapStateDescriptor:
+    """The broadcast state of the deletion requests in force: user id -> the newest request's time."""
+    return MapStateDescriptor("deletions", Types.STRING(), Types.LONG())
+
+
+def impression_user() -> ValueStateDescriptor:
+    """The user the impression was served to (from its served record), cleared with the label state."""
+    return ValueStateDescriptor("impression_user", Types.STRING())
 
 
 def label_state() -> ValueStateDescriptor:

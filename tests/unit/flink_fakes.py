@@ -65,6 +65,9 @@ class FakeMapState:
     def items(self):
         return list(self.held.items())
 
+    def clear(self) -> None:
+        self.held = {}
+
 
 class FakeKeyedStates:
     """Keyed state per current key, as Flink scopes it: `key` selects which key's states the function sees."""
@@ -124,14 +127,19 @@ class FakeTimerService:
 
 @dataclass
 class FakeContext:
-    """What process_element and on_timer get: the current key, the record's event time and the timers."""
+    """What process_element and on_timer get: the current key, the record's event time, the timers and (for a
+    broadcast function) the broadcast state."""
 
     key: Any = None
     timestamp_ms: int | None = None
     timers: FakeTimerService = field(default_factory=FakeTimerService)
+    broadcast: dict[str, FakeMapState] = field(default_factory=dict)  # a broadcast function's state, by name
 
     def get_current_key(self):
         return self.key
+
+    def get_broadcast_state(self, descriptor) -> FakeMapState:
+        return self.broadcast.setdefault(descriptor.name, FakeMapState())
 
     def timestamp(self) -> int | None:
         return self.timestamp_ms

@@ -5,7 +5,8 @@ from adserve.cli import build_parser
 
 COMMANDS = ["up", "down", "status", "fetch", "jobs", "jobs deploy", "jobs list", "jobs cancel", "demo", "bench",
             "bench platform", "bench decision", "bench serve", "bench freshness", "auction", "serve", "serve ads", "serve tracker",
-            "users", "users delete", "serve advertiser-api", "advertisers", "advertisers create", "campaigns",
+            "users", "users delete", "users apply-deletions", "serve advertiser-api", "advertisers",
+            "advertisers create", "campaigns",
             "campaigns create", "campaigns pause", "campaigns resume", "campaigns set-budget", "campaigns set-bid",
             "campaigns bulk-load", "snapshots", "snapshots write", "simulate", "pacing", "pacing show", "bench pacing",
             "model", "model train", "model evaluate", "bench model", "explain", "learning-day",

@@ -90,3 +90,63 @@ def test_the_label_keeps_its_state_as_the_typed_row():
     list(label.process_element(row, ctx))
     served_ms, _, _, _, context_row, done, _ = context.get_state(join_state.label_state()).value()
     assert (served_ms, context_row[0], done) == (SERVED_MS, "r1:1", False)
+
+
+def _request(user_id: str, requested_at_ms: int):
+    from pyflink.common import Row
+
+    return Row(user_id, requested_at_ms)
+
+
+def test_a_deleted_users_impression_held_in_state_emits_no_example_after_the_request():
+    label, context = opened(Label(RULES))
+    ctx = at_key(context, FakeContext(), "r1:1")
+    for row in _rows("served", served(user_id="u1")) + _rows("event", beacon("r1:1", "CLICK", 4_000)):
+        list(label.process_element(row, ctx))
+    list(label.process_broadcast_element(_request("u1", SERVED_MS + 10_000), ctx))
+    assert list(label.on_timer(training.final_at_ms(SERVED_MS), ctx)) == []
+    assert (context.counter("erased_examples"), context.counter("examples")) == (1, 0)
+
+
+def test_a_deleted_users_served_record_never_enters_the_join():
+    label, context = opened(Label(RULES))
+    ctx = at_key(context, FakeContext(), "r1:1")
+    list(label.process_broadcast_element(_request("u1", SERVED_MS), ctx))
+    for row in _rows("served", served(user_id="u1")):
+        assert list(label.process_element(row, ctx)) == []
+    assert context.get_state(join_state.label_state()).value() is None
+    assert context.counter("erased_records") == 1
+
+
+def test_other_users_and_the_users_later_impressions_still_become_examples():
+    label, context = opened(Label(RULES))
+    ctx = at_key(context, FakeContext(), "r1:1")
+    list(label.process_broadcast_element(_request("u1", SERVED_MS - 1), ctx))  # before this impression: new data
+    for row in _rows("served", served(user_id="u1")) + _rows("event", beacon("r1:1", "CLICK", 4_000)):
+        list(label.process_element(row, ctx))
+    assert len(list(label.on_timer(training.final_at_ms(SERVED_MS), ctx))) == 1
+    other = at_key(context, FakeContext(broadcast=ctx.broadcast), "r2:1")
+    for row in _rows("served", served("r2", user_id="u2")) + _rows("event", beacon("r2:1", "CLICK", 4_000)):
+        list(label.process_element(row, other))
+    assert len(list(label.on_timer(training.final_at_ms(SERVED_MS), other))) == 1
+
+
+def test_the_newest_deletion_request_of_a_user_is_kept_on_the_broadcast_side():
+    label, context = opened(Label(RULES))
+    ctx = FakeContext()
+    for at in (SERVED_MS + 5, SERVED_MS + 9, SERVED_MS + 1):
+        list(label.process_broadcast_element(_request("u1", at), ctx))
+    assert ctx.get_broadcast_state(join_state.deletions_state()).get("u1") == SERVED_MS + 9
+
+
+def test_decode_deletion_reads_a_request_and_dead_letters_a_corrupt_one():
+    from core import privacy
+    from jobs.training_join.functions import DecodeDeletion
+
+    decode, context = opened(DecodeDeletion())
+    value = CODEC.encode("UserDeletion", privacy.deletion_request("u1", SERVED_MS, "req-1").as_record())
+    good = SimpleNamespace(v=value, k=b"u1", topic="privacy.deletions", partition=0, offset=3)
+    assert [tuple(r) for r in decode.process_element(good, FakeContext())] == [("u1", SERVED_MS)]
+    bad = SimpleNamespace(v=b"junk", k=b"u1", topic="privacy.deletions", partition=0, offset=4)
+    (tag, _), = decode.process_element(bad, FakeContext())
+    assert tag is DEAD_LETTERS and context.counter("corrupt_records") == 1
