@@ -22,6 +22,7 @@ def register(sub) -> None:
     _add_model(bsub)
     _add_live_loop(bsub)
     _add_dashboard(bsub)
+    _add_faults(bsub)
 
 
 def _add_platform(bsub) -> None:
@@ -112,6 +113,27 @@ def _add_billing(bsub) -> None:
                    help=f"the job's checkpoint interval (default {bench_billing.CHECKPOINT_MS}, the job's own)")
     h.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     h.set_defaults(handler=cmd_bench_billing)
+
+
+def _add_faults(bsub) -> None:
+    from bench import faults as bench_faults
+
+    f = bsub.add_parser("faults", help="the fault matrix: each part of the platform killed and restarted under a "
+                                       "day's traffic, the invariants checked after each (needs `adserve up`)",
+                        description=bench_faults.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("--short", action="store_true",
+                   help=f"only {', '.join(bench_faults.SHORT_FAULTS)} (the version CI runs)")
+    f.add_argument("--faults", help=f"comma-separated faults to run, in order (default all: "
+                                    f"{','.join(bench_faults.FAULTS)})")
+    f.add_argument("--rate", type=float, default=8.0, help="ad requests a second (default 8)")
+    f.add_argument("--settle-s", type=float, default=bench_faults.Timing.settle_s,
+                   help="seconds a phase's campaigns serve before the fault")
+    f.add_argument("--outage-s", type=float, default=bench_faults.Timing.outage_s,
+                   help="seconds the killed part stays down before its restart")
+    f.add_argument("--after-s", type=float, default=bench_faults.Timing.after_s,
+                   help="seconds of traffic after the recovery")
+    f.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    f.set_defaults(handler=cmd_bench_faults)
 
 
 def _add_model(bsub) -> None:
@@ -242,6 +264,19 @@ def cmd_bench_billing(args: argparse.Namespace) -> int:
                                 checkpoint_ms=args.checkpoint_interval_ms,
                                 compare_full_snapshots=args.compare_full_snapshots, log=log)
     return _emit(args, figures, bench_billing.render)
+
+
+def cmd_bench_faults(args: argparse.Namespace) -> int:
+    from bench import faults as bench_faults
+
+    log = _log(args)
+    chosen = bench_faults.SHORT_FAULTS if args.short else bench_faults.FAULTS
+    if args.faults:
+        chosen = tuple(name.strip() for name in args.faults.split(",") if name.strip())
+    timing = bench_faults.Timing(settle_s=args.settle_s, outage_s=args.outage_s, after_s=args.after_s)
+    figures = bench_faults.run(faults=chosen, rate=args.rate, timing=timing, log=log)
+    code = _emit(args, figures, bench_faults.render)
+    return code if figures["all_held"] else 1
 
 
 def cmd_bench_pacing(args: argparse.Namespace) -> int:

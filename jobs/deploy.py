@@ -74,13 +74,15 @@ def flink_cli() -> Path:
 
 
 def deploy(name: str, *, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
-           python: str = sys.executable, timeout_s: float = 180.0) -> str:
-    """Submit a job detached with `flink run`; returns its Flink job id."""
+           python: str = sys.executable, timeout_s: float = 180.0, savepoint: str | None = None) -> str:
+    """Submit a job detached with `flink run`; returns its Flink job id. With `savepoint` (a savepoint or a
+    retained checkpoint's folder) the job starts from that state (`flink run -s`)."""
     if name not in JOBS:
         raise DeployError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
     spec = JOBS[name]
     cmd = [
         "bash", str(flink_cli()), "run", "--detached", "-m", jobmanager,
+        *(["-s", savepoint] if savepoint else []),
         "-pym", spec.module,
         "-pyfs", ",".join(str(REPO_ROOT / p) for p in SHIPPED_PACKAGES),
         "-pyexec", python, "-pyclientexec", python,

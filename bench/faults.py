@@ -1,0 +1,662 @@
+"""`adserve bench faults`: the fault matrix. A short day of live traffic runs through the real servers and jobs,
+and at set times one part of the platform is killed with SIGKILL, held down, and restarted; after each, the
+design's invariants are checked (bench.fault_checks) and the fault gets one row.
+
+What runs for real, for the whole matrix: the platform (Kafka, Redis, PostgreSQL, Kafka Connect with the
+campaign store's Debezium connector, Flink), the Flink jobs `budget_pacing` and `click_aggregator` (deployed for
+the run: the aggregator reads the platform's ad.events from the run's start, the budget job the platform's
+budget.spend and writes budget.state and budget.leases, which the ad servers follow; both read the run's
+campaigns from a topic of the run, so they decide only about the run's campaigns), two ad servers, the tracker
+and the prediction service (each an `adserve serve` process of its own, so a kill is a real SIGKILL of a
+process). The day is real time: the servers stamp wall-clock time, the budget job steps every 10 s of it.
+
+The traffic: --rate ad requests a second for 3 slots on the run's own placement (so no other ad competes),
+alternating between the two ad servers; every filled slot's impression beacon goes to the tracker over HTTP, and
+each beacon the tracker acknowledges (204) is kept with its token's impression, campaign and price: the recount.
+
+Each fault's phase has four campaigns of its own (CPM, so every acknowledged impression is billable): a capped
+one (a daily cap per user far above what a user sees: only Redis's absence can exclude it), one paused a few
+seconds before the fault, a metered one whose small budget the budget job hands out in slices and which runs out
+during the phase, and an open one. The phase: launch its campaigns and let them serve (--settle-s), pause one,
+kill the part, hold it down (--outage-s), restart it, wait until every job runs and every server is ready (the
+recovery time), serve a while longer (--after-s), pause the phase's campaigns. At the end the click aggregator's
+windows are closed (tick events past the last beacon) and its billed totals are compared with the recount.
+
+The restart story of each part (docs/faults.md): the broker, Redis, PostgreSQL, Kafka Connect and the
+TaskManager restart in place (`adserve up`'s own launch); the local Flink cluster has no high availability, so a
+killed JobManager restarts empty and the run's jobs are submitted again from their latest retained checkpoint
+(`flink run -s`: the checkpoint files outlive the JobManager); a killed ad server is replaced by a new one with a
+new server id (its spend sequence starts again at 1 and must not collide with the dead server's); the tracker
+and the prediction service restart on their ports.
+
+Figures (--json names): one row per fault in `rows`, each with fault, recovery_s, recovery_bound_s,
+lost_events, double_billed_events, billed_above_budget_micros, overspend_beyond_slices_micros,
+paused_served_after_bound, capped_served_without_redis, server_errors, uncapped_served_without_redis (the Redis
+row), requests, answered_200, beacons_acknowledged, beacons_refused, slices_at_fault_micros, held; then
+all_held, faults, rate, settle_s, outage_s, after_s, freshness_bound_s, wall_s, and machine (with the load
+average at the start and the end). Same-run baseline: the `baseline` row, a phase with no fault, checked the
+same way."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.fault_checks import Answer, Beacon, PhaseRecord, row
+from core.errors import RunFailed
+from infra.platform import PlatformSettings
+from infra.platform.process import ManagedProcess, reap, wait_until
+from schemas import topics as topic_names
+
+FAULTS = ("kafka", "taskmanager", "jobmanager", "redis", "postgres", "connect", "ad_server", "tracker",
+          "prediction")
+SHORT_FAULTS = ("kafka", "taskmanager", "redis", "ad_server", "tracker")
+# The stated bound per fault: kill to every job RUNNING and every server ready again. Each is the part's own
+# restart plus what must follow it, with room for a loaded 2-core machine (docs/faults.md gives the reasons).
+RECOVERY_BOUND_S = {"baseline": 30.0, "kafka": 90.0, "taskmanager": 120.0, "jobmanager": 180.0, "redis": 30.0,
+                    "postgres": 60.0, "connect": 120.0, "ad_server": 60.0, "tracker": 30.0, "prediction": 60.0}
+FRESHNESS_BOUND_S = 10.0  # an advertiser change on every ad server (the design's SLO)
+SLOTS = 3
+DOLLAR = 1_000_000
+BIDS_MICROS = {"capped": 9_000_000, "paused": 8_000_000, "metered": 7_000_000, "open": 5_000_000}  # CPM
+BUDGETS_MICROS = {"capped": 500 * DOLLAR, "paused": 500 * DOLLAR, "metered": DOLLAR, "open": 500 * DOLLAR}
+CAP_PER_DAY = 1_000
+USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) fault-matrix"
+Log = Callable[[str], None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback only
+            return resp.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(process: ManagedProcess) -> bool:
+    """SIGKILL a managed process's whole group, as a crash would; True if one was running."""
+    pid = process.pid()
+    if pid is None:
+        return False
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    time.sleep(0.5)
+    reap(pid)
+    process.pid_path.unlink(missing_ok=True)
+    return True
+
+
+# ------------------------------------------------------------------ the run's servers
+
+
+@dataclass
+class Child:
+    """One `adserve serve` process of the run: its command, its port and how its readiness is asked."""
+
+    name: str
+    argv: list[str]
+    port: int
+    ready_path: str
+    process: ManagedProcess
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, env: dict[str, str]) -> None:
+        self.process.start(self.argv, env=env, cwd=Path(__file__).resolve().parents[1])
+
+    def ready(self) -> bool:
+        return self.process.pid() is not None and _http_ok(self.url + self.ready_path)
+
+
+class Feed(threading.Thread):
+    """Follows the run's billed totals and the platform's budget.leases for the run's campaigns."""
+
+    def __init__(self, bootstrap: str, billed_topic: str, campaign_ids: set[int]):
+        super().__init__(daemon=True)
+        self.bootstrap, self.billed_topic, self.campaign_ids = bootstrap, billed_topic, campaign_ids
+        self.billed: list[dict[str, Any]] = []
+        self.leases: list[dict[str, Any]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer
+
+        from schemas.codec import AvroCodec
+
+        codec = AvroCodec()
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"faults-feed-{uuid.uuid4().hex[:8]}",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([self.billed_topic, topic_names.BUDGET_LEASES])
+        while not self.halt.is_set():
+            for message in consumer.consume(500, timeout=0.3):
+                if message.error() is not None:
+                    continue
+                try:
+                    record = codec.decode(message.value())
+                except Exception:  # noqa: BLE001 - another writer's record on the shared topic: not ours
+                    continue
+                if int(record.get("campaign_id", -1)) not in self.campaign_ids:
+                    continue
+                (self.billed if message.topic() == self.billed_topic else self.leases).append(record)
+        consumer.close()
+
+    def billed_through_ms(self) -> int:
+        return max((int(r["event_time"]) for r in self.billed), default=0)
+
+    def outstanding_micros(self, campaign_ids: set[int], at_ms: int) -> int:
+        """Slices of these campaigns granted before `at_ms` and not expired by it."""
+        return sum(int(r["amount_micros"]) for r in self.leases if int(r["campaign_id"]) in campaign_ids
+                   and int(r["event_time"]) <= at_ms < int(r["expires_at"]))
+
+
+class Traffic(threading.Thread):
+    """The day's load: `rate` ad requests a second over the live ad servers, each filled slot's impression
+    beacon through the tracker; every answer and beacon recorded with its wall time."""
+
+    def __init__(self, servers: Callable[[], list[str]], placement: str, rate: float, keys):
+        super().__init__(daemon=True)
+        self.servers, self.placement, self.rate, self.keys = servers, placement, rate, keys
+        self.answers: list[Answer] = []
+        self.beacons: list[Beacon] = []
+        self.halt = threading.Event()
+        self.seq = 0
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": USER_AGENT}) as http:
+            pending: set[asyncio.Task] = set()
+            began = time.monotonic()
+            while not self.halt.is_set():
+                self.seq += 1
+                servers = self.servers()
+                if servers:
+                    task = asyncio.create_task(self._one(http, servers[self.seq % len(servers)]))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                ahead = began + self.seq / self.rate - time.monotonic()
+                await asyncio.sleep(max(0.0, ahead))
+            if pending:
+                await asyncio.wait(pending, timeout=10)
+
+    async def _one(self, http, server: str) -> None:
+        import aiohttp
+
+        body = {"request_id": uuid.uuid4().hex, "user_id": f"fault-user-{random.randrange(10**9)}",
+                "placement": self.placement, "slots": [{"position": i + 1} for i in range(SLOTS)]}
+        sent = time.time()
+        try:
+            async with http.post(f"{server}/v1/ads", json=body) as r:
+                status, answer = r.status, await r.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            self.answers.append(Answer(sent, time.time(), server, None))
+            return
+        slots = [s for s in (answer.get("slots") or []) if s.get("ad_id")] if status == 200 else []
+        overloaded = status == 503 and str(answer.get("error", "")).startswith("overloaded")
+        self.answers.append(Answer(sent, time.time(), server, status, tuple(int(s["campaign_id"]) for s in slots),
+                                   overloaded))
+        await asyncio.gather(*(self._beacon(http, s) for s in slots))
+
+    async def _beacon(self, http, slot: dict[str, Any]) -> None:
+        import aiohttp
+
+        claims = self.keys.verify(slot["token"], _now_ms())
+        try:
+            async with http.get(slot["impression_url"]) as r:
+                status = r.status
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            status = None
+        self.beacons.append(Beacon(claims.impression_id, claims.campaign_id, claims.price_micros, status))
+
+
+# ------------------------------------------------------------------ the world: jobs, servers, campaigns
+
+
+class World:
+    """The run's jobs, servers and campaigns on the platform, and how each part is killed and restarted."""
+
+    def __init__(self, settings: PlatformSettings, *, phases: int, rate: float, log: Log):
+        from core.tokens import TokenKeys
+        from serving.adserver.settings import DEVELOPMENT_TOKEN_KEYS
+
+        self.settings, self.log, self.rate = settings, log, rate
+        self.run_id = uuid.uuid4().hex[:8]
+        self.folder = settings.state_dir / "faults" / self.run_id
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.placement = f"faults-{self.run_id}"
+        self.base_id = (time.time_ns() // 1000) % 10**11 * 1000
+        self.clock_campaign = self.base_id + 99_000
+        self.phase_ids = [{role: self.base_id + 1000 * p + 10 * i for i, role in enumerate(BIDS_MICROS)}
+                          for p in range(phases)]
+        self.keys = TokenKeys.from_spec(DEVELOPMENT_TOKEN_KEYS)
+        self.topics = {n: f"bench.faults.{n}.{self.run_id}" for n in ("campaigns", "ads", "billed", "dead")}
+        self.job_ids: dict[str, str] = {}
+        self.children: dict[str, Child] = {}
+        self.replacements = 0
+        self.env = {**os.environ, **settings.as_env(), "ADSERVE_DEV": "1", "PYTHONUNBUFFERED": "1"}
+        self.start_ms = _now_ms()
+        self.feed = Feed(settings.kafka_bootstrap, self.topics["billed"],
+                         {cid for ids in self.phase_ids for cid in ids.values()} | {self.clock_campaign})
+
+    # --- campaigns
+
+    def campaign_record(self, campaign_id: int, role: str, status: str, version: int) -> dict[str, Any]:
+        return {"campaign_id": campaign_id, "advertiser_id": campaign_id, "version": version,
+                "event_time": _now_ms(), "status": status, "bid_type": "CPM",
+                "daily_budget_micros": BUDGETS_MICROS.get(role, 500 * DOLLAR), "currency": "USD",
+                "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [],
+                "cap_per_day": CAP_PER_DAY if role == "capped" else None, "cap_per_week": None,
+                "cpa_target_micros": None}
+
+    def ad_record(self, campaign_id: int, role: str) -> dict[str, Any]:
+        return {"ad_id": campaign_id + 1, "campaign_id": campaign_id, "advertiser_id": campaign_id, "version": 1,
+                "event_time": _now_ms(), "removed": False, "bid_type": "CPM",
+                "bid_micros": BIDS_MICROS.get(role, 1_000_000), "quality_prior": 0.0,
+                "creative_ref": f"creative-{campaign_id}", "landing_url": "https://shop.example/faults",
+                "static_score": 1.0,
+                "targeting": [{"attribute": "placement", "values": [self.placement], "excluded": False}]}
+
+    def publish(self, campaigns: list[tuple[int, str, str, int]], ads: bool) -> None:
+        """Campaign records (id, role, status, version) to the servers' topic and the jobs' topic of the run;
+        with `ads`, their ads too."""
+        from schemas.codec import AvroCodec
+        from streams import kafka
+
+        codec = AvroCodec()
+        at = _now_ms()
+        records = [(str(cid).encode(), codec.encode("ServingCampaign", self.campaign_record(cid, role, status, v)), at)
+                   for cid, role, status, v in campaigns]
+        for topic in (topic_names.SERVING_CAMPAIGNS, self.topics["campaigns"]):
+            kafka.produce_all(self.settings.kafka_bootstrap, topic, records)
+        if ads:
+            ad_records = [(str(cid + 1).encode(), codec.encode("ServingAd", self.ad_record(cid, role)), at)
+                          for cid, role, _, _ in campaigns]
+            for topic in (topic_names.SERVING_ADS, self.topics["ads"]):
+                kafka.produce_all(self.settings.kafka_bootstrap, topic, ad_records)
+
+    # --- start and stop
+
+    def start(self) -> None:
+        from infra.platform.topics import TopicSpec, ensure_topics
+
+        ensure_topics(self.settings.kafka_bootstrap, tuple(
+            TopicSpec(t, key="campaign id", schema="", partitions=1) for t in self.topics.values()))
+        self.publish([(self.clock_campaign, "clock", "ACTIVE", 1)], ads=False)
+        self.feed.start()
+        self._prepare_model()
+        tracker_port, prediction_port = _free_port(), _free_port()
+        py = sys.executable
+        self._child("tracker", [py, "-m", "adserve", "serve", "tracker", "--port", str(tracker_port), "--dev"],
+                    tracker_port, "/metrics")
+        self._child("prediction", [py, "-m", "adserve", "serve", "prediction", "--model", str(self.model_dir),
+                                   "--ad-features", str(self.folder / "ad-features"), "--port",
+                                   str(prediction_port)], prediction_port, "/healthz")
+        for name in ("ads-a", "ads-b"):
+            self._ad_server(name, f"faults-{self.run_id}-{name}")
+        self._deploy_jobs()
+        self.wait_ready(300, what="the run's jobs and servers to start")
+
+    def _prepare_model(self) -> None:
+        """A small click model trained here, and an ad-feature snapshot holding the run's ads."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        from learning import synthetic
+        from learning.network import Architecture, TrainConfig
+        from learning.trainer import train_click_model
+        from serving.model.ad_features import AdFeatureSnapshot
+        from serving.model.click_model import save_versioned
+
+        self.log("training a small click model for the prediction service ...")
+        day = synthetic.make_day(12_000, seed=1, keep_rate=0.2)
+        model = train_click_model(day.examples, {day.snapshot.version: day.snapshot}, day.keep_rate,
+                                  replace(TrainConfig(epochs=2, batch_size=512, patience=1,
+                                                      architecture=Architecture(hidden=(16,))), seed=1),
+                                  min_segment_clicks=30, log=lambda line: None)
+        self.model_dir = save_versioned(model, self.folder / "models", export_saved_model=False)
+        like = day.snapshot
+        ad_ids = np.asarray([cid + 1 for ids in self.phase_ids for cid in ids.values()], dtype=np.int64)
+        source = np.arange(len(ad_ids)) % len(like)
+        AdFeatureSnapshot(version=int(time.time()), ad_id=ad_ids, campaign_id=like.campaign_id[source],
+                          bid_type=like.bid_type[source], bid_micros=like.bid_micros[source],
+                          ctr_prior=like.ctr_prior[source], quality_prior=like.quality_prior[source],
+                          category=like.category[source], embedding=like.embedding[source]
+                          ).write(self.folder / "ad-features")
+
+    def _child(self, name: str, argv: list[str], port: int, ready_path: str) -> Child:
+        process = ManagedProcess(f"faults-{self.run_id}-{name}", self.folder / "run", self.folder / f"{name}.log")
+        child = Child(name, argv, port, ready_path, process)
+        child.start(self.env)
+        self.children[name] = child
+        return child
+
+    def _ad_server(self, name: str, server_id: str) -> Child:
+        port = _free_port()
+        return self._child(name, [sys.executable, "-m", "adserve", "serve", "ads", "--workers", "0", "--port",
+                                  str(port), "--server-id", server_id, "--tracker-url",
+                                  self.children["tracker"].url, "--prediction-url",
+                                  self.children["prediction"].url, "--dev"], port, "/ready")
+
+    def ad_server_urls(self) -> list[str]:
+        return [c.url for n, c in self.children.items() if n.startswith("ads-") and c.process.pid() is not None]
+
+    def _job_args(self, group: str) -> list[str]:
+        from infra.platform.jars import flink_connector_jar
+
+        return ["--bootstrap", self.settings.kafka_bootstrap, "--connector-jar",
+                str(flink_connector_jar(self.settings)), "--group-id", group, "--startup-mode", "timestamp",
+                "--start-timestamp-ms", str(self.start_ms), "--checkpoint-interval-ms", "5000",
+                # nine faults in a few minutes: more restarts than a job's default three
+                "--restart-attempts", "100"]
+
+    def _job_specs(self) -> dict[str, list[str]]:
+        t = self.topics
+        return {
+            "budget_pacing": [*self._job_args(f"faults-budget-{self.run_id}"),
+                              "--spend-topic", topic_names.BUDGET_SPEND, "--campaigns-topic", t["campaigns"],
+                              "--ads-topic", t["ads"], "--billed-topic", t["billed"],
+                              "--state-topic", topic_names.BUDGET_STATE, "--leases-topic", topic_names.BUDGET_LEASES,
+                              "--dead-letter-topic", t["dead"], "--redis-url", self.settings.redis_url,
+                              "--heartbeat-ms", "10000"],
+            "click_aggregator": [*self._job_args(f"faults-billing-{self.run_id}"),
+                                 "--events-topic", topic_names.AD_EVENTS, "--campaigns-topic", t["campaigns"],
+                                 "--billed-topic", t["billed"], "--dead-letter-topic", t["dead"]]}
+
+    def _deploy_jobs(self, from_checkpoints: dict[str, str] | None = None) -> None:
+        from infra.platform.services import Flink
+        from jobs import deploy
+
+        for name, args in self._job_specs().items():
+            self.job_ids[name] = deploy.deploy(
+                name, jobmanager=f"{self.settings.host}:{self.settings.flink_rest_port}",
+                conf_dir=Flink(self.settings).conf_dir, job_args=args,
+                savepoint=(from_checkpoints or {}).get(name))
+
+    def stop(self) -> None:
+        from jobs import deploy
+
+        for job_id in self.job_ids.values():
+            try:
+                deploy.cancel(self.settings.flink_rest_url, job_id)
+            except Exception as error:  # noqa: BLE001 - the matrix's result stands; say what was left
+                self.log(f"could not cancel job {job_id}: {error}")
+        for child in self.children.values():
+            child.process.stop(10)
+        self.feed.halt.set()
+
+    # --- readiness
+
+    def jobs_running(self) -> bool:
+        from jobs import deploy
+
+        try:
+            for job_id in self.job_ids.values():
+                state, vertices = deploy.job_state(self.settings.flink_rest_url, job_id)
+                if state != "RUNNING" or not vertices or any(v != "RUNNING" for v in vertices):
+                    return False
+        except deploy.DeployError:
+            return False
+        return True
+
+    def platform_healthy(self) -> bool:
+        from infra.platform.cdc import CONNECTOR
+        from infra.platform.control import _is_healthy
+        from infra.platform.services import all_services
+
+        if not all(s.running() and _is_healthy(s) for s in all_services(self.settings) if s.name != "prometheus"):
+            return False
+        try:
+            with urllib.request.urlopen(f"{self.settings.connect_url}/connectors/{CONNECTOR}/status",  # noqa: S310
+                                        timeout=2) as resp:
+                status = json.loads(resp.read())
+        except (OSError, ValueError):
+            return False
+        return status["connector"]["state"] == "RUNNING" and all(t["state"] == "RUNNING" for t in status["tasks"])
+
+    def ready(self) -> bool:
+        return (all(c.ready() for c in self.children.values()) and self.jobs_running()
+                and self.platform_healthy())
+
+    def wait_ready(self, timeout_s: float, what: str) -> float | None:
+        """Seconds until everything is back, or None if not within `timeout_s`."""
+        began = time.monotonic()
+        while time.monotonic() - began < timeout_s:
+            if self.ready():
+                return time.monotonic() - began
+            time.sleep(0.5)
+        if what.startswith("the run's"):
+            raise RunFailed(f"timed out waiting for {what}")
+        return None
+
+    # --- faults
+
+    def kill(self, fault: str) -> dict[str, Any]:
+        """SIGKILL the part; what it held (the ad server's id) for the restart."""
+        from infra.platform.services import Flink, KafkaConnect, Kafka, Postgres, Redis
+
+        service = {"kafka": Kafka, "redis": Redis, "postgres": Postgres, "connect": KafkaConnect}.get(fault)
+        if service is not None:
+            for process in service(self.settings).processes():
+                _kill_group(process)
+        elif fault == "taskmanager":
+            Flink(self.settings).kill_taskmanager()
+        elif fault == "jobmanager":
+            _kill_group(Flink(self.settings).processes()[0])
+        elif fault == "ad_server":
+            _kill_group(self.children["ads-b"].process)
+        elif fault in ("tracker", "prediction"):
+            _kill_group(self.children[fault].process)
+        elif fault != "baseline":
+            raise RunFailed(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+        return {}
+
+    def restart(self, fault: str) -> None:
+        from infra.platform import control
+        from infra.platform.services import Flink
+
+        quiet = lambda line: None  # noqa: E731
+        if fault in ("kafka", "redis", "postgres", "connect"):
+            control.up(self.settings, log=quiet, only=[fault])
+        elif fault == "taskmanager":
+            Flink(self.settings).start_taskmanager()
+        elif fault == "jobmanager":
+            self._restart_jobmanager()
+        elif fault == "ad_server":
+            self.replacements += 1
+            self.children.pop("ads-b")
+            self._ad_server("ads-b", f"faults-{self.run_id}-ads-b-r{self.replacements}")
+        elif fault in ("tracker", "prediction"):
+            self.children[fault].start(self.env)
+
+    def _restart_jobmanager(self) -> None:
+        """No HA: the JobManager comes back empty; the run's jobs are submitted again from their latest retained
+        checkpoint, once the TaskManager has registered with the new JobManager."""
+        from infra.platform.services import Flink, pyflink_home
+
+        flink = Flink(self.settings)
+        jm = flink.processes()[0]
+        jm.start(["bash", str(pyflink_home() / "bin" / "jobmanager.sh"), "start-foreground",
+                  *flink.reporter_port_args("jobmanager")], env=flink.env())
+        wait_until(lambda: _http_ok(f"{self.settings.flink_rest_url}/overview") and flink.healthy(),
+                   timeout_s=150, what="the JobManager to restart with its TaskManager")
+        checkpoints = {name: latest_checkpoint(flink.data_dir / "checkpoints" / job_id)
+                       for name, job_id in self.job_ids.items()}
+        self.log("  resubmitting from " + ", ".join(f"{n}: {p}" for n, p in checkpoints.items()))
+        self._deploy_jobs(from_checkpoints={n: p for n, p in checkpoints.items() if p})
+
+    # --- the end of the day
+
+    def close_billing(self, last_beacon_ms: int, timeout_s: float = 120) -> bool:
+        """Event time past the last beacon's window on every partition of ad.events, until its totals are in."""
+        from confluent_kafka import Producer
+
+        from core.clicks import WINDOW_MS
+        from schemas.codec import AvroCodec
+
+        codec = AvroCodec()
+        producer = Producer({"bootstrap.servers": self.settings.kafka_bootstrap})
+        partitions = len(producer.list_topics(topic_names.AD_EVENTS, timeout=10).topics[topic_names.AD_EVENTS]
+                         .partitions)
+        target = (last_beacon_ms // WINDOW_MS + 1) * WINDOW_MS
+        began = time.monotonic()
+        while time.monotonic() - began < timeout_s:
+            now = _now_ms()
+            for partition in range(partitions):
+                tick = {"event_id": uuid.uuid4().hex, "impression_id": f"faults-tick-{now}-{partition}",
+                        "event_type": "IMPRESSION", "event_time": now, "served_time": now,
+                        "campaign_id": self.clock_campaign, "ad_id": self.clock_campaign + 1, "price_micros": 1,
+                        "billing_type": "IMPRESSION", "user_id": None, "ip_address": None, "user_agent": None,
+                        "token_key_id": "faults"}
+                producer.produce(topic_names.AD_EVENTS, key=str(self.clock_campaign).encode(), timestamp=now,
+                                 partition=partition, value=codec.encode("AdEvent", tick))
+            producer.flush(10)
+            if self.feed.billed_through_ms() >= target:
+                time.sleep(3)  # totals of other campaigns that closed with the same window
+                return True
+            time.sleep(1)
+        return False
+
+
+def latest_checkpoint(job_folder: Path) -> str | None:
+    """The newest complete checkpoint (one with its _metadata) under a job's checkpoint folder, or None."""
+    complete = [p for p in job_folder.glob("chk-*") if (p / "_metadata").exists()]
+    if not complete:
+        return None
+    return str(max(complete, key=lambda p: int(p.name.split("-")[1])))
+
+
+# ------------------------------------------------------------------ the matrix
+
+
+@dataclass(frozen=True)
+class Timing:
+    settle_s: float = 15.0
+    pause_lead_s: float = 3.0
+    outage_s: float = 8.0
+    after_s: float = 12.0
+
+
+def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timing, log: Log) -> PhaseRecord:
+    ids = world.phase_ids[index]
+    campaigns = {cid: {"role": role, "budget_micros": BUDGETS_MICROS[role], "capped": role == "capped"}
+                 for role, cid in ids.items()}
+    record = PhaseRecord(fault, campaigns, recovery_bound_s=RECOVERY_BOUND_S[fault])
+    first_answer, first_beacon = len(traffic.answers), len(traffic.beacons)
+    log(f"[{fault}] launching campaigns {sorted(campaigns)} ...")
+    world.publish([(cid, role, "ACTIVE", 1) for role, cid in ids.items()], ads=True)
+    time.sleep(timing.settle_s)
+    record.paused_at_s[ids["paused"]] = time.time()
+    world.publish([(ids["paused"], "paused", "PAUSED", 2)], ads=False)
+    time.sleep(timing.pause_lead_s)
+    killed_s = time.time()
+    record.slices_at_fault_micros = world.feed.outstanding_micros(set(campaigns), int(killed_s * 1000))
+    log(f"[{fault}] SIGKILL ({record.slices_at_fault_micros} micros of slices outstanding)")
+    world.kill(fault)
+    time.sleep(timing.outage_s)
+    restarting_s = time.time()
+    if fault == "redis":
+        record.redis_down = (killed_s + 0.5, restarting_s)
+    world.restart(fault)
+    back = world.wait_ready(2 * RECOVERY_BOUND_S[fault], what=fault)
+    record.recovery_s = None if back is None else round(time.time() - killed_s, 1)
+    log(f"[{fault}] back after {record.recovery_s} s (bound {RECOVERY_BOUND_S[fault]:g} s)")
+    time.sleep(timing.after_s)
+    ended = time.time()
+    world.publish([(cid, role, "PAUSED", 3) for role, cid in ids.items() if role != "paused"], ads=False)
+    for role, cid in ids.items():
+        record.paused_at_s.setdefault(cid, ended)
+    time.sleep(2.0)  # the answers sent before the phase's campaigns were paused
+    record.answers = traffic.answers[first_answer:]
+    record.beacons = [b for b in traffic.beacons[first_beacon:] if b.campaign_id in campaigns]
+    return record
+
+
+def run(*, faults: tuple[str, ...] = FAULTS, rate: float = 8.0, timing: Timing = Timing(),
+        log: Log = print) -> dict[str, Any]:
+    from bench.common import machine
+    from infra.platform import control
+
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        raise RunFailed(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    settings = PlatformSettings.from_env()
+    control.up(settings, log=log)
+    began = time.monotonic()
+    figures: dict[str, Any] = {"machine": {**machine(), "load_average_start": os.getloadavg()}}
+    plan = ("baseline", *faults)
+    world = World(settings, phases=len(plan), rate=rate, log=log)
+    phases: list[PhaseRecord] = []
+    traffic = Traffic(world.ad_server_urls, world.placement, rate, world.keys)
+    try:
+        log(f"starting the run's jobs and servers (run {world.run_id}) ...")
+        world.start()
+        traffic.start()
+        for index, fault in enumerate(plan):
+            phases.append(_phase(world, traffic, index, fault, timing, log))
+        traffic.halt.set()
+        traffic.join(30)
+        log("closing the day's billing windows ...")
+        closed = world.close_billing(_now_ms())
+        if not closed:
+            log("the click aggregator did not bill the last window in time: counts compare what it billed")
+    finally:
+        traffic.halt.set()
+        world.stop()
+    for phase in phases:
+        phase.billed = [r for r in world.feed.billed if int(r["campaign_id"]) in phase.campaigns]
+    rows = [row(p, FRESHNESS_BOUND_S) for p in phases]
+    figures["machine"]["load_average_end"] = os.getloadavg()
+    figures.update({"rows": rows, "all_held": all(r["held"] for r in rows), "faults": list(faults),
+                    "rate": rate, "settle_s": timing.settle_s, "outage_s": timing.outage_s,
+                    "after_s": timing.after_s, "freshness_bound_s": FRESHNESS_BOUND_S,
+                    "wall_s": round(time.monotonic() - began, 1), "run": world.run_id})
+    return figures
+
+
+def render(f: dict[str, Any]) -> str:
+    m = f["machine"]
+    head = ("fault", "recovery_s", "bound_s", "lost", "double", "above_budget", "beyond_slices", "paused_served",
+            "capped_no_redis", "5xx", "held")
+    lines = [f"machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB; load "
+             f"{m['load_average_start'][0]:.1f} at the start, {m['load_average_end'][0]:.1f} at the end",
+             f"{f['rate']:g} requests/s; per fault {f['settle_s']:g} s serving, kill, {f['outage_s']:g} s down, "
+             f"restart, {f['after_s']:g} s after recovery; whole run {f['wall_s']} s",
+             " | ".join(head)]
+    for r in f["rows"]:
+        lines.append(" | ".join(str(v) for v in (
+            r["fault"], r["recovery_s"], r["recovery_bound_s"], r["lost_events"], r["double_billed_events"],
+            r["billed_above_budget_micros"], r["overspend_beyond_slices_micros"], r["paused_served_after_bound"],
+            r["capped_served_without_redis"], r["server_errors"], "yes" if r["held"] else "NO")))
+    lines.append("every invariant held under every fault" if f["all_held"] else "AN INVARIANT BROKE (rows above)")
+    return "\n".join(lines)
