@@ -122,6 +122,14 @@ def _add_advertiser_api(ssub) -> None:
                         description="REST API on the campaign store; OpenAPI at /openapi.json. Create a key with "
                                     "`adserve advertisers create NAME`.", epilog=PORTS_HELP_SHORT)
     v.add_argument("--port", type=int, default=8082)
+    v.add_argument("--rate-per-s", type=float, help="requests a second each API key may make (default 20; "
+                                                    "past it: 429 with Retry-After)")
+    v.add_argument("--burst", type=int, help="requests an API key may make at once before --rate-per-s applies "
+                                             "(default 40)")
+    v.add_argument("--unauthenticated-rate-per-s", type=float,
+                   help="requests a second a client address may make without a valid key (default 1)")
+    v.add_argument("--unauthenticated-burst", type=int,
+                   help="requests without a valid key a client address may make at once (default 20)")
     v.set_defaults(handler=cmd_serve_advertiser_api)
 
 
@@ -331,7 +339,7 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         runner, port, store = await start_advertiser_api(settings.postgres_dsn, host=settings.host,
-                                                         port=settings.port)
+                                                         port=settings.port, limits=settings.rate_limits())
         print(f"advertiser API on 127.0.0.1:{port}", flush=True)
         try:
             await asyncio.Event().wait()

@@ -36,6 +36,7 @@ from core.errors import InvalidField
 from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenClaims, TokenKeys
 from schemas import topics
 from schemas.codec import AvroCodec
+from serving.body_limits import TRACKER_MAX_BODY_BYTES, application
 from serving.scrape_targets import announce
 
 LOG = logging.getLogger("adserve.tracker")
@@ -88,7 +89,7 @@ class Tracker:
                                          registry=self.registry)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = application(TRACKER_MAX_BODY_BYTES)
         app.add_routes([web.get("/v1/impression", self.impression), web.get("/v1/click", self.click),
                         web.get("/v1/conversion", self.conversion), web.get("/v1/feedback", self.feedback),
                         web.get("/metrics", self.metrics)])

@@ -44,6 +44,7 @@ from core.frequency import JustServed, day_number
 from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
 from serving import served_log
+from serving.body_limits import ADSERVER_MAX_BODY_BYTES, application
 from serving.decision.recall import RecallMonitor, check as recall_check
 from serving.adserver.request import (REQUEST_START_HEADER, BadRequest, GeoResolver, gateway_wait_s,
                                       parse_ad_request, targeting_terms)
@@ -166,7 +167,7 @@ class AdServer:
 
     # ---------------------------------------------------------------- routes
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024)
+        app = application(ADSERVER_MAX_BODY_BYTES)
         app.add_routes([web.post("/v1/ads", self.handle_ads), web.get("/ready", self.handle_ready),
                         web.get("/metrics", self.handle_metrics), web.get("/openapi.json", self.handle_openapi),
                         web.get("/debug/timings", self.handle_timings)])

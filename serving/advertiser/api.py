@@ -13,6 +13,7 @@
                                              billed impressions, clicks, spend and conversions per campaign
                                              (core.reports; 400 naming the parameter, 404 for another's campaign)
     GET    /openapi.json                     the OpenAPI description
+    GET    /metrics                          Prometheus: requests refused by the rate limits, failed keys
 
 A rejected request (4xx with {"error", "field"}) writes nothing; a field that
 is the platform's (the quality term, the review state) is refused by name. A
@@ -22,29 +23,43 @@ Every change commits with a new version before the answer; the API never calls
 an ad server (changes reach them through CDC and the index builder).
 
 Callers: no key or a revoked key -> 401; another advertiser's object -> 404
-(its existence is not revealed); the owner -> 2xx."""
+(its existence is not revealed); the owner -> 2xx.
+
+Limits (RateLimits, core.rate_limit token buckets): each API key may make `rate_per_s` requests a second
+with bursts of `burst` (default 20/s, 40); a request past that gets 429 with Retry-After (whole seconds) and
+{"error", "field": "Authorization"}. A request without a valid key costs its client address a token of a
+smaller bucket (default 1/s, 20), and an address whose bucket is empty gets 429 before its key is looked
+up, so keys cannot be guessed at speed. Both are counted in adserve_advertiser_api_rate_limited_total{limit}.
+A body over ADVERTISER_API_MAX_BODY_BYTES (1 MiB) gets 413 (serving.body_limits). GET /openapi.json and
+GET /metrics need no key and are not limited."""
 from __future__ import annotations
 
 import argparse
 import json
 import logging
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from core.campaigns import InvalidField, validate_ad, validate_campaign
 from core.errors import InvalidSettings
+from core.rate_limit import Decision, RateLimit, RateLimiter
 from core.reports import parse_report_query
 from core.settings import describe
-from serving.advertiser.store import CampaignStore, to_json, with_ms_times
+from serving.advertiser.store import CampaignStore, hash_key, to_json, with_ms_times
+from serving.body_limits import ADVERTISER_API_MAX_BODY_BYTES, application
 
 LOG = logging.getLogger("adserve.advertiser_api")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
 ADVERTISER = web.RequestKey("advertiser_id", int)
+PUBLIC_PATHS = ("/openapi.json", "/metrics")  # no key, no limit
+LIMIT_FLAGS = ("rate_per_s", "burst", "unauthenticated_rate_per_s", "unauthenticated_burst")  # settings fields
 
 
 INTERNAL_COLUMNS = ("reviewed_by",)  # the operator's name stays inside the platform
@@ -63,14 +78,44 @@ def _error(status: int, message: str, field: str | None = None) -> web.Response:
     return web.json_response(body, status=status)
 
 
+@dataclass(frozen=True)
+class RateLimits:
+    """How fast callers may go: each API key (`per_api_key`), and each client address's requests without a
+    valid key (`unauthenticated`: a typo is forgiven, guessing is slowed to a crawl)."""
+
+    per_api_key: RateLimit = field(default_factory=lambda: RateLimit(rate_per_s=20.0, burst=40))
+    unauthenticated: RateLimit = field(default_factory=lambda: RateLimit(rate_per_s=1.0, burst=20))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.rate_limited = Counter("adserve_advertiser_api_rate_limited", "Requests refused with 429, by the "
+                                    "limit they hit (api_key or address)", ["limit"], registry=self.registry)
+        self.unauthorized = Counter("adserve_advertiser_api_unauthorized", "Requests without a valid API key",
+                                    registry=self.registry)
+
+
+def bearer_key(request: web.Request) -> str:
+    """The API key of `Authorization: Bearer <key>`, or "" without one."""
+    header = request.headers.get("Authorization", "")
+    return header[7:].strip() if header.startswith("Bearer ") else ""
+
+
 class AdvertiserApi:
-    def __init__(self, store: CampaignStore):
+    def __init__(self, store: CampaignStore, *, limits: RateLimits | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        """limits=None: no rate limit (in-process tests and benchmarks); the command passes its settings'."""
         self.store = store
+        self.limits, self.clock = limits, clock
+        self.metrics = Metrics()
+        self.per_api_key = RateLimiter(limits.per_api_key) if limits else None
+        self.per_address = RateLimiter(limits.unauthenticated) if limits else None
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._auth], client_max_size=1024 * 1024)
+        app = application(ADVERTISER_API_MAX_BODY_BYTES, middlewares=[self._auth])
         app.add_routes([
-            web.get("/openapi.json", self.openapi),
+            web.get("/openapi.json", self.openapi), web.get("/metrics", self.metrics_text),
             web.get("/v1/campaigns", self.list_campaigns), web.post("/v1/campaigns", self.create_campaign),
             web.get("/v1/campaigns/{id}", self.get_campaign), web.patch("/v1/campaigns/{id}", self.patch_campaign),
             web.post("/v1/campaigns/{id}/pause", self.pause), web.post("/v1/campaigns/{id}/resume", self.resume),
@@ -82,18 +127,42 @@ class AdvertiserApi:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
-        if request.path == "/openapi.json":
+        if request.path in PUBLIC_PATHS:
             return await handler(request)
-        header = request.headers.get("Authorization", "")
-        key = header[7:].strip() if header.startswith("Bearer ") else ""
+        key, address, now_s = bearer_key(request), request.remote or "", self.clock()
+        if self.per_address is not None:  # an address that keeps failing is refused before any lookup
+            decision = self.per_address.peek(address, now_s)
+            if not decision.allowed:
+                return self._too_many(decision, "address")
         advertiser_id = await self.store.advertiser_for_key(key) if key else None
         if advertiser_id is None:
+            self.metrics.unauthorized.inc()
+            if self.per_address is not None:
+                decision = self.per_address.take(address, now_s)
+                if not decision.allowed:
+                    return self._too_many(decision, "address")
             return _error(401, "missing or unknown API key: send 'Authorization: Bearer <key>'")
+        if self.per_api_key is not None:
+            decision = self.per_api_key.take(hash_key(key).hex(), now_s)
+            if not decision.allowed:
+                return self._too_many(decision, "api_key")
         request[ADVERTISER] = advertiser_id
         try:
             return await handler(request)
         except InvalidField as e:
             return _error(400, str(e), e.field)
+
+    def _too_many(self, decision: Decision, limit: str) -> web.Response:
+        """429 with Retry-After; `limit` (api_key or address) labels the count."""
+        self.metrics.rate_limited.labels(limit).inc()
+        whose = "this API key" if limit == "api_key" else "this address without a valid API key"
+        response = _error(429, f"too many requests from {whose}: retry after {decision.retry_after_s} s",
+                          "Authorization")
+        response.headers["Retry-After"] = str(decision.retry_after_s)
+        return response
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 
     @staticmethod
     async def _body(request: web.Request) -> Any:
@@ -180,11 +249,16 @@ class AdvertiserApi:
 @dataclass(frozen=True)
 class AdvertiserApiSettings:
     """Everything `adserve serve advertiser-api` runs with: the campaign store's DSN (its password masked when
-    printed) from ADSERVE_POSTGRES_DSN, which `adserve` exports from the platform's settings; host and port."""
+    printed) from ADSERVE_POSTGRES_DSN, which `adserve` exports from the platform's settings; host and port;
+    the rate limits (per API key, and per address for requests without a valid key: RateLimits)."""
 
     postgres_dsn: str
     host: str = "127.0.0.1"
     port: int = 8082
+    rate_per_s: float = 20.0  # per API key (RateLimits.per_api_key)
+    burst: int = 40
+    unauthenticated_rate_per_s: float = 1.0  # per client address, requests without a valid key
+    unauthenticated_burst: int = 20
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "AdvertiserApiSettings":
@@ -192,17 +266,24 @@ class AdvertiserApiSettings:
         if not dsn:
             raise InvalidSettings("ADSERVE_POSTGRES_DSN is not set: start the API through `adserve`, which sets it "
                                   "from the platform's settings, or set it to the campaign store's DSN")
-        return cls(postgres_dsn=dsn, port=getattr(args, "port", 8082))
+        limits = {name: getattr(args, name) for name in LIMIT_FLAGS if getattr(args, name, None) is not None}
+        return cls(postgres_dsn=dsn, port=getattr(args, "port", 8082), **limits)
+
+    def rate_limits(self) -> RateLimits:
+        """The limits the API applies (InvalidSettings for a rate or burst out of range)."""
+        return RateLimits(RateLimit(self.rate_per_s, self.burst),
+                          RateLimit(self.unauthenticated_rate_per_s, self.unauthenticated_burst))
 
     def describe(self) -> str:
         """The settings as one line, the database password masked: printed once at start."""
         return describe(self)
 
 
-async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 8082):
-    """Start the API; returns (runner, port, store)."""
+async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 8082,
+                               limits: RateLimits | None = None):
+    """Start the API; returns (runner, port, store). Without `limits` requests are not rate limited."""
     store = await CampaignStore(dsn).open()
-    runner = web.AppRunner(AdvertiserApi(store).app(), access_log=None)
+    runner = web.AppRunner(AdvertiserApi(store, limits=limits).app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from core.pacing_view import InvalidQuery, minute_series, parse_query, select
 from core.settings import describe
 from schemas import topics
+from serving.body_limits import DASHBOARD_MAX_BODY_BYTES, application
 from serving.dashboard.board import PacingBoard
 from serving.dashboard.panels import PANELS, Panel
 from serving.scrape_targets import announce
@@ -109,7 +110,7 @@ class DashboardServer:
         self._session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = application(DASHBOARD_MAX_BODY_BYTES)
         app.add_routes([web.get("/v1/pacing/campaigns", self.handle_list),
                         web.get("/v1/pacing/campaigns/{campaign_id}", self.handle_campaign),
                         web.get("/v1/fleet", self.handle_fleet), web.get("/", self.handle_page),

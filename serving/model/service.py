@@ -43,6 +43,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from core.errors import AdserveError, BadRequest, InvalidSettings
+from serving.body_limits import PREDICTION_MAX_BODY_BYTES, application
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
 from serving.model.canary import promotion_refusal, routes_to_candidate
 from serving.scrape_targets import announce
@@ -363,7 +364,7 @@ class PredictionService:
 
     # ------------------------------------------------------------------ routes
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1024 * 1024)
+        app = application(PREDICTION_MAX_BODY_BYTES)
         app.add_routes([web.post("/v1/score", self.handle_score), web.get("/healthz", self.handle_health),
                         web.get("/v1/model", self.handle_model), web.get("/metrics", self.handle_metrics),
                         web.post("/v1/promote", self.handle_promote)])
