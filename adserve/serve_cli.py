@@ -113,6 +113,13 @@ def _add_tracker(ssub) -> None:
                                     "landing URL; events to ad.events keyed by campaign.",
                         epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
     t.add_argument("--port", type=int, default=8081)
+    t.add_argument("--spool-dir", help="the spool folder: every accepted beacon is kept there until Kafka "
+                                       "acknowledges it, and sent again after a restart (default "
+                                       "$ADSERVE_HOME/state/tracker-spool/port-PORT)")
+    t.add_argument("--spool-max-bytes", type=int,
+                   help="the spool's bound: past it beacons get 503 with Retry-After (default 268435456, 256 MiB)")
+    t.add_argument("--spool-fsync-ms", type=int,
+                   help="how often the spool is fsynced (default 200; 0: every beacon before its answer)")
     add_development_argument(t)
     t.set_defaults(handler=cmd_serve_tracker)
 
@@ -316,16 +323,19 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
     print(f"tracker settings: {settings.describe()}", flush=True)
 
     async def main() -> None:
-        runner, port, _, producer = await start_tracker(bootstrap=settings.kafka_bootstrap, keys=settings.token_keys,
-                                                        host=settings.host, port=settings.port)
+        runner, port, _, _ = await start_tracker(bootstrap=settings.kafka_bootstrap, keys=settings.token_keys,
+                                                 host=settings.host, port=settings.port, spool=settings.spool)
         print(f"tracker on 127.0.0.1:{port}", flush=True)
         try:
             await asyncio.Event().wait()
         finally:
-            await runner.cleanup()
-            producer.flush(5)
+            await runner.cleanup()  # sends what it can for 10 s; the rest stays in the spool for the next start
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except AdserveError as exc:  # the spool folder is another tracker's
+        print(f"adserve serve tracker: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

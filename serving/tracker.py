@@ -13,36 +13,53 @@ unsigned parameter, so the tracker cannot be used as an open redirect. A
 forged, tampered, unknown-key or expired token (a beacon token older than an
 hour, a click id older than 7 days) gets a 4xx (400 malformed, 403 bad
 signature or unknown key, 410 expired) and is counted by reason. Events are
-produced keyed by campaign, conversions and feedback by impression id; the
-answer does not wait for the broker's acknowledgement (delivery failures are
-counted and logged). Conversions are not billed (a CPA target bills clicks):
-they label the conversion model (core.training). Feedback is never billed
+produced keyed by campaign, conversions and feedback by impression id.
+
+Every accepted record is first appended to a local spool (serving.spool:
+written to the OS before the answer, fsynced every 200 ms) and sent to Kafka
+from there; it leaves the spool only on the broker's acknowledgement, and a
+restart sends every unacknowledged record again with the same bytes (the event
+id inside), which the click aggregator's deduplication makes harmless. So a
+broker outage delays beacons and loses none. A full spool (`--spool-max-bytes`,
+256 MiB by default) refuses new beacons with 503 and Retry-After, counted, and
+keeps every accepted one; a spool that cannot write answers 503 too, never a
+2xx for a record it does not hold. Settings of `adserve serve tracker`:
+`--spool-dir` (default `$ADSERVE_HOME/state/tracker-spool/port-<port>`),
+`--spool-max-bytes`, `--spool-fsync-ms` (0: fsync every beacon before its
+answer); docs/ad-server.md has the durability rule.
+
+Conversions are not billed (a CPA target bills clicks): they label the
+conversion model (core.training). Feedback is never billed
 either (its own topic, never ad.events): it teaches the features job each ad's
 user-experience cost. A feedback beacon's token is verified like a click's; a
 `type` other than hide or report gets a 400 naming `type`. Also: GET /metrics
-(Prometheus)."""
+(Prometheus), with the spool's bytes, pending records, resends and rejections."""
 from __future__ import annotations
 
 import logging
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from core.errors import InvalidField
+from core.spool import SpoolFull
 from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenClaims, TokenKeys
 from schemas import topics
 from schemas.codec import AvroCodec
 from serving.body_limits import TRACKER_MAX_BODY_BYTES, application
 from serving.scrape_targets import announce
+from serving.spool import SpoolSettings
 
 LOG = logging.getLogger("adserve.tracker")
 STATUS_OF = {"malformed": 400, "bad_signature": 403, "unknown_key": 403, "expired": 410}
 CLICK_ID_PARAMETER = "adclid"
 FEEDBACK_TYPES = {"hide": "HIDE", "report": "REPORT"}  # the beacon's `type` -> AdFeedback.feedback_type
+RETRY_AFTER_S = 5  # a full spool drains as fast as the broker takes records again
 
 
 def with_click_id(landing_url: str, click_id: str) -> str:
@@ -77,16 +94,32 @@ def feedback_record(claims: TokenClaims, kind: str, event_id: str, now_ms: int) 
 
 class Tracker:
     def __init__(self, keys: TokenKeys, produce: Callable[[str, bytes, bytes], None],
-                 clock: Callable[[], float] = time.time):
-        """produce(topic, key, value) queues one record (ad.events, ad.conversions or ad.feedback)."""
-        self.keys, self.produce, self.clock = keys, produce, clock
+                 clock: Callable[[], float] = time.time, events_topic: str = topics.AD_EVENTS):
+        """produce(topic, key, value) keeps one record (ad.events, ad.conversions or ad.feedback) for the broker,
+        or raises (SpoolFull when the spool is full): the answer goes out only after it returned."""
+        self.keys, self.produce, self.clock, self.events_topic = keys, produce, clock, events_topic
         self.codec = AvroCodec()
         self.registry = CollectorRegistry()
         self.events = Counter("adserve_tracker_events", "Accepted events by type", ["type"], registry=self.registry)
         self.rejected = Counter("adserve_tracker_rejected_tokens", "Rejected tokens by reason", ["reason"],
                                 registry=self.registry)
-        self.delivery_failures = Counter("adserve_tracker_delivery_failures", "Events the broker did not take",
+        self.delivery_failures = Counter("adserve_tracker_delivery_failures",
+                                         "Deliveries the broker did not acknowledge (each record is sent again)",
                                          registry=self.registry)
+        self.spool_rejections = Counter("adserve_tracker_spool_rejections",
+                                        "Beacons answered 503 because the spool was full or could not write",
+                                        ["reason"], registry=self.registry)
+        self.spool_resent = Counter("adserve_tracker_spool_resent",
+                                    "Records sent again after a failed delivery or a restart", registry=self.registry)
+        self.spool_bytes = Gauge("adserve_tracker_spool_bytes", "Bytes the spool's segments hold",
+                                 registry=self.registry)
+        self.spool_pending = Gauge("adserve_tracker_spool_pending_records",
+                                   "Accepted records the broker has not acknowledged yet", registry=self.registry)
+
+    def watch_spool(self, spool) -> None:
+        """Read the spool's bytes and pending records at each scrape."""
+        self.spool_bytes.set_function(lambda: spool.spool_bytes)
+        self.spool_pending.set_function(lambda: spool.pending)
 
     def app(self) -> web.Application:
         app = application(TRACKER_MAX_BODY_BYTES)
@@ -114,12 +147,18 @@ class Tracker:
             raise _http_error(STATUS_OF[e.reason], f"{what} rejected: {e}") from None
 
     def _queue(self, topic: str, key: str, record_type: str, record: dict[str, Any], kind: str) -> None:
+        """Keep the record for the broker, or answer 503 with Retry-After: never an answer for a lost record."""
         try:
             self.produce(topic, key.encode(), self.codec.encode(record_type, record))
-            self.events.labels(kind).inc()
-        except Exception:  # noqa: BLE001 - counted; the user still gets the answer
-            self.delivery_failures.inc()
-            LOG.exception("could not queue a %s record", kind)
+        except SpoolFull as exc:
+            self.spool_rejections.labels("full").inc()
+            raise web.HTTPServiceUnavailable(headers={"Retry-After": str(RETRY_AFTER_S)}, text=str(exc)) from None
+        except Exception:  # noqa: BLE001 - counted and logged; the client hears 503 and may send the beacon again
+            self.spool_rejections.labels("write_error").inc()
+            LOG.exception("could not keep a %s record", kind)
+            raise web.HTTPServiceUnavailable(headers={"Retry-After": str(RETRY_AFTER_S)},
+                                             text="the tracker could not keep this beacon: try again") from None
+        self.events.labels(kind).inc()
 
     def _event(self, claims, event_type: str, now_ms: int, request: web.Request) -> None:
         event: dict[str, Any] = {
@@ -128,7 +167,7 @@ class Tracker:
             "ad_id": claims.ad_id, "price_micros": claims.price_micros, "billing_type": claims.billing,
             "user_id": None, "ip_address": request.remote, "user_agent": request.headers.get("User-Agent"),
             "token_key_id": claims.key_id}
-        self._queue(topics.AD_EVENTS, str(claims.campaign_id), "AdEvent", event, event_type)
+        self._queue(self.events_topic, str(claims.campaign_id), "AdEvent", event, event_type)
 
     async def impression(self, request: web.Request) -> web.Response:
         claims, now_ms = self._verify(request)
@@ -171,27 +210,50 @@ def _http_error(status: int, text: str) -> web.HTTPException:
     return cls(text=text)
 
 
-async def start_tracker(*, bootstrap: str, keys: TokenKeys, host: str = "127.0.0.1", port: int = 8081):
-    """Start the tracker; returns (runner, port, tracker, producer)."""
+async def start_tracker(*, bootstrap: str, keys: TokenKeys, host: str = "127.0.0.1", port: int = 8081,
+                        spool: SpoolSettings | None = None, events_topic: str = topics.AD_EVENTS,
+                        producer_overrides: dict[str, Any] | None = None):
+    """Start the tracker with its spool and sender; returns (runner, port, tracker, sender).
+
+    Without `spool` settings the spool is a fresh temporary folder (removed at the end when the broker took
+    everything). The runner's cleanup sends what it can for up to 10 s and closes the spool; what is left stays
+    in the folder for the next start on it. `sender.flush(timeout_s)` waits for the broker to take everything."""
+    import shutil
+    import tempfile
+
+    from serving.spool import Spool, SpoolSender
     from streams import kafka
 
-    producer = kafka.producer(bootstrap, **{"linger.ms": 5})
+    temporary = spool is None
+    settings = spool or SpoolSettings(Path(tempfile.mkdtemp(prefix="adserve-tracker-spool-")))
+    folder = Spool(settings)
 
-    def delivered(err, msg) -> None:
-        if err is not None:
-            tracker.delivery_failures.inc()
-            LOG.warning("event not delivered: %s", err)
+    def make_producer(on_error):
+        # Idempotent with acks=all (streams.kafka.producer): a retry inside the producer never writes twice.
+        return kafka.producer(bootstrap, **{"linger.ms": 5, "error_cb": on_error, **(producer_overrides or {})})
+
+    sender = SpoolSender(folder, make_producer, on_resent=lambda n: tracker.spool_resent.inc(n),
+                         on_failed=lambda n: tracker.delivery_failures.inc(n))
 
     def produce(topic: str, key: bytes, value: bytes) -> None:
-        producer.produce(topic, key=key, value=value, on_delivery=delivered)
-        producer.poll(0)
+        folder.append(topic, key, value)
+        sender.wake()
 
-    tracker = Tracker(keys, produce)
+    tracker = Tracker(keys, produce, events_topic=events_topic)
+    tracker.watch_spool(folder)
     runner = web.AppRunner(tracker.app(), access_log=None)
+
+    async def close_spool(app: web.Application) -> None:
+        left = sender.close(10.0)
+        if temporary and not left:
+            shutil.rmtree(settings.directory, ignore_errors=True)
+
+    runner.app.on_cleanup.append(close_spool)
     target = announce(runner.app, "tracker")
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
+    sender.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     target.publish(host, bound)
-    return runner, bound, tracker, producer
+    return runner, bound, tracker, sender

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from core.errors import InvalidSettings
 from core.settings import describe
 from core.tokens import TokenKeys
+from serving.spool import DEFAULT_FSYNC_INTERVAL_MS, DEFAULT_MAX_BYTES, SpoolSettings, default_spool_dir
 
 if TYPE_CHECKING:
     from serving.adserver.app import ServerConfig
@@ -88,6 +89,10 @@ def _path(value: Any) -> Path | None:
     return Path(value) if value else None
 
 
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 @dataclass(frozen=True)
 class AdServerSettings:
     """Everything `adserve serve ads` runs with."""
@@ -153,10 +158,12 @@ class AdServerSettings:
 
 @dataclass(frozen=True)
 class TrackerSettings:
-    """Everything `adserve serve tracker` runs with."""
+    """Everything `adserve serve tracker` runs with: its port and its spool (serving.spool: the folder, the bound
+    in bytes past which beacons get 503, and how often it is fsynced)."""
 
     kafka_bootstrap: str
     token_keys: TokenKeys = field(repr=False)
+    spool: SpoolSettings
     development: bool = False
     host: str = "127.0.0.1"
     port: int = 8081
@@ -164,9 +171,14 @@ class TrackerSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "TrackerSettings":
         development = development_mode(environ, getattr(args, "dev", False))
+        port = getattr(args, "port", 8081)
+        folder = getattr(args, "spool_dir", None)
+        spool = SpoolSettings(Path(folder) if folder else default_spool_dir(environ, port),
+                              max_bytes=getattr(args, "spool_max_bytes", None) or DEFAULT_MAX_BYTES,
+                              fsync_interval_ms=_or(getattr(args, "spool_fsync_ms", None), DEFAULT_FSYNC_INTERVAL_MS))
         return cls(kafka_bootstrap=required(environ, "ADSERVE_KAFKA_BOOTSTRAP"),
-                   token_keys=token_keys_from(environ, development=development), development=development,
-                   port=getattr(args, "port", 8081))
+                   token_keys=token_keys_from(environ, development=development), spool=spool,
+                   development=development, port=port)
 
     def describe(self) -> str:
         return describe(self)
