@@ -349,7 +349,9 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         runner, port, store = await start_advertiser_api(settings.postgres_dsn, host=settings.host,
-                                                         port=settings.port, limits=settings.rate_limits())
+                                                         port=settings.port,
+                                                         audience_members=settings.audience_members(),
+                                                         limits=settings.rate_limits())
         print(f"advertiser API on 127.0.0.1:{port}", flush=True)
         try:
             await asyncio.Event().wait()

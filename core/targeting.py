@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from core.errors import AdserveError
+from core.audiences import uploaded_audience_id
+from core.errors import AdserveError, InvalidField
 
 LOCATION = "location"
 ATTRIBUTES: tuple[str, ...] = ("location", "age_band", "gender", "language", "device", "placement", "interest",
@@ -107,6 +108,12 @@ def _values(attribute: str, raw: Any, field: str) -> frozenset[str]:
         sensitive = sorted(lowered & SENSITIVE_CATEGORIES)
         if sensitive:
             raise InvalidTargeting(field, f"{sensitive} is a sensitive category and cannot be targeted")
+    if attribute == "audience":
+        for value in lowered:  # an uploaded audience is "aud-{id}" (core.audiences); the API checks its owner
+            try:
+                uploaded_audience_id(value)
+            except InvalidField as e:
+                raise InvalidTargeting(field, str(e).split(": ", 1)[-1]) from None
     return lowered
 
 

@@ -12,6 +12,10 @@ write increments the served campaigns' fields, drops days older than a week,
 keeps at most MAX_FIELDS fields (oldest evicted) and sets a 7-day TTL, all in
 one server-side script so concurrent writers cannot interleave.
 
+Custom audiences: a read given the request's salted member keys (core.audiences, only with consent) reads the
+sets `audiences:{member_key}` in the same pipeline as the profile, one round trip, and returns the memberships
+in `UserContext.custom_audiences`.
+
 Reads take a deadline (5 ms by default): a read that misses it returns
 UNAVAILABLE (filters.FREQUENCY_RECORD_UNAVAILABLE) for the frequency record, and the caller excludes capped
 campaigns (core.frequency, serving.decision.filters)."""
@@ -78,6 +82,7 @@ class UserContext:
     profile: dict[str, str] = field(default_factory=dict)
     frequency: Any = None  # None: no record
     profile_available: bool = True
+    custom_audiences: list[str] = field(default_factory=list)  # "aud-{id}" values the member keys belong to
 
     def values(self, name: str) -> list[str]:
         raw = self.profile.get(name, "")
@@ -102,6 +107,10 @@ class UserContext:
             return {}
 
 
+async def _nothing() -> dict[str, str]:
+    return {}
+
+
 def _text(raw: dict[Any, Any]) -> dict[str, str]:
     return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in raw.items()}
@@ -117,21 +126,52 @@ class UserStore:
         self.max_fields = max_fields
         self._record = self.redis.register_script(_RECORD_SCRIPT)
 
-    async def read(self, user_id: str | None) -> UserContext:
-        """Profile and frequency record in parallel, within the read deadline."""
-        if not user_id:
+    async def _profile_and_audiences(self, user_id: str | None, member_keys: list[str]) -> tuple[dict, list[str]]:
+        """The profile hash and the custom-audience memberships of the member keys: one pipelined round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        if user_id:
+            pipe.hgetall(redis_keys.user_profile(user_id))
+        for key in member_keys:
+            pipe.smembers(redis_keys.audience_member(key))
+        results = await pipe.execute()
+        profile = results.pop(0) if user_id else {}
+        audiences = sorted({(v.decode() if isinstance(v, bytes) else v) for members in results for v in members})
+        return profile, audiences
+
+    async def read(self, user_id: str | None, member_keys: list[str] | None = None, *,
+                   profile: bool = True) -> UserContext:
+        """Profile (with the custom audiences of `member_keys`, if any) and frequency record in parallel, within
+        the read deadline. profile=False (a request without personalisation consent) reads the frequency record
+        only: no profile signal is even fetched."""
+        if not user_id and not member_keys:
             return UserContext()
-        profile_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.user_profile(user_id)))
-        fc_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.frequency_record(user_id)))
-        done, pending = await asyncio.wait({profile_task, fc_task}, timeout=self.read_timeout_s)
+        if member_keys:
+            profile_task = asyncio.ensure_future(self._profile_and_audiences(user_id if profile else None,
+                                                                             member_keys))
+        elif profile:
+            profile_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.user_profile(user_id)))
+        else:
+            profile_task = asyncio.ensure_future(_nothing())
+        tasks = {profile_task}
+        fc_task = None
+        if user_id:
+            fc_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.frequency_record(user_id)))
+            tasks.add(fc_task)
+        done, pending = await asyncio.wait(tasks, timeout=self.read_timeout_s)
         for task in pending:
             task.cancel()
         context = UserContext()
         if profile_task in done and profile_task.exception() is None:
-            context.profile = _text(profile_task.result())
+            if member_keys:
+                profile, context.custom_audiences = profile_task.result()
+            else:
+                profile = profile_task.result()
+            context.profile = _text(profile)
         else:
             context.profile_available = False
-        if fc_task in done and fc_task.exception() is None:
+        if fc_task is None:
+            context.frequency = None  # no user id: no record to read
+        elif fc_task in done and fc_task.exception() is None:
             raw = fc_task.result()
             context.frequency = parse_record(raw) if raw else None
         else:

@@ -11,6 +11,7 @@ PACING_PREFIX = "pacing:"
 PACING_MINUTE_PREFIX = "m:"  # a pacing hash's per-minute fields, m:0000 .. m:1439
 USER_PROFILE_PREFIX = "user:"
 FREQUENCY_RECORD_PREFIX = "fc:"
+AUDIENCE_MEMBER_PREFIX = "audiences:"
 
 
 def pacing(campaign_id: int) -> str:
@@ -39,3 +40,9 @@ def user_profile(user_id: str) -> str:
 def frequency_record(user_id: str) -> str:
     """The hash of one user's serve counts per (campaign, UTC day) (core.frequency, serving.frequency_store)."""
     return f"{FREQUENCY_RECORD_PREFIX}{user_id}"
+
+
+def audience_member(member_key: str) -> str:
+    """The set of uploaded audiences ("aud-{id}" targeting values) one salted member key belongs to
+    (core.audiences: written by the advertiser API, read by every ad server with the profile)."""
+    return f"{AUDIENCE_MEMBER_PREFIX}{member_key}"

@@ -40,6 +40,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from core.audiences import AudienceSalt, request_member_keys
 from core.frequency import JustServed, day_number
 from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
@@ -121,8 +122,11 @@ class AdServer:
     def __init__(self, config: ServerConfig, state: ServingState, store: UserStore, keys: TokenKeys, *,
                  served_log: ServedLogQueue, ready: Callable[[], bool],
                  lag_s: Callable[[], float] = lambda: 0.0, geo: GeoResolver | None = None,
-                 engine: DecisionEngine | None = None, clock: Callable[[], float] = time.time):
+                 engine: DecisionEngine | None = None, clock: Callable[[], float] = time.time,
+                 audience_salt: AudienceSalt | None = None):
+        """audience_salt: the platform's salt for custom audiences (core.audiences); None: none are matched."""
         self.config, self.state, self.store, self.keys = config, state, store, keys
+        self.audience_salt = audience_salt
         self.served_log, self.is_ready, self.lag_s = served_log, ready, lag_s
         self.geo = geo or GeoResolver()
         self.engine = engine or DecisionEngine(state.index, state.campaigns, config=config.engine,
@@ -249,7 +253,8 @@ class AdServer:
         location = ad_request.location or (self.geo.locate(ad_request.ip) if ad_request.ip else None)
         now_ms = int(self.clock() * 1000)
         read_started = now_ms
-        user = await self.store.read(ad_request.user_id)
+        user = await self.store.read(ad_request.user_id, self._member_keys(ad_request),
+                                     profile=ad_request.personalization)
         user_context_s = time.perf_counter() - began
         frequency = user.frequency
         if frequency is FREQUENCY_RECORD_UNAVAILABLE:
@@ -283,9 +288,18 @@ class AdServer:
         task.add_done_callback(self._background.discard)
         return web.json_response(answer)
 
+    def _member_keys(self, ad_request) -> list[str]:
+        """The salted keys of the request's ids, to look custom audiences up: only with personalisation consent
+        (without it nothing is looked up at all) and only when the server has the salt."""
+        if not ad_request.personalization or self.audience_salt is None:
+            return []
+        return request_member_keys(self.audience_salt, device_id=ad_request.device_id,
+                                   email_sha256=ad_request.email_sha256)
+
     def _request_context(self, ad_request, user, frequency, location: str | None, now_ms: int) -> RequestContext:
         """The decision's input: targeting terms, filters, and the user's data only with consent."""
         profile = {name: user.values(name) for name in ("locations", "interests", "audiences", "age_band", "gender")}
+        profile["audiences"] = [*profile["audiences"], *user.custom_audiences]
         terms = targeting_terms(ad_request, location, profile)
         consented = ad_request.personalization
         hidden = user.hidden_advertisers() if consented else frozenset()

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from core.audiences import AudienceSalt
 from core.tokens import TokenKeys
 from schemas import topics
 from serving.adserver.app import AdServer, ServerConfig
@@ -69,7 +70,8 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                           follow: bool = True, engine: DecisionEngine | None = None,
                           snapshot_dir: Path | None = None, predictor: Predictor | None = None,
                           start_offsets: dict[str, dict[int, int]] | None = None,
-                          registry: str | None = None, registry_topic: str = topics.MODEL_REGISTRY) -> RunningAdServer:
+                          registry: str | None = None, registry_topic: str = topics.MODEL_REGISTRY,
+                          audience_salt: AudienceSalt | None = None) -> RunningAdServer:
     """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
     are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
     once, without reading the state topics (benchmarks load synthetic ads that way). `predictor` scores the
@@ -79,7 +81,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     `start_offsets`: it follows the topics from there without loading anything itself. `registry` follows the
     model registry (serving.adserver.learned): "models" swaps the model and the feature snapshot it names,
     "features" only the snapshot's learned columns (the model is the prediction service's); None scores with
-    what was given at start."""
+    what was given at start. `audience_salt` turns custom-audience matching on (core.audiences)."""
     boot_began = time.monotonic()
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
@@ -109,7 +111,8 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     server = AdServer(config, state, UserStore(redis_host, redis_port,
                                                read_timeout_s=config.user_read_timeout_ms / 1000),
                       keys, served_log=served_log, ready=ready if follow else lambda: True,
-                      lag_s=follower.lag_s if follow else lambda: 0.0, geo=geo, engine=engine)
+                      lag_s=follower.lag_s if follow else lambda: 0.0, geo=geo, engine=engine,
+                      audience_salt=audience_salt)
     reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
     if follow:
         follower.start()
@@ -186,7 +189,7 @@ def serve(settings: AdServerSettings, predictor: Predictor | None = None,
                   keys=settings.token_keys, config=settings.server_config(), host=settings.host, port=settings.port,
                   geo=GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None,
                   snapshot_dir=settings.snapshot_dir, predictor=predictor, state=state, start_offsets=start_offsets,
-                  registry=registry, registry_topic=registry_topic)
+                  registry=registry, registry_topic=registry_topic, audience_salt=settings.audience_salt)
 
 
 def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, dict[int, int]] | None]:

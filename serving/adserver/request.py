@@ -3,9 +3,13 @@
     POST /v1/ads
     {"request_id": "r1",                       optional; generated if absent
      "user_id": "u42",                         or "device_id"; optional (anonymous)
-     "consent": {"personalization": true},     false: no profile signal becomes a targeting term
+     "device_id": "6d92078a-...",              the device's advertising id; optional
+     "email_sha256": "<64 hex digits>",        the SHA-256 of the signed-in user's normalised email (never the
+                                               email: core.audiences); optional
+     "consent": {"personalization": true},     false: no profile signal or custom audience becomes a targeting
+                                               term, a model feature or a logged feature
      "placement": "feed",
-     "slots": [{"position": 1}, {"position": 2}],   1 to 3, distinct positions >= 1
+     "slots": [{"position": 1}, {"position": 2}],   1 to 3, distinct positions 1 to MAX_POSITION
      "device": "ios", "language": "en" | ["en", "es"],
      "location": "US/CA/San Francisco" | "ip": "203.0.113.7",
      "page": "https://news.example/article"}
@@ -18,10 +22,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from core.errors import BadRequest
+from core.audiences import parse_hash
+from core.errors import BadRequest, InvalidField
 from core.targeting import request_terms
 
 MAX_SLOTS = 3
+MAX_POSITION = 2**31 - 1  # the served log's slot positions are Avro ints: a larger one could not be logged
 
 
 @dataclass
@@ -37,6 +43,8 @@ class AdRequest:
     ip: str | None
     page: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    device_id: str | None = None  # matched against custom audiences, with consent only
+    email_sha256: str | None = None  # likewise; a SHA-256 in hex, never an email
 
 
 def _string(body: Mapping[str, Any], name: str, *, required: bool = False, max_len: int = 256) -> str | None:
@@ -62,8 +70,8 @@ def parse_ad_request(body: Any) -> AdRequest:
     positions = []
     for i, slot in enumerate(slots):
         position = slot.get("position") if isinstance(slot, dict) else None
-        if not isinstance(position, int) or isinstance(position, bool) or position < 1:
-            raise BadRequest(f"slots[{i}].position", "must be an integer >= 1")
+        if not isinstance(position, int) or isinstance(position, bool) or not 1 <= position <= MAX_POSITION:
+            raise BadRequest(f"slots[{i}].position", f"must be an integer from 1 to {MAX_POSITION}")
         if position in positions:
             raise BadRequest(f"slots[{i}].position", f"position {position} appears twice")
         positions.append(position)
@@ -82,13 +90,20 @@ def parse_ad_request(body: Any) -> AdRequest:
             ipaddress.ip_address(ip)
         except ValueError:
             raise BadRequest("ip", f"{ip!r} is not an IP address") from None
-    user_id = _string(body, "user_id", max_len=128) or _string(body, "device_id", max_len=128)
+    device_id = _string(body, "device_id", max_len=128)
+    user_id = _string(body, "user_id", max_len=128) or device_id
+    email_sha256 = None
+    if body.get("email_sha256") is not None:
+        try:
+            email_sha256 = parse_hash(body["email_sha256"], "email_sha256")
+        except InvalidField as e:
+            raise BadRequest(e.field, str(e).split(": ", 1)[-1]) from None
     return AdRequest(
         request_id=_string(body, "request_id", max_len=128) or uuid.uuid4().hex,
         user_id=user_id, personalization=bool(consent.get("personalization", False)),
         placement=placement, positions=positions, device=_string(body, "device", max_len=32),
         languages=languages, location=_string(body, "location", max_len=200), ip=ip,
-        page=_string(body, "page", max_len=2048))
+        page=_string(body, "page", max_len=2048), device_id=device_id, email_sha256=email_sha256)
 
 
 class GeoResolver:
@@ -123,7 +138,9 @@ class GeoResolver:
 def targeting_terms(request: AdRequest, location: str | None, profile: Mapping[str, list[str]]
                     ) -> dict[str, frozenset[str]]:
     """The request's targeting terms. Context (placement, device, language, location) always counts;
-    profile signals (age band, gender, interests, audiences, the profile's locations) only with consent."""
+    profile signals (age band, gender, interests, audiences, the profile's locations) only with consent.
+    `profile["audiences"]` holds the profile's audiences and the custom audiences the user's hashed ids are
+    members of (the caller looks those up only with consent)."""
     locations = [location] if location else []
     attributes: dict[str, Any] = {"placement": request.placement, "device": request.device,
                                   "language": request.languages}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from core.audiences import AudienceSalt, salt_from
 from core.errors import InvalidSettings
 from core.settings import describe
 from core.tokens import TokenKeys
@@ -115,6 +116,9 @@ class AdServerSettings:
     prerank_model: Path | None = None
     recall_share: float = 0.0
     prerank_weights: Path | None = None
+    # ADSERVE_AUDIENCE_SALT (core.audiences); the public development salt in development mode; None: custom
+    # audiences are not matched. Masked when printed.
+    audience_salt: AudienceSalt | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.prediction_url and self.model:
@@ -140,7 +144,7 @@ class AdServerSettings:
         return cls(kafka_bootstrap=required(environ, "ADSERVE_KAFKA_BOOTSTRAP"),
                    redis_host=required(environ, "ADSERVE_HOST"), redis_port=_port(environ, "ADSERVE_REDIS_PORT"),
                    token_keys=token_keys_from(environ, development=development), development=development,
-                   **flags, **paths)
+                   audience_salt=salt_from(environ, development=development), **flags, **paths)
 
     def server_config(self) -> ServerConfig:
         from serving.adserver.app import ServerConfig  # the serving stack loads only when a server starts

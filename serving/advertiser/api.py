@@ -12,6 +12,10 @@
     GET    /v1/reports?from=&to=&granularity=hour|day[&campaign_id=1,2]
                                              billed impressions, clicks, spend and conversions per campaign
                                              (core.reports; 400 naming the parameter, 404 for another's campaign)
+    GET    /v1/audiences, POST /v1/audiences  the advertiser's custom audiences; create one by name
+    GET    /v1/audiences/{id}                404 if it is another advertiser's
+    POST   /v1/audiences/{id}/members        {"hashed_ids": [SHA-256 hex of normalised emails or device ids]}
+                                             (core.audiences; keyed with the platform's salt before storing)
     GET    /openapi.json                     the OpenAPI description
     GET    /metrics                          Prometheus: requests refused by the rate limits, failed keys
 
@@ -47,11 +51,16 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
+from redis.exceptions import RedisError
+
+from core.audiences import (AudienceSalt, audience_value, named_audience_ids, parse_audience_name,
+                            parse_hashed_ids, salt_from)
 from core.campaigns import InvalidField, validate_ad, validate_campaign
 from core.errors import InvalidSettings
 from core.rate_limit import Decision, RateLimit, RateLimiter
 from core.reports import parse_report_query
 from core.settings import describe
+from serving.advertiser.audiences import AudienceMembers, AudienceStore
 from serving.advertiser.store import CampaignStore, hash_key, to_json, with_ms_times
 from serving.body_limits import ADVERTISER_API_MAX_BODY_BYTES, application
 
@@ -103,14 +112,18 @@ def bearer_key(request: web.Request) -> str:
 
 
 class AdvertiserApi:
-    def __init__(self, store: CampaignStore, *, limits: RateLimits | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        """limits=None: no rate limit (in-process tests and benchmarks); the command passes its settings'."""
+    def __init__(self, store: CampaignStore, audience_members: AudienceMembers | None = None, *,
+                 limits: RateLimits | None = None, clock: Callable[[], float] = time.monotonic):
+        """audience_members: where uploaded members go (Redis and the salt); None: custom audiences are off and
+        a members upload answers 503. limits=None: no rate limit (in-process tests and benchmarks); the
+        command passes its settings'."""
         self.store = store
         self.limits, self.clock = limits, clock
         self.metrics = Metrics()
         self.per_api_key = RateLimiter(limits.per_api_key) if limits else None
         self.per_address = RateLimiter(limits.unauthenticated) if limits else None
+        self.audiences = AudienceStore(store)
+        self.audience_members = audience_members
 
     def app(self) -> web.Application:
         app = application(ADVERTISER_API_MAX_BODY_BYTES, middlewares=[self._auth])
@@ -122,7 +135,16 @@ class AdvertiserApi:
             web.get("/v1/campaigns/{id}/ads", self.list_ads), web.post("/v1/campaigns/{id}/ads", self.create_ad),
             web.get("/v1/ads/{id}", self.get_ad), web.patch("/v1/ads/{id}", self.patch_ad),
             web.get("/v1/reports", self.reports),
+            web.get("/v1/audiences", self.list_audiences), web.post("/v1/audiences", self.create_audience),
+            web.get("/v1/audiences/{id}", self.get_audience),
+            web.post("/v1/audiences/{id}/members", self.add_audience_members),
         ])
+        if self.audience_members is not None:
+            members = self.audience_members
+
+            async def close_members(_app: web.Application) -> None:
+                await members.close()
+            app.on_cleanup.append(close_members)
         return app
 
     @web.middleware
@@ -227,8 +249,18 @@ class AdvertiserApi:
 
     async def create_ad(self, request: web.Request) -> web.Response:
         fields = validate_ad(await self._body(request), creating=True)
+        await self._check_audiences(request[ADVERTISER], fields)
         row = await self.store.create_ad(request[ADVERTISER], self._id(request), fields)
         return self._found(row, "campaign", status=201)
+
+    async def _check_audiences(self, advertiser_id: int, fields: dict[str, Any]) -> None:
+        """Every uploaded audience ("aud-{id}") the targeting names must be the advertiser's own; another's is
+        refused exactly like one that does not exist."""
+        if "targeting" in fields:
+            missing = await self.audiences.missing(advertiser_id, named_audience_ids(fields["targeting"]))
+            if missing:
+                raise InvalidField("targeting.audience", f"no audience {audience_value(missing[0])} for this "
+                                                         "advertiser: create one with POST /v1/audiences")
 
     async def get_ad(self, request: web.Request) -> web.Response:
         return self._found(await self.store.get_ad(request[ADVERTISER], self._id(request)), "ad")
@@ -237,6 +269,7 @@ class AdvertiserApi:
         fields = validate_ad(await self._body(request), creating=False)
         if not fields:
             raise InvalidField("body", "names no field to change")
+        await self._check_audiences(request[ADVERTISER], fields)
         return self._found(await self.store.update_ad(request[ADVERTISER], self._id(request), fields), "ad")
 
     async def reports(self, request: web.Request) -> web.Response:
@@ -244,6 +277,40 @@ class AdvertiserApi:
         if report is None:
             return _error(404, "no such campaign for this advertiser", "campaign_id")
         return web.json_response(report)
+
+    async def list_audiences(self, request: web.Request) -> web.Response:
+        return web.json_response([advertiser_view(r) for r in await self.audiences.list(request[ADVERTISER])])
+
+    async def create_audience(self, request: web.Request) -> web.Response:
+        name = parse_audience_name(await self._body(request))
+        return web.json_response(advertiser_view(await self.audiences.create(request[ADVERTISER], name)),
+                                 status=201)
+
+    async def get_audience(self, request: web.Request) -> web.Response:
+        return self._found(await self.audiences.get(request[ADVERTISER], self._id(request)), "audience")
+
+    async def add_audience_members(self, request: web.Request) -> web.Response:
+        """Members as SHA-256 hashes (core.audiences.parse_hashed_ids), keyed with the platform's salt, then
+        committed to the campaign store and added to Redis. Sending an upload again adds nothing twice."""
+        advertiser_id, audience_id = request[ADVERTISER], self._id(request)
+        hashes = parse_hashed_ids(await self._body(request))
+        if await self.audiences.get(advertiser_id, audience_id) is None:
+            return _error(404, "no such audience for this advertiser")
+        if self.audience_members is None:
+            return _error(503, "custom audiences are off on this API: it runs without ADSERVE_AUDIENCE_SALT")
+        keys = self.audience_members.member_keys(hashes)
+        result = await self.audiences.add_members(advertiser_id, audience_id, keys)
+        if result is None:
+            return _error(404, "no such audience for this advertiser")
+        added, audience = result
+        try:
+            await self.audience_members.add(audience_id, keys)
+        except RedisError:
+            LOG.warning("audience %d: members stored, Redis did not take them", audience_id)
+            return _error(503, "the members are stored but not yet matchable: send the same upload again")
+        return web.json_response({"audience_id": audience_id, "received": len(hashes), "added": added,
+                                  "member_count": audience["member_count"],
+                                  "targeting_value": audience["targeting_value"]})
 
 
 @dataclass(frozen=True)
@@ -259,15 +326,31 @@ class AdvertiserApiSettings:
     burst: int = 40
     unauthenticated_rate_per_s: float = 1.0  # per client address, requests without a valid key
     unauthenticated_burst: int = 20
+    redis_host: str | None = None
+    redis_port: int | None = None
+    audience_salt: AudienceSalt | None = None  # None: custom audiences off (masked when printed)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "AdvertiserApiSettings":
+        """Custom audiences need the platform's Redis (ADSERVE_HOST, ADSERVE_REDIS_PORT) and the salt
+        (ADSERVE_AUDIENCE_SALT, or the public development salt with ADSERVE_DEV=1)."""
         dsn = environ.get("ADSERVE_POSTGRES_DSN", "").strip()
         if not dsn:
             raise InvalidSettings("ADSERVE_POSTGRES_DSN is not set: start the API through `adserve`, which sets it "
                                   "from the platform's settings, or set it to the campaign store's DSN")
+        development = environ.get("ADSERVE_DEV", "").strip().lower() in ("1", "true", "yes", "on")
+        redis_port = environ.get("ADSERVE_REDIS_PORT", "").strip()
         limits = {name: getattr(args, name) for name in LIMIT_FLAGS if getattr(args, name, None) is not None}
-        return cls(postgres_dsn=dsn, port=getattr(args, "port", 8082), **limits)
+        return cls(postgres_dsn=dsn, port=getattr(args, "port", 8082), **limits,
+                   redis_host=environ.get("ADSERVE_HOST", "").strip() or None,
+                   redis_port=int(redis_port) if redis_port.isdigit() else None,
+                   audience_salt=salt_from(environ, development=development))
+
+    def audience_members(self) -> AudienceMembers | None:
+        """The Redis side of custom audiences, or None when the salt or Redis is not configured."""
+        if self.audience_salt is None or not self.redis_host or not self.redis_port:
+            return None
+        return AudienceMembers(self.redis_host, self.redis_port, self.audience_salt)
 
     def rate_limits(self) -> RateLimits:
         """The limits the API applies (InvalidSettings for a rate or burst out of range)."""
@@ -278,12 +361,16 @@ class AdvertiserApiSettings:
         """The settings as one line, the database password masked: printed once at start."""
         return describe(self)
 
+    def __repr__(self) -> str:  # a settings object logged whole must not print the password either
+        return f"{type(self).__name__}({self.describe()})"
+
 
 async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 8082,
-                               limits: RateLimits | None = None):
-    """Start the API; returns (runner, port, store). Without `limits` requests are not rate limited."""
+                               audience_members: AudienceMembers | None = None, limits: RateLimits | None = None):
+    """Start the API; returns (runner, port, store). Without `audience_members` custom audiences are off;
+    without `limits` requests are not rate limited."""
     store = await CampaignStore(dsn).open()
-    runner = web.AppRunner(AdvertiserApi(store, limits=limits).app(), access_log=None)
+    runner = web.AppRunner(AdvertiserApi(store, audience_members, limits=limits).app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -13,8 +13,10 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from aiohttp import ClientSession
 
+from core.audiences import AudienceSalt
 from core.reserves import PLATFORM_TERMS
 from serving.advertiser.api import AdvertiserApi, start_advertiser_api
+from serving.advertiser.audiences import AudienceMembers
 from serving.advertiser.store import MIGRATIONS, migrate
 from tests.integration.campaign_world import KEYS, REVIEWER, World, adserve, winner
 
@@ -183,14 +185,19 @@ TABLE = [
     ("GET", "/v1/ads/{ad}", None, 200, 404),
     ("PATCH", "/v1/ads/{ad}", {"bid_micros": 1_500_000}, 200, 404),
     ("GET", "/v1/reports?campaign_id={campaign}&from=2026-03-10&to=2026-03-11", None, 200, 404),
+    ("GET", "/v1/audiences", None, 200, 200),  # another advertiser lists its own audiences
+    ("POST", "/v1/audiences", {"name": "authz"}, 201, 201),  # ... and creates its own
+    ("GET", "/v1/audiences/{audience}", None, 200, 404),
+    ("POST", "/v1/audiences/{audience}/members", {"hashed_ids": ["0" * 64]}, 200, 404),
 ]
-PUBLIC = [("GET", "/openapi.json")]
+PUBLIC = [("GET", "/openapi.json"), ("GET", "/metrics")]
 
 
 def _routes(store) -> set[tuple[str, str]]:
     """Every (method, path) the API serves, with the table's names for the ids."""
     app = AdvertiserApi(store).app()
-    named = {"/v1/campaigns/{id}": "/v1/campaigns/{campaign}", "/v1/ads/{id}": "/v1/ads/{ad}"}
+    named = {"/v1/campaigns/{id}": "/v1/campaigns/{campaign}", "/v1/ads/{id}": "/v1/ads/{ad}",
+             "/v1/audiences/{id}": "/v1/audiences/{audience}"}
     routes = set()
     for r in app.router.routes():
         if r.method != "HEAD":
@@ -203,7 +210,8 @@ def _routes(store) -> set[tuple[str, str]]:
 
 def test_the_authorization_table_over_every_endpoint_and_method(platform):
     async def scenario():
-        runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0)
+        members = AudienceMembers(platform.host, platform.redis_port, AudienceSalt(b"authorization-table-salt"))
+        runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0, audience_members=members)
         base = f"http://127.0.0.1:{port}"
         try:
             owner_id, first_key = await store.create_advertiser(f"owner-{uuid.uuid4().hex[:8]}")
@@ -215,12 +223,14 @@ def test_the_authorization_table_over_every_endpoint_and_method(platform):
                 async def call(method, path, key, body=None):
                     headers = {"Authorization": f"Bearer {key}"} if key else {}
                     async with http.request(method, base + path, json=body, headers=headers) as r:
-                        return r.status, await r.json()
+                        json_body = r.content_type == "application/json"  # /metrics is text
+                        return r.status, (await r.json() if json_body else await r.text())
 
                 owner = keys["the owner's key"]
                 _, campaign = await call("POST", "/v1/campaigns", owner, CAMPAIGN)
                 _, ad = await call("POST", f"/v1/campaigns/{campaign['campaign_id']}/ads", owner, AD)
-                ids = {"campaign": campaign["campaign_id"], "ad": ad["ad_id"]}
+                _, audience = await call("POST", "/v1/audiences", owner, {"name": "authz-owned"})
+                ids = {"campaign": campaign["campaign_id"], "ad": ad["ad_id"], "audience": audience["audience_id"]}
                 answers = {}
                 for caller in CALLERS:  # the owner last: the others must not have changed anything
                     if caller == CALLERS[-1]:
