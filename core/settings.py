@@ -1,7 +1,9 @@
 """How a process's typed settings are printed at start: every field, secrets masked.
 
 A field is a secret when its name says so (password, secret, token, key) or its value masks itself (a value
-with a `masked()` method, such as core.tokens.TokenKeys); a URL or DSN keeps its host but not its password.
+with a `masked()` method, such as core.tokens.TokenKeys); a URL or DSN keeps its host but not its password
+(in a URL, everything between the user's colon and the authority's last @, so a password holding an @ is
+masked whole).
 Pure: this module formats values it is given and never reads the environment."""
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 SECRET_WORDS = ("password", "secret", "token", "key")
 MASK = "***"
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+(?P<tail>@)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^/?#\s]+(?P<tail>@)", re.IGNORECASE)
 _DSN_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?:'[^']*'|\S+)", re.IGNORECASE)
 
 
