@@ -76,7 +76,13 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes of unpadded base64url text; InvalidToken (malformed) unless `text` is exactly what _b64 writes
+    for them. A lenient decoder would take several spellings of one token (unused low bits in the last
+    character, padding, characters outside the alphabet skipped), so a changed token could still verify."""
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise InvalidToken("malformed", "the token is not <payload>.<signature> in canonical base64url")
+    return data
 
 
 class TokenKeys:
