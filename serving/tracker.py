@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -56,6 +57,7 @@ from serving.scrape_targets import announce
 from serving.spool import SpoolSettings
 
 LOG = logging.getLogger("adserve.tracker")
+OPENAPI = Path(__file__).with_name("tracker_openapi.yaml")
 STATUS_OF = {"malformed": 400, "bad_signature": 403, "unknown_key": 403, "expired": 410}
 CLICK_ID_PARAMETER = "adclid"
 FEEDBACK_TYPES = {"hide": "HIDE", "report": "REPORT"}  # the beacon's `type` -> AdFeedback.feedback_type
@@ -125,11 +127,16 @@ class Tracker:
         app = application(TRACKER_MAX_BODY_BYTES)
         app.add_routes([web.get("/v1/impression", self.impression), web.get("/v1/click", self.click),
                         web.get("/v1/conversion", self.conversion), web.get("/v1/feedback", self.feedback),
-                        web.get("/metrics", self.metrics)])
+                        web.get("/metrics", self.metrics),
+                        web.get("/openapi.json", self.openapi)])
         return app
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), content_type="text/plain")
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        """The OpenAPI description (serving/tracker_openapi.yaml), for clients and the API fuzz tests."""
+        return web.json_response(yaml.safe_load(OPENAPI.read_text()))
 
     def _verify(self, request: web.Request, parameter: str = "t", what: str = "the signed token", verify=None):
         """(claims, now) of the request's token (`verify`: TokenKeys.verify by default; verify_click_id for a

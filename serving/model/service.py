@@ -14,6 +14,7 @@ requests and an optional canary model (design: "Prediction service").
                    reason otherwise (no canary, another version, a "hold" or "not enough data" verdict); the
                    gate `adserve model promote` builds the report from the served log and calls this
   GET  /metrics    Prometheus: requests by outcome and model version, batch sizes, latency, deadline misses
+  GET  /openapi.json  the OpenAPI description (serving/model/openapi.yaml)
 
 Dynamic batching: the handler parses the body, picks the arm (serving.model.canary.routes_to_candidate on the
 request id) and queues the request with a future. One scoring thread (the event loop keeps accepting while
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -49,12 +51,15 @@ from serving.model.canary import promotion_refusal, routes_to_candidate
 from serving.scrape_targets import announce
 
 LOG = logging.getLogger("adserve.prediction")
+OPENAPI = Path(__file__).with_name("openapi.yaml")
 DEFAULT_PORT = 8090
 DEFAULT_MAX_WAIT_MS = 1.0
 DEFAULT_MAX_BATCH_ROWS = 3_200
 DEFAULT_SNAPSHOT_REFRESH_S = 300.0
 MAX_CANDIDATES = 10_000
 MAX_POSITIONS = 64
+AD_ID_RANGE = (-2**63, 2**63 - 1)  # the model looks ads up by id in an int64 column
+POSITION_RANGE = (1, 2**31 - 1)  # slot positions, as the ad server and the served log bound them
 CURRENT, CANDIDATE = "current", "candidate"
 
 
@@ -81,17 +86,28 @@ def _text(body: dict, name: str, *, required: bool) -> str | None:
     return value
 
 
-def _integers(body: dict, name: str, limit: int, *, least: int | None = None) -> list[int]:
+def _integers(body: dict, name: str, limit: int, bounds: tuple[int, int]) -> list[int]:
     values = body.get(name)
     if not isinstance(values, list):
         raise BadRequest(name, "required (a list of integers)")
     if len(values) > limit:
         raise BadRequest(name, f"at most {limit:,} entries, got {len(values):,}")
+    least, most = bounds
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int) or (least is not None and v < least):
-            raise BadRequest(f"{name}[{i}]", f"must be an integer{f' >= {least}' if least is not None else ''}, "
-                                             f"got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= most:
+            raise BadRequest(f"{name}[{i}]", f"must be an integer from {least} to {most}, got {v!r}")
     return values
+
+
+def _finite(value: Any) -> float | None:
+    """A JSON number as a finite float; None for anything else (a bool, a string, an integer beyond a double)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if np.isfinite(number) else None
 
 
 def parse_score_request(body: Any) -> ScoreRequest:
@@ -104,23 +120,24 @@ def parse_score_request(body: Any) -> ScoreRequest:
     features = body.get("user_features") or {}
     if not isinstance(features, dict):
         raise BadRequest("user_features", "must be an object of feature name -> number")
-    for name, value in features.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise BadRequest(f"user_features.{name}", f"must be a number, got {value!r}")
-    ad_ids = _integers(body, "ad_ids", MAX_CANDIDATES)
-    positions = _integers(body, "positions", MAX_POSITIONS, least=1)
+    values = {name: _finite(value) for name, value in features.items()}
+    for name, value in values.items():
+        if value is None:
+            raise BadRequest(f"user_features.{name}", f"must be a finite number, got {features[name]!r}")
+    ad_ids = _integers(body, "ad_ids", MAX_CANDIDATES, AD_ID_RANGE)
+    positions = _integers(body, "positions", MAX_POSITIONS, POSITION_RANGE)
     if not positions:
         raise BadRequest("positions", "at least one slot position")
-    deadline_ms = body.get("deadline_ms")
-    if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, float)) or deadline_ms <= 0:
+    deadline_ms = _finite(body.get("deadline_ms"))
+    if deadline_ms is None or deadline_ms <= 0:
         raise BadRequest("deadline_ms", f"required: the caller's remaining budget in ms (> 0), got "
-                                        f"{deadline_ms!r}")
+                                        f"{body.get('deadline_ms')!r}")
     n = len(ad_ids)
     prediction = PredictionRequest(
         rows=np.arange(n), ctr_prior=np.zeros(n), positions=positions, placement=placement,  # the index's rows
-        user_features={k: float(v) for k, v in features.items()}, ad_ids=np.asarray(ad_ids, dtype=np.int64),
+        user_features=values, ad_ids=np.asarray(ad_ids, dtype=np.int64),
         country=country, device=device)  # and priors are the ad server's; the model looks ads up by id
-    return ScoreRequest(request_id, prediction, float(deadline_ms))
+    return ScoreRequest(request_id, prediction, deadline_ms)
 
 
 # ------------------------------------------------------------------------------------------ batching
@@ -367,7 +384,8 @@ class PredictionService:
         app = application(PREDICTION_MAX_BODY_BYTES)
         app.add_routes([web.post("/v1/score", self.handle_score), web.get("/healthz", self.handle_health),
                         web.get("/v1/model", self.handle_model), web.get("/metrics", self.handle_metrics),
-                        web.post("/v1/promote", self.handle_promote)])
+                        web.post("/v1/promote", self.handle_promote),
+                        web.get("/openapi.json", self.handle_openapi)])
         return app
 
     def _error(self, status: int, message: str, field: str | None = None) -> web.Response:
@@ -440,6 +458,9 @@ class PredictionService:
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
+
+    async def handle_openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(yaml.safe_load(OPENAPI.read_text()))
 
     # ------------------------------------------------------------------ the snapshot
     async def refresh_snapshot(self) -> int | None:
