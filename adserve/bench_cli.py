@@ -23,6 +23,7 @@ def register(sub) -> None:
     _add_live_loop(bsub)
     _add_dashboard(bsub)
     _add_faults(bsub)
+    _add_soak(bsub)
 
 
 def _add_platform(bsub) -> None:
@@ -134,6 +135,24 @@ def _add_faults(bsub) -> None:
                    help="seconds of traffic after the recovery")
     f.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     f.set_defaults(handler=cmd_bench_faults)
+
+
+def _add_soak(bsub) -> None:
+    from bench import soak as bench_soak
+
+    s = bsub.add_parser("soak", help="one ad server at a constant rate for --minutes on loopback: memory, file "
+                                     "descriptors, p99 and producer queues must not grow (needs `adserve up`)",
+                        description=bench_soak.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--minutes", type=int, default=bench_soak.MINUTES,
+                   help=f"minutes of load (default {bench_soak.MINUTES})")
+    s.add_argument("--rate", type=float, default=bench_soak.RATE,
+                   help=f"ad requests a second, open loop (default {bench_soak.RATE:g}; give it the highest rate "
+                        "one server holds)")
+    s.add_argument("--ads", type=int, default=bench_soak.ADS, help=f"synthetic ads (default {bench_soak.ADS:,})")
+    s.add_argument("--sample-s", type=float, default=bench_soak.SAMPLE_S,
+                   help=f"seconds between looks at memory, descriptors and queues (default {bench_soak.SAMPLE_S:g})")
+    s.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    s.set_defaults(handler=cmd_bench_soak)
 
 
 def _add_model(bsub) -> None:
@@ -276,6 +295,15 @@ def cmd_bench_faults(args: argparse.Namespace) -> int:
     timing = bench_faults.Timing(settle_s=args.settle_s, outage_s=args.outage_s, after_s=args.after_s)
     figures = bench_faults.run(faults=chosen, rate=args.rate, timing=timing, log=log)
     code = _emit(args, figures, bench_faults.render)
+    return code if figures["all_held"] else 1
+
+
+def cmd_bench_soak(args: argparse.Namespace) -> int:
+    from bench import soak as bench_soak
+
+    log = _log(args)
+    figures = bench_soak.run(minutes=args.minutes, rate=args.rate, ads=args.ads, sample_s=args.sample_s, log=log)
+    code = _emit(args, figures, bench_soak.render)
     return code if figures["all_held"] else 1
 
 
