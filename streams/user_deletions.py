@@ -48,8 +48,8 @@ def all_requests(bootstrap: str, topic: str = topics.PRIVACY_DELETIONS) -> list[
 
 
 class PendingDeletions:
-    """The requests its consumer group has not committed yet. `commit()` after they were applied: a run that
-    fails before it applies them again next time (deleting a key twice is harmless)."""
+    """The requests past its consumer group's stored offsets. `commit()` stores the new offsets once the requests
+    were applied: a run that fails before that applies them again next time (deleting a key twice is harmless)."""
 
     def __init__(self, bootstrap: str, topic: str = topics.PRIVACY_DELETIONS, group_id: str = APPLIER_GROUP,
                  timeout_s: float = 60.0):
@@ -60,7 +60,7 @@ class PendingDeletions:
         self.corrupt = 0
 
     def read(self) -> list[privacy.DeletionRequest]:
-        """The uncommitted requests, up to the end of every partition."""
+        """The requests past the stored offsets, up to the end of every partition."""
         metadata = self.consumer.list_topics(self.topic, timeout=kafka.DEFAULT_TIMEOUT_S)
         if self.topic not in metadata.topics or metadata.topics[self.topic].error is not None:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {self.topic}"))
