@@ -108,7 +108,7 @@ class AvroCodec:
         out.write(self._fingerprint_of(schema))
         try:
             fastavro.schemaless_writer(out, schema, record)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # an int past a long
             raise SchemaMismatch(f"record does not fit {schema.get('name')}: {exc}") from exc
         return out.getvalue()
 

@@ -11,6 +11,7 @@ from pyflink.datastream.state import ValueStateDescriptor
 from core.campaigns import BadChange
 from schemas.cdc import serving_record_from_change
 from core.dead_letters import dead_letter
+from core.errors import SchemaMismatch
 from jobs.flink_io import bytes_row_type, dead_letter_row
 from schemas import topics
 from schemas.codec import AvroCodec
@@ -35,7 +36,8 @@ def is_newer(version: int, last_emitted: int | None) -> bool:
 
 
 class Compile(KeyedProcessFunction):
-    """Per row (topic, key): compile the change; newer versions out, bad changes to dead letters (counted,
+    """Per row (topic, key): compile the change; newer versions out, bad changes (not a change envelope, a row
+    that does not compile, or a compiled record that does not fit its serving schema) to dead letters (counted,
     `bad_changes`), older or repeated versions dropped (counted, `stale_changes`)."""
 
     def open(self, runtime_context: RuntimeContext):
@@ -47,18 +49,18 @@ class Compile(KeyedProcessFunction):
     def process_element(self, row, ctx):
         try:
             change = serving_record_from_change(row.topic, row.v)
-        except BadChange as error:
+            if change is None:
+                return
+            serving_topic, key, record_type, record = change
+            if not is_newer(record["version"], self.emitted.value()):
+                self.stale.inc()
+                return
+            out = Row(key.encode(), self.codec.encode(record_type, record))
+        except (BadChange, SchemaMismatch) as error:
             self.bad.inc()
             yield DEAD_LETTERS, dead_letter_row(dead_letter(
                 JOB_NAME, topic=row.topic, partition=row.partition, offset=row.offset, timestamp_ms=None, key=row.k,
-                value=row.v, reason=str(error), error_type="BadChange"), self.codec)
-            return
-        if change is None:
-            return
-        serving_topic, key, record_type, record = change
-        if not is_newer(record["version"], self.emitted.value()):
-            self.stale.inc()
+                value=row.v, reason=str(error), error_type=type(error).__name__), self.codec)
             return
         self.emitted.update(record["version"])
-        out = Row(key.encode(), self.codec.encode(record_type, record))
         yield (SIDE_OUTPUTS[serving_topic], out) if serving_topic in SIDE_OUTPUTS else out
