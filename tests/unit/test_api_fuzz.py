@@ -8,15 +8,17 @@ from typing import Any
 
 import pytest
 
+from core.errors import BadRequest
 from core.tokens import ClickIdClaims, TokenClaims, TokenKeys
 from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.offloop import ServedLog
+from serving.adserver.request import parse_ad_request
 from serving.adserver.state import ServingState
 from serving.dashboard.app import DashboardServer
 from serving.dashboard.board import PacingBoard
 from serving.frequency_store import UserStore
 from serving.model.predictor import ModelPredictor
-from serving.model.service import PredictionService
+from serving.model.service import PredictionService, parse_score_request
 from serving.tracker import Tracker
 from streams.pacing_store import PacingDay, PacingPoint
 from tests.api_fuzz import LiveApp, fuzz
@@ -153,3 +155,21 @@ def test_the_prediction_service_answers_every_generated_request_within_its_descr
     finally:
         service.batcher.stop()
     assert not failures, "\n\n".join(failures)
+
+
+# What the fuzzer found, kept as literal cases (a bounded run may not draw them again)
+
+def test_a_score_request_with_numbers_beyond_what_the_model_holds_is_a_400_naming_the_field():
+    valid = {"request_id": "r1", "placement": "feed", "ad_ids": [1], "positions": [1], "deadline_ms": 5}
+    for change, field in (({"ad_ids": [-2**63 - 1]}, "ad_ids[0]"), ({"positions": [2**31]}, "positions[0]"),
+                          ({"user_features": {"age": 10**400}}, "user_features.age"),
+                          ({"deadline_ms": 10**400}, "deadline_ms")):
+        with pytest.raises(BadRequest) as refused:
+            parse_score_request({**valid, **change})
+        assert refused.value.field == field
+
+
+def test_a_slot_position_the_served_log_cannot_hold_is_a_400_naming_it():
+    with pytest.raises(BadRequest) as refused:
+        parse_ad_request({"placement": PLACEMENT, "slots": [{"position": 1}, {"position": 2**31}]})
+    assert refused.value.field == "slots[1].position"
