@@ -223,3 +223,11 @@ def test_the_features_job_forgets_a_deleted_users_window_and_writes_nothing_more
     window.close()
     assert window.store.written == []
     assert context.counter("user_deletions") == 1
+
+
+def test_users_delete_refuses_an_empty_id_before_it_reaches_kafka(capsys):
+    from adserve.cli import build_parser
+
+    args = build_parser().parse_args(["users", "delete", "  "])
+    assert args.handler(args) == 2
+    assert "user_id" in capsys.readouterr().err
