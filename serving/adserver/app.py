@@ -60,6 +60,9 @@ LOG = logging.getLogger("adserve.adserver")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
 STAGES = ("user_context", "retrieval", "filters", "prerank", "prediction", "auction", "response")
 BILLING_OF = served_log.BILLING_OF
+# Stage timings kept for GET /debug/timings: about 10 MB at most. A server nobody reads them from (every server
+# in production) holds this many, so they must stay small; a benchmark reads and clears them every step.
+TIMINGS_KEPT = 20_000
 
 
 @dataclass
@@ -141,7 +144,7 @@ class AdServer:
         self.np_rng = np.random.default_rng()
         self._background: set[asyncio.Task] = set()
         # Per-request stage timings (ms) of the latest requests, for `adserve bench serve` (GET /debug/timings).
-        self.timings: collections.deque[dict[str, float]] = collections.deque(maxlen=200_000)
+        self.timings: collections.deque[dict[str, float]] = collections.deque(maxlen=TIMINGS_KEPT)
         self.scoring = Scoring()  # what the registry follower installed (serving.adserver.learned)
 
     def install_scoring(self, scoring: Scoring) -> None:
