@@ -388,12 +388,12 @@ def compile_change(record_type: str, value: bytes | str | None) -> tuple[str, di
         envelope = json.loads(value)
         after = envelope.get("after")
         commit_ms = int(envelope["source"]["ts_ms"])
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
         raise BadChange(f"not a Debezium change envelope: {e}") from e
     if after is None:
         return None
     try:
         record = COMPILERS[record_type](after, commit_ms)
-    except (KeyError, TypeError, ValueError, AdserveError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError, AdserveError) as e:  # Overflow: an infinite number
         raise BadChange(f"row cannot be compiled: {type(e).__name__}: {e}") from e
     return serving_key(record_type, record), record

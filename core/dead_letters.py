@@ -1,9 +1,13 @@
 """The dead-letter record: what a job could not process, why, and the bytes to replay it."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from core.errors import CorruptRecord
+
+# The last instant a record's time may name: 9999-12-31T23:59:59.999Z. Jobs add windows, lateness and label
+# delays to record times and register timers at the sums, which must stay inside a signed 64-bit long.
+MAX_EVENT_TIME_MS = 253_402_300_799_999
 
 
 def dead_letter(job: str, *, topic: str, partition: int | None, offset: int | None, timestamp_ms: int | None,
@@ -27,3 +31,13 @@ def from_corrupt(job: str, error: CorruptRecord, *, timestamp_ms: int | None, ke
     return dead_letter(job, topic=error.topic or "?", partition=error.partition, offset=error.offset,
                        timestamp_ms=timestamp_ms, key=key, value=value, reason=error.reason,
                        error_type=type(error).__name__)
+
+
+def time_out_of_range(record: Mapping[str, Any], time_fields: Iterable[str]) -> str | None:
+    """Why a decoded record is corrupt when one of its times (epoch ms) lies before 1970 or after year 9999, or
+    None when every time fits. A time outside that range is no event, and a timer set from it would overflow."""
+    for name in time_fields:
+        value = record.get(name)
+        if value is not None and not 0 <= int(value) <= MAX_EVENT_TIME_MS:
+            return f"{name} {value} is outside 0..{MAX_EVENT_TIME_MS} (1970 to 9999, epoch ms)"
+    return None

@@ -9,6 +9,8 @@ baked in here: they come from the job's flags or the environment."""
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import logging
 import os
 import sys
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from core.dead_letters import from_corrupt
+from core.dead_letters import from_corrupt, time_out_of_range
 from core.errors import AdserveError, CorruptRecord, InvalidSettings, ShardCountChanged
 from core.settings import describe
 
@@ -323,6 +325,21 @@ def dead_letter_row(record: dict, codec=None):
     return Row(record["job"].encode(), codec.encode("DeadLetter", record))
 
 
+@functools.cache
+def time_fields(record_type: str) -> tuple[str, ...]:
+    """The top-level fields of a record type's current contract (schemas/*.avsc, by short or full name) whose
+    logical type is timestamp-millis, plain or nullable."""
+    from schemas import SCHEMA_DIR
+
+    for path in sorted(SCHEMA_DIR.glob("*.avsc")):
+        schema = json.loads(path.read_text())
+        if record_type in (schema["name"], f"{schema.get('namespace')}.{schema['name']}"):
+            return tuple(f["name"] for f in schema["fields"]
+                         if any(isinstance(t, dict) and t.get("logicalType") == "timestamp-millis"
+                                for t in (f["type"] if isinstance(f["type"], list) else [f["type"]])))
+    return ()
+
+
 class DeadLetterDecoder:
     """Decodes a job's Kafka values with the project's codec; a value that does not decode becomes a
     dead.letters row instead (core.dead_letters.from_corrupt, naming its topic, partition and offset) and is
@@ -339,9 +356,14 @@ class DeadLetterDecoder:
 
     def decode(self, value: bytes, record_type: str, *, topic: str | None, partition: int | None,
                offset: int | None, key: bytes | None, timestamp_ms: int | None = None):
-        """(record, None), or (None, a dead-letter row) for a corrupt value."""
+        """(record, None), or (None, a dead-letter row) for a corrupt value: one that does not decode, or whose
+        times lie outside 1970 to 9999 (core.dead_letters.time_out_of_range)."""
         try:
-            return self.codec.decode(value, record_type, topic=topic, partition=partition, offset=offset), None
+            record = self.codec.decode(value, record_type, topic=topic, partition=partition, offset=offset)
+            reason = time_out_of_range(record, time_fields(record_type))
+            if reason is not None:
+                raise CorruptRecord(reason, topic=topic, partition=partition, offset=offset)
+            return record, None
         except CorruptRecord as error:
             self.corrupt.inc()
             return None, dead_letter_row(from_corrupt(self.job_name, error, timestamp_ms=timestamp_ms, key=key,

@@ -13,13 +13,16 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from core.dead_letters import dead_letter
+from core.dead_letters import MAX_EVENT_TIME_MS, dead_letter
 from core.errors import InvalidArgument
-from schemas.codec import AvroCodec
+from jobs.flink_io import time_fields
+from schemas.codec import AvroCodec, default_registry
 
 HEADER_LEN = 10  # the single-object encoding's marker and fingerprint
 AVRO_KINDS = ("random_bytes", "truncated", "wrong_schema", "empty", "null_value", "null_key", "wrong_magic",
-              "unknown_schema", "trailing_bytes")
+              "unknown_schema", "trailing_bytes", "time_out_of_range")
+# Times no event has: before 1970, just past year 9999, the end of a long (a timer set from it would overflow)
+OUT_OF_RANGE_MS = (-1, MAX_EVENT_TIME_MS + 1, 2**63 - 1)
 CDC_KINDS = ("random_bytes", "truncated", "not_an_envelope", "avro_value", "empty", "null_key")
 
 
@@ -58,10 +61,19 @@ def _other_schema_value(rng: random.Random) -> bytes:
     return AvroCodec().encode("DeadLetter", record)
 
 
+def _time_out_of_range(valid: bytes, rng: random.Random) -> bytes:
+    """`valid` with one of its times (a timestamp-millis field of its contract) set to one no event has."""
+    writer = default_registry().by_fingerprint[bytes(valid[2:HEADER_LEN])]
+    record = AvroCodec().decode(valid)
+    record[rng.choice(time_fields(writer["name"]))] = rng.choice(OUT_OF_RANGE_MS)
+    return AvroCodec().encode(writer, record)
+
+
 def avro_corrupt(valid: bytes, rng: random.Random, key: bytes = b"corrupt") -> list[BadRecord]:
     """One corrupt record of each AVRO_KINDS kind, made from `valid` (an encoded record of the topic's type) and
-    `rng`'s draws. Each is undecodable as the topic's type: a truncated record misses at least its last byte, a
-    wrong marker or fingerprint names no known schema, and extra bytes after a record are refused."""
+    `rng`'s draws. None is a record of the topic's type a job may accept: a truncated record misses at least its
+    last byte, a wrong marker or fingerprint names no known schema, extra bytes after a record are refused, and a
+    time outside 1970 to 9999 is no event's (core.dead_letters.time_out_of_range)."""
     if len(valid) <= HEADER_LEN or valid[:2] != b"\xc3\x01":
         raise InvalidArgument("valid must be an Avro single-object encoded record with a body")
     noise = _random_bytes(rng)
@@ -81,6 +93,7 @@ def avro_corrupt(valid: bytes, rng: random.Random, key: bytes = b"corrupt") -> l
         BadRecord("wrong_magic", key, magic),
         BadRecord("unknown_schema", key, bytes(flipped)),
         BadRecord("trailing_bytes", key, valid + _random_bytes(rng, 1, 8)),
+        BadRecord("time_out_of_range", key, _time_out_of_range(valid, rng)),
     ]
 
 

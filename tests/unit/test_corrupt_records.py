@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.dead_letters import MAX_EVENT_TIME_MS, time_out_of_range
 from core.errors import CorruptRecord
+from jobs.flink_io import time_fields
 from schemas.codec import AvroCodec
 from tests import features_records as records
 from tests.billed_feed import campaign_version
@@ -47,12 +49,14 @@ def _change(row: dict) -> bytes:
 
 @settings(max_examples=60, deadline=None)
 @given(record_type=st.sampled_from(sorted(SAMPLES)), seed=st.integers(0, 2**32 - 1))
-def test_no_corrupt_record_of_any_kind_decodes_as_its_topics_type(record_type, seed):
+def test_no_corrupt_record_of_any_kind_decodes_as_a_record_of_its_topics_type(record_type, seed):
     bad = avro_corrupt(CODEC.encode(record_type, SAMPLES[record_type]), random.Random(seed))
     assert [b.kind for b in bad] == list(AVRO_KINDS)
-    for record in bad:
+    for record in bad[:-1]:
         with pytest.raises(CorruptRecord):
             CODEC.decode(record.value, record_type, topic="t", partition=0, offset=1)
+    assert bad[-1].kind == "time_out_of_range"  # decodes, and the jobs' decoder refuses its time
+    assert time_out_of_range(CODEC.decode(bad[-1].value, record_type), time_fields(record_type)) is not None
 
 
 @settings(max_examples=30, deadline=None)
@@ -150,3 +154,29 @@ def test_a_campaign_change_with_any_value_in_any_column_is_compiled_or_dead_lett
         assert context.counter("bad_changes") == 1
     else:
         assert tag.tag_id == "campaigns" and CODEC.decode(out[1], "ServingCampaign")["campaign_id"] is not None
+
+
+def test_a_time_between_1970_and_the_end_of_9999_is_an_events_and_one_outside_is_not():
+    assert time_out_of_range({"event_time": 0, "served_time": MAX_EVENT_TIME_MS}, ("event_time", "served_time")) is None
+    assert time_out_of_range({"event_time": 5, "flight_end": None}, ("event_time", "flight_end")) is None
+    for bad in (-1, MAX_EVENT_TIME_MS + 1, 2**63 - 1):
+        assert "served_time" in time_out_of_range({"event_time": 5, "served_time": bad}, ("event_time", "served_time"))
+
+
+def test_the_jvm_decoders_leave_a_record_with_a_time_out_of_range_to_the_python_path():
+    """DecodeAdEvent and DecodeSpendReport read the same range as core.dead_letters (AvroBinaryReader.MAX_TIME_MS):
+    out of it, the record takes the Python path, whose decoder dead-letters it."""
+    from jobs.jvm import SOURCE_DIR, run_golden_driver
+
+    reader = (SOURCE_DIR / "io/adserve/flink/AvroBinaryReader.java").read_text()
+    assert f"MAX_TIME_MS = {MAX_EVENT_TIME_MS:_}L;" in reader
+    event, spend = SAMPLES["AdEvent"], SAMPLES["SpendReport"]
+    commands = []
+    for field, kind, record in (("event_time", "event", event), ("served_time", "event", event),
+                                ("event_time", "spend", spend), ("interval_start", "spend", spend)):
+        for value in (0, MAX_EVENT_TIME_MS, -1, MAX_EVENT_TIME_MS + 1, 2**63 - 1):
+            encoded = CODEC.encode("AdEvent" if kind == "event" else "SpendReport", dict(record, **{field: value}))
+            commands.append(f"{kind} {encoded[:10].hex()} {encoded.hex()}")
+    answers = run_golden_driver(commands)
+    read = [answer is not None and answer != [] and answer[0] is not False for answer in answers]
+    assert read == [True, True, False, False, False] * 4

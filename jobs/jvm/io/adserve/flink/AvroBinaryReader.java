@@ -22,6 +22,17 @@ final class AvroBinaryReader {
     static final int HEADER = 10;
 
     /**
+     * The last instant a record's time may name, 9999-12-31T23:59:59.999Z (core.dead_letters.MAX_EVENT_TIME_MS):
+     * a record with a time outside 0 to this is corrupt, and goes to the Python path, which dead-letters it.
+     */
+    static final long MAX_TIME_MS = 253_402_300_799_999L;
+
+    /** Whether an epoch-millisecond time lies between 1970 and the end of year 9999. */
+    static boolean timeInRange(long ms) {
+        return ms >= 0 && ms <= MAX_TIME_MS;
+    }
+
+    /**
      * A reader at the body of {@code value}, or null when {@code value} does not start with {@code header} (the
      * expected schema's single-object header) or has no body: another contract version, or not ours.
      */

@@ -64,7 +64,7 @@ public class DecodeAdEvent extends TableFunction<Row> {
             }
             String agent = in.nullableString();
             in.skipString();  // the token's key id: checked by the tracker, not used here
-            if (!in.atEnd()) {
+            if (!in.atEnd() || !AvroBinaryReader.timeInRange(eventTime) || !AvroBinaryReader.timeInRange(servedTime)) {
                 return null;
             }
             // The agent lower-cased once (as SQL's LOWER), for the bot markers: LOWER per marker in SQL was a

@@ -59,7 +59,7 @@ final class DecodeSpendReport {
             String leaseId = in.nullableString();
             long maxPrice = in.varLong();
             int flag = in.octet();
-            if (flag > 1) {
+            if (flag > 1 || !AvroBinaryReader.timeInRange(eventTime) || !AvroBinaryReader.timeInRange(intervalStart)) {
                 return null;
             }
             List<Row> items = new ArrayList<>();
