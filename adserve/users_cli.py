@@ -11,6 +11,9 @@ import time
 import uuid
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
+from core.errors import AdserveError
 from infra.platform import PlatformSettings
 from schemas import topics
 
@@ -65,13 +68,27 @@ def cmd_users_delete(args: argparse.Namespace) -> int:
     except InvalidField as exc:
         print(f"adserve users delete: {exc}", file=sys.stderr)
         return 2
-    request_deletion(settings.kafka_bootstrap, request, args.topic)
+    try:
+        request_deletion(settings.kafka_bootstrap, request, args.topic)
+    except (KafkaException, AdserveError) as exc:
+        print(f"adserve users delete: the request was not taken, nothing was requested: {exc}", file=sys.stderr)
+        return 1
     print(f"deletion requested for user {request.user_id}: request id {request.request_id}; erased everywhere "
           f"within a day (by {_utc(privacy.erasure_due_ms(request))})")
     return 0
 
 
 def cmd_users_apply_deletions(args: argparse.Namespace) -> int:
+    from redis.exceptions import RedisError
+
+    try:
+        return _apply_deletions(args)
+    except (KafkaException, AdserveError, RedisError, OSError) as exc:
+        print(f"adserve users apply-deletions: stopped, the pending requests stay pending: {exc}", file=sys.stderr)
+        return 1
+
+
+def _apply_deletions(args: argparse.Namespace) -> int:
     from core import privacy
     from streams import user_deletions
 
