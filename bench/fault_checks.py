@@ -35,6 +35,7 @@ class Answer:
     status: int | None  # None: no answer (connection refused or reset: the server is down)
     campaigns: tuple[int, ...] = ()
     overloaded: bool = False
+    error: str = ""  # the answer's error text, when it has one
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class PhaseRecord:
     billed: list[Mapping[str, Any]] = field(default_factory=list)  # BilledSpend records of the phase's campaigns
     slices_at_fault_micros: int = 0  # slices of the phase's campaigns outstanding when the fault struck
     redis_down: tuple[float, float] | None = None  # wall seconds Redis was surely down: (killed, restarting)
-    recovery_s: float | None = None  # None: not back within the wait
+    recovery_s: float | None = None  # restart to everything back; None: not back within the wait
     recovery_bound_s: float = 0.0
 
 
@@ -128,6 +129,27 @@ def serving_counts(phase: PhaseRecord, freshness_bound_s: float) -> dict[str, in
             "uncapped_served_without_redis": uncapped, "server_errors": errors + phase.other_errors}
 
 
+def evidence(phase: PhaseRecord) -> dict[str, int]:
+    """That the phase exercised its rules: slots that served the campaign paused before the fault ahead of its
+    pause, slots that served the capped campaign (Redis up), and the metered campaign's billed and absorbed
+    spend against its budget (it must reach the budget for the budget rules to bite)."""
+    roles = {cid: c.get("role") for cid, c in phase.campaigns.items()}
+    paused_before = capped = 0
+    for a in phase.answers:
+        for cid in a.campaigns:
+            if roles.get(cid) == "paused" and a.answered_s < phase.paused_at_s.get(cid, float("inf")):
+                paused_before += 1
+            if roles.get(cid) == "capped":
+                capped += 1
+    latest = latest_billed(phase.billed)
+    metered = [cid for cid, role in roles.items() if role == "metered"]
+    spent = sum(int(latest[c]["billed_spend_micros"]) + int(latest[c]["absorbed_overspend_micros"])
+                for c in metered if c in latest)
+    return {"paused_served_before_pause": paused_before, "capped_served": capped,
+            "metered_spend_micros": spent,
+            "metered_budget_micros": sum(int(phase.campaigns[c]["budget_micros"]) for c in metered)}
+
+
 def row(phase: PhaseRecord, freshness_bound_s: float) -> dict[str, Any]:
     """The fault's row: recovery against its bound, every count, and `held` (every count 0, recovered within the
     bound, and, for Redis, uncapped campaigns still served while it was down)."""
@@ -142,4 +164,8 @@ def row(phase: PhaseRecord, freshness_bound_s: float) -> dict[str, Any]:
             "beacons_acknowledged": sum(t["events"] for t in acked.values()),
             "beacons_refused": sum(1 for b in phase.beacons if b.status != 204),
             "slices_at_fault_micros": phase.slices_at_fault_micros,
+            "billed_micros": sum(int(r["billed_spend_micros"]) for r in latest_billed(phase.billed).values()),
+            **evidence(phase),
+            "error_answers": sorted({f"{a.status} {a.error}" for a in phase.answers if a.status is not None
+                                     and a.status >= 500})[:5],
             "held": recovered and uncapped_ok and all(counts[name] == 0 for name in COUNTS)}

@@ -18,7 +18,7 @@ Each fault's phase has four campaigns of its own (CPM, so every acknowledged imp
 one (a daily cap per user far above what a user sees: only Redis's absence can exclude it), one paused a few
 seconds before the fault, a metered one whose small budget the budget job hands out in slices and which runs out
 during the phase, and an open one. The phase: launch its campaigns and let them serve (--settle-s), pause one,
-kill the part, hold it down (--outage-s), restart it, wait until every job runs and every server is ready (the
+kill the part, hold it down (--outage-s; the broker 40 s, past the producers' 30 s delivery timeout), restart it, wait until every job runs and every server is ready (the
 recovery time), serve a while longer (--after-s), pause the phase's campaigns. At the end the click aggregator's
 windows are closed (tick events past the last beacon) and its billed totals are compared with the recount.
 
@@ -32,9 +32,11 @@ and the prediction service restart on their ports.
 Figures (--json names): one row per fault in `rows`, each with fault, recovery_s, recovery_bound_s,
 lost_events, double_billed_events, billed_above_budget_micros, overspend_beyond_slices_micros,
 paused_served_after_bound, capped_served_without_redis, server_errors, uncapped_served_without_redis (the Redis
-row), requests, answered_200, beacons_acknowledged, beacons_refused, slices_at_fault_micros, held; then
-all_held, faults, rate, settle_s, outage_s, after_s, freshness_bound_s, wall_s, and machine (with the load
-average at the start and the end). Same-run baseline: the `baseline` row, a phase with no fault, checked the
+row), requests, answered_200, beacons_acknowledged, beacons_refused, slices_at_fault_micros, billed_micros,
+error_answers, held, and the evidence that the phase exercised its rules: paused_served_before_pause,
+capped_served, metered_spend_micros against metered_budget_micros; then all_held, faults, rate, settle_s,
+outage_s, broker_outage_s, after_s, freshness_bound_s, wall_s, and machine (with the load average at the start
+and the end). Same-run baseline: the `baseline` row, a phase with no fault, checked the
 same way."""
 from __future__ import annotations
 
@@ -69,8 +71,13 @@ FRESHNESS_BOUND_S = 10.0  # an advertiser change on every ad server (the design'
 SLOTS = 3
 DOLLAR = 1_000_000
 BIDS_MICROS = {"capped": 9_000_000, "paused": 8_000_000, "metered": 7_000_000, "open": 5_000_000}  # CPM
-BUDGETS_MICROS = {"capped": 500 * DOLLAR, "paused": 500 * DOLLAR, "metered": DOLLAR, "open": 500 * DOLLAR}
+# A day's budget far above the run's demand paces at p = 1 (every slot filled, so prices are second prices);
+# the metered campaign's $0.02 is within the open margin from the start (it spends only from slices) and runs
+# out within a phase.
+BUDGETS_MICROS = {"capped": 50_000 * DOLLAR, "paused": 50_000 * DOLLAR, "metered": 20_000, "open": 50_000 * DOLLAR}
 CAP_PER_DAY = 1_000
+# The ad server's load shedding: refused at admission, or the deadline passed before the decision.
+OVERLOAD_ANSWERS = ("overloaded", "deadline passed")
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) fault-matrix"
 Log = Callable[[str], None]
 
@@ -222,9 +229,9 @@ class Traffic(threading.Thread):
             self.answers.append(Answer(sent, time.time(), server, None))
             return
         slots = [s for s in (answer.get("slots") or []) if s.get("ad_id")] if status == 200 else []
-        overloaded = status == 503 and str(answer.get("error", "")).startswith("overloaded")
+        error = str(answer.get("error", "")) if status != 200 else ""
         self.answers.append(Answer(sent, time.time(), server, status, tuple(int(s["campaign_id"]) for s in slots),
-                                   overloaded))
+                                   status == 503 and error.startswith(OVERLOAD_ANSWERS), error[:120]))
         await asyncio.gather(*(self._beacon(http, s) for s in slots))
 
     async def _beacon(self, http, slot: dict[str, Any]) -> None:
@@ -263,6 +270,7 @@ class World:
         self.job_ids: dict[str, str] = {}
         self.children: dict[str, Child] = {}
         self.replacements = 0
+        self.routable: set[str] = set()  # the ad servers traffic goes to: a balancer adds a server once ready
         self.env = {**os.environ, **settings.as_env(), "ADSERVE_DEV": "1", "PYTHONUNBUFFERED": "1"}
         self.start_ms = _now_ms()
         self.feed = Feed(settings.kafka_bootstrap, self.topics["billed"],
@@ -325,6 +333,7 @@ class World:
             self._ad_server(name, f"faults-{self.run_id}-{name}")
         self._deploy_jobs()
         self.wait_ready(300, what="the run's jobs and servers to start")
+        self.routable = {n for n in self.children if n.startswith("ads-")}
 
     def _prepare_model(self) -> None:
         """A small click model trained here, and an ad-feature snapshot holding the run's ads."""
@@ -369,7 +378,7 @@ class World:
                                   self.children["prediction"].url, "--dev"], port, "/ready")
 
     def ad_server_urls(self) -> list[str]:
-        return [c.url for n, c in self.children.items() if n.startswith("ads-") and c.process.pid() is not None]
+        return [c.url for n, c in self.children.items() if n in self.routable and c.process.pid() is not None]
 
     def _job_args(self, group: str) -> list[str]:
         from infra.platform.jars import flink_connector_jar
@@ -495,6 +504,7 @@ class World:
         elif fault == "ad_server":
             self.replacements += 1
             self.children.pop("ads-b")
+            self.routable.discard("ads-b")
             self._ad_server("ads-b", f"faults-{self.run_id}-ads-b-r{self.replacements}")
         elif fault in ("tracker", "prediction"):
             self.children[fault].start(self.env)
@@ -564,6 +574,9 @@ class Timing:
     settle_s: float = 15.0
     pause_lead_s: float = 3.0
     outage_s: float = 8.0
+    # The broker stays down longer than the producers' 30 s delivery timeout: an outage their in-memory retries
+    # cannot cover, so only the tracker's spool and the spend reporter's resends keep the acknowledged events.
+    broker_outage_s: float = 40.0
     after_s: float = 12.0
 
 
@@ -583,13 +596,14 @@ def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timin
     record.slices_at_fault_micros = world.feed.outstanding_micros(set(campaigns), int(killed_s * 1000))
     log(f"[{fault}] SIGKILL ({record.slices_at_fault_micros} micros of slices outstanding)")
     world.kill(fault)
-    time.sleep(timing.outage_s)
+    time.sleep(timing.broker_outage_s if fault == "kafka" else timing.outage_s)
     restarting_s = time.time()
     if fault == "redis":
         record.redis_down = (killed_s + 0.5, restarting_s)
     world.restart(fault)
     back = world.wait_ready(2 * RECOVERY_BOUND_S[fault], what=fault)
-    record.recovery_s = None if back is None else round(time.time() - killed_s, 1)
+    record.recovery_s = None if back is None else round(time.time() - restarting_s, 1)
+    world.routable |= {n for n in world.children if n.startswith("ads-")}  # a replacement, once ready
     log(f"[{fault}] back after {record.recovery_s} s (bound {RECOVERY_BOUND_S[fault]:g} s)")
     time.sleep(timing.after_s)
     ended = time.time()
@@ -639,6 +653,7 @@ def run(*, faults: tuple[str, ...] = FAULTS, rate: float = 8.0, timing: Timing =
     figures["machine"]["load_average_end"] = os.getloadavg()
     figures.update({"rows": rows, "all_held": all(r["held"] for r in rows), "faults": list(faults),
                     "rate": rate, "settle_s": timing.settle_s, "outage_s": timing.outage_s,
+                    "broker_outage_s": timing.broker_outage_s,
                     "after_s": timing.after_s, "freshness_bound_s": FRESHNESS_BOUND_S,
                     "wall_s": round(time.monotonic() - began, 1), "run": world.run_id})
     return figures

@@ -10,7 +10,8 @@ from bench.fault_checks import COUNTS
 
 def test_the_short_fault_matrix_loses_nothing_bills_nothing_twice_and_recovers_within_its_bounds(platform):
     figures = faults.run(faults=faults.SHORT_FAULTS, rate=6.0,
-                         timing=faults.Timing(settle_s=8.0, pause_lead_s=2.0, outage_s=5.0, after_s=6.0),
+                         timing=faults.Timing(settle_s=6.0, pause_lead_s=2.0, outage_s=4.0, after_s=5.0,
+                                              broker_outage_s=32.0),
                          log=lambda line: print(f"[faults] {line}", flush=True))
     rows = {r["fault"]: r for r in figures["rows"]}
     assert list(rows) == ["baseline", *faults.SHORT_FAULTS]
@@ -20,4 +21,8 @@ def test_the_short_fault_matrix_loses_nothing_bills_nothing_twice_and_recovers_w
         assert not broken, f"{fault}: {broken} ({r})"
         assert r["recovery_s"] is not None and r["recovery_s"] < r["recovery_bound_s"], r
     assert rows["redis"]["uncapped_served_without_redis"] > 0, rows["redis"]
+    # the rules bit: the paused and capped campaigns served while they could, a metered one ran out
+    assert sum(r["paused_served_before_pause"] for r in rows.values()) > 0
+    assert sum(r["capped_served"] for r in rows.values()) > 0
+    assert any(r["metered_spend_micros"] >= r["metered_budget_micros"] for r in rows.values()), rows
     assert figures["all_held"]

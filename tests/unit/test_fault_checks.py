@@ -87,3 +87,14 @@ def test_a_5xx_counts_unless_it_is_a_503_for_overload_and_a_refused_connection_i
 def test_recovery_at_or_past_the_bound_or_never_breaks_the_row():
     assert not row(_phase(recovery_s=90.0), 10)["held"]
     assert not row(_phase(recovery_s=None), 10)["held"]
+
+
+def test_the_evidence_counts_what_the_phase_exercised():
+    campaigns = {1: {"role": "paused", "budget_micros": 10_000}, 2: {"role": "capped", "budget_micros": 10_000},
+                 3: {"role": "metered", "budget_micros": 2_000}}
+    phase = PhaseRecord("redis", campaigns, paused_at_s={1: 100.0},
+                        answers=[Answer(98.0, 98.1, "a", 200, (1, 2)), Answer(101.0, 101.1, "a", 200, (1, 3))],
+                        billed=[_billed(3, 20_000, 2_000, 2, absorbed=100)])
+    r = row(phase, 10)
+    assert (r["paused_served_before_pause"], r["capped_served"]) == (1, 1)
+    assert (r["metered_spend_micros"], r["metered_budget_micros"]) == (2_100, 2_000)
