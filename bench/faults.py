@@ -332,7 +332,7 @@ class World:
         for name in ("ads-a", "ads-b"):
             self._ad_server(name, f"faults-{self.run_id}-{name}")
         self._deploy_jobs()
-        self.wait_ready(300, what="the run's jobs and servers to start")
+        self.wait_ready(300, what="the run's jobs and servers to start", required=True)
         self.routable = {n for n in self.children if n.startswith("ads-")}
 
     def _prepare_model(self) -> None:
@@ -457,21 +457,21 @@ class World:
         return (all(c.ready() for c in self.children.values()) and self.jobs_running()
                 and self.platform_healthy())
 
-    def wait_ready(self, timeout_s: float, what: str) -> float | None:
-        """Seconds until everything is back, or None if not within `timeout_s`."""
+    def wait_ready(self, timeout_s: float, what: str, required: bool = False) -> float | None:
+        """Seconds until everything is back; None if not within `timeout_s` (RunFailed if `required`)."""
         began = time.monotonic()
         while time.monotonic() - began < timeout_s:
             if self.ready():
                 return time.monotonic() - began
             time.sleep(0.5)
-        if what.startswith("the run's"):
+        if required:
             raise RunFailed(f"timed out waiting for {what}")
         return None
 
     # --- faults
 
-    def kill(self, fault: str) -> dict[str, Any]:
-        """SIGKILL the part; what it held (the ad server's id) for the restart."""
+    def kill(self, fault: str) -> None:
+        """SIGKILL the part (every process of it, its whole process group)."""
         from infra.platform.services import Flink, KafkaConnect, Kafka, Postgres, Redis
 
         service = {"kafka": Kafka, "redis": Redis, "postgres": Postgres, "connect": KafkaConnect}.get(fault)
@@ -488,7 +488,6 @@ class World:
             _kill_group(self.children[fault].process)
         elif fault != "baseline":
             raise RunFailed(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
-        return {}
 
     def restart(self, fault: str) -> None:
         from infra.platform import control
