@@ -13,8 +13,8 @@ Every --sample-s seconds: the server's resident memory (/proc/PID/smaps_rollup),
 librdkafka queues, plus the served log's own backlog), reported by the server itself. Every minute: the
 achieved rate, p50 and p99 and the share of answers that were not 200.
 
-Trends (pure, below: Theil-Sen slopes, robust to a noisy minute) over the run after its first minute
-(warm-up; over the whole run when it is shorter than 4 minutes), each held or not against TrendLimits:
+Trends (pure, below: Theil-Sen slopes, robust to a noisy minute) over the run after its warm-up (the first
+minute, or the first fifth of a shorter run), each held or not against TrendLimits:
   memory flat       resident memory grows under rss_mb_per_min
   p99 steady        p99 grows under p99_share_per_min of the run's median p99
   no fd growth      open descriptors grow under fds_per_min
@@ -40,7 +40,8 @@ MINUTES = 20
 RATE = 200.0
 ADS = 100_000
 SAMPLE_S = 10.0
-SHORT_RUN_MINUTES = 4  # runs shorter than this have no warm-up minute left out
+WARMUP_S = 60.0  # left out of the trends: connections opening, caches and buffers filling
+WARMUP_SHARE = 0.2  # ... or this share of a run too short to spare a minute
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 
 
 def warmup_s(minutes: int) -> float:
-    """Seconds of the run the trends leave out: its first minute, unless the run is too short to spare it."""
-    return 60.0 if minutes >= SHORT_RUN_MINUTES else 0.0
+    """Seconds of the run the trends leave out: its first minute, or its first fifth when that is shorter."""
+    return min(WARMUP_S, WARMUP_SHARE * minutes * 60.0)
 
 
 def trends(samples: Sequence[Sample], per_minute: Sequence[Minute], limits: TrendLimits,
@@ -90,7 +91,7 @@ def trends(samples: Sequence[Sample], per_minute: Sequence[Minute], limits: Tren
     """Slopes per minute after `skip_s` seconds, and whether each stays within its limit. A trend with too few
     points to fit is not held (a soak that measured nothing proves nothing)."""
     kept = [s for s in samples if s.at_s >= skip_s]
-    minutes = [m for m in per_minute if m.minute * 60.0 >= skip_s and m.p99_ms is not None]
+    minutes = [m for m in per_minute if (m.minute + 1) * 60.0 > skip_s and m.p99_ms is not None]
 
     def per_minute_slope(values: list[float], at_s: list[float]) -> float | None:
         slope = theil_sen_slope([t / 60.0 for t in at_s], values)
