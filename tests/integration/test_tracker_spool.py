@@ -1,7 +1,8 @@
-"""The tracker's spool on the real platform: under a steady beacon load the broker is stopped for 60 s, the
-tracker is killed with SIGKILL in the middle of the outage and started again on its spool, then the broker
-comes back. Every beacon the tracker answered (204 or 302) is billed exactly once by the click aggregator, and
-the billed totals equal the batch recount (core.clicks.recount) of what reached the events topic."""
+"""The tracker's spool on the real platform: under a steady beacon load spread over two trackers the broker is
+stopped for 60 s; one tracker is killed with SIGKILL in the middle of the outage and started again on its
+spool, the other stays up and reconnects when the broker comes back. Every beacon a tracker answered (204 or
+302) is billed exactly once by the click aggregator, and the billed totals equal the batch recount
+(core.clicks.recount) of what reached the events topic."""
 from __future__ import annotations
 
 import asyncio
@@ -32,7 +33,7 @@ BUDGET = 10_000 * 1_000_000
 BEACONS_PER_S = 4
 CLICK_EVERY_S = 20.0  # one IP (loopback) may click 5 times a minute before its clicks are invalid traffic
 BEFORE_S, OUTAGE_S, AFTER_S = 15.0, 60.0, 15.0
-KILL_TRACKER_AT_S = BEFORE_S + OUTAGE_S / 2
+KILL_TRACKER_AT_S = BEFORE_S + OUTAGE_S / 2  # after the producers' 30 s message timeout failed deliveries
 AGENT = "Mozilla/5.0 (X11; Linux x86_64) spool-test"
 
 TRACKER = """
@@ -194,26 +195,27 @@ def test_every_beacon_answered_through_a_broker_outage_and_a_tracker_kill_is_bil
     kafka.produce_all(bootstrap, aggregator["campaigns"], [
         (str(c["campaign_id"]).encode(), CODEC.encode("ServingCampaign", c), c["event_time"]) for c in campaigns])
 
-    spool_dir = tmp_path / "spool"
-    tracker = TrackerProcess(bootstrap, spool_dir, aggregator["events"], tmp_path / "tracker.log")
+    # `killed` dies by SIGKILL mid-outage and starts again on its spool; `steady` stays up through the outage
+    killed, steady = (TrackerProcess(bootstrap, tmp_path / f"spool-{name}", aggregator["events"],
+                                     tmp_path / f"tracker-{name}.log") for name in ("killed", "steady"))
+    trackers = (killed, steady)
     broker = Kafka(platform)
     load = Load(cpm, cpc)
-    resent_after_restart = 0.0
+    resent = {}
 
     async def scenario() -> None:
-        nonlocal resent_after_restart
         stopping = starting = None
-        killed = False
+        restarted = False
         start = time.monotonic()
         async with aiohttp.ClientSession() as http:
             while True:
                 elapsed = time.monotonic() - start
                 if stopping is None and elapsed >= BEFORE_S:
                     stopping = asyncio.create_task(asyncio.to_thread(broker.stop))
-                if not killed and elapsed >= KILL_TRACKER_AT_S:  # between two beacons: none is half answered
-                    await asyncio.to_thread(tracker.kill)
-                    await asyncio.to_thread(tracker.start)
-                    killed = True
+                if not restarted and elapsed >= KILL_TRACKER_AT_S:  # between two beacons: none is half answered
+                    await asyncio.to_thread(killed.kill)
+                    await asyncio.to_thread(killed.start)
+                    restarted = True
                 if starting is None and elapsed >= BEFORE_S + OUTAGE_S:
                     await stopping
                     starting = asyncio.create_task(asyncio.to_thread(
@@ -222,14 +224,14 @@ def test_every_beacon_answered_through_a_broker_outage_and_a_tracker_kill_is_bil
                     starting.result()
                     if elapsed >= BEFORE_S + OUTAGE_S + AFTER_S:
                         break
-                await load.beacon(http, tracker.url)
+                await load.beacon(http, trackers[len(load.acknowledged) % 2].url)
                 await asyncio.sleep(1 / BEACONS_PER_S)
-            # Every answered beacon reaches the broker: the spool drains once it is back.
+            # Every answered beacon reaches the broker: both spools drain once it is back.
             deadline = time.monotonic() + 120
-            while tracker.metric("adserve_tracker_spool_pending_records") > 0:
-                assert time.monotonic() < deadline, "the tracker's spool never drained after the outage"
+            while any(t.metric("adserve_tracker_spool_pending_records") > 0 for t in trackers):
+                assert time.monotonic() < deadline, "a tracker's spool never drained after the outage"
                 await asyncio.sleep(1)
-            resent_after_restart = tracker.metric("adserve_tracker_spool_resent_total")
+            resent.update({t: t.metric("adserve_tracker_spool_resent_total") for t in trackers})
             # Bystander impressions (click-billed, so never billed) carry event time on: once the bystander's
             # totals reach 20 s past the last billed beacon, every window holding one has closed.
             deadline = time.monotonic() + 240
@@ -241,19 +243,22 @@ def test_every_beacon_answered_through_a_broker_outage_and_a_tracker_kill_is_bil
                     return
                 assert time.monotonic() < deadline, f"the billed totals never passed the load's end: {totals}"
                 for _ in range(8):
-                    await load.beacon(http, tracker.url, campaign_id=bystander)
+                    await load.beacon(http, steady.url, campaign_id=bystander)
                     await asyncio.sleep(0.25)
 
     try:
-        tracker.start()
+        for tracker in trackers:
+            tracker.start()
         asyncio.run(scenario())
     finally:
-        tracker.kill()
+        for tracker in trackers:
+            tracker.kill()
         if not broker.running():
             control.up(platform, log=lambda line: None, only=["kafka"])
 
     assert load.refused == 0  # a 256 MiB spool is never full in 90 s
-    assert resent_after_restart > 0, "the restarted tracker sent nothing again from its spool"
+    assert resent[killed] > 0, "the restarted tracker sent nothing again from its spool"
+    assert resent[steady] > 0, "the tracker that stayed up had no delivery to send again: the outage missed it"
     billed = _billed(bootstrap, aggregator["billed"])
     impressions, click_count = load.count(cpm), load.count(cpc)
     assert impressions > (BEFORE_S + OUTAGE_S) * BEACONS_PER_S / 2 and click_count >= 3
@@ -261,6 +266,9 @@ def test_every_beacon_answered_through_a_broker_outage_and_a_tracker_kill_is_bil
     events = [CODEC.decode(m.value()) for m in kafka.read_all(bootstrap, aggregator["events"], idle_s=2.0)]
     delivered = {(e["impression_id"], e["event_type"]) for e in events}
     lost = [b for b in load.acknowledged if (b[1], b[2]) not in delivered]
+    print(f"answered {len(load.acknowledged)} beacons ({impressions} billable impressions, {click_count} clicks), "
+          f"{load.unanswered} unanswered; {len(events)} records on the topic for {len(delivered)} beacons; sent "
+          f"again: {resent[killed]:.0f} by the restarted tracker, {resent[steady]:.0f} by the one that stayed up")
     assert lost == [], f"{len(lost)} answered beacons never reached Kafka"
     # ... and each is billed exactly once: the totals equal a count of the answered beacons and the recount
     assert _summed(billed, cpm, "billed_impressions") == impressions
