@@ -148,6 +148,8 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
             needles = [email.strip().encode(), normalise_email(email).encode(), email_hash.encode(),
                        device_hash.encode()]
             out["redis"] = await _redis_holds(user_store.redis, needles)
+            # the same scan does find what is stored: the salted key of the email's hash
+            out["redis_control"] = await _redis_holds(user_store.redis, [salt.member_key(email_hash).encode()])
         finally:
             await user_store.close()
             await runner.cleanup()
@@ -166,6 +168,7 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
     assert out["served"] == {"member by email hash": True, "member by device id": True,
                              "member without consent": False, "stranger": False, "anonymous": False}
     assert out["redis"] == []
+    assert out["redis_control"] == [f"audiences:{salt.member_key(email_hash)}"]
 
     audience_id = out["audience"]["audience_id"]
     with psycopg.connect(platform.postgres_dsn) as conn:

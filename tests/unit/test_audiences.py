@@ -106,6 +106,7 @@ def test_a_request_matches_on_its_normalised_device_id_and_its_email_hash():
     device = "6D92078A-8246-4BA4-AE5B-76104861E7DC"
     email_hash = upload_hash(normalise_email("Jane@Example.com"))
     keys = request_member_keys(SALT, device_id=device, email_sha256=email_hash)
+    assert len(request_member_keys(SALT, device_id=" odd id ", email_sha256=None)) == 1  # any shape, no error
     assert keys == [SALT.member_key(upload_hash(device.lower())), SALT.member_key(email_hash)]
     assert request_member_keys(SALT, device_id=None, email_sha256=None) == []
 
@@ -129,7 +130,8 @@ def test_an_uploaded_audience_is_targeted_as_aud_and_its_id():
 
 
 @pytest.mark.parametrize("form, field", [({"audience": ["aud-x"]}, "audience"),
-                                         ({"exclude": {"audience": ["aud-0"]}}, "exclude.audience")])
+                                         ({"exclude": {"audience": ["aud-0"]}}, "exclude.audience"),
+                                         ({"audience": [f"aud-{2**63}"]}, "audience")])
 def test_a_malformed_uploaded_audience_value_is_refused_naming_the_field(form, field):
     with pytest.raises(InvalidTargeting) as e:
         compile_targeting(form)
