@@ -9,8 +9,8 @@ from bench.fault_checks import COUNTS
 
 
 def test_the_short_fault_matrix_loses_nothing_bills_nothing_twice_and_recovers_within_its_bounds(platform):
-    figures = faults.run(faults=faults.SHORT_FAULTS, rate=6.0,
-                         timing=faults.Timing(settle_s=6.0, pause_lead_s=2.0, outage_s=4.0, after_s=5.0,
+    figures = faults.run(faults=faults.SHORT_FAULTS, rate=10.0,
+                         timing=faults.Timing(settle_s=6.0, pause_lead_s=2.0, outage_s=6.0, after_s=4.0,
                                               broker_outage_s=32.0),
                          log=lambda line: print(f"[faults] {line}", flush=True))
     rows = {r["fault"]: r for r in figures["rows"]}
