@@ -363,6 +363,10 @@ class KafkaConnect(Service):
             "plugin.discovery": "hybrid_warn",
             "offset.flush.interval.ms": "1000",
             "topic.creation.enable": "true",
+            # One worker: a connector whose worker left the group (a broker outage longer than its poll
+            # timeout) comes back to the same worker, so there is nothing to wait for. The default (5 min)
+            # holds the lost connector and task UNASSIGNED that long after the broker returns.
+            "scheduled.rebalance.max.delay.ms": "0",
         }
         config = self.data_dir / "connect-distributed.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
