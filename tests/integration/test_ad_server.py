@@ -346,17 +346,6 @@ def test_a_metered_campaign_serves_only_while_this_server_holds_a_slice(platform
     assert all(status == 200 and len(_filled(a)) == 1 for status, a in with_slice)
 
 
-def test_deleting_a_user_removes_profile_and_frequency_record(platform):
-    from adserve.cli import main
-
-    user = f"del-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis(host=platform.host, port=platform.redis_port)
-    client.hset(f"user:{user}", mapping={"interests": "hiking"})
-    client.hset(f"fc:{user}", mapping={"c1:20000": 2})
-    assert main(["users", "delete", user]) == 0
-    assert client.exists(f"user:{user}", f"fc:{user}") == 0
-
-
 def test_overload_gets_a_fast_503_not_a_late_answer(platform):
     placement = f"it-{uuid.uuid4().hex[:8]}"
     publish(platform.kafka_bootstrap, placement, [{"id": _ids()}])

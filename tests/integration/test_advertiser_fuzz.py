@@ -8,7 +8,9 @@ import uuid
 
 import aiohttp
 
+from core.audiences import AudienceSalt
 from serving.advertiser.api import start_advertiser_api
+from serving.advertiser.audiences import AudienceMembers
 from serving.advertiser.store import migrate
 from tests.api_fuzz import LiveApp, fuzz
 
@@ -22,7 +24,10 @@ def test_the_advertiser_api_answers_every_generated_request_within_its_descripti
     stores = []
 
     async def start():
-        runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0)
+        # As `adserve serve advertiser-api` runs it with a salt: audience uploads are live.
+        salt = AudienceSalt(f"fuzz-audience-salt-{uuid.uuid4().hex}".encode())
+        members = AudienceMembers(platform.host, platform.redis_port, salt)
+        runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0, audience_members=members)
         stores.append(store)
         return runner, port
 

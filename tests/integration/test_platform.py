@@ -111,7 +111,7 @@ def test_every_topic_exists_with_its_config(platform):
     from schemas.topics import TOPICS
 
     compacted = {"serving.ads", "serving.campaigns", "serving.reserves", "budget.state", "cdc.public.campaigns",
-                 "cdc.public.ads", "cdc.public.reserves", "features.ads", "model.registry"}
+                 "cdc.public.ads", "cdc.public.reserves", "features.ads", "model.registry", "privacy.deletions"}
     assert {t.name for t in TOPICS if t.compacted} == compacted
     admin = kafka.admin(platform.kafka_bootstrap)
     existing = admin.list_topics(timeout=10).topics
