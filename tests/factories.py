@@ -55,3 +55,16 @@ def expected_event_counts() -> list[dict[str, Any]]:
          "impressions": i, "clicks": k, "billable_micros": b}
         for c, w, i, k, b in SMOKE_EXPECTED
     ]
+
+
+class ServedLogStandIn:
+    """The ad server's served log in memory: keeps every record it is handed, never full."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def put(self, key: bytes, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def full(self) -> bool:
+        return False

@@ -20,20 +20,10 @@ from serving.advertiser.api import start_advertiser_api
 from serving.advertiser.audiences import AudienceMembers
 from serving.advertiser.store import migrate
 from serving.frequency_store import UserStore
+from tests.factories import ServedLogStandIn
 
 PLACEMENT = "custom-audience-test"
 SCAN_BATCH = 1_000
-
-
-class ServedQueue:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def put(self, key: bytes, record: dict[str, Any]) -> None:
-        self.records.append(record)
-
-    def full(self) -> bool:
-        return False
 
 
 def _state(ad_id: int, audience_value: str) -> ServingState:
@@ -121,7 +111,7 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
                 out["audience"] = (await call("GET", path, owner))[1]
 
             server = AdServer(ServerConfig(server_id="audience-test"), _state(90_001, audience["targeting_value"]),
-                              user_store, TokenKeys({"k1": b"0" * 32}, "k1"), served_log=ServedQueue(),
+                              user_store, TokenKeys({"k1": b"0" * 32}, "k1"), served_log=ServedLogStandIn(),
                               ready=lambda: True, audience_salt=salt)
             test_server = TestServer(server.app())
             await test_server.start_server()

@@ -21,6 +21,7 @@ from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.request import parse_ad_request, targeting_terms
 from serving.adserver.state import ServingState
 from serving.frequency_store import UserContext, UserStore
+from tests.factories import ServedLogStandIn
 
 PLACEMENT = "consent-test"
 SALT = AudienceSalt(b"consent-test-audience-salt-0123")
@@ -52,17 +53,6 @@ class WholeProfileStore:
         return None
 
 
-class ServedQueue:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def put(self, key: bytes, record: dict[str, Any]) -> None:
-        self.records.append(record)
-
-    def full(self) -> bool:
-        return False
-
-
 def _state() -> ServingState:
     state = ServingState("consent-test")
     for ad_id, (attribute, value) in SIGNAL_ADS.items():
@@ -86,7 +76,7 @@ def _serve(consent: bool, slots: int = 3) -> dict[str, Any]:
     """One request of the user through the in-process server: what the store was asked, the decision's input,
     the answer and the served record."""
     async def scenario() -> dict[str, Any]:
-        store, served = WholeProfileStore(), ServedQueue()
+        store, served = WholeProfileStore(), ServedLogStandIn()
         server = AdServer(ServerConfig(server_id="consent-test"), _state(), store,  # type: ignore[arg-type]
                           TokenKeys({"k1": b"0" * 32}, "k1"), served_log=served, ready=lambda: True,
                           audience_salt=SALT)

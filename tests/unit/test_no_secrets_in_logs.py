@@ -32,6 +32,7 @@ from serving.adserver.state import ServingState
 from serving.advertiser.api import AdvertiserApi, AdvertiserApiSettings, RateLimits
 from serving.frequency_store import UserStore
 from serving.tracker import Tracker
+from tests.factories import ServedLogStandIn
 
 NOW_S = 1_800_000_000.0
 SIGNING_SECRET = "leak-check-signing-secret-5f1c9a0e"
@@ -78,17 +79,6 @@ def _state() -> ServingState:
         "landing_url": "https://x.example/", "static_score": 1.0,
         "targeting": [{"attribute": "placement", "values": [PLACEMENT], "excluded": False}]}, 2_000)
     return state
-
-
-class ServedLogStandIn:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def put(self, key: bytes, record: dict[str, Any]) -> None:
-        self.records.append(record)
-
-    def full(self) -> bool:
-        return False
 
 
 class KeyTable:
