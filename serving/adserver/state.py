@@ -113,7 +113,12 @@ class ServingState:
             self.budget[int(record["campaign_id"])] = (record["state"], float(record["participation_probability"]))
             self.bid_multipliers[int(record["campaign_id"])] = float(record.get("bid_multiplier") or 1.0)
             if int(record["event_time"]) >= now_ms - BUDGET_SILENCE_MS:  # a live word, not history replayed
+                first_word = self.budget_heard_ms == 0
                 self.budget_heard_ms = max(self.budget_heard_ms, int(record["event_time"]))
+                if first_word:  # campaigns with no state yet are metered from now on
+                    for campaign_id in self.campaigns.campaign_ids():
+                        if int(campaign_id) not in self.budget:
+                            self._apply_budget(int(campaign_id), now_ms)
             self._apply_budget(int(record["campaign_id"]), now_ms)
             if self.budget_silent and now_ms - self.budget_heard_ms <= BUDGET_SILENCE_MS:
                 self.check_budget_silence(now_ms)
@@ -185,10 +190,21 @@ class ServingState:
         if ads:
             self.snapshot_version = max(self.snapshot_version, max(r["version"] for r in ads))
 
-    def _apply_budget(self, campaign_id: int, now_ms: int) -> None:
-        state, p = self.budget.get(campaign_id, ("OPEN", 1.0))
+    def budget_state(self, campaign_id: int) -> tuple[str, float]:
+        """The (state, p) this server serves a campaign under. A campaign the budget job has not spoken of yet
+        is metered while the job is live (it spends only from slices until its first state arrives, so a new
+        or raised-from-nothing campaign cannot outrun the margin it has not been given), and open at p = 1 on
+        a platform whose budget job never spoke. Open counts as metered while the job is silent."""
+        known = self.budget.get(campaign_id)
+        if known is None:
+            return ("METERED", 1.0) if self.budget_heard_ms > 0 else ("OPEN", 1.0)
+        state, p = known
         if state == "OPEN" and self.budget_silent:
-            state = "METERED"  # the open margin was sized for seconds of blindness, not minutes
+            return "METERED", p  # the open margin was sized for seconds of blindness, not minutes
+        return state, p
+
+    def _apply_budget(self, campaign_id: int, now_ms: int) -> None:
+        state, p = self.budget_state(campaign_id)
         self.campaigns.set_budget(campaign_id, state, p, slice_held=self.leases.held(campaign_id, now_ms),
                                   bid_multiplier=self.bid_multipliers.get(campaign_id, 1.0))
 
@@ -212,8 +228,7 @@ class ServingState:
 
     def charge(self, campaign_id: int, expected_cost_micros: int, now_ms: int) -> None:
         """Spend a metered campaign's slice; when it runs out the campaign stops serving here."""
-        state = self.budget.get(campaign_id, ("OPEN",))[0]
-        if state != "METERED" and not (state == "OPEN" and self.budget_silent):
+        if self.budget_state(campaign_id)[0] != "METERED":
             return
         self.leases.charge(campaign_id, expected_cost_micros, now_ms)
         if not self.leases.held(campaign_id, now_ms):

@@ -133,6 +133,28 @@ def test_spend_reports_carry_eligibility_prices_and_slice_requests():
     assert spend.cut(3_000) is None
 
 
+def test_a_campaign_the_live_budget_job_has_not_spoken_of_spends_only_from_slices_until_its_first_state():
+    from serving.decision.campaigns import METERED, OPEN
+
+    state = ServingState("s1")
+    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
+    state.apply("serving.campaigns", dict(campaign(1, "ACTIVE"), campaign_id=2), 0)
+    assert _budget_code(state) == OPEN  # a platform whose budget job never spoke serves open
+    state.apply("budget.state", dict(_budget_state(100_000), campaign_id=2), 100_000)  # the job is live
+    assert _budget_code(state) == METERED  # campaign 1 has no state of its own yet
+    row = state.campaigns.row_of(1)
+    assert not state.campaigns.slice_held.data[row]
+    state.apply("budget.leases", {"lease_id": "1-x-1", "server_id": "s1", "campaign_id": 1, "event_time": 100_500,
+                                  "amount_micros": 10_000, "expires_at": 130_500}, 100_500)
+    assert state.campaigns.slice_held.data[row]
+    state.charge(1, 10_000, 101_000)  # spent from the slice, which runs out
+    assert not state.campaigns.slice_held.data[row]
+    state.apply("serving.campaigns", dict(campaign(1, "ACTIVE"), campaign_id=3), 102_000)  # launched while the job is live
+    assert int(state.campaigns.budget_state.data[state.campaigns.row_of(3)]) == METERED
+    state.apply("budget.state", _budget_state(110_000), 110_000)
+    assert _budget_code(state) == OPEN
+
+
 def test_budget_states_replayed_from_history_do_not_arm_the_silence_rule():
     state = ServingState("s1")
     state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
