@@ -1,5 +1,5 @@
-"""`adserve jobs deploy|list|cancel`: the streaming jobs on a Flink session cluster, through jobs.deploy (the
-local platform's cluster by default, any cluster with --jobmanager)."""
+"""`adserve jobs deploy|upgrade|list|cancel`: the streaming jobs on a Flink session cluster, through jobs.deploy
+(the local platform's cluster by default, any cluster with --jobmanager)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from infra.platform import PlatformSettings
 def register(sub) -> None:
     from jobs.deploy import JOBS
 
-    jobs = sub.add_parser("jobs", help="deploy, list and cancel the streaming jobs on a Flink cluster",
+    jobs = sub.add_parser("jobs", help="deploy, upgrade, list and cancel the streaming jobs on a Flink cluster",
                           description="The Flink jobs: " + "; ".join(f"{j.name}: {j.summary}" for j in JOBS.values()))
     jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
 
@@ -20,13 +20,21 @@ def register(sub) -> None:
                                     "Defaults target the local platform; for your own cluster pass --jobmanager, "
                                     "--python and the job's flags after `--` (e.g. -- --bootstrap kafka:9092).")
     p.add_argument("name", choices=sorted(JOBS))
-    p.add_argument("--jobmanager", help="REST address host:port of the cluster (default: the local platform's)")
-    p.add_argument("--python", default=sys.executable,
-                   help="Python interpreter on the TaskManagers with this project's requirements (default: this one)")
-    p.add_argument("--no-wait", action="store_true", help="return once submitted, without waiting for RUNNING")
+    _deploy_options(p)
     p.add_argument("job_args", nargs=argparse.REMAINDER,
                    help="arguments for the job itself, after `--` (see python -m jobs.NAME --help)")
     p.set_defaults(handler=cmd_jobs_deploy)
+
+    p = jsub.add_parser("upgrade", help="stop a running job with a savepoint and start this code from it",
+                        description="Stop the running job NAME with a savepoint (stop-with-savepoint: sinks "
+                                    "commit, nothing is lost) and submit this checkout's code of it from that "
+                                    "savepoint. If the savepoint fails the old job keeps running. Give the job's "
+                                    "flags after `--` as for deploy.")
+    p.add_argument("name", choices=sorted(JOBS))
+    _upgrade_options(p)
+    p.add_argument("job_args", nargs=argparse.REMAINDER,
+                   help="arguments for the job itself, after `--` (see python -m jobs.NAME --help)")
+    p.set_defaults(handler=cmd_jobs_upgrade)
 
     p = jsub.add_parser("list", help="show the jobs on the cluster and their state",
                         description="List the jobs of a Flink cluster over its REST API.")
@@ -48,13 +56,51 @@ def _rest_url(args: argparse.Namespace, settings: PlatformSettings) -> str:
     return f"http://{args.jobmanager}" if args.jobmanager else settings.flink_rest_url
 
 
-def cmd_jobs_deploy(args: argparse.Namespace) -> int:
+def _submit_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobmanager", help="REST address host:port of the cluster (default: the local platform's)")
+    p.add_argument("--python", default=sys.executable,
+                   help="Python interpreter on the TaskManagers with this project's requirements (default: this one)")
+    p.add_argument("--allow-non-restored-state", action="store_true",
+                   help="start even if the savepoint holds state of an operator the new code no longer has "
+                        "(that state is dropped); without it Flink refuses the start")
+
+
+def _deploy_options(p: argparse.ArgumentParser) -> None:
+    _submit_options(p)
+    p.add_argument("--no-wait", action="store_true", help="return once submitted, without waiting for RUNNING")
+    p.add_argument("--from-savepoint", metavar="PATH",
+                   help="start from this savepoint (or retained checkpoint): the path `jobs upgrade` or "
+                        "`jobs cancel` printed")
+
+
+def _upgrade_options(p: argparse.ArgumentParser) -> None:
+    _submit_options(p)
+    p.add_argument("--savepoint-dir", help="where the savepoint goes (default: the cluster's "
+                                           "execution.checkpointing.savepoint-dir)")
+
+
+def _own_options_after_name(args: argparse.Namespace, options) -> None:
+    """The command's own options written after NAME (argparse leaves everything after a positional to the job):
+    taken from the arguments before the first `--`; the rest stays the job's."""
+    remainder = list(args.job_args)
+    cut = remainder.index("--") if "--" in remainder else len(remainder)
+    own = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    options(own)
+    parsed, unknown = own.parse_known_args(remainder[:cut])
+    for name, value in vars(parsed).items():
+        if value != own.get_default(name):
+            setattr(args, name, value)
+    args.job_args = unknown + remainder[cut + 1:]
+
+
+def _submission(args: argparse.Namespace) -> tuple[str, object, list[str]]:
+    """The JobManager address, the Flink configuration folder and the job's flags of a submission: the local
+    platform's unless --jobmanager and the job's own flags say otherwise."""
     from infra.platform.jars import flink_connector_jar
     from infra.platform.services import Flink, pyflink_home
-    from jobs import deploy
 
     settings = PlatformSettings.from_env()
-    job_args = [a for a in args.job_args if a != "--"]
+    job_args = list(args.job_args)
     if "--bootstrap" not in job_args:
         job_args += ["--bootstrap", settings.kafka_bootstrap]
     if "--connector-jar" not in job_args:
@@ -62,13 +108,40 @@ def cmd_jobs_deploy(args: argparse.Namespace) -> int:
     local_conf = Flink(settings).conf_dir
     conf_dir = local_conf if local_conf.exists() and not args.jobmanager else pyflink_home() / "conf"
     jobmanager = args.jobmanager or f"{settings.host}:{settings.flink_rest_port}"
-    print(f"submitting {args.name} to {jobmanager} with `flink run` ...")
+    return jobmanager, conf_dir, job_args
+
+
+def cmd_jobs_deploy(args: argparse.Namespace) -> int:
+    from jobs import deploy
+
+    _own_options_after_name(args, _deploy_options)
+    jobmanager, conf_dir, job_args = _submission(args)
+    source = f" from savepoint {args.from_savepoint}" if args.from_savepoint else ""
+    print(f"submitting {args.name} to {jobmanager} with `flink run`{source} ...")
     job_id = deploy.deploy(args.name, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args,
-                           python=args.python)
+                           python=args.python, savepoint=args.from_savepoint,
+                           allow_non_restored_state=args.allow_non_restored_state)
     print(f"submitted {args.name}: job id {job_id}")
     if not args.no_wait:
         waited = deploy.wait_running(f"http://{jobmanager}", job_id)
         print(f"{args.name} is RUNNING ({waited:.1f} s after submission)")
+    return 0
+
+
+def cmd_jobs_upgrade(args: argparse.Namespace) -> int:
+    from jobs import deploy
+
+    _own_options_after_name(args, _upgrade_options)
+    jobmanager, conf_dir, job_args = _submission(args)
+    rest = f"http://{jobmanager}"
+    print(f"upgrading {args.name} on {jobmanager}: stop with a savepoint, then `flink run -s` ...")
+    done = deploy.upgrade(args.name, rest_url=rest, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args,
+                          python=args.python, allow_non_restored_state=args.allow_non_restored_state,
+                          savepoint_dir=args.savepoint_dir)
+    print(f"stopped {args.name} ({done.stopped_job_id}); savepoint {done.savepoint}")
+    print(f"submitted {args.name} from the savepoint: job id {done.job_id}")
+    waited = deploy.wait_running(rest, done.job_id)
+    print(f"{args.name} is RUNNING ({waited:.1f} s after submission)")
     return 0
 
 
@@ -89,7 +162,7 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
 
     rest = _rest_url(args, PlatformSettings.from_env())
     targets = [j for j in deploy.list_jobs(rest)
-               if (j.job_id == args.job or j.name == args.job) and j.state not in ("FINISHED", "CANCELED", "FAILED")]
+               if (j.job_id == args.job or j.name == args.job) and j.state not in deploy.ENDED_STATES]
     if not targets:
         print(f"no running job matches {args.job!r}", file=sys.stderr)
         return 1

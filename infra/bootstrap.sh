@@ -60,3 +60,11 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
 fi
 
 "$venv/bin/adserve" fetch
+
+# the UDF jar of jobs/jvm (Maven; the jobs ship it prebuilt, nothing compiles at submit): rebuilt only when a source
+# or the pom is newer than the jar, so a re-run offline with the jar up to date needs no network
+udf_jar="$ROOT/jobs/jvm/target/adserve-udf-0.1.0.jar"
+if [ ! -f "$udf_jar" ] || [ -n "$(find "$ROOT/jobs/jvm/pom.xml" "$ROOT/jobs/jvm/io" -newer "$udf_jar" -print -quit)" ]; then
+  say "building the UDF jar with Maven: $udf_jar"
+  mvn -q -f "$ROOT/jobs/jvm/pom.xml" package
+fi

@@ -25,6 +25,7 @@ from core.errors import AdserveError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_PACKAGES = ("core", "schemas", "jobs", "streams")
 HTTP_TIMEOUT_S = 5.0
+ENDED_STATES = ("FINISHED", "CANCELED", "FAILED")
 
 
 class DeployError(AdserveError, RuntimeError):
@@ -74,15 +75,20 @@ def flink_cli() -> Path:
 
 
 def deploy(name: str, *, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
-           python: str = sys.executable, timeout_s: float = 180.0, savepoint: str | None = None) -> str:
+           python: str = sys.executable, timeout_s: float = 180.0, savepoint: str | None = None,
+           allow_non_restored_state: bool = False) -> str:
     """Submit a job detached with `flink run`; returns its Flink job id. With `savepoint` (a savepoint or a
-    retained checkpoint's folder) the job starts from that state (`flink run -s`)."""
+    retained checkpoint's folder) the job starts from that state (`flink run -s`); Flink then refuses state of
+    an operator uid the new code no longer has unless `allow_non_restored_state` (which drops that state)."""
     if name not in JOBS:
         raise DeployError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
+    if allow_non_restored_state and not savepoint:
+        raise DeployError("--allow-non-restored-state only applies to a start from a savepoint (--from-savepoint)")
     spec = JOBS[name]
     cmd = [
         "bash", str(flink_cli()), "run", "--detached", "-m", jobmanager,
         *(["-s", savepoint] if savepoint else []),
+        *(["--allowNonRestoredState"] if allow_non_restored_state else []),
         "-pym", spec.module,
         "-pyfs", ",".join(str(REPO_ROOT / p) for p in SHIPPED_PACKAGES),
         "-pyexec", python, "-pyclientexec", python,
@@ -141,14 +147,19 @@ def wait_running(rest_url: str, job_id: str, timeout_s: float = 120.0) -> float:
     raise DeployError(f"job {job_id} not running after {timeout_s:.0f} s")
 
 
-def stop(rest_url: str, job_id: str, timeout_s: float = 120.0) -> str:
-    """Stop a job gracefully with a savepoint (into the cluster's savepoint dir); returns its location.
+def stop(rest_url: str, job_id: str, timeout_s: float = 120.0, target_directory: str | None = None) -> str:
+    """Stop a job gracefully with a savepoint (into `target_directory`, else the cluster's
+    execution.checkpointing.savepoint-dir); returns its location. When the savepoint fails Flink keeps the
+    job running, and this raises DeployError saying so.
 
     The way to end a streaming job: sinks commit, state is kept for a restart
     from the savepoint, and Python operators shut down in order. (A hard
     cancel of a job with Python operators can kill the TaskManager in
     PyFlink 2.2: its Beam harness is released twice on cancellation.)"""
-    trigger = _rest_json(f"{rest_url}/jobs/{job_id}/stop", {"drain": False})
+    body: dict[str, object] = {"drain": False}
+    if target_directory:
+        body["targetDirectory"] = target_directory
+    trigger = _rest_json(f"{rest_url}/jobs/{job_id}/stop", body)
     request_id = trigger["request-id"]  # type: ignore[index]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -156,7 +167,8 @@ def stop(rest_url: str, job_id: str, timeout_s: float = 120.0) -> str:
         if status["status"]["id"] == "COMPLETED":  # type: ignore[index]
             operation = status.get("operation", {})  # type: ignore[union-attr]
             if "failure-cause" in operation:
-                raise DeployError(f"stopping {job_id} failed: {operation['failure-cause'].get('class')}: "
+                raise DeployError(f"the savepoint of {job_id} failed, so the job was not stopped and keeps "
+                                  f"running: {operation['failure-cause'].get('class')}: "
                                   f"{str(operation['failure-cause'].get('stack-trace', ''))[:500]}")
             _wait_ended(rest_url, job_id, deadline)
             return str(operation.get("location", ""))
@@ -193,3 +205,48 @@ def cancel(rest_url: str, job_id: str, timeout_s: float = 60.0) -> None:
             return
         time.sleep(0.3)
     raise DeployError(f"job {job_id} still not cancelled after {timeout_s:.0f} s")
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """What `upgrade` did: the job it stopped, the savepoint it took, and the job started from it."""
+
+    name: str
+    stopped_job_id: str
+    savepoint: str
+    job_id: str
+
+
+def running_job(rest_url: str, name: str) -> RunningJob:
+    """The one running (or starting) job of that name; DeployError when there is none or more than one."""
+    running = [j for j in list_jobs(rest_url) if j.name == name and j.state not in ENDED_STATES]
+    if not running:
+        raise DeployError(f"no running job named {name} on {rest_url}: nothing to upgrade "
+                          f"(`adserve jobs deploy {name}` starts one)")
+    if len(running) > 1:
+        raise DeployError(f"{len(running)} running jobs are named {name} on {rest_url} "
+                          f"({', '.join(j.job_id for j in running)}): stop all but one first")
+    return running[0]
+
+
+def upgrade(name: str, *, rest_url: str, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
+            python: str = sys.executable, allow_non_restored_state: bool = False,
+            savepoint_dir: str | None = None, stop_timeout_s: float = 120.0) -> Upgrade:
+    """Stop the running job `name` with a savepoint and submit this checkout's code of it from that savepoint.
+
+    Nothing is cancelled when the savepoint fails (the old job keeps running). The old job is stopped before
+    the new one starts, so at no time do two copies write; if the new submission fails, the error names the
+    savepoint to start from with `adserve jobs deploy NAME --from-savepoint PATH`."""
+    if name not in JOBS:
+        raise DeployError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
+    old = running_job(rest_url, name)
+    savepoint = stop(rest_url, old.job_id, stop_timeout_s, savepoint_dir)
+    if not savepoint:
+        raise DeployError(f"{name} ({old.job_id}) stopped, but Flink named no savepoint location")
+    try:
+        job_id = deploy(name, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args, python=python,
+                        savepoint=savepoint, allow_non_restored_state=allow_non_restored_state)
+    except DeployError as exc:
+        raise DeployError(f"{name} was stopped with a savepoint at {savepoint}, but its new code did not start; "
+                          f"start it with `adserve jobs deploy {name} --from-savepoint {savepoint}`:\n{exc}") from exc
+    return Upgrade(name, old.job_id, savepoint, job_id)

@@ -1,11 +1,15 @@
-"""The project's own JVM functions (jobs/jvm/**.java), compiled on first use into one jar.
+"""The project's own JVM functions (jobs/jvm/io/**.java) as one prebuilt jar, and the golden driver of their
+unit tests.
 
 They keep per-item work of high-volume jobs in the JVM (decoding budget.spend
-for the budget job). The jar is built with the machine's `javac` against the
-Flink jars that ship with PyFlink, cached by the sources' hash under the
-platform's jar folder (jobs.flink_io.jars_dir: ADSERVE_HOME), and added to a job with `env.add_jars`; a cluster run
-ships it the same way (`pipeline.jars`). `run_golden_driver` runs the operators' own
-methods on golden inputs for the unit tests (jobs/jvm/test; never in the jar)."""
+for the budget job). Maven builds the jar from jobs/jvm/pom.xml against the
+Flink 2.2 jars PyFlink ships (provided, never bundled) into
+jobs/jvm/target/adserve-udf-0.1.0.jar: `mvn -q -f jobs/jvm/pom.xml package`,
+which infra/bootstrap.sh runs. A job adds that jar with `env.add_jars`; a
+cluster run ships it the same way (`pipeline.jars`). Nothing is compiled on
+the submitting host. `run_golden_driver` runs the operators' own methods on
+golden inputs for the unit tests (jobs/jvm/test; compiled for the tests only,
+never in the jar)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,18 +21,22 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from core.errors import AdserveError
-from jobs.flink_io import jars_dir as default_jars_dir
 
 SOURCE_DIR = Path(__file__).resolve().parent / "jvm"
 TEST_SOURCE_DIR = SOURCE_DIR / "test"  # the golden driver: compiled for the unit tests, never in the jar
+POM = SOURCE_DIR / "pom.xml"
+UDF_JAR = SOURCE_DIR / "target" / "adserve-udf-0.1.0.jar"  # the pom's artifactId-version
+BUILD_COMMAND = "mvn -q -f jobs/jvm/pom.xml package"
 
 
 class JvmBuildError(AdserveError, RuntimeError):
-    """The project's Java functions could not be compiled (no JDK, or a compile error)."""
+    """The project's Java functions are not built (or are older than their sources), or the golden driver
+    could not be compiled or run."""
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in SOURCE_DIR.rglob("*.java") if TEST_SOURCE_DIR not in p.parents)
+    return sorted(p for p in SOURCE_DIR.rglob("*.java")
+                  if TEST_SOURCE_DIR not in p.parents and SOURCE_DIR / "target" not in p.parents)
 
 
 def _flink_classpath() -> str:
@@ -38,7 +46,7 @@ def _flink_classpath() -> str:
 def _javac(sources: list[Path], classpath: str, classes: str) -> None:
     javac = shutil.which("javac")
     if not javac:
-        raise JvmBuildError("javac (a JDK, 11 or newer) is needed to build jobs/jvm; install one")
+        raise JvmBuildError("javac (a JDK, 11 or newer) is needed to compile the golden driver of the unit tests")
     done = subprocess.run([javac, "--release", "11", "-cp", classpath, "-d", classes, *map(str, sources)],
                           capture_output=True, text=True)
     if done.returncode != 0:
@@ -51,32 +59,26 @@ def _flink_lib() -> Path:
     return Path(pyflink.__file__).resolve().parent / "lib"
 
 
-def udf_jar(jars_dir: Path | None = None) -> Path:
-    """Path of the compiled jar, building it if the sources changed since the last build."""
-    if jars_dir is None:
-        jars_dir = default_jars_dir()
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _sources())).hexdigest()[:16]
-    target = Path(jars_dir) / "udf" / f"adserve-udf-{digest}.jar"
-    if target.exists():
-        return target
-    jar = shutil.which("jar")
-    if not jar:
-        raise JvmBuildError("jar (a JDK, 11 or newer) is needed to build jobs/jvm; install one")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as classes:
-        _javac(_sources(), _flink_classpath(), classes)
-        partial = target.with_suffix(".partial")
-        subprocess.run([jar, "cf", str(partial), "-C", classes, "."], check=True, capture_output=True)
-        partial.replace(target)
-    return target
+def udf_jar(jar: Path = UDF_JAR) -> Path:
+    """The prebuilt jar of jobs/jvm. Raises JvmBuildError naming the build command when it is missing or older
+    than a source (a job must not ship operators that differ from the code beside it)."""
+    if not jar.is_file():
+        raise JvmBuildError(f"the UDF jar {jar} is missing: build it with `{BUILD_COMMAND}` "
+                            f"(infra/bootstrap.sh runs it)")
+    built_at = jar.stat().st_mtime
+    stale = [p.relative_to(SOURCE_DIR) for p in [POM, *_sources()] if p.stat().st_mtime > built_at]
+    if stale:
+        raise JvmBuildError(f"the UDF jar {jar} is older than {', '.join(map(str, stale[:3]))}: "
+                            f"rebuild it with `{BUILD_COMMAND}`")
+    return jar
 
 
-def golden_driver_classpath(jars_dir: Path | None = None) -> str:
-    """The classpath of the golden driver (jobs/jvm/test) and the operators it runs, compiled against the
-    udf jar if the test sources changed since the last build."""
-    jar = udf_jar(jars_dir)
+def golden_driver_classpath(jar: Path = UDF_JAR) -> str:
+    """The classpath of the golden driver (jobs/jvm/test) and the operators it runs, compiled (test only)
+    against the prebuilt UDF jar if the test sources or the jar changed since the last build."""
+    jar = udf_jar(jar)
     tests = sorted(TEST_SOURCE_DIR.rglob("*.java"))
-    digest = hashlib.sha256(jar.name.encode() + b"".join(p.read_bytes() for p in tests)).hexdigest()[:16]
+    digest = hashlib.sha256(jar.read_bytes() + b"".join(p.read_bytes() for p in tests)).hexdigest()[:16]
     classes = jar.parent / f"golden-driver-{digest}"
     classpath = f"{classes}:{jar}:{_flink_classpath()}"
     if not classes.is_dir():
@@ -92,13 +94,13 @@ def golden_driver_classpath(jars_dir: Path | None = None) -> str:
     return classpath
 
 
-def run_golden_driver(commands: Iterable[str], jars_dir: Path | None = None) -> list[Any]:
+def run_golden_driver(commands: Iterable[str], jar: Path = UDF_JAR) -> list[Any]:
     """The golden driver's JSON answer to each command (one a line; see GoldenDriver.java for the commands)."""
     java = shutil.which("java")
     if not java:
         raise JvmBuildError("java (a JDK, 11 or newer) is needed to run jobs/jvm's golden driver; install one")
     commands = list(commands)
-    done = subprocess.run([java, "-cp", golden_driver_classpath(jars_dir), "io.adserve.flink.GoldenDriver"],
+    done = subprocess.run([java, "-cp", golden_driver_classpath(jar), "io.adserve.flink.GoldenDriver"],
                           input="\n".join(commands) + "\n", capture_output=True, text=True)
     if done.returncode != 0:
         raise JvmBuildError(f"the golden driver failed:\n{done.stderr}")

@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyflink.common import Row
@@ -17,12 +16,13 @@ from core import budget
 from core.budget_events import (AdsChange, Billed, CampaignChange, LateReport, Market, ServerSpend, SpendWindow, Tick,
                                 apply, apply_held, change_instant_ms, new_state, window_end_ms)
 from core.dead_letters import dead_letter
-from core.errors import SchemaMismatch
+from core.errors import InvalidSettings, SchemaMismatch
 from core.monitoring import LIMITS, LimitedCampaigns
 from core.pacing import Curves
 from core.spend import report_key, spend_items
 from jobs.budget_pacing import state as pacer_state
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards, dead_letter_row
+from jobs.side_files import read_side_file
 
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -47,11 +47,21 @@ class PacerSettings:
     redis_url: str = ""
 
 
-def load_curves(path: str) -> Curves:
-    """The curve pipeline's document (pipelines/traffic_curves); no curves (flat, no forecast) without one."""
-    if not path or not Path(path).exists():
+CURVES_SETTING = "--curves / ADSERVE_CURVES"
+
+
+def load_curves(uri: str) -> Curves:
+    """The curve pipeline's document (pipelines/traffic_curves) from a local path, file:// or object-storage URL
+    (jobs.side_files); flat curves and no forecast only when `uri` is empty. A given URI that is missing,
+    unreadable or not a curves document raises InvalidSettings naming --curves / ADSERVE_CURVES."""
+    document = read_side_file(uri, CURVES_SETTING)
+    if document is None:
         return Curves()
-    return Curves.from_document(json.loads(Path(path).read_text()))
+    try:
+        return Curves.from_document(json.loads(document))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # not JSON, or not the pipeline's layout
+        raise InvalidSettings(f"{CURVES_SETTING}: {uri} is not a traffic curves document "
+                              f"(pipelines/traffic_curves): {type(exc).__name__}: {exc}") from exc
 
 
 def keyed_row(kind: str, campaign_id: int, row, value: bytes | None = None) -> Row:

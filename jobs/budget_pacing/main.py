@@ -9,7 +9,7 @@ from typing import Sequence
 
 from core import budget
 from core.settings import describe
-from jobs.budget_pacing.functions import JOB_NAME, SHARDS
+from jobs.budget_pacing.functions import JOB_NAME, SHARDS, load_curves
 from jobs.budget_pacing.settings import BudgetPacingSettings, PacingTopics, default_redis_url, settings_from
 from jobs.budget_pacing.topology import build
 from jobs.flink_io import add_common_arguments, add_shards_argument, create_environment, parse
@@ -27,8 +27,9 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--redis-url", default=default_redis_url(),
                      help="where pacing:{campaign} goes (default: the local platform's Redis; '' for none)")
     out.add_argument("--curves", default=os.environ.get("ADSERVE_CURVES", ""),
-                     help="traffic shapes and values to beat from pipelines.traffic_curves (JSON); default: "
-                          "flat curves and no forecast until one exists")
+                     help="traffic shapes and values to beat from pipelines.traffic_curves (JSON): a local path, "
+                          "file:// or object-storage URL (gs://, s3://: Beam's filesystems); one given but missing "
+                          "or unreadable fails the job at start; empty: flat curves and no forecast")
     out.add_argument("--out-of-orderness-ms", type=int, default=2000,
                      help="how far a spend report may trail the newest one and still make its window")
     out.add_argument("--idle-timeout-ms", type=int, default=2000,
@@ -50,10 +51,22 @@ def run(settings: BudgetPacingSettings) -> None:
     env.execute(JOB_NAME)
 
 
+def check_curves(settings: BudgetPacingSettings) -> None:
+    """Read the curves once before the job is submitted, so a wrong --curves fails here, naming the setting,
+    and not later on a TaskManager (the pacer reads them again in open())."""
+    curves = load_curves(settings.curves)
+    if not settings.curves:
+        LOG.info("no --curves / ADSERVE_CURVES given: flat traffic curves and no forecast for new campaigns")
+    else:
+        LOG.info("traffic curves from %s: %d campaigns, %d placements", settings.curves,
+                 len(curves.campaigns or {}), len(curves.placements or {}))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     settings = settings_from(parse(parser(), argv))
     logging.basicConfig(level=logging.INFO)
     LOG.info("starting %s: %s", JOB_NAME, describe(settings))
+    check_curves(settings)
     run(settings)
 
 
