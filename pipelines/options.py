@@ -2,12 +2,17 @@
 
 `run(argv)` of each pipeline parses its own flags into a frozen dataclass (logged once, secrets masked) and
 hands the rest of argv to Beam; the pipeline body takes the typed object, never the argparse namespace.
+Beam's own flags (--runner, --setup_file, --requirements_file, --extra_package, --save_main_session, ...) pass
+through untouched: the pipeline's parser matches whole flags only, so a Beam flag is never read as an
+abbreviation of a pipeline flag. A pipeline flag may also be spelled with underscores (--from_day for
+--from-day), the form Dataflow Flex Template parameters take.
 Flags of the pipelines over the served log are ServedLogOptions' fields (avro_files.add_served_log_arguments)."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Sequence, TypeVar
 
@@ -21,10 +26,23 @@ T = TypeVar("T")
 def parse_options(parser: argparse.ArgumentParser, options_type: type[T], argv: Sequence[str] | None,
                   save_main_session: bool) -> tuple[T, PipelineOptions]:
     """(the pipeline's typed options, Beam's options from the flags the parser does not know)."""
-    known, pipeline_args = parser.parse_known_args(argv)
+    parser.allow_abbrev = False
+    known, pipeline_args = parser.parse_known_args(hyphenated(parser, sys.argv[1:] if argv is None else argv))
     options = options_type(**{f.name: getattr(known, f.name) for f in dataclasses.fields(options_type)})
     logging.info("%s options: %s", parser.prog, describe(options))
     return options, PipelineOptions(pipeline_args, save_main_session=save_main_session)
+
+
+def hyphenated(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """argv with `--a_b` / `--a_b=v` written `--a-b` where `--a-b` is one of the parser's flags; the rest as given."""
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    spelled = []
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        dashed = "--" + name[2:].replace("_", "-")
+        spelled.append(dashed + sep + value if name.startswith("--") and dashed in flags and name not in flags
+                       else arg)
+    return spelled
 
 
 @dataclass(frozen=True)
