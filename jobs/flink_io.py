@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from core.dead_letters import from_corrupt, time_out_of_range
 from core.errors import AdserveError, CorruptRecord, InvalidSettings, ShardCountChanged
 from core.settings import describe
+from jobs.uids import assign_stable_uids
 
 BYTES_ROW_FIELDS = ["k", "v"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -401,4 +402,5 @@ def run_job(job_name: str, settings: Any, build: Callable[[Any, Any], None], *, 
     if configure is not None:
         configure(env, t_env)
     build(t_env, settings)
+    assign_stable_uids(env)  # a savepoint of this job restores into its next build (jobs/uids.py)
     env.execute(job_name)

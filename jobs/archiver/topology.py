@@ -41,8 +41,10 @@ def build(t_env, settings: ArchiverSettings) -> None:
     """Wire the job graph onto t_env's environment (no execution)."""
     t_env.get_config().set("table.local-time-zone", "UTC")  # dt / hr folders are UTC
     statements = t_env.create_statement_set()
-    for i, topic in enumerate(settings.topics):
-        source, sink = f"archive_in_{i}", f"archive_out_{i}"
+    for topic in settings.topics:
+        # Named by topic, not by place in the list: a sink's uid is its table's name (jobs/uids.py), so its
+        # pending files restore to the same topic's sink whatever topics come or go around it.
+        source, sink = f"archive_in_{folder_name(topic)}", f"archive_out_{folder_name(topic)}"
         kafka_source_table(t_env, source, topic, settings.kafka, out_of_orderness_ms=settings.out_of_orderness_ms,
                            idle_timeout_ms=settings.idle_timeout_ms)
         _create_sink(t_env, sink, f"{settings.archive_uri.rstrip('/')}/{folder_name(topic)}", settings.commit_delay_s)

@@ -13,6 +13,7 @@ from jobs.budget_pacing.functions import JOB_NAME, SHARDS, load_curves
 from jobs.budget_pacing.settings import BudgetPacingSettings, PacingTopics, default_redis_url, settings_from
 from jobs.budget_pacing.topology import build
 from jobs.flink_io import add_common_arguments, add_shards_argument, create_environment, parse
+from jobs.uids import assign_stable_uids
 
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 
@@ -48,6 +49,7 @@ def run(settings: BudgetPacingSettings) -> None:
     env, t_env = create_environment(settings.kafka, extra_jars=[udf_jar()])
     t_env.create_java_temporary_system_function("campaign_of", "io.adserve.flink.LeadingCampaignId")
     build(t_env, settings)
+    assign_stable_uids(env)  # a savepoint of this job restores into its next build (jobs/uids.py)
     env.execute(JOB_NAME)
 
 

@@ -38,7 +38,7 @@ def build(t_env, settings: BudgetPacingSettings) -> None:
     routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), row_type(), settings.shards,
                                       Route(), "decode late and unreadable records")
     pacer = PacerSettings(settings.shards, settings.heartbeat_ms, settings.curves, settings.redis_url)
-    paced = keyed.process(Pace(pacer), output_type=bytes_row_type()).name("pace campaigns")
+    paced = keyed.process(Pace(pacer), output_type=bytes_row_type()).name("pace campaigns").uid("pace-campaigns")
     statements = t_env.create_statement_set()
     statements.add_insert("state_out", t_env.from_data_stream(paced))
     statements.add_insert("leases_out", t_env.from_data_stream(paced.get_side_output(LEASES)))
@@ -71,7 +71,7 @@ def _reduce_spend(t_env, window_s: int) -> None:
     windows = invoke_method(None, "io.adserve.flink.SpendWindows", "apply", [spend._j_data_stream, options],
                             ["org.apache.flink.streaming.api.datastream.DataStream", "java.lang.String"])
     t_env.create_temporary_view("spend_reduced", t_env.from_data_stream(
-        DataStream(windows), Schema.new_builder().column_by_metadata("rt", "TIMESTAMP_LTZ(3)", "rowtime")
+        DataStream(windows).uid("spend-windows"), Schema.new_builder().column_by_metadata("rt", "TIMESTAMP_LTZ(3)", "rowtime")
         .watermark("rt", "SOURCE_WATERMARK()").build()))
     t_env.execute_sql(_reduced_view_sql())
 

@@ -24,7 +24,7 @@ def build(t_env, settings: EventCountsSettings) -> None:
     decoded = raw.process(DecodeEvents(), output_type=event_tuple_type()).name("decode ad.events")
     counted = (decoded.key_by(lambda e: e[0], key_type=Types.LONG())
                .process(CountPerMinute(settings.window_ms), output_type=bytes_row_type())
-               .name("count per campaign minute"))
+               .name("count per campaign minute").uid("count-per-campaign-minute"))
     rejected = decoded.get_side_output(DEAD_LETTERS).union(counted.get_side_output(DEAD_LETTERS))
 
     statements = t_env.create_statement_set()

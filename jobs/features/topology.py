@@ -55,18 +55,20 @@ def build(t_env, settings: FeaturesSettings) -> None:
     decoded = (t_env.to_data_stream(raw).process(Decode(user_features), output_type=state.AD_INPUT)
                .name("decode served log, beacons, conversions, feedback, ads, campaigns"))
     windows = (decoded.key_by(lambda r: r.ad_id, key_type=Types.LONG())
-               .process(AdWindow(settings.windows), output_type=state.PUBLISH_INPUT).name("window per ad"))
+               .process(AdWindow(settings.windows), output_type=state.PUBLISH_INPUT).name("window per ad")
+               .uid("window-per-ad"))
     published = (windows.union(decoded.get_side_output(CAMPAIGNS)).key_by(lambda r: 0, key_type=Types.INT())
                  .process(Publish(settings.estimates, settings.windows, settings.snapshot_dir,
                                   settings.keep_snapshots), output_type=timed_bytes_row_type())
-                 .name("estimate every ad, publish the snapshot").set_parallelism(1))
+                 .name("estimate every ad, publish the snapshot").uid("publish-snapshot").set_parallelism(1))
     rejected = decoded.get_side_output(DEAD_LETTERS).union(windows.get_side_output(DEAD_LETTERS))
     if user_features:
         # UserWindow writes to Redis and emits no record; its (empty) output joins the dead letters so the
         # graph has a sink behind it.
         users = (decoded.get_side_output(USERS).key_by(lambda r: r.user_id, key_type=Types.STRING())
                  .process(UserWindow(settings.windows, settings.redis_url, settings.user_ttl_ms),
-                          output_type=bytes_row_type()).name("window per consented user, features to Redis"))
+                          output_type=bytes_row_type()).name("window per consented user, features to Redis")
+                 .uid("window-per-user"))
         rejected = rejected.union(users)
 
     statements = t_env.create_statement_set()

@@ -27,7 +27,8 @@ def build(t_env, settings: IndexBuilderSettings) -> None:
 
     raw = t_env.to_data_stream(t_env.from_path("changes_in"))
     compiled = (raw.key_by(change_key, key_type=Types.STRING())
-                .process(Compile(), output_type=bytes_row_type()).name("compile serving records"))
+                .process(Compile(), output_type=bytes_row_type()).name("compile serving records")
+                .uid("compile-serving-records"))
     statements = t_env.create_statement_set()
     statements.add_insert("ads_out", t_env.from_data_stream(compiled))
     statements.add_insert("campaigns_out", t_env.from_data_stream(compiled.get_side_output(CAMPAIGNS)))

@@ -117,7 +117,8 @@ public final class FirstSeen {
         DataStream<Row> reduced = events
             .keyBy(new ByImpression())
             .process(new Dedupe(horizonMs, windowMs), OUTPUT_TYPE)
-            .name("first seen: deduplicate, sum impressions per 10 s window");
+            .name("first seen: deduplicate, sum impressions per 10 s window")
+            .uid("first-seen");  // its keyed state: the impressions seen; never renamed once deployed
         return reduced.union(events.getSideOutput(RAW));
     }
 
