@@ -18,7 +18,9 @@ AD_SUMMARY = Types.ROW_NAMED(["ad_id", "version", "bid_micros", "placements", "r
 
 
 def pacer_states() -> MapStateDescriptor:
-    """Campaign id -> its PacerState as the project's Avro record (schemas/pacer_state.avsc, core.budget.to_record)."""
+    """Campaign id -> its PacerState as the project's Avro record (schemas/pacer_state.avsc, core.budget.to_record),
+    framed with its writer schema's fingerprint: a new build reads the state of an older one through
+    schemas/history (tests/unit/test_state_evolution.py)."""
     return MapStateDescriptor("pacer_states", Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE()))
 
 
