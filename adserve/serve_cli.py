@@ -4,6 +4,7 @@ secrets masked."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from schemas import topics
 from serving.adserver.settings import TOKEN_KEYS_HELP, add_development_argument
 
 PORTS_HELP_SHORT = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
+HOST_HELP = "address to listen on (default 127.0.0.1; 0.0.0.0 in a container behind a Kubernetes Service)"
 
 
 def platform_environ() -> dict[str, str]:
@@ -112,6 +114,7 @@ def _add_tracker(ssub) -> None:
                         description="GET /v1/impression?t=TOKEN -> 204; GET /v1/click?t=TOKEN -> 302 to the signed "
                                     "landing URL; events to ad.events keyed by campaign.",
                         epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
+    t.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     t.add_argument("--port", type=int, default=8081)
     t.add_argument("--spool-dir", help="the spool folder: every accepted beacon is kept there until Kafka "
                                        "acknowledges it, and sent again after a restart (default "
@@ -128,6 +131,7 @@ def _add_advertiser_api(ssub) -> None:
     v = ssub.add_parser("advertiser-api", help="the advertiser API (campaigns, ads, budgets, bids; API keys)",
                         description="REST API on the campaign store; OpenAPI at /openapi.json. Create a key with "
                                     "`adserve advertisers create NAME`.", epilog=PORTS_HELP_SHORT)
+    v.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     v.add_argument("--port", type=int, default=8082)
     v.add_argument("--rate-per-s", type=float, help="requests a second each API key may make (default 20; "
                                                     "past it: 429 with Retry-After)")
@@ -148,6 +152,7 @@ def _add_dashboard(ssub) -> None:
                                     "and its minute series from Redis pacing:ID), GET /v1/fleet (the fleet panels "
                                     "from Prometheus), the page on / (polls every 2 s), /openapi.json, /metrics, "
                                     "/ready. Rules: docs/dashboard.md.", epilog=PORTS_HELP_SHORT)
+    d.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     d.add_argument("--port", type=int, default=8092, help="HTTP port (default 8092; 0: any free port)")
     d.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the platform's)")
     d.add_argument("--redis-url", help="Redis holding pacing:{campaign} (default: the platform's)")
@@ -316,7 +321,7 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
     from serving.tracker import start_tracker
 
     try:
-        settings = TrackerSettings.from_args(args, platform_environ())
+        settings = dataclasses.replace(TrackerSettings.from_args(args, platform_environ()), host=args.host)
     except AdserveError as exc:
         print(f"adserve serve tracker: {exc}", file=sys.stderr)
         return 2
@@ -325,7 +330,7 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
     async def main() -> None:
         runner, port, _, _ = await start_tracker(bootstrap=settings.kafka_bootstrap, keys=settings.token_keys,
                                                  host=settings.host, port=settings.port, spool=settings.spool)
-        print(f"tracker on 127.0.0.1:{port}", flush=True)
+        print(f"tracker on {settings.host}:{port}", flush=True)
         try:
             await asyncio.Event().wait()
         finally:
@@ -344,7 +349,7 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
 
     from serving.advertiser.api import AdvertiserApiSettings, start_advertiser_api
 
-    settings = AdvertiserApiSettings.from_args(args, platform_environ())
+    settings = dataclasses.replace(AdvertiserApiSettings.from_args(args, platform_environ()), host=args.host)
     print(f"advertiser API settings: {settings.describe()}", flush=True)
 
     async def main() -> None:
@@ -352,7 +357,7 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
                                                          port=settings.port,
                                                          audience_members=settings.audience_members(),
                                                          limits=settings.rate_limits())
-        print(f"advertiser API on 127.0.0.1:{port}", flush=True)
+        print(f"advertiser API on {settings.host}:{port}", flush=True)
         try:
             await asyncio.Event().wait()
         finally:
@@ -372,7 +377,7 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
     settings = DashboardSettings(
         kafka_bootstrap=args.bootstrap or platform.kafka_bootstrap, redis_url=args.redis_url or platform.redis_url,
         prometheus_url=platform.prometheus_url if args.prometheus_url is None else (args.prometheus_url or None),
-        state_topic=args.state_topic, campaigns_topic=args.campaigns_topic, port=args.port)
+        state_topic=args.state_topic, campaigns_topic=args.campaigns_topic, host=args.host, port=args.port)
     print(f"dashboard settings: {settings.describe()}", flush=True)
 
     async def main() -> int:

@@ -68,3 +68,12 @@ if [ ! -f "$udf_jar" ] || [ -n "$(find "$ROOT/jobs/jvm/pom.xml" "$ROOT/jobs/jvm/
   say "building the UDF jar with Maven: $udf_jar"
   mvn -q -f "$ROOT/jobs/jvm/pom.xml" package
 fi
+
+# kustomize, which renders deploy/k8s for tests/unit/test_k8s_manifests.py: built from the Go module proxy into the
+# platform's bin folder once, so no cluster tool is needed on the machine
+kustomize_bin="${ADSERVE_HOME:-$ROOT/.platform}/bin/kustomize"
+if [ ! -x "$kustomize_bin" ]; then
+  go_cmd=$(command -v go || echo /usr/local/go/bin/go)
+  say "building kustomize v5.5.0 with $go_cmd into $(dirname "$kustomize_bin")"
+  GOBIN="$(dirname "$kustomize_bin")" "$go_cmd" install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
+fi
