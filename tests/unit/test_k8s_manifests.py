@@ -263,10 +263,32 @@ def server_problems(docs: Docs) -> list[str]:
                 problems.append(f"{where}: ADSERVE_PROCESS_KIND {kind!r} is not one of {PROCESS_KINDS}")
             if parsed.service in ("ads", "adserver"):
                 problems += _ad_server_problems(where, parsed, container, grace)
+                problems += _snapshot_problems(where, parsed, pod, parser)
     for service in ("ads", "tracker", "prediction", "advertiser-api", "dashboard"):
         if service not in served and not (service == "ads" and "adserver" in served):
             problems.append(f"no workload runs `adserve serve {service}`")
     return problems
+
+
+def _snapshot_problems(where: str, parsed, pod: dict[str, Any], parser) -> list[str]:
+    """The ad server's workers share one index only when it boots from a snapshot: an init container cuts one into
+    the folder --snapshot-dir names, on a volume both mount there."""
+    folder = parsed.snapshot_dir
+    if not folder:
+        return [f"{where}: no --snapshot-dir: each worker would build an index of its own"]
+    mounted = {m["mountPath"]: m["name"] for m in pod["containers"][0].get("volumeMounts", [])}
+    for init in pod.get("initContainers", []):
+        try:
+            cut = parser.parse_args([str(a) for a in init.get("args", [])])
+        except SystemExit:
+            return [f"{where}: init container {init['name']}: `adserve {' '.join(init.get('args', []))}` does not "
+                    f"parse"]
+        init_mounts = {m["mountPath"]: m["name"] for m in init.get("volumeMounts", [])}
+        if (cut.command, getattr(cut, "action", None)) == ("snapshots", "write") \
+                and cut.dir == folder and folder in mounted and init_mounts.get(folder) == mounted[folder]:
+            return []
+    return [f"{where}: no init container writes a snapshot into --snapshot-dir {folder} on a volume the server "
+            f"mounts there"]
 
 
 def _ad_server_problems(where: str, parsed, container: dict[str, Any], grace: Any) -> list[str]:
@@ -445,6 +467,9 @@ BREAKAGES: dict[str, tuple[Callable[[Docs], None], str, str]] = {
     "an ad server killed before it drains": (
         lambda d: _find(d, "Deployment", "adserver")["spec"]["template"]["spec"].update(
             terminationGracePeriodSeconds=20), "servers", "does not cover --drain-delay-s"),
+    "an ad server without a snapshot to share": (
+        lambda d: _find(d, "Deployment", "adserver")["spec"]["template"]["spec"].pop("initContainers"),
+        "servers", "no init container writes a snapshot"),
     "an ad server with a fraction of a core": (
         lambda d: _container(d, "Deployment", "adserver")["resources"]["limits"].update(cpu="1500m"),
         "servers", "whole number of cores"),
