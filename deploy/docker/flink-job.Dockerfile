@@ -51,8 +51,11 @@ COPY learning ./learning
 COPY sim ./sim
 COPY bench ./bench
 COPY infra ./infra
-# Editable: the jobs find their UDF jar beside their sources (jobs/jvm/target), as in a checkout.
-RUN python3.11 -m pip install -e /opt/adserve
+# Editable: the jobs find their UDF jar beside their sources (jobs/jvm/target), as in a checkout. Beam's extra for
+# the object storage the jobs read side files from (the budget job's curves, through Beam's FileSystems): aws for
+# s3://, gcp for gs://.
+ARG BEAM_EXTRAS=aws
+RUN python3.11 -m pip install -e /opt/adserve "apache-beam[${BEAM_EXTRAS}]==2.61.0"
 COPY jobs/jvm/target/adserve-udf-0.1.0.jar /opt/adserve/jobs/jvm/target/adserve-udf-0.1.0.jar
 
 # The same Maven Central artifacts infra/maven/*/pom.xml fetch for the local platform, pinned by checksum.

@@ -537,6 +537,8 @@ def dockerfile_problems(path: Path, text: str) -> list[str]:
     ignore = Path(f"{path}.dockerignore")
     kept = set(re.findall(r"(?m)^!([^\s*]+?)/?$", ignore.read_text())) if ignore.exists() else None
     poms = " ".join(p.read_text() for p in (REPO_ROOT / "infra" / "maven").glob("*/pom.xml"))
+    pins = dict(re.findall(r"^([a-z][a-z0-9-]*)(?:\[[^\]]*\])?==(\S+)$", "\n".join(
+        tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]), re.MULTILINE))
     steps = instructions(text)
     if not steps or steps[0][0] not in ("FROM", "ARG"):
         problems.append(f"{path.name}: does not start with FROM (or ARG)")
@@ -565,6 +567,10 @@ def dockerfile_problems(path: Path, text: str) -> list[str]:
             for module in re.findall(r"python3(?:\.11)? -m ([a-z_.]+)", rest):
                 if module != "pip":
                     problems.append(f"{path.name}: RUN python -m {module}: only pip runs at build time")
+            for package, version in re.findall(r"\b([a-z][a-z0-9-]*)(?:\[[^\]]*\])?==([0-9][^\s\"']*)", rest):
+                if pins.get(package) != version:
+                    problems.append(f"{path.name}: RUN installs {package}=={version}, pyproject.toml pins "
+                                    f"{pins.get(package)}")
     return problems
 
 
@@ -601,6 +607,7 @@ def test_every_image_a_dockerfile_builds_is_named() -> None:
     ("ADD https://example.com/some.jar /opt/flink/lib/", "not a Maven Central jar"),
     ("ENTRYPOINT [\"adserver\"]", "ENTRYPOINT adserver is no script"),
     ("SHELLX [\"bash\"]", "unknown instruction SHELLX"),
+    ("RUN python3.11 -m pip install \"apache-beam[gcp]==2.60.0\"", "pyproject.toml pins 2.61.0"),
 ])
 def test_a_broken_dockerfile_fails(breakage: str, named: str) -> None:
     path = DOCKER_DIR / "flink-job.Dockerfile"
