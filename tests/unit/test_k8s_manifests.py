@@ -308,6 +308,43 @@ def _ad_server_problems(where: str, parsed, container: dict[str, Any], grace: An
     return problems
 
 
+# the shared folder -------------------------------------------------------------------------------------------------
+
+def _claims_mounted(pod: dict[str, Any]) -> dict[str, str]:
+    """mountPath -> claimName of the persistent volume claims the pod's first container mounts."""
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod.get("volumes", [])
+              if "persistentVolumeClaim" in v}
+    return {m["mountPath"]: claims[m["name"]] for m in pod["containers"][0].get("volumeMounts", [])
+            if m["name"] in claims}
+
+
+SNAPSHOT_READERS = (("Deployment", "prediction"), ("Deployment", "adserver"))
+
+
+def shared_folder_problems(docs: Docs) -> list[str]:
+    """The model registry names ad-feature snapshots by the path the features job wrote them to: that folder must
+    be on a claim the prediction service and the ad servers mount at the same path."""
+    features = [d for d in of_kind(docs, "FlinkDeployment")
+                if d["metadata"].get("labels", {}).get("adserve.io/job") == "features"]
+    if len(features) != 1:
+        return [f"{len(features)} features FlinkDeployments, want 1"]
+    folder = _value_after([str(a) for a in features[0]["spec"]["job"].get("args", [])], "--snapshot-dir")
+    if not folder:
+        return [f"{name_of(features[0])}: no --snapshot-dir: its snapshots would stay on one pod's disk"]
+    mounted = _claims_mounted(features[0]["spec"].get("podTemplate", {}).get("spec", {"containers": [{}]}))
+    at = [path for path in mounted if folder == path or folder.startswith(path.rstrip("/") + "/")]
+    if not at:
+        return [f"{name_of(features[0])}: --snapshot-dir {folder} is on no persistent volume claim of its pods"]
+    path, claim = at[0], mounted[at[0]]
+    problems = []
+    for kind, name in SNAPSHOT_READERS:
+        found = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
+        if not found or _claims_mounted(found[0]["spec"]["template"]["spec"]).get(path) != claim:
+            problems.append(f"{kind}/{name}: does not mount claim {claim} at {path}, where the features job writes "
+                            f"the snapshots the registry names")
+    return problems
+
+
 # images -------------------------------------------------------------------------------------------------------------
 
 def _image_name(image: str) -> str:
@@ -394,7 +431,7 @@ def _secret_key_refs(node: Any) -> list[dict[str, Any]]:
 
 CHECKS: dict[str, Callable[[Docs], list[str]]] = {
     "schema": schema_problems, "jobs": job_problems, "servers": server_problems, "images": image_problems,
-    "settings": settings_problems}
+    "settings": settings_problems, "shared": shared_folder_problems}
 
 
 # the manifests as they are ------------------------------------------------------------------------------------------
@@ -479,6 +516,14 @@ BREAKAGES: dict[str, tuple[Callable[[Docs], None], str, str]] = {
     "a server only reachable from its own pod": (
         lambda d: _replace_arg(_container(d, "Deployment", "advertiser-api"), "0.0.0.0", "127.0.0.1"),
         "servers", "listens on '127.0.0.1'"),
+    "ad-feature snapshots the prediction service cannot read": (
+        lambda d: _container(d, "Deployment", "prediction").update(volumeMounts=[
+            m for m in _container(d, "Deployment", "prediction")["volumeMounts"] if m["name"] != "shared"]),
+        "shared", "Deployment/prediction: does not mount claim adserve-shared"),
+    "ad-feature snapshots on a TaskManager's disk": (
+        lambda d: _find(d, "FlinkDeployment", "features")["spec"]["job"].update(
+            args=["-pym", "jobs.features.main", "--parallelism", "1", "--snapshot-dir", "/tmp/features"]),
+        "shared", "is on no persistent volume claim"),
     "an image no Dockerfile builds": (
         lambda d: _container(d, "Deployment", "prediction").update(image="registry.example.com/adserve-tools:1"),
         "images", "adserve-tools"),
