@@ -14,6 +14,9 @@ from schemas import topics
 from serving.adserver.settings import TOKEN_KEYS_HELP, add_development_argument
 
 PORTS_HELP_SHORT = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
+DRAIN_HELP = ("on SIGTERM, seconds GET /ready answers 503 while requests are still served, before the listener "
+              "closes (for the load balancer to drop this instance; default 5); then the requests in flight finish "
+              "and the service closes cleanly")
 HOST_HELP = "address to listen on (default 127.0.0.1; 0.0.0.0 in a container behind a Kubernetes Service)"
 
 
@@ -35,17 +38,33 @@ def register(sub) -> None:
 
 
 def _add_ads(ssub) -> None:
-    a = ssub.add_parser("ads", help="POST /v1/ads on the decision engine",
+    a = ssub.add_parser("ads", aliases=["adserver"], help="POST /v1/ads on the decision engine",
                         description="The ad server: builds its index from serving.ads and serving.campaigns, "
                                     "follows budget.state and budget.leases, reads profiles and frequency records "
                                     "from Redis, writes ad.served and budget.spend. OpenAPI at /openapi.json.",
                         epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
+    a.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a "
+                                                       "container)")
     a.add_argument("--port", type=int, default=8080, help="the gateway's port; worker i listens on PORT+1+i "
-                                                          "(with --workers 0: the server's own port; default 8080)")
-    a.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="ad-server processes behind the gateway (HAProxy, hashing users to workers), sharing one "
-                        "copy of the index loaded from --snapshot-dir (default: one per core); 0: a single server "
-                        "process on --port without a gateway")
+                                                          "(with --reuse-port: every worker's port; with --workers "
+                                                          "0: the server's own port; default 8080)")
+    a.add_argument("--workers", "--processes", type=int, default=None,
+                   help="ad-server processes sharing one copy of the index loaded from --snapshot-dir (default: "
+                        "one per usable core: the CPU affinity mask, capped by the container's CPU limit); 0: a "
+                        "single server process on --port")
+    a.add_argument("--reuse-port", action="store_true",
+                   help="every worker listens on --port itself (SO_REUSEPORT: the kernel spreads connections over "
+                        "them) instead of behind the gateway (HAProxy, hashing users to workers); a supervisor "
+                        "restarts a worker that dies (with backoff) and forwards SIGTERM to all. For a pod "
+                        "behind a Kubernetes Service")
+    a.add_argument("--drain-delay-s", type=float, default=5.0,
+                   help="on SIGTERM, seconds /ready answers 503 while requests are still served, before the "
+                        "listener closes (for the load balancer to take the server out; default 5); then the "
+                        "requests in flight finish, the last spend is reported, the served log flushed and the "
+                        "budget slices released")
+    a.add_argument("--grace-s", type=float, default=25.0,
+                   help="with --reuse-port: how long the supervisor waits for the workers to drain after SIGTERM "
+                        "before killing them (default 25; keep it under the pod's terminationGracePeriodSeconds)")
     a.add_argument("--server-id", default="adserver-1", help="tags spend reports and leases; worker i of a tier "
                                                              "uses SERVER_ID-wI (default adserver-1)")
     a.add_argument("--tracker-url", default="http://127.0.0.1:8081", help="base of impression and click URLs")
@@ -106,6 +125,7 @@ def _add_prediction(ssub) -> None:
                    help="input rows (candidates x positions) per scoring call (default 3,200)")
     r.add_argument("--snapshot-refresh-s", type=float, default=300.0,
                    help="seconds between checks for a newer ad-feature snapshot (default 300; 0: never)")
+    r.add_argument("--drain-delay-s", type=float, default=5.0, help=DRAIN_HELP)
     r.set_defaults(handler=cmd_serve_prediction)
 
 
@@ -124,6 +144,7 @@ def _add_tracker(ssub) -> None:
     t.add_argument("--spool-fsync-ms", type=int,
                    help="how often the spool is fsynced (default 200; 0: every beacon before its answer)")
     add_development_argument(t)
+    t.add_argument("--drain-delay-s", type=float, default=5.0, help=DRAIN_HELP)
     t.set_defaults(handler=cmd_serve_tracker)
 
 
@@ -141,6 +162,7 @@ def _add_advertiser_api(ssub) -> None:
                    help="requests a second a client address may make without a valid key (default 1)")
     v.add_argument("--unauthenticated-burst", type=int,
                    help="requests without a valid key a client address may make at once (default 20)")
+    v.add_argument("--drain-delay-s", type=float, default=5.0, help=DRAIN_HELP)
     v.set_defaults(handler=cmd_serve_advertiser_api)
 
 
@@ -163,6 +185,7 @@ def _add_dashboard(ssub) -> None:
                         "to watch that day)")
     d.add_argument("--campaigns-topic", default=topics.SERVING_CAMPAIGNS,
                    help=f"campaign records to follow (default {topics.SERVING_CAMPAIGNS})")
+    d.add_argument("--drain-delay-s", type=float, default=5.0, help=DRAIN_HELP)
     d.set_defaults(handler=cmd_serve_dashboard)
 
 
@@ -170,7 +193,10 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
     from core.errors import AdserveError
     from serving.adserver.main import serve
     from serving.adserver.settings import AdServerSettings
+    from serving.adserver.tier import usable_cpus
 
+    if args.workers is None:
+        args.workers = usable_cpus()
     try:
         settings = AdServerSettings.from_args(args, platform_environ())
         predictor = ads_predictor(args) if args.workers == 0 else None  # a tier loads it in each worker
@@ -180,11 +206,40 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
     if args.workers < 0:
         print(f"adserve serve ads: --workers must be 0 or more, got {args.workers}", file=sys.stderr)
         return 2
+    if args.drain_delay_s < 0:
+        print(f"adserve serve ads: --drain-delay-s must be 0 or more, got {args.drain_delay_s}", file=sys.stderr)
+        return 2
     if args.workers == 0:
         serve(settings, predictor, log=lambda line: print(line, flush=True), registry=registry_mode(args),
-              registry_topic=args.registry_topic)
+              registry_topic=args.registry_topic, drain_delay_s=args.drain_delay_s)
         return 0
+    if args.reuse_port:
+        return serve_shared_port(settings, args)
     return serve_tier(settings, args)
+
+
+def serve_shared_port(settings, args: argparse.Namespace) -> int:
+    """--workers N --reuse-port: the index loaded once (from the newest snapshot, if any), N forked workers all
+    listening on --port (SO_REUSEPORT) under a supervisor that restarts one that dies and forwards SIGTERM."""
+    import dataclasses
+
+    from serving.adserver.main import load_for_tier, serve
+    from serving.adserver.tier import Supervisor, worker_server_id
+
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    state, start_offsets = load_for_tier(settings)
+    if start_offsets is None:
+        say("no snapshot in --snapshot-dir: each worker reads the state topics into an index of its own "
+            "(`adserve snapshots write` makes one the workers share)")
+
+    def run_worker(worker: int) -> None:
+        worker_settings = dataclasses.replace(settings, server_id=worker_server_id(settings.server_id, worker))
+        serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets,
+              registry=registry_mode(args), registry_topic=args.registry_topic, reuse_port=True,
+              drain_delay_s=args.drain_delay_s)
+
+    say(f"ad-server tier: {args.workers} workers sharing {settings.host}:{settings.port} (SO_REUSEPORT)")
+    return Supervisor(args.workers, run_worker, grace_s=args.grace_s, log=say).run()
 
 
 def serve_tier(settings, args: argparse.Namespace) -> int:
@@ -209,7 +264,8 @@ def serve_tier(settings, args: argparse.Namespace) -> int:
         worker_settings = dataclasses.replace(settings, port=ports[worker],
                                               server_id=worker_server_id(settings.server_id, worker))
         serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets,
-              registry=registry_mode(args), registry_topic=args.registry_topic)
+              registry=registry_mode(args), registry_topic=args.registry_topic,
+              drain_delay_s=0.0)  # the gateway in front is stopped first: nothing is left to drain from it
 
     tier = fork_workers(args.workers, run_worker)
     stop = threading.Event()
@@ -309,11 +365,12 @@ def cmd_serve_prediction(args: argparse.Namespace) -> int:
     except (ValueError, AdserveError) as exc:
         print(f"adserve serve prediction: {exc}", file=sys.stderr)
         return 2
-    run_prediction_service(service, host=host, port=port, log=say, follow=follow)
+    run_prediction_service(service, host=host, port=port, log=say, follow=follow, drain_delay_s=args.drain_delay_s)
     return 0
 
 
 def cmd_serve_tracker(args: argparse.Namespace) -> int:
+    from serving.drain import drain_and_close, until_terminated
     import asyncio
 
     from core.errors import AdserveError
@@ -332,9 +389,9 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
                                                  host=settings.host, port=settings.port, spool=settings.spool)
         print(f"tracker on {settings.host}:{port}", flush=True)
         try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()  # sends what it can for 10 s; the rest stays in the spool for the next start
+            await until_terminated()
+        finally:  # sends what it can for 10 s; the rest stays in the spool for the next start
+            await drain_and_close(runner, args.drain_delay_s)
 
     try:
         asyncio.run(main())
@@ -345,6 +402,7 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
+    from serving.drain import drain_and_close, until_terminated
     import asyncio
 
     from serving.advertiser.api import AdvertiserApiSettings, start_advertiser_api
@@ -359,9 +417,9 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
                                                          limits=settings.rate_limits())
         print(f"advertiser API on {settings.host}:{port}", flush=True)
         try:
-            await asyncio.Event().wait()
+            await until_terminated()
         finally:
-            await runner.cleanup()
+            await drain_and_close(runner, args.drain_delay_s)
             await store.close()
 
     asyncio.run(main())
@@ -369,6 +427,7 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_dashboard(args: argparse.Namespace) -> int:
+    from serving.drain import drain_and_close, until_terminated
     import asyncio
 
     from serving.dashboard.app import DashboardSettings, start_dashboard
@@ -392,9 +451,9 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
             return 2
         print(f"pacing dashboard on http://{settings.host}:{port}/", flush=True)
         try:
-            await asyncio.Event().wait()
+            await until_terminated()
         finally:
-            await runner.cleanup()
+            await drain_and_close(runner, args.drain_delay_s)
         return 0
 
     return asyncio.run(main())

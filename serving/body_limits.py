@@ -15,6 +15,8 @@ from typing import Any, Iterable
 
 from aiohttp import web
 
+from serving import drain
+
 # POST /v1/ads: ids, context and a few slots; a legitimate request is under 8 KiB.
 ADSERVER_MAX_BODY_BYTES = 64 * 1024
 # GET only (beacons, clicks, conversions, feedback): a beacon carries its token in the query, never a body.
@@ -30,9 +32,11 @@ MAX_BODY_BYTES = web.AppKey("max_body_bytes", int)
 
 
 def application(max_body_bytes: int, middlewares: Iterable[Any] = ()) -> web.Application:
-    """An Application that refuses bodies over `max_body_bytes` with a JSON 413 (before its own middlewares)."""
+    """An Application that refuses bodies over `max_body_bytes` with a JSON 413 (before its own middlewares),
+    and drains on SIGTERM (serving.drain)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[refuse_large_bodies, *middlewares])
     app[MAX_BODY_BYTES] = max_body_bytes
+    drain.install(app)  # GET /ready and the drain on SIGTERM (serving.drain)
     return app
 
 

@@ -23,6 +23,7 @@ from serving.adserver.offloop import ServedLog, SpendReporter
 from serving.adserver.request import GeoResolver
 from serving.adserver.settings import AdServerSettings
 from serving.adserver.state import ServingState, TopicFollower
+from serving.drain import DRAIN_DELAY_S, begin_drain
 from serving.decision.engine import DecisionEngine
 from serving.decision.prediction import Predictor
 from serving.snapshots import latest_snapshot, read_snapshot
@@ -33,6 +34,7 @@ from streams import kafka
 LOG = logging.getLogger("adserve.adserver")
 SPEND_INTERVAL_S = 1.0
 COMMIT_LAG_READY_S = 60.0
+IN_FLIGHT_TIMEOUT_S = 10.0  # how long requests in flight may take to finish once the listener is closed
 
 
 @dataclass
@@ -48,19 +50,35 @@ class RunningAdServer:
     registry: RegistryFollower | None = None  # the model registry's follower (None: scoring fixed at start)
 
     async def stop(self) -> None:
+        """Stop at once: the drain without its delay."""
+        await self.drain(0.0)
+
+    async def drain(self, delay_s: float = DRAIN_DELAY_S) -> None:
+        """The drain on SIGTERM, in order: /ready answers 503 at once (and answers close their connections);
+        requests are still served for `delay_s`, while the load balancer takes the server out of rotation;
+        then the listener closes, the requests in flight finish (at most IN_FLIGHT_TIMEOUT_S) with their
+        post-response work, the last spend report is sent and acknowledged, the served log flushed, and the
+        budget slices dropped (the last report names each one's final spend). Nothing is served after the
+        last spend report is cut."""
+        await begin_drain(self.runner.app, delay_s)
+        await self.runner.cleanup()
+        await self.server.drain()
         for task in self.tasks:
             task.cancel()
-        await self.server.drain()
-        await self.runner.cleanup()
         self.follower.stop()
         if self.follower.is_alive():
             self.follower.join(10)
         if self.registry is not None:
             self.registry.stop()
+        self.reporter.flush()
         self.reporter.tick(int(time.time() * 1000))
+        reported = self.reporter.flush()
         self.reporter.close()
         self.served_log.close()
+        released = self.server.state.release_leases()
         await self.server.store.close()
+        LOG.info("drained: last spend report %s, %d budget slices released",
+                 "acknowledged" if reported else "NOT acknowledged", len(released))
 
 
 async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, keys: TokenKeys,
@@ -71,7 +89,7 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
                           snapshot_dir: Path | None = None, predictor: Predictor | None = None,
                           start_offsets: dict[str, dict[int, int]] | None = None,
                           registry: str | None = None, registry_topic: str = topics.MODEL_REGISTRY,
-                          audience_salt: AudienceSalt | None = None) -> RunningAdServer:
+                          audience_salt: AudienceSalt | None = None, reuse_port: bool = False) -> RunningAdServer:
     """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
     are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
     once, without reading the state topics (benchmarks load synthetic ads that way). `predictor` scores the
@@ -81,7 +99,8 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     `start_offsets`: it follows the topics from there without loading anything itself. `registry` follows the
     model registry (serving.adserver.learned): "models" swaps the model and the feature snapshot it names,
     "features" only the snapshot's learned columns (the model is the prediction service's); None scores with
-    what was given at start. `audience_salt` turns custom-audience matching on (core.audiences)."""
+    what was given at start. `audience_salt` turns custom-audience matching on (core.audiences). `reuse_port` binds
+    with SO_REUSEPORT, so the workers of a tier share one port and the kernel spreads connections over them."""
     boot_began = time.monotonic()
     config = config or ServerConfig()
     loop = asyncio.get_running_loop()
@@ -124,10 +143,10 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
         registry_follower.start()
     served_log.on_error = lambda what: server.metrics.after_errors.labels(what).inc()
     tasks = [loop.create_task(_every_second(reporter, state, server))]
-    runner = web.AppRunner(server.app(), access_log=None)
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=IN_FLIGHT_TIMEOUT_S)
     target = announce(runner.app, "adserver")
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=256)
+    site = web.TCPSite(runner, host, port, backlog=256, reuse_port=reuse_port or None)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     target.publish(host, bound)
@@ -180,16 +199,18 @@ async def _wait_caught_up(follower: TopicFollower, wait_ready_s: float) -> None:
 def serve(settings: AdServerSettings, predictor: Predictor | None = None,
           log: Callable[[str], None] = print, state: ServingState | None = None,
           start_offsets: dict[str, dict[int, int]] | None = None, registry: str | None = None,
-          registry_topic: str = topics.MODEL_REGISTRY) -> None:
+          registry_topic: str = topics.MODEL_REGISTRY, reuse_port: bool = False,
+          drain_delay_s: float = DRAIN_DELAY_S) -> None:
     """One ad server (`adserve serve ads --workers 0`, or one worker of a tier, which passes the `state` its
     parent loaded and the snapshot's `start_offsets`): the settings printed once (secrets masked), then the
-    server until interrupted or terminated."""
+    server until interrupted or terminated, then its drain (RunningAdServer.drain)."""
     log(f"ad server settings: {settings.describe()}")
     run_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.redis_host, redis_port=settings.redis_port,
                   keys=settings.token_keys, config=settings.server_config(), host=settings.host, port=settings.port,
                   geo=GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None,
                   snapshot_dir=settings.snapshot_dir, predictor=predictor, state=state, start_offsets=start_offsets,
-                  registry=registry, registry_topic=registry_topic, audience_salt=settings.audience_salt)
+                  registry=registry, registry_topic=registry_topic, audience_salt=settings.audience_salt,
+                  reuse_port=reuse_port, drain_delay_s=drain_delay_s)
 
 
 def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, dict[int, int]] | None]:
@@ -200,9 +221,10 @@ def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, d
     return state, start_offsets
 
 
-def run_ad_server(**kwargs: Any) -> None:
-    """An ad server until interrupted or terminated (SIGINT, SIGTERM); either stops it cleanly: the last spend
-    reported, the served log flushed."""
+def run_ad_server(drain_delay_s: float = DRAIN_DELAY_S, **kwargs: Any) -> None:
+    """An ad server until interrupted or terminated (SIGINT, SIGTERM); either drains it
+    (RunningAdServer.drain: /ready 503, `drain_delay_s` more of serving, the listener closed, the requests in
+    flight answered, the last spend reported, the served log flushed, the slices released) and returns."""
     async def main() -> None:
         running = await start_ad_server(**kwargs)
         stopped = asyncio.Event()
@@ -211,5 +233,5 @@ def run_ad_server(**kwargs: Any) -> None:
         try:
             await stopped.wait()
         finally:
-            await running.stop()
+            await running.drain(drain_delay_s)
     asyncio.run(main())

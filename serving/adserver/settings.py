@@ -136,7 +136,7 @@ class AdServerSettings:
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "AdServerSettings":
         """Flags of `adserve serve ads` over the platform's variables; refuses to build without token keys."""
         development = development_mode(environ, getattr(args, "dev", False))
-        flags = {name: getattr(args, name) for name in ("port", "server_id", "tracker_url", "max_in_flight",
+        flags = {name: getattr(args, name) for name in ("host", "port", "server_id", "tracker_url", "max_in_flight",
                                                          "prediction_url", "recall_share") if hasattr(args, name)}
         paths = {name: _path(getattr(args, name, None)) for name in ("geo_table", "snapshot_dir", "model",
                                                                       "ad_features", "prerank_model",

@@ -241,6 +241,14 @@ class ServingState:
     def lease_ids(self, now_ms: int) -> dict[int, str]:
         return self.leases.lease_ids(now_ms)
 
+    def release_leases(self) -> list[int]:
+        """Drop every budget slice held (a draining server, after its last spend report named each slice's
+        final spend): nothing more is charged to them here, and the budget job counts each unreported
+        remainder as spent until billing settles it. Returns the campaigns that held slices."""
+        held = list(self.leases.lease_ids(0))
+        self.leases = LeaseBook(self.server_id)
+        return held
+
 
 class TopicFollower(threading.Thread):
     """Follows the state topics on a thread; `deliver(batch)` receives [(topic, record, timestamp_ms)]."""

@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from core.errors import AdserveError, BadRequest, InvalidSettings
 from serving.body_limits import PREDICTION_MAX_BODY_BYTES, application
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
+from serving.drain import begin_drain, until_terminated
 from serving.model.canary import promotion_refusal, routes_to_candidate
 from serving.scrape_targets import announce
 
@@ -566,8 +567,11 @@ def service_from_registry(bootstrap: str, config: ServiceConfig | None = None, *
 
 
 def run_prediction_service(service: PredictionService, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                           log: Callable[[str], None] = print, follow: Callable | None = None) -> None:
-    """The service until interrupted; `follow(loop)` (service_from_registry's) hands registry swaps to its loop."""
+                           log: Callable[[str], None] = print, follow: Callable | None = None,
+                           drain_delay_s: float = 0.0) -> None:
+    """The service until interrupted or terminated, then drained (serving.drain: /ready 503 for
+    `drain_delay_s`, the requests in flight finished); `follow(loop)` (service_from_registry's) hands registry
+    swaps to its loop."""
     async def main() -> None:
         running = await start_prediction_service(service, host=host, port=port)
         if follow is not None:
@@ -579,8 +583,9 @@ def run_prediction_service(service: PredictionService, *, host: str = "127.0.0.1
             + (f", canary {canary['model_version']} on {canary['share']:.2%} of requests" if canary else "")
             + f"; settings {json.dumps(service.config.as_dict())}")
         try:
-            await asyncio.Event().wait()
+            await until_terminated()
         finally:
+            await begin_drain(running.runner.app, drain_delay_s)
             await running.stop()
 
     asyncio.run(main())
