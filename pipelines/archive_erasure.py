@@ -32,7 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 from core import privacy
 from core.errors import CorruptRecord
 from pipelines.avro_files import matching_files, output_folder, unwrap
-from pipelines.options import parse_options
+from pipelines.options import parse_options, run_as_main
 from pipelines.unwrap import read_records
 from schemas import topics
 
@@ -206,5 +206,4 @@ def erase(deletion_files: list[str], served_files: list[str], files: list[str], 
 
 
 if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.INFO)
-    run()
+    run_as_main("pipelines.archive_erasure")

@@ -60,7 +60,7 @@ from core.replay import (DEFAULT_MIN_FILL_RATIO, BidProfile, RequestComparison, 
                          reserve_figures, reserve_key, sum_figures, sum_profiles)
 from core.reserves import MAX_RESERVE_MICROS
 from pipelines.avro_files import add_served_log_arguments, count_of, of_days, output_folder, served_log_files
-from pipelines.options import ServedLogOptions, parse_options
+from pipelines.options import ServedLogOptions, parse_options, run_as_main
 from pipelines.unwrap import read_records
 
 COUNTS = ("requests", "replayed_requests", "exploration_requests", "unreplayable_requests", "exact_requests",
@@ -466,11 +466,12 @@ def recommend(options: ReplayOptions, candidates: list[int] | None, days: list[s
     return result
 
 
-def main() -> None:
+def main(save_main_session: bool = False) -> None:
+    """The command: runs the pipeline and prints its table."""
     logging.getLogger().setLevel(logging.INFO)
-    result = run()
+    result = run(save_main_session=save_main_session)
     print(render_recommendations(result) if "recommendations" in result else render_table(result), end="")
 
 
 if __name__ == "__main__":
-    main()
+    run_as_main("pipelines.auction_replay", "main")

@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core import event_counts as rules
 from pipelines.avro_files import CORRUPT, schema_json
 from pipelines.unwrap import unwrap_dofn
-from pipelines.options import parse_options
+from pipelines.options import parse_options, run_as_main
 
 
 class CountsCombineFn(beam.CombineFn):
@@ -93,5 +93,4 @@ def count_events(options: EventCountsOptions, beam_options: PipelineOptions) -> 
 
 
 if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.INFO)
-    run()
+    run_as_main("pipelines.event_counts")

@@ -35,7 +35,7 @@ from core import clicks
 from core.billing import SIZE_CLASSES, size_class
 from pipelines.avro_files import archive_pattern, count_of, matching_files, output_folder
 from pipelines.unwrap import read_records
-from pipelines.options import parse_options
+from pipelines.options import parse_options, run_as_main
 from schemas import topics
 
 COMPARED = ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
@@ -206,5 +206,4 @@ def recount(options: RecountOptions, beam_options: PipelineOptions) -> dict[str,
 
 
 if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.INFO)
-    run()
+    run_as_main("pipelines.nightly_recount")

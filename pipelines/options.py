@@ -5,12 +5,14 @@ hands the rest of argv to Beam; the pipeline body takes the typed object, never 
 Beam's own flags (--runner, --setup_file, --requirements_file, --extra_package, --save_main_session, ...) pass
 through untouched: the pipeline's parser matches whole flags only, so a Beam flag is never read as an
 abbreviation of a pipeline flag. A pipeline flag may also be spelled with underscores (--from_day for
---from-day), the form Dataflow Flex Template parameters take.
+--from-day), the form Dataflow Flex Template parameters take. `python -m pipelines.<name>` runs the pipeline
+from its package module (run_as_main), so workers need only the installed package, never a main session.
 Flags of the pipelines over the served log are ServedLogOptions' fields (avro_files.add_served_log_arguments)."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import logging
 import sys
 from dataclasses import dataclass
@@ -43,6 +45,16 @@ def hyphenated(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str
         spelled.append(dashed + sep + value if name.startswith("--") and dashed in flags and name not in flags
                        else arg)
     return spelled
+
+
+def run_as_main(module_name: str, entry: str = "run") -> None:
+    """`python -m pipelines.<name>`: the pipeline run from its package module rather than from __main__.
+
+    What Beam pickles then names `pipelines.<name>`, which workers import from the installed worker package
+    (deploy/dataflow), and no main session is saved: dill saves the classes of a module started with -m by
+    reference to a __main__ that a worker does not have, so such a session cannot be loaded there."""
+    logging.getLogger().setLevel(logging.INFO)
+    getattr(importlib.import_module(module_name), entry)(save_main_session=False)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core.pacing import VALUE_QUANTILES, shape_from_counts, value_per_bid_samples, value_per_bid_table, value_to_beat
 from pipelines.avro_files import CORRUPT
 from pipelines.unwrap import unwrap_dofn
-from pipelines.options import parse_options
+from pipelines.options import parse_options, run_as_main
 
 
 def hour_keys(record: dict[str, Any], tz: str = "UTC") -> Iterable[tuple[str, int]]:
@@ -131,5 +131,4 @@ def write_curves(options: TrafficCurvesOptions, beam_options: PipelineOptions) -
 
 
 if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.INFO)
-    run()
+    run_as_main("pipelines.traffic_curves")

@@ -40,7 +40,7 @@ from core import training
 from pipelines.archive_erasure import WithoutDeletedUsers, deletions_in_force, topic_files_pattern
 from pipelines.avro_files import (add_served_log_arguments, archive_pattern, count_of, matching_files, of_days,
                                   output_folder, schema_json, served_log_files)
-from pipelines.options import ServedLogOptions, parse_options
+from pipelines.options import ServedLogOptions, parse_options, run_as_main
 from pipelines.unwrap import read_records
 from schemas import topics
 
@@ -180,5 +180,4 @@ def _example_schema() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.INFO)
-    run()
+    run_as_main("pipelines.training_set")

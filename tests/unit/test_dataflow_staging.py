@@ -4,12 +4,13 @@ requirements.txt, installed into a clean Python 3.11 virtual environment the way
 DirectRunner against Avro files on disk, from a folder outside the checkout with PYTHONPATH unset, so nothing
 can come from the repository.
 
-The runs go through the Flex Template entry (deploy/dataflow/launch.py, copied out as the launcher image holds
-it) with the template's parameter spelling, on the multi-process DirectRunner: the pipeline's functions are
-unpickled in fresh worker processes, which can only import the installed package. One run is the documented
-`python -m pipelines.<name>` form. The virtual environment with apache-beam (what the worker image provides) is
-kept under .platform/dataflow keyed by the pins; the worker package is built and installed again on every run.
-Needs no platform; the first run downloads the pinned wheels."""
+Each pipeline runs in both entry forms: the documented `python -m pipelines.<name>` and the Flex Template entry
+(deploy/dataflow/launch.py, copied out as the launcher image holds it, with the template's parameter spelling).
+Both run on the multi-process DirectRunner, whose worker processes unpickle the pipeline's functions and load
+no main session, as on Dataflow they could only import the installed package. The virtual environment with
+apache-beam (what the worker image provides) is kept under .platform/dataflow keyed by the pin; the worker
+package is built and installed again on every run. Needs no platform; the first run downloads the pinned
+wheels."""
 from __future__ import annotations
 
 import collections
@@ -33,6 +34,7 @@ DATAFLOW = ROOT / "deploy" / "dataflow"
 CACHE = ROOT / ".platform" / "dataflow"
 RUN_LIMIT_S = 240  # one pipeline run; the whole module stays well under five minutes on two cores
 DAY = "2026-03-10"
+FORMS = ("module", "template")
 
 
 def _pin(package: str) -> str:
@@ -113,10 +115,11 @@ def worker(tmp_path_factory):
         shutil.copytree(DATAFLOW / "templates", launcher / "templates")
         shutil.copy(DATAFLOW / "launch.py", launcher / "launch.py")
 
-        def launch(pipeline: str, *parameters: str) -> str:
-            """The Flex Template launch of one pipeline, on the DirectRunner with worker processes."""
-            return _run([str(python), str(launcher / "launch.py"), *parameters, "--runner=DirectRunner",
-                         "--direct_running_mode=multi_processing", "--direct_num_workers=2"], outside,
+        def launch(pipeline: str, form: str, *parameters: str) -> str:
+            """One pipeline run in one entry form, on the DirectRunner with worker processes."""
+            entry = [str(launcher / "launch.py")] if form == "template" else ["-m", f"pipelines.{pipeline}"]
+            return _run([str(python), *entry, *parameters, "--runner=DirectRunner",
+                         "--direct_running_mode=multi_processing", "--direct_num_workers=1"], outside,
                         ADSERVE_PIPELINE=pipeline)
 
         yield python, outside, launch
@@ -165,31 +168,29 @@ def test_the_staged_environment_imports_the_pipelines_from_the_installed_package
     assert found["absent"] == ["streams", "jobs", "serving", "tests", "adserve", "pyflink", "tensorflow"]
 
 
-def test_event_counts_runs_from_the_staged_package_in_both_entry_forms(worker, tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_event_counts_runs_from_the_staged_package(worker, tmp_path, form):
     from pipelines.avro_files import normalise, schema_json
     from tests.factories import SMOKE_EVENTS, expected_event_counts
 
-    python, outside, launch = worker
     with open(tmp_path / "ad.events.avro", "wb") as out:
         fastavro.writer(out, fastavro.parse_schema(schema_json("ad_event.avsc")), SMOKE_EVENTS)
-    launch("event_counts", f"--input={tmp_path}/*.avro", f"--output={tmp_path}/template/counts",
-           "--window_ms=60000")
-    _run([str(python), "-m", "pipelines.event_counts", f"--input={tmp_path}/*.avro",
-          f"--output={tmp_path}/module/counts", "--runner=DirectRunner"], outside)
+    _, _, launch = worker
+    launch("event_counts", form, f"--input={tmp_path}/*.avro", f"--output={tmp_path}/out/counts", "--window_ms=60000")
     key = lambda r: (r["campaign_id"], r["window_start"])  # noqa: E731
-    for form in ("template", "module"):
-        written = [normalise(r) for r in _avro_records((tmp_path / form).glob("counts*.avro"))]
-        assert sorted(written, key=key) == sorted(expected_event_counts(), key=key), form
+    written = [normalise(r) for r in _avro_records((tmp_path / "out").glob("counts*.avro"))]
+    assert sorted(written, key=key) == sorted(expected_event_counts(), key=key)
 
 
-def test_traffic_curves_runs_from_the_staged_package(worker, tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_traffic_curves_runs_from_the_staged_package(worker, tmp_path, form):
     from core.pacing import shape_from_counts
     from tests.unit.test_privacy import _archive, _day, _deleted_user
 
     day = _day()
     archive = _archive(tmp_path, day, _deleted_user(day), max(int(s["event_time"]) for s in day.served))
     _, _, launch = worker
-    launch("traffic_curves", f"--input={archive}/ad.served/dt={DAY}/hr=*/part-*",
+    launch("traffic_curves", form, f"--input={archive}/ad.served/dt={DAY}/hr=*/part-*",
            f"--output={tmp_path}/curves.json", f"--as_of={DAY}", "--timezone=UTC")
     curves = json.loads((tmp_path / "curves.json").read_text())
     hours = collections.Counter(datetime.fromtimestamp(s["event_time"] / 1000, tz=timezone.utc).hour
@@ -199,7 +200,8 @@ def test_traffic_curves_runs_from_the_staged_package(worker, tmp_path):
     assert set(curves["values_to_beat"]) == {s["placement"] for s in day.served}
 
 
-def test_nightly_recount_runs_from_the_staged_package(worker, tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_nightly_recount_runs_from_the_staged_package(worker, tmp_path, form):
     from core import clicks
     from tests.unit.test_nightly_recount import _day_of_events
 
@@ -208,7 +210,7 @@ def test_nightly_recount_runs_from_the_staged_package(worker, tmp_path):
     _plain_avro(archive / "ad.events" / "dt=2026-01-05" / "hr=12" / "part-0", "AdEvent", events)
     _plain_avro(archive / "serving.campaigns" / "dt=2026-01-04" / "hr=23" / "part-0", "Campaign", campaigns)
     _, _, launch = worker
-    launch("nightly_recount", f"--archive={archive}", "--day=2026-01-05", f"--output={tmp_path}/recount")
+    launch("nightly_recount", form, f"--archive={archive}", "--day=2026-01-05", f"--output={tmp_path}/recount")
     summary = json.loads((tmp_path / "recount" / "summary.json").read_text())
     expected = {str(c): totals for (c, day), totals in clicks.recount(events, campaigns).items()
                 if day == "2026-01-05"}
@@ -218,22 +220,24 @@ def test_nightly_recount_runs_from_the_staged_package(worker, tmp_path):
     assert recounted == json.loads(json.dumps(expected))
 
 
-def test_auction_replay_runs_from_the_staged_package(worker, tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_auction_replay_runs_from_the_staged_package(worker, tmp_path, form):
     from pipelines.auction_replay import parse_reserves, summary_of
     from tests.unit.test_auction_replay import _archive, _expected, _requests
 
     records = _requests(12)
     _archive(tmp_path / "archive", records, day="2027-01-15")
     _, _, launch = worker
-    launch("auction_replay", f"--archive={tmp_path}/archive", "--from_day=2027-01-15", "--reserve=feed=1000000",
-           "--recommend=false", f"--output={tmp_path}/replay")
+    launch("auction_replay", form, f"--archive={tmp_path}/archive", "--from_day=2027-01-15", "--reserve=feed=1000000",
+           f"--output={tmp_path}/replay", *(["--recommend=false"] if form == "template" else []))
     summary = json.loads((tmp_path / "replay" / "summary.json").read_text())
     assert (summary["served_records"], summary["corrupt_records"]) == (12, 1)
     assert summary["placements"] == summary_of(_expected(records, parse_reserves(["feed=1000000"])))["placements"]
     assert (tmp_path / "replay" / "table.txt").read_text().strip()
 
 
-def test_training_set_runs_from_the_staged_package(worker, tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_training_set_runs_from_the_staged_package(worker, tmp_path, form):
     from core import training
     from tests.unit.test_privacy import _archive, _day, _deleted_user
 
@@ -242,7 +246,7 @@ def test_training_set_runs_from_the_staged_package(worker, tmp_path):
     archive = _archive(tmp_path, day, user, max(int(s["event_time"]) for s in day.served) + 86_400_000)
     _, _, launch = worker
     hour = f"dt={DAY}/hr=00/part-0"
-    launch("training_set", f"--served={archive}/ad.served/{hour}", f"--events={archive}/ad.events/{hour}",
+    launch("training_set", form, f"--served={archive}/ad.served/{hour}", f"--events={archive}/ad.events/{hour}",
            f"--deletions={archive}/privacy.deletions/{hour}", "--keep_rate=1", f"--output={tmp_path}/ts")
     made = _avro_records((tmp_path / "ts").glob("examples-*.avro"))
     others = [s for s in day.served if s["user_id"] != user]
@@ -251,14 +255,15 @@ def test_training_set_runs_from_the_staged_package(worker, tmp_path):
     assert summary["erased_served_records"] == len(day.served) - len(others) > 0
 
 
-def test_archive_erasure_runs_from_the_staged_package(worker, tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_archive_erasure_runs_from_the_staged_package(worker, tmp_path, form):
     from tests.unit.test_privacy import _archive, _day, _deleted_user, _read
 
     day = _day()
     user = _deleted_user(day)
     archive = _archive(tmp_path, day, user, max(int(s["event_time"]) for s in day.served) + 86_400_000)
     _, _, launch = worker
-    launch("archive_erasure", f"--archive={archive}", f"--output={tmp_path}/erasure")
+    launch("archive_erasure", form, f"--archive={archive}", f"--output={tmp_path}/erasure")
     report = json.loads((tmp_path / "erasure" / "report.json").read_text())
     served_after = _read(archive / "ad.served" / f"dt={DAY}" / "hr=00" / "part-0")
     assert user not in {s["user_id"] for s in served_after}
