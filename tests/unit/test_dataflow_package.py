@@ -183,3 +183,17 @@ def test_the_launcher_refuses_a_pipeline_it_has_no_template_for(monkeypatch):
     monkeypatch.setenv("ADSERVE_PIPELINE", "no_such_pipeline")
     with pytest.raises(SystemExit, match="ADSERVE_PIPELINE='no_such_pipeline': expected one of archive_erasure"):
         _launcher().main([])
+
+
+def test_the_launcher_image_points_the_template_variables_at_the_files_it_copies():
+    dockerfile = (DATAFLOW / "Dockerfile").read_text()
+    assert "FROM ${LAUNCHER_BASE}" in dockerfile and "python311-template-launcher-base" in dockerfile
+    variables = dict(re.findall(r"(FLEX_TEMPLATE_PYTHON_\w+)=/template/(\S+)", dockerfile))
+    assert variables == {"FLEX_TEMPLATE_PYTHON_PY_FILE": "deploy/dataflow/launch.py",
+                         "FLEX_TEMPLATE_PYTHON_SETUP_FILE": "deploy/dataflow/setup.py",
+                         "FLEX_TEMPLATE_PYTHON_REQUIREMENTS_FILE": "deploy/dataflow/requirements.txt"}
+    assert all((ROOT / path).is_file() for path in variables.values())
+    copied = set(re.findall(r"^COPY (\S+)/ ", dockerfile, re.MULTILINE))
+    assert copied == {"core", "schemas", "pipelines", "deploy/dataflow"}
+    context = (DATAFLOW / "Dockerfile.dockerignore").read_text().splitlines()
+    assert {f"!{path}/" for path in copied} <= set(context)
