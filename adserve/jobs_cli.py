@@ -63,6 +63,10 @@ def _submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-non-restored-state", action="store_true",
                    help="start even if the savepoint holds state of an operator the new code no longer has "
                         "(that state is dropped); without it Flink refuses the start")
+    p.add_argument("--claim-mode", choices=("claim", "no_claim"), default="claim",
+                   help="claim (default): the new job owns the savepoint and deletes it once a newer checkpoint "
+                        "subsumes it (a job on the state changelog, like click_aggregator, restores only so); "
+                        "no_claim: the savepoint stays as it is, for another start")
 
 
 def _deploy_options(p: argparse.ArgumentParser) -> None:
@@ -120,7 +124,7 @@ def cmd_jobs_deploy(args: argparse.Namespace) -> int:
     print(f"submitting {args.name} to {jobmanager} with `flink run`{source} ...")
     job_id = deploy.deploy(args.name, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args,
                            python=args.python, savepoint=args.from_savepoint,
-                           allow_non_restored_state=args.allow_non_restored_state)
+                           allow_non_restored_state=args.allow_non_restored_state, claim_mode=args.claim_mode)
     print(f"submitted {args.name}: job id {job_id}")
     if not args.no_wait:
         waited = deploy.wait_running(f"http://{jobmanager}", job_id)
@@ -137,6 +141,7 @@ def cmd_jobs_upgrade(args: argparse.Namespace) -> int:
     print(f"upgrading {args.name} on {jobmanager}: stop with a savepoint, then `flink run -s` ...")
     done = deploy.upgrade(args.name, rest_url=rest, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args,
                           python=args.python, allow_non_restored_state=args.allow_non_restored_state,
+                          claim_mode=args.claim_mode,
                           savepoint_dir=args.savepoint_dir)
     print(f"stopped {args.name} ({done.stopped_job_id}); savepoint {done.savepoint}")
     print(f"submitted {args.name} from the savepoint: job id {done.job_id}")

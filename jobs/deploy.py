@@ -26,6 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_PACKAGES = ("core", "schemas", "jobs", "streams")
 HTTP_TIMEOUT_S = 5.0
 ENDED_STATES = ("FINISHED", "CANCELED", "FAILED")
+CLAIM_MODES = ("claim", "no_claim")
 
 
 class DeployError(AdserveError, RuntimeError):
@@ -76,18 +77,24 @@ def flink_cli() -> Path:
 
 def deploy(name: str, *, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
            python: str = sys.executable, timeout_s: float = 180.0, savepoint: str | None = None,
-           allow_non_restored_state: bool = False) -> str:
+           allow_non_restored_state: bool = False, claim_mode: str = "claim") -> str:
     """Submit a job detached with `flink run`; returns its Flink job id. With `savepoint` (a savepoint or a
     retained checkpoint's folder) the job starts from that state (`flink run -s`); Flink then refuses state of
-    an operator uid the new code no longer has unless `allow_non_restored_state` (which drops that state)."""
+    an operator uid the new code no longer has unless `allow_non_restored_state` (which drops that state).
+
+    `claim_mode` "claim" (the default) hands the savepoint to the new job, which deletes it once a newer
+    checkpoint subsumes it: a job on the state changelog (click_aggregator) can only restore this way, as its
+    first checkpoint cannot be the full one "no_claim" demands. "no_claim" leaves the savepoint untouched."""
     if name not in JOBS:
         raise DeployError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
     if allow_non_restored_state and not savepoint:
         raise DeployError("--allow-non-restored-state only applies to a start from a savepoint (--from-savepoint)")
+    if claim_mode not in CLAIM_MODES:
+        raise DeployError(f"claim mode {claim_mode!r}: one of {', '.join(CLAIM_MODES)}")
     spec = JOBS[name]
     cmd = [
         "bash", str(flink_cli()), "run", "--detached", "-m", jobmanager,
-        *(["-s", savepoint] if savepoint else []),
+        *(["-s", savepoint, "--claimMode", claim_mode] if savepoint else []),
         *(["--allowNonRestoredState"] if allow_non_restored_state else []),
         "-pym", spec.module,
         "-pyfs", ",".join(str(REPO_ROOT / p) for p in SHIPPED_PACKAGES),
@@ -230,7 +237,7 @@ def running_job(rest_url: str, name: str) -> RunningJob:
 
 
 def upgrade(name: str, *, rest_url: str, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
-            python: str = sys.executable, allow_non_restored_state: bool = False,
+            python: str = sys.executable, allow_non_restored_state: bool = False, claim_mode: str = "claim",
             savepoint_dir: str | None = None, stop_timeout_s: float = 120.0) -> Upgrade:
     """Stop the running job `name` with a savepoint and submit this checkout's code of it from that savepoint.
 
@@ -245,7 +252,8 @@ def upgrade(name: str, *, rest_url: str, jobmanager: str, conf_dir: Path, job_ar
         raise DeployError(f"{name} ({old.job_id}) stopped, but Flink named no savepoint location")
     try:
         job_id = deploy(name, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args, python=python,
-                        savepoint=savepoint, allow_non_restored_state=allow_non_restored_state)
+                        savepoint=savepoint, allow_non_restored_state=allow_non_restored_state,
+                        claim_mode=claim_mode)
     except DeployError as exc:
         raise DeployError(f"{name} was stopped with a savepoint at {savepoint}, but its new code did not start; "
                           f"start it with `adserve jobs deploy {name} --from-savepoint {savepoint}`:\n{exc}") from exc

@@ -34,6 +34,7 @@ class StandInFlink:
 
     def deploy(self, name, **kwargs):
         self.calls.append(("deploy", name, kwargs["savepoint"], kwargs["allow_non_restored_state"]))
+        assert kwargs["claim_mode"] in deploy.CLAIM_MODES
         if self.submit_fails:
             raise DeployError("`flink run` of budget_pacing failed (exit 1)")
         return "f" * 32
@@ -119,14 +120,24 @@ def _flink_run_command(monkeypatch, **kwargs) -> list[str]:
 def test_deploy_from_a_savepoint_runs_flink_with_it(monkeypatch):
     command = _flink_run_command(monkeypatch, savepoint=SAVEPOINT)
     assert command[command.index("-s") + 1] == SAVEPOINT
+    assert command[command.index("--claimMode") + 1] == "claim"  # the state changelog restores only so
     assert "--allowNonRestoredState" not in command
+    command = _flink_run_command(monkeypatch, savepoint=SAVEPOINT, claim_mode="no_claim")
+    assert command[command.index("--claimMode") + 1] == "no_claim"
     command = _flink_run_command(monkeypatch, savepoint=SAVEPOINT, allow_non_restored_state=True)
     assert "--allowNonRestoredState" in command
     assert command.index("--allowNonRestoredState") < command.index("-pym")
 
 
 def test_a_fresh_deploy_starts_without_state(monkeypatch):
-    assert "-s" not in _flink_run_command(monkeypatch)
+    command = _flink_run_command(monkeypatch)
+    assert "-s" not in command and "--claimMode" not in command
+
+
+def test_an_unknown_claim_mode_is_refused_before_flink_runs():
+    with pytest.raises(DeployError, match="claim mode 'legacy'"):
+        deploy.deploy("click_aggregator", jobmanager="jm:8081", conf_dir=Path("/conf"), savepoint=SAVEPOINT,
+                      claim_mode="legacy")
 
 
 def test_allow_non_restored_state_without_a_savepoint_is_refused():
@@ -149,6 +160,7 @@ def test_upgrade_takes_its_options_after_the_name_and_the_jobs_flags_after_the_d
     args = _command_line("jobs", "upgrade", "budget_pacing", "--jobmanager", "jm:8081", "--allow-non-restored-state",
                          "--", "--curves", "gs://b/c.json", "--jobmanager", "kept-for-the-job")
     assert (args.name, args.jobmanager, args.allow_non_restored_state) == ("budget_pacing", "jm:8081", True)
+    assert args.claim_mode == "claim"
     assert args.job_args == ["--curves", "gs://b/c.json", "--jobmanager", "kept-for-the-job"]
 
 
