@@ -1,6 +1,6 @@
 """Deploying the streaming jobs to a Flink cluster with `flink run`, exactly as
 a user deploys to their own cluster, and reading what runs there over Flink's
-REST API. `adserve jobs deploy|list|cancel` are thin shells over this.
+REST API. `adserve jobs deploy|upgrade|list|cancel` are thin shells over this.
 
 Against your own cluster: pass --jobmanager host:port (its REST address),
 --python (an interpreter on the cluster's TaskManagers with this project's
