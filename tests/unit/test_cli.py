@@ -3,7 +3,7 @@ import pytest
 
 from adserve.cli import build_parser
 
-COMMANDS = ["up", "down", "status", "fetch", "jobs", "jobs deploy", "jobs list", "jobs cancel", "demo", "bench",
+COMMANDS = ["up", "down", "status", "fetch", "jobs", "jobs deploy", "jobs upgrade", "jobs list", "jobs cancel", "demo", "bench",
             "bench platform", "bench decision", "bench serve", "bench freshness", "auction", "serve", "serve ads", "serve tracker",
             "users", "users delete", "users apply-deletions", "serve advertiser-api", "advertisers",
             "advertisers create", "campaigns",
