@@ -11,7 +11,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
 
 missing=()
-# a JDK, not only a JRE: jobs/jvm's operators and their golden driver (unit tests) are compiled with javac
+# a JDK, not only a JRE: Maven builds jobs/jvm's operators (the UDF jar), javac their unit tests' golden driver
 command -v javac >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/javac" ] || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
