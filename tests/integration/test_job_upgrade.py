@@ -252,3 +252,13 @@ def test_an_upgraded_click_aggregator_bills_every_event_once_as_the_nightly_reco
     assert summary["recount"]["201"]["billed_impressions"] == UNTIL - 15
     dead = list(kafka.read_all(platform.kafka_bootstrap, topics["dead"]))
     assert dead == []
+
+
+def test_a_budget_job_given_a_curves_file_that_is_missing_is_never_submitted(platform):
+    """A wrong --curves fails `flink run` on the submitting host, naming the setting; no job reaches the cluster."""
+    submission = _submission(platform)
+    before = {j.job_id for j in deploy.list_jobs(platform.flink_rest_url)}
+    with pytest.raises(deploy.DeployError, match="--curves / ADSERVE_CURVES: /nonexistent/curves.json does not"):
+        deploy.deploy("budget_pacing", jobmanager=submission["jobmanager"], conf_dir=submission["conf_dir"],
+                      job_args=[*submission["common"], "--curves", "/nonexistent/curves.json"])
+    assert {j.job_id for j in deploy.list_jobs(platform.flink_rest_url)} == before
