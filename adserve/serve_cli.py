@@ -20,10 +20,58 @@ DRAIN_HELP = ("on SIGTERM, seconds GET /ready answers 503 while requests are sti
 HOST_HELP = "address to listen on (default 127.0.0.1; 0.0.0.0 in a container behind a Kubernetes Service)"
 
 
-def platform_environ() -> dict[str, str]:
+REDIS_BY_HOST = ("adserver", "advertiser_api")  # the servers that reach Redis by host and port
+
+
+def platform_environ(kind: str = "tools") -> dict[str, str]:
     """The environment a service's settings read: the platform's variables (ports and the addresses derived
-    from them), under whatever this process's environment sets itself."""
-    return {**PlatformSettings.from_env().as_env(), **os.environ}
+    from them), under whatever this process's environment sets itself, under the endpoints of process kind
+    `kind` (streams.endpoints: the settings file ADSERVE_SETTINGS_FILE names, then ADSERVE_KAFKA_*, ADSERVE_REDIS_*,
+    ADSERVE_POSTGRES_* variables; the local platform's without either). Those endpoints become the process's
+    own, so every Kafka client it builds takes their SASL and TLS properties."""
+    endpoints = process_endpoints_of(kind)
+    environ = {**PlatformSettings.from_env().as_env(), **os.environ,
+               "ADSERVE_KAFKA_BOOTSTRAP": endpoints.kafka.bootstrap_servers,
+               "ADSERVE_POSTGRES_DSN": endpoints.postgres.dsn.value}
+    host, port = redis_host_port(endpoints) if kind in REDIS_BY_HOST else (None, 0)
+    if host:
+        environ |= {"ADSERVE_HOST": host, "ADSERVE_REDIS_PORT": str(port)}
+    return environ
+
+
+def process_endpoints_of(kind: str):
+    """The endpoints of process kind `kind`, made this process's own (and its children's: ADSERVE_PROCESS_KIND)."""
+    from streams import endpoints as process
+
+    os.environ[process.PROCESS_KIND_ENV] = kind
+    return process.use(process.load(kind))
+
+
+def redis_host_port(endpoints) -> tuple[str | None, int]:
+    """The host and port of a Redis given as a plain redis://host:port URL other than the local platform's
+    (None: the platform's ADSERVE_HOST and ADSERVE_REDIS_PORT stand). The servers that reach Redis by host and
+    port take no TLS, password, Sentinel or Cluster: such a Redis is refused at start, naming the setting."""
+    from urllib.parse import urlsplit
+
+    from core.endpoints import local_defaults, setting_name
+    from core.errors import InvalidSettings
+
+    redis = endpoints.redis
+    if redis.url == local_defaults(os.environ)["redis"]["url"] and redis.mode == "single":
+        return None, 0
+    if redis.tls or redis.password.value or redis.mode != "single" or urlsplit(redis.url).password:
+        raise InvalidSettings(f"{setting_name('redis', 'url')}: this server reaches Redis by host and port only "
+                              f"(no TLS, password, Sentinel or Cluster); give it a redis://host:port URL")
+    where = urlsplit(redis.url)
+    return where.hostname, where.port or 6379
+
+
+def check_endpoints(kind: str, *, kafka: bool = False, redis: bool = False, postgres: bool = False) -> None:
+    """The start-up checks of the endpoints a server uses (streams.endpoints.check): a broker, Redis or
+    PostgreSQL that does not answer, or refuses the certificate or the credentials, stops it here, named."""
+    from streams import endpoints as process
+
+    process.check(process.process_endpoints(), kafka=kafka, redis=redis, postgres=postgres)
 
 
 def register(sub) -> None:
@@ -198,7 +246,8 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
     if args.workers is None:
         args.workers = usable_cpus()
     try:
-        settings = AdServerSettings.from_args(args, platform_environ())
+        settings = AdServerSettings.from_args(args, platform_environ("adserver"))
+        check_endpoints("adserver", kafka=True, redis=True)
         predictor = ads_predictor(args) if args.workers == 0 else None  # a tier loads it in each worker
     except (ValueError, AdserveError) as exc:
         print(f"adserve serve ads: {exc}", file=sys.stderr)
@@ -351,7 +400,9 @@ def cmd_serve_prediction(args: argparse.Namespace) -> int:
 
             if args.canary_model is not None:
                 raise InvalidSettings("--canary-model goes with --model (the registry names its own canary)")
-            service, follow = service_from_registry(PlatformSettings.from_env(platform_environ()).kafka_bootstrap,
+            bootstrap = platform_environ("prediction")["ADSERVE_KAFKA_BOOTSTRAP"]
+            check_endpoints("prediction", kafka=True)
+            service, follow = service_from_registry(bootstrap,
                                                     service_config(args), log=say)
             host, port = args.host, args.port
         else:
@@ -378,7 +429,8 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
     from serving.tracker import start_tracker
 
     try:
-        settings = dataclasses.replace(TrackerSettings.from_args(args, platform_environ()), host=args.host)
+        settings = dataclasses.replace(TrackerSettings.from_args(args, platform_environ("tracker")), host=args.host)
+        check_endpoints("tracker", kafka=True)
     except AdserveError as exc:
         print(f"adserve serve tracker: {exc}", file=sys.stderr)
         return 2
@@ -407,7 +459,15 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
 
     from serving.advertiser.api import AdvertiserApiSettings, start_advertiser_api
 
-    settings = dataclasses.replace(AdvertiserApiSettings.from_args(args, platform_environ()), host=args.host)
+    from core.errors import AdserveError
+
+    try:
+        settings = dataclasses.replace(AdvertiserApiSettings.from_args(args, platform_environ("advertiser_api")),
+                                       host=args.host)
+        check_endpoints("advertiser_api", postgres=True, redis=settings.audience_salt is not None)
+    except AdserveError as exc:
+        print(f"adserve serve advertiser-api: {exc}", file=sys.stderr)
+        return 2
     print(f"advertiser API settings: {settings.describe()}", flush=True)
 
     async def main() -> None:
@@ -432,9 +492,21 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
 
     from serving.dashboard.app import DashboardSettings, start_dashboard
 
+    from core.errors import AdserveError
+
     platform = PlatformSettings.from_env()
+    try:
+        environ = platform_environ("dashboard")
+        check_endpoints("dashboard", kafka=not args.bootstrap, redis=not args.redis_url)
+    except AdserveError as exc:
+        print(f"adserve serve dashboard: {exc}", file=sys.stderr)
+        return 2
+    from streams.endpoints import process_endpoints
+
+    endpoints_redis_url = process_endpoints().redis.url
     settings = DashboardSettings(
-        kafka_bootstrap=args.bootstrap or platform.kafka_bootstrap, redis_url=args.redis_url or platform.redis_url,
+        kafka_bootstrap=args.bootstrap or environ["ADSERVE_KAFKA_BOOTSTRAP"],
+        redis_url=args.redis_url or endpoints_redis_url,
         prometheus_url=platform.prometheus_url if args.prometheus_url is None else (args.prometheus_url or None),
         state_topic=args.state_topic, campaigns_topic=args.campaigns_topic, host=args.host, port=args.port)
     print(f"dashboard settings: {settings.describe()}", flush=True)

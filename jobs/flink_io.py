@@ -9,6 +9,7 @@ baked in here: they come from the job's flags or the environment."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import logging
@@ -19,8 +20,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from core.dead_letters import from_corrupt, time_out_of_range
+from core.endpoints import KafkaEndpoint, setting_name
 from core.errors import AdserveError, CorruptRecord, InvalidSettings, ShardCountChanged
 from core.settings import describe
+from streams.endpoints import SETTINGS_FILE_ENV, ca_pem, check_kafka
+from streams.endpoints import load as load_endpoints
 from jobs.uids import assign_stable_uids
 
 BYTES_ROW_FIELDS = ["k", "v"]
@@ -57,15 +61,29 @@ class KafkaJobSettings:
     watermark_interval_ms: int = 200  # how often sources emit watermarks
     buffer_timeout_ms: int = 100  # longest a network buffer waits to fill before it is sent downstream
     state_changelog: bool = False  # incremental checkpoints: state changes logged, the state written rarely
+    # The brokers' security (SASL, TLS) from --settings-file and ADSERVE_KAFKA_* (core.endpoints); None: plain
+    endpoint: KafkaEndpoint | None = None
+
+    def kafka_client_options(self) -> dict[str, str]:
+        """The `properties.*` options of the Kafka connector for the endpoint's security: the CA inline as PEM
+        (read here, on the submitting host), so no TaskManager needs the file."""
+        if self.endpoint is None:
+            return {}
+        ca = ca_pem(self.endpoint.ssl_ca_file, setting_name("kafka", "ssl_ca_file")) \
+            if self.endpoint.ssl_ca_file else None
+        return self.endpoint.flink_options(ca)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_time_ms: int = 1000,
                          state_changelog: bool = False) -> None:
     env = os.environ
-    default_bootstrap = env.get("ADSERVE_KAFKA_BOOTSTRAP") or \
-        f"{env.get('ADSERVE_HOST', '127.0.0.1')}:{env.get('ADSERVE_KAFKA_PORT', '19092')}"
-    parser.add_argument("--bootstrap", default=default_bootstrap,
-                        help="Kafka bootstrap servers (default: ADSERVE_KAFKA_BOOTSTRAP or the local platform's)")
+    parser.add_argument("--bootstrap", default=None,
+                        help="Kafka bootstrap servers (default: kafka.bootstrap of --settings-file, "
+                             "ADSERVE_KAFKA_BOOTSTRAP, or the local platform's)")
+    parser.add_argument("--settings-file", default=env.get(SETTINGS_FILE_ENV, ""),
+                        help="the settings file (TOML, docs/deploy.md) with the brokers' security (SASL, TLS) and "
+                             f"secret files, read where the job is submitted (default: {SETTINGS_FILE_ENV}); "
+                             "ADSERVE_KAFKA_* variables override it")
     parser.add_argument("--group-id", default=f"adserve-{job_name}", help="consumer group of the job's sources")
     parser.add_argument("--connector-jar", default=env.get("ADSERVE_FLINK_KAFKA_JAR", ""),
                         help="path of flink-sql-connector-kafka (default: ADSERVE_FLINK_KAFKA_JAR or the one "
@@ -101,9 +119,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
                              f"up` configures it; default {'on' if state_changelog else 'off'} for this job)")
 
 
+def kafka_endpoint(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> KafkaEndpoint:
+    """The job's Kafka: --settings-file (section [kafka], then [jobs.kafka]) under the ADSERVE_KAFKA_* variables,
+    with --bootstrap over both."""
+    settings_file = getattr(args, "settings_file", "") or ""
+    endpoint = load_endpoints("jobs", {**environ, SETTINGS_FILE_ENV: settings_file}).kafka
+    if getattr(args, "bootstrap", None):
+        endpoint = dataclasses.replace(endpoint, bootstrap=tuple(b.strip() for b in args.bootstrap.split(",")))
+    return endpoint
+
+
 def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSettings:
     jar = args.connector_jar or fetched_jar("kafka")
-    return KafkaJobSettings(job_name=job_name, bootstrap=args.bootstrap, group_id=args.group_id,
+    endpoint = kafka_endpoint(args)
+    return KafkaJobSettings(job_name=job_name, bootstrap=endpoint.bootstrap_servers, endpoint=endpoint,
+                            group_id=args.group_id,
                             connector_jar=jar, startup_mode=args.startup_mode, start_offsets=args.start_offsets,
                             start_timestamp_ms=args.start_timestamp_ms,
                             bounded=args.bounded,
@@ -242,6 +272,7 @@ def kafka_source_table(t_env, name: str, topic: str, settings: KafkaJobSettings,
         "properties.bootstrap.servers": settings.bootstrap,
         "properties.group.id": settings.group_id,
         "properties.isolation.level": "read_committed",
+        **settings.kafka_client_options(),
         "scan.startup.mode": settings.startup_mode,
         "key.format": "raw",
         "key.fields": "k",
@@ -289,6 +320,7 @@ def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings, e
         "topic": topic,
         "properties.bootstrap.servers": settings.bootstrap,
         "properties.transaction.timeout.ms": str(settings.transaction_timeout_ms),
+        **settings.kafka_client_options(),
         "key.format": "raw",
         "key.fields": "k",
         "value.format": "raw",
@@ -398,6 +430,8 @@ def run_job(job_name: str, settings: Any, build: Callable[[Any, Any], None], *, 
     adjusts it), the topology built by `build(t_env, settings)`, then run until cancelled."""
     logging.basicConfig(level=logging.INFO)
     logging.getLogger(f"adserve.jobs.{job_name}").info("starting %s: %s", job_name, describe(settings))
+    if settings.kafka.endpoint is not None:  # a wrong broker, CA or password stops the job here, named
+        check_kafka(settings.kafka.endpoint)
     env, t_env = create_environment(settings.kafka, extra_jars=extra_jars)
     if configure is not None:
         configure(env, t_env)

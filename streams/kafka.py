@@ -23,16 +23,22 @@ class KafkaCallTimeout(AdserveError, TimeoutError):
     """A Kafka call did not finish within its deadline (is the broker up?)."""
 
 
-def _base(bootstrap: str) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "logger": LOG, "socket.timeout.ms": 5000}
+def client_config(bootstrap: str) -> dict[str, Any]:
+    """The configuration every client starts from: the brokers, the project's logger, and the security
+    properties of this process's Kafka (SASL, TLS: streams.endpoints, from the settings file and ADSERVE_KAFKA_*
+    variables; none for the local platform)."""
+    from streams.endpoints import kafka_client_properties
+
+    return {"bootstrap.servers": bootstrap, "logger": LOG, "socket.timeout.ms": 5000} | kafka_client_properties()
+
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient(_base(bootstrap))
+    return AdminClient(client_config(bootstrap))
 
 
 def producer(bootstrap: str, **overrides: Any) -> Producer:
-    config = _base(bootstrap) | {
+    config = client_config(bootstrap) | {
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
@@ -43,7 +49,7 @@ def producer(bootstrap: str, **overrides: Any) -> Producer:
 
 
 def consumer(bootstrap: str, group_id: str, **overrides: Any) -> Consumer:
-    config = _base(bootstrap) | {
+    config = client_config(bootstrap) | {
         "group.id": group_id,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,

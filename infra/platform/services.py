@@ -22,6 +22,7 @@ import urllib.request
 import yaml
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Mapping
 
 from infra.platform.errors import PlatformError
 from infra.platform.jars import DEBEZIUM, KAFKA
@@ -258,6 +259,17 @@ class Kafka(Service):
 
     name = "kafka"
 
+    def __init__(self, settings: PlatformSettings, *, listener: str = "PLAINTEXT",
+                 broker_properties: Mapping[str, str] | None = None,
+                 client_properties: Mapping[str, str] | None = None):
+        """`listener`: the security protocol of the client listener on kafka_port (PLAINTEXT for the platform;
+        SASL_SSL, with its key store and users in `broker_properties`, for a broker that checks TLS and SASL);
+        `client_properties`: the librdkafka properties the health check connects with."""
+        super().__init__(settings)
+        self.listener = listener
+        self.broker_properties = dict(broker_properties or {})
+        self.client_properties = dict(client_properties or {})
+
     @property
     def ports(self) -> list[int]:
         return [self.settings.kafka_port, self.settings.kafka_controller_port]
@@ -274,11 +286,11 @@ class Kafka(Service):
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{s.host}:{s.kafka_controller_port}",
-            "listeners": f"PLAINTEXT://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{s.host}:{s.kafka_port}",
+            "listeners": f"{self.listener}://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port}",
+            "advertised.listeners": f"{self.listener}://{s.host}:{s.kafka_port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name": self.listener,
+            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{self.listener}:{self.listener}",
             "log.dirs": str(self.data_dir / "logs"),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",
@@ -295,6 +307,7 @@ class Kafka(Service):
             # Simulated days replay event time far from the wall clock: accept any record timestamp.
             "log.message.timestamp.before.max.ms": "9223372036854775807",
             "log.message.timestamp.after.max.ms": "9223372036854775807",
+            **self.broker_properties,
         }
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -324,7 +337,10 @@ class Kafka(Service):
     def healthy(self) -> bool:
         from streams import kafka
 
-        metadata = kafka.admin(self.settings.kafka_bootstrap).list_topics(timeout=2)
+        from confluent_kafka.admin import AdminClient
+
+        config = kafka.client_config(self.settings.kafka_bootstrap) | self.client_properties
+        metadata = AdminClient(config).list_topics(timeout=2)
         return len(metadata.brokers) >= 1
 
 
