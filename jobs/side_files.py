@@ -10,6 +10,8 @@ from urllib.parse import unquote, urlparse
 
 from core.errors import InvalidSettings
 
+READ_CHUNK_BYTES = 1 << 20  # a compressed file of Beam's reads only in sized pieces
+
 
 def read_side_file(uri: str, setting: str) -> bytes | None:
     """The bytes at `uri`, or None when `uri` is empty (no file configured).
@@ -25,8 +27,8 @@ def read_side_file(uri: str, setting: str) -> bytes | None:
         if not FileSystems.exists(path):
             raise InvalidSettings(f"{setting}: {uri} does not exist (give a readable local path, file:// or "
                                   f"object-storage URL, or leave it empty)")
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
-            return handle.read()
+        with FileSystems.open(path) as handle:  # compression by the name's suffix (.gz, .bz2), as Beam reads
+            return b"".join(iter(lambda: handle.read(READ_CHUNK_BYTES), b""))
     except InvalidSettings:
         raise
     except Exception as exc:  # noqa: BLE001 - Beam's filesystems raise many types (unknown scheme, IOError,

@@ -95,6 +95,14 @@ def test_a_file_that_is_not_a_curves_document_fails_naming_the_setting(tmp_path)
         load_curves(str(path))
 
 
+def test_gzipped_curves_are_read_by_their_suffix(tmp_path):
+    import gzip
+
+    path = tmp_path / "curves.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(DOCUMENT).encode()))
+    assert load_curves(str(path)) == Curves.from_document(DOCUMENT)
+
+
 def test_a_side_file_reads_as_none_only_when_no_uri_is_given(tmp_path):
     (tmp_path / "empty").write_bytes(b"")
     assert read_side_file("", "--x") is None
