@@ -20,6 +20,7 @@ from aiohttp import web
 LOG = logging.getLogger("adserve.drain")
 READY_PATH = "/ready"
 DRAIN_DELAY_S = 5.0
+ACCEPT_SETTLE_S = 0.2
 
 
 @dataclass
@@ -85,4 +86,14 @@ async def drain_and_close(runner: web.AppRunner, delay_s: float = DRAIN_DELAY_S)
     """`begin_drain`, then the runner's cleanup: the listener closed, the requests in flight finished, the
     service's on_cleanup hooks run."""
     await begin_drain(runner.app, delay_s)
+    await close_listener(runner)
     await runner.cleanup()
+
+
+async def close_listener(runner: web.BaseRunner) -> None:
+    """Stop accepting connections, then give the ones accepted at that instant a moment to be set up, so the
+    runner's cleanup answers their requests like any in flight. (aiohttp's cleanup alone can miss a connection
+    accepted as the listener closes: its request then waits, unanswered, for the shutdown timeout.)"""
+    for site in list(runner.sites):
+        await site.stop()
+    await asyncio.sleep(ACCEPT_SETTLE_S)

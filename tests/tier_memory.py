@@ -73,7 +73,7 @@ class OneProfileStore:
 
 
 def build_state(records: dict[str, list[dict[str, Any]]]) -> ServingState:
-    state = ServingState("memory-probe")
+    state = ServingState("tier-memory")
     state.load_snapshot(((topic, r) for topic, rows in records.items() for r in rows), NOW_MS)
     return state
 
@@ -90,7 +90,7 @@ def run_worker(state: ServingState | None, records: dict[str, list[dict[str, Any
         state.index.apply_learned(ids, np.full(n, 0.02), np.full(n, 2.0), np.full(n, 98.0), np.full(n, 1.0))
 
     async def main() -> None:
-        server = AdServer(ServerConfig(server_id=f"memory-probe-w{worker}", max_in_flight=10_000,
+        server = AdServer(ServerConfig(server_id=f"tier-memory-w{worker}", max_in_flight=10_000,
                                        admission_wait_ms=60_000, deadline_ms=60_000), state,
                           OneProfileStore(worker), TokenKeys({"k1": b"0" * 32}, "k1"),  # type: ignore[arg-type]
                           served_log=DroppedServedLog(), ready=lambda: True)

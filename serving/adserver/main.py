@@ -23,7 +23,7 @@ from serving.adserver.offloop import ServedLog, SpendReporter
 from serving.adserver.request import GeoResolver
 from serving.adserver.settings import AdServerSettings
 from serving.adserver.state import ServingState, TopicFollower
-from serving.drain import DRAIN_DELAY_S, begin_drain
+from serving.drain import DRAIN_DELAY_S, begin_drain, close_listener
 from serving.decision.engine import DecisionEngine
 from serving.decision.prediction import Predictor
 from serving.snapshots import latest_snapshot, read_snapshot
@@ -61,6 +61,7 @@ class RunningAdServer:
         budget slices dropped (the last report names each one's final spend). Nothing is served after the
         last spend report is cut."""
         await begin_drain(self.runner.app, delay_s)
+        await close_listener(self.runner)
         await self.runner.cleanup()
         await self.server.drain()
         for task in self.tasks:

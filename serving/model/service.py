@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from core.errors import AdserveError, BadRequest, InvalidSettings
 from serving.body_limits import PREDICTION_MAX_BODY_BYTES, application
 from serving.decision.prediction import PredictionRequest, Predictions, PredictionTimeout
-from serving.drain import begin_drain, until_terminated
+from serving.drain import begin_drain, close_listener, until_terminated
 from serving.model.canary import promotion_refusal, routes_to_candidate
 from serving.scrape_targets import announce
 
@@ -586,6 +586,7 @@ def run_prediction_service(service: PredictionService, *, host: str = "127.0.0.1
             await until_terminated()
         finally:
             await begin_drain(running.runner.app, drain_delay_s)
+            await close_listener(running.runner)
             await running.stop()
 
     asyncio.run(main())
