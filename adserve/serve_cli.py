@@ -48,20 +48,17 @@ def process_endpoints_of(kind: str):
 
 
 def redis_host_port(endpoints) -> tuple[str | None, int]:
-    """The host and port of a Redis given as a plain redis://host:port URL other than the local platform's
-    (None: the platform's ADSERVE_HOST and ADSERVE_REDIS_PORT stand). The servers that reach Redis by host and
-    port take no TLS, password, Sentinel or Cluster: such a Redis is refused at start, naming the setting."""
+    """The host and port of the Redis URL of `endpoints` when it is not the local platform's (None: the
+    platform's ADSERVE_HOST and ADSERVE_REDIS_PORT stand). The servers that take Redis by host and port get
+    the endpoint's password, TLS, Sentinel or Cluster through streams.endpoints.redis_at, which knows it by
+    that address."""
     from urllib.parse import urlsplit
 
-    from core.endpoints import local_defaults, setting_name
-    from core.errors import InvalidSettings
+    from core.endpoints import local_defaults
 
     redis = endpoints.redis
     if redis.url == local_defaults(os.environ)["redis"]["url"] and redis.mode == "single":
         return None, 0
-    if redis.tls or redis.password.value or redis.mode != "single" or urlsplit(redis.url).password:
-        raise InvalidSettings(f"{setting_name('redis', 'url')}: this server reaches Redis by host and port only "
-                              f"(no TLS, password, Sentinel or Cluster); give it a redis://host:port URL")
     where = urlsplit(redis.url)
     return where.hostname, where.port or 6379
 

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from core.frequency import MAX_FIELDS, RECORD_TTL_MS, WEEK_DAYS, field_name, parse_record
 from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE
 from streams import redis_keys
+from streams.endpoints import redis_at
 
 # KEYS[1] = fc:{user}; ARGV = today, ttl_ms, max_fields, field...
 # Same rule as core.frequency.fields_to_drop (a test checks them against each other).
@@ -120,8 +120,9 @@ class UserStore:
     """Async access to profiles and frequency records in one Redis."""
 
     def __init__(self, host: str, port: int, *, read_timeout_s: float = 0.005, max_fields: int = MAX_FIELDS):
-        self.redis = aioredis.Redis(host=host, port=port, socket_timeout=1.0, socket_connect_timeout=1.0,
-                                    max_connections=64)
+        # The process's Redis endpoint (password, TLS, Sentinel, Cluster) when host:port is its address
+        self.redis = redis_at(host, port, asyncio=True, socket_timeout=1.0, socket_connect_timeout=1.0,
+                              max_connections=64)
         self.read_timeout_s = read_timeout_s
         self.max_fields = max_fields
         self._record = self.redis.register_script(_RECORD_SCRIPT)

@@ -110,13 +110,13 @@ def redis_client(redis: RedisEndpoint, *, asyncio: bool = False, socket_timeout_
         import redis as module
         from redis.cluster import ClusterNode, RedisCluster
         from redis.sentinel import Sentinel
-    common: dict[str, Any] = {"socket_timeout": socket_timeout_s, "socket_connect_timeout": socket_timeout_s,
-                              **options}
+    common: dict[str, Any] = {"socket_timeout": socket_timeout_s, "socket_connect_timeout": socket_timeout_s}
+    common.update(options)
     if redis.password.value:
         common["password"] = redis.password.value
     tls = {"ssl": True, "ssl_ca_certs": redis.ssl_ca_file or None} if redis.tls else {}
     if redis.mode == "sentinel":
-        sentinel = Sentinel(list(redis.sentinels), sentinel_kwargs={"socket_timeout": socket_timeout_s},
+        sentinel = Sentinel(list(redis.sentinels), sentinel_kwargs={"socket_timeout": common["socket_timeout"]},
                             **common, **tls)
         return sentinel.master_for(redis.sentinel_master)
     if redis.mode == "cluster":
@@ -124,6 +124,37 @@ def redis_client(redis: RedisEndpoint, *, asyncio: bool = False, socket_timeout_
                             **common, **tls)
     url_options = {"ssl_ca_certs": redis.ssl_ca_file} if redis.ssl_ca_file else {}
     return module.Redis.from_url(redis.url, **common, **url_options)
+
+
+def redis_at(host: str, port: int, *, asyncio: bool = False, **options: Any):
+    """A client for the Redis at host:port: when that is the address of this process's Redis endpoint (its URL's
+    host and port), with the endpoint's password, TLS CA, Sentinel or Cluster; else a plain connection."""
+    redis = process_endpoints().redis
+    if _address(redis.url) == (host, int(port)):
+        return redis_client(redis, asyncio=asyncio, **options)
+    if asyncio:
+        from redis import asyncio as module
+    else:
+        import redis as module
+    return module.Redis(host=host, port=port, **options)
+
+
+def redis_from_url(url: str, **options: Any):
+    """A (blocking) client for the Redis at `url`: this process's Redis endpoint, with its password, TLS CA,
+    Sentinel or Cluster, when `url` is the endpoint's URL; else redis-py's own client for the URL."""
+    redis = process_endpoints().redis
+    if url == redis.url:
+        return redis_client(redis, **options)
+    import redis as module
+
+    return module.Redis.from_url(url, **options)
+
+
+def _address(url: str) -> tuple[str | None, int]:
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    return where.hostname, where.port or 6379
 
 
 # Start-up checks -------------------------------------------------------------------------------------------

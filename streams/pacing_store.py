@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import redis
 
 from streams import redis_keys
+from streams.endpoints import redis_from_url
 
 TTL_S = 3 * 86_400
 
@@ -51,7 +51,7 @@ class PacingDay:
 
 class PacingStore:
     def __init__(self, url: str):
-        self.client = redis.Redis.from_url(url, socket_timeout=5)
+        self.client = redis_from_url(url, socket_timeout=5)
         self._days: dict[int, str] = {}
 
     def write(self, points: Iterable[dict[str, Any]]) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-import redis
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from core import privacy
@@ -18,6 +17,7 @@ from core.errors import CorruptRecord
 from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka, redis_keys
+from streams.endpoints import redis_from_url
 
 RECORD_TYPE = "UserDeletion"
 APPLIER_GROUP = "adserve-user-deletions"
@@ -105,7 +105,7 @@ def erase_from_redis(redis_url: str, requests: Iterable[privacy.DeletionRequest]
     keys = [key for request in requests for key in user_keys(request.user_id)]
     if not keys:
         return 0
-    client = redis.Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+    client = redis_from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
     try:
         return int(client.delete(*keys))
     finally:

@@ -15,6 +15,7 @@ import redis
 
 from core import user_activity
 from streams import redis_keys
+from streams.endpoints import redis_from_url
 
 DEFAULT_TTL_MS = 7 * 86_400_000
 
@@ -60,7 +61,7 @@ class UserFeatureStore:
     """Batched writes of the job's user features into one Redis."""
 
     def __init__(self, redis_url: str, ttl_ms: int = DEFAULT_TTL_MS) -> None:
-        self.client = redis.Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self.client = redis_from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
         self.script = self.client.register_script(_WRITE_SCRIPT)
         self.ttl_ms = int(ttl_ms)
         self._names = json.dumps(list(user_activity.OWNED_NAMES))

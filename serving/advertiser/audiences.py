@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis.asyncio as aioredis
 
 from core.audiences import AudienceSalt, audience_value
 from core.errors import InvalidField
 from serving.advertiser.store import CampaignStore
 from streams import redis_keys
+from streams.endpoints import redis_at
 
 REDIS_BATCH = 1_000  # SADDs per pipeline round trip
 
@@ -95,8 +95,7 @@ class AudienceMembers:
     the API keys each uploaded hash (`member_keys`) before anything is stored."""
 
     def __init__(self, redis_host: str, redis_port: int, salt: AudienceSalt):
-        self.redis = aioredis.Redis(host=redis_host, port=redis_port, socket_timeout=5.0,
-                                    socket_connect_timeout=2.0)
+        self.redis = redis_at(redis_host, redis_port, asyncio=True, socket_timeout=5.0, socket_connect_timeout=2.0)
         self.salt = salt
 
     def member_keys(self, uploaded_hashes: list[str]) -> list[str]:

@@ -282,3 +282,36 @@ def test_a_redis_sentinel_client_is_built_for_the_primary():
     client = loader.redis_client(production().redis)
     assert type(client).__name__ == "Redis"
     assert client.connection_pool.service_name == "adserve"
+
+
+def test_a_client_for_the_address_of_the_process_redis_gets_its_sentinel_and_password():
+    loader.use(production())
+    try:
+        client = loader.redis_at("redis.prod", 6379, asyncio=True, socket_timeout=1.0)
+        assert client.connection_pool.service_name == "adserve"
+        assert client.connection_pool.connection_kwargs["password"] == "redis-pw-3d4e5f"
+        other = loader.redis_at("127.0.0.1", 16379, socket_timeout=1.0)
+        assert other.connection_pool.connection_kwargs.get("password") is None
+    finally:
+        loader.forget()
+
+
+def test_a_server_started_with_a_settings_file_reads_its_endpoints_as_its_variables(tmp_path, monkeypatch):
+    from adserve.serve_cli import platform_environ
+
+    (tmp_path / "dsn").write_text("host=pg.prod user=adserve password=pg-pw dbname=adserve\n")
+    path = tmp_path / "settings.toml"
+    path.write_text(f'[kafka]\nbootstrap = ["k1:9092", "k2:9092"]\n[postgres]\ndsn_file = "{tmp_path / "dsn"}"\n'
+                    f'[redis]\nurl = "redis://redis.prod:6390/0"\n')
+    monkeypatch.setenv("ADSERVE_SETTINGS_FILE", str(path))
+    monkeypatch.setenv(loader.PROCESS_KIND_ENV, "tools")  # restored after: platform_environ sets it
+    monkeypatch.delenv("ADSERVE_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.delenv("ADSERVE_POSTGRES_DSN", raising=False)
+    try:
+        environ = platform_environ("adserver")
+        assert environ["ADSERVE_KAFKA_BOOTSTRAP"] == "k1:9092,k2:9092"
+        assert environ["ADSERVE_POSTGRES_DSN"] == "host=pg.prod user=adserve password=pg-pw dbname=adserve"
+        assert (environ["ADSERVE_HOST"], environ["ADSERVE_REDIS_PORT"]) == ("redis.prod", "6390")
+        assert loader.process_endpoints().kind == "adserver"
+    finally:
+        loader.forget()
