@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from infra.platform import PlatformSettings
@@ -105,7 +106,10 @@ def _submission(args: argparse.Namespace) -> tuple[str, object, list[str]]:
 
     settings = PlatformSettings.from_env()
     job_args = list(args.job_args)
-    if "--bootstrap" not in job_args:
+    settings_file = os.environ.get("ADSERVE_SETTINGS_FILE", "")
+    if settings_file and "--settings-file" not in job_args:  # the job's driver does not see this environment
+        job_args += ["--settings-file", settings_file]
+    if "--bootstrap" not in job_args and "--settings-file" not in job_args:
         job_args += ["--bootstrap", settings.kafka_bootstrap]
     if "--connector-jar" not in job_args:
         job_args += ["--connector-jar", str(flink_connector_jar(settings))]
