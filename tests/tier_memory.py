@@ -78,6 +78,28 @@ def build_state(records: dict[str, list[dict[str, Any]]]) -> ServingState:
     return state
 
 
+def ad_server(state: ServingState, worker: int) -> AdServer:
+    return AdServer(ServerConfig(server_id=f"tier-memory-w{worker}", max_in_flight=10_000, admission_wait_ms=60_000,
+                                 deadline_ms=60_000), state, OneProfileStore(worker),  # type: ignore[arg-type]
+                    TokenKeys({"k1": b"0" * 32}, "k1"), served_log=DroppedServedLog(), ready=lambda: True)
+
+
+def warm_request_path(state: ServingState) -> None:
+    """Serve a few requests in the parent before it forks, so every module the request path imports lazily is
+    imported (and compiled, in a fresh checkout) once, in pages the workers share, as in a parent that has
+    served; otherwise whichever tier ran first would count that in its workers' private memory."""
+    async def main() -> None:
+        runner = web.AppRunner(ad_server(state, -1).app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        for seed in range(20):
+            await asyncio.to_thread(ask, port, random.Random(seed))
+        await runner.cleanup()
+    asyncio.run(main())
+
+
 def run_worker(state: ServingState | None, records: dict[str, list[dict[str, Any]]], port: int,
                ready_dir: Path, learned: bool, worker: int) -> None:
     """One worker: the ad server's app on the shared port until SIGTERM (`state` None: build its own index);
@@ -90,11 +112,7 @@ def run_worker(state: ServingState | None, records: dict[str, list[dict[str, Any
         state.index.apply_learned(ids, np.full(n, 0.02), np.full(n, 2.0), np.full(n, 98.0), np.full(n, 1.0))
 
     async def main() -> None:
-        server = AdServer(ServerConfig(server_id=f"tier-memory-w{worker}", max_in_flight=10_000,
-                                       admission_wait_ms=60_000, deadline_ms=60_000), state,
-                          OneProfileStore(worker), TokenKeys({"k1": b"0" * 32}, "k1"),  # type: ignore[arg-type]
-                          served_log=DroppedServedLog(), ready=lambda: True)
-        app = server.app()
+        app = ad_server(state, worker).app()
 
         async def tag(request: web.Request, response: web.StreamResponse) -> None:
             response.headers["X-Worker"] = str(worker)
@@ -138,7 +156,7 @@ def wait_listening(ready_dir: Path, workers: int, timeout_s: float = 300.0) -> N
 
 def measure(ads: int, workers: int, requests: int, mode: str) -> dict[str, Any]:
     records = synthetic_serving_records(ads)
-    build_state(synthetic_serving_records(100))  # the modules a build imports and caches are not the index
+    warm_request_path(build_state(synthetic_serving_records(100)))  # what a build and a request import: not the index
     gc.collect()
     before = private_memory_bytes_self()
     state = build_state(records) if mode != "own" else None
