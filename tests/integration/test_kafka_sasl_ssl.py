@@ -1,6 +1,7 @@
 """A Flink job and the ad server against a Kafka that takes only SASL_SSL, their settings from a settings file
 with the password in a secret file; and a wrong CA, a wrong password or an unreachable broker stopping the ad
-server at start with the setting named.
+server at start with the setting named (an unreachable Redis or PostgreSQL too, for the ad server and the
+advertiser API).
 
 The test makes its own CA and broker certificate (the openssl command), and starts a second, separate local
 broker (the platform's Kafka distribution, own home folder and ports) whose only client listener is SASL_SSL
@@ -244,3 +245,19 @@ def test_a_wrong_kafka_setting_stops_the_ad_server_at_start_naming_it(platform, 
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert setting in done.stderr
     assert "not-the-password" not in done.stdout + done.stderr and PASSWORD not in done.stdout + done.stderr
+
+
+def test_an_unreachable_redis_or_postgresql_stops_its_server_at_start_naming_the_setting(platform):
+    closed = free_port()
+    env = os.environ | platform.as_env() | {"ADSERVE_REDIS_URL": f"redis://127.0.0.1:{closed}/0"}
+    ads = subprocess.run([sys.executable, "-m", "adserve", "serve", "ads", "--workers", "0", "--dev",
+                          "--port", str(free_port())], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert ads.returncode == 2 and "redis.url (ADSERVE_REDIS_URL)" in ads.stderr, ads.stderr[-2000:]
+
+    dsn = f"host=127.0.0.1 port={closed} user=adserve password=pg-start-check-secret dbname=adserve"
+    env = os.environ | platform.as_env() | {"ADSERVE_POSTGRES_DSN": dsn}
+    api = subprocess.run([sys.executable, "-m", "adserve", "serve", "advertiser-api", "--port", str(free_port())],
+                         env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert api.returncode == 2 and "postgres.dsn (ADSERVE_POSTGRES_DSN)" in api.stderr, api.stderr[-2000:]
+    assert "pg-start-check-secret" not in api.stdout + api.stderr
