@@ -315,3 +315,38 @@ def test_a_server_started_with_a_settings_file_reads_its_endpoints_as_its_variab
         assert loader.process_endpoints().kind == "adserver"
     finally:
         loader.forget()
+
+
+def test_a_job_takes_its_kafka_from_the_settings_file_and_prints_it_masked(tmp_path):
+    import argparse
+
+    from jobs.flink_io import KafkaJobSettings, add_common_arguments, kafka_endpoint
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text(_any_ca_pem())
+    (tmp_path / "pw").write_text("job-secret-pw\n")
+    path = tmp_path / "settings.toml"
+    path.write_text(f'[kafka]\nbootstrap = "k1:9093"\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "PLAIN"\n'
+                    f'username = "job"\npassword_file = "{tmp_path / "pw"}"\nssl_ca_file = "{ca}"\n')
+    parser = argparse.ArgumentParser()
+    add_common_arguments(parser, "event_counts")
+    endpoint = kafka_endpoint(parser.parse_args(["--settings-file", str(path)]), {})
+    assert endpoint.bootstrap == ("k1:9093",)
+    settings = KafkaJobSettings("event_counts", endpoint.bootstrap_servers, "g", "connector.jar", endpoint=endpoint)
+    options = settings.kafka_client_options()
+    assert options["properties.ssl.truststore.certificates"] == ca.read_text()
+    assert "job-secret-pw" in options["properties.sasl.jaas.config"]
+    assert "job-secret-pw" not in describe(settings) + repr(settings)
+    explicit = kafka_endpoint(parser.parse_args(["--settings-file", str(path), "--bootstrap", "a:1,b:2"]), {})
+    assert explicit.bootstrap == ("a:1", "b:2") and explicit.username == "job"
+
+
+def _any_ca_pem() -> str:
+    """A CA certificate in PEM from the system's trust store (any will do for parsing)."""
+    import ssl
+
+    context = ssl.create_default_context()
+    certificates = context.get_ca_certs(binary_form=True)
+    if not certificates:
+        pytest.skip("no system CA certificate to parse")
+    return ssl.DER_cert_to_PEM_cert(certificates[0])
