@@ -282,7 +282,9 @@ def cmd_snapshot_write(args) -> int:
 
     from serving.snapshots import SnapshotWriterSettings, cut, write_every
 
-    settings = SnapshotWriterSettings(PlatformSettings.from_env().kafka_bootstrap, snapshot_dir(args.dir),
+    from streams.endpoints import current
+
+    settings = SnapshotWriterSettings(current().kafka.bootstrap_servers, snapshot_dir(args.dir),
                                       args.every or 3600.0)
     print(f"snapshot {cut(settings)} written", flush=True)
     if args.every:

@@ -313,9 +313,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
             records = archived_records(args.archive, request_id, topic=args.topic, days=args.day)
             where = f"the archive {args.archive}"
         else:
-            from infra.platform import PlatformSettings
+            from streams.endpoints import current
 
-            bootstrap = args.bootstrap or PlatformSettings.from_env().kafka_bootstrap
+            bootstrap = args.bootstrap or current().kafka.bootstrap_servers
             records = topic_records(bootstrap, request_id, topic=args.topic, timeout_s=args.timeout_s)
             where = f"topic {args.topic} at {bootstrap}"
         try:

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaException
 
 from core.errors import AdserveError
 from infra.platform import PlatformSettings
+from streams.endpoints import current
 from schemas import topics
 
 PORTS_HELP = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
@@ -62,14 +63,14 @@ def cmd_users_delete(args: argparse.Namespace) -> int:
     from core.errors import InvalidField
     from streams.user_deletions import request_deletion
 
-    settings = PlatformSettings.from_env()
+    bootstrap = current().kafka.bootstrap_servers
     try:
         request = privacy.deletion_request(args.user_id, int(time.time() * 1000), str(uuid.uuid4()), args.reason)
     except InvalidField as exc:
         print(f"adserve users delete: {exc}", file=sys.stderr)
         return 2
     try:
-        request_deletion(settings.kafka_bootstrap, request, args.topic)
+        request_deletion(bootstrap, request, args.topic)
     except (KafkaException, AdserveError) as exc:
         print(f"adserve users delete: the request was not taken, nothing was requested: {exc}", file=sys.stderr)
         return 1
@@ -92,13 +93,13 @@ def _apply_deletions(args: argparse.Namespace) -> int:
     from core import privacy
     from streams import user_deletions
 
-    settings = PlatformSettings.from_env()
+    settings, endpoints = PlatformSettings.from_env(), current()
     now_ms = int(time.time() * 1000)
-    pending = user_deletions.PendingDeletions(settings.kafka_bootstrap, args.topic,
+    pending = user_deletions.PendingDeletions(endpoints.kafka.bootstrap_servers, args.topic,
                                               args.group_id or user_deletions.APPLIER_GROUP)
     try:
         requests = pending.read()
-        removed_keys = user_deletions.erase_from_redis(settings.redis_url, requests)
+        removed_keys = user_deletions.erase_from_redis(endpoints.redis.url, requests)
         print(f"{len(requests)} pending request(s): {removed_keys} Redis key(s) removed"
               + (f"; {pending.corrupt} undecodable record(s) skipped" if pending.corrupt else ""))
         late = privacy.overdue(requests, (), now_ms)
@@ -108,7 +109,7 @@ def _apply_deletions(args: argparse.Namespace) -> int:
         if not args.skip_archive:
             archive = args.archive or os.environ.get("ADSERVE_ARCHIVE_DIR") or str(settings.home / "archive")
             if "://" in archive or Path(archive).is_dir():
-                report = erase_archive(settings.kafka_bootstrap, args.topic, archive,
+                report = erase_archive(endpoints.kafka.bootstrap_servers, args.topic, archive,
                                        args.report_dir or Path(archive) / "_erasure" / str(now_ms))
                 print(f"archive {archive}: {report['files_rewritten']} file(s) rewritten, records removed "
                       f"{json.dumps(report['removed'])}")

@@ -63,8 +63,14 @@ def process_endpoints() -> Endpoints:
     """This process's endpoints: those `use` chose, else those of kind ADSERVE_PROCESS_KIND (default "tools")
     loaded from the settings file and the environment once."""
     if not _PROCESS:
-        _PROCESS.append(load(os.environ.get(PROCESS_KIND_ENV, "tools") or "tools"))
+        _PROCESS.append(current())
     return _PROCESS[0]
+
+
+def current() -> Endpoints:
+    """The endpoints of kind ADSERVE_PROCESS_KIND (default "tools") as the settings file and the environment say
+    now: for a command's addresses, read afresh on every call (process_endpoints keeps the first it loaded)."""
+    return load(os.environ.get(PROCESS_KIND_ENV, "tools") or "tools")
 
 
 def use(endpoints: Endpoints) -> Endpoints:
