@@ -8,6 +8,7 @@ index builder, like any API change.
   adserve advertisers keys ADVERTISER_ID     its keys (ids, first characters, created, revoked)
   adserve advertisers revoke-key ADVERTISER_ID KEY_ID|--all
   adserve advertisers rotate-key ADVERTISER_ID   a new key; every older one revoked at once
+  adserve advertisers migrate                 the campaign store's migrations not applied yet
   adserve campaigns create FILE.yaml|json [--approve-as NAME]   an advertiser's campaigns and ads:
       advertiser: Acme
       campaigns:
@@ -32,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from adserve import provision_cli
 from core.campaigns import InvalidField, validate_ad, validate_campaign
 from infra.platform import PlatformSettings
 
@@ -159,6 +161,7 @@ def register(sub) -> None:
     p.add_argument("advertiser_id", type=int)
     p.add_argument("--operator", help="who rotates it (default ADSERVE_OPERATOR, else your login name)")
     p.set_defaults(handler=cmd_rotate_key)
+    provision_cli.add_migrate(asub)
 
     c = sub.add_parser("campaigns", help="create and change campaigns in the campaign store",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from adserve import (auction_cli, bench_cli, campaigns_cli, jobs_cli, learning_cli, model_cli, operators_cli,
-                     pacing_cli, serve_cli, users_cli)
+                     pacing_cli, provision_cli, serve_cli, users_cli)
 from infra.platform import PlatformSettings
 
 
@@ -24,6 +24,7 @@ def register(sub) -> None:
     pacing_cli.register(sub)
     model_cli.register(sub)
     learning_cli.register(sub)
+    provision_cli.register(sub)
 
 
 # auction ------------------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 `adserve up` applies the campaign store's migrations and then registers (or
 updates) the connector through Kafka Connect's REST API; both are idempotent.
+`adserve cdc register --connect-url URL` does the same on a production Kafka
+Connect from the PostgreSQL DSN of the process's settings (postgres.dsn): the
+connector config holds the DSN's parts, the password as given or as a Kafka
+Connect config provider reference, and is printed only with the password masked.
 Records are plain JSON (no embedded schemas): the key is the row's primary key,
 the value Debezium's envelope {before, after, op, source: {ts_ms, lsn, ...}}.
 Only committed transactions are streamed (logical decoding of the WAL), in
@@ -15,23 +19,50 @@ import urllib.request
 
 from schemas import topics
 
+from core.endpoints import setting_name
+from core.settings import MASK
+
 from infra.platform.errors import PlatformError
-from infra.platform.settings import PlatformSettings
 
 CONNECTOR = "adserve-campaign-store"
 TABLES = ("campaigns", "ads", "reserves")
 CDC_TOPICS = (topics.CDC_CAMPAIGNS, topics.CDC_ADS, topics.CDC_RESERVES)  # Debezium's, one per table
 
 
-def connector_config(settings: PlatformSettings) -> dict[str, str]:
+PASSWORD = "database.password"
+# libpq's TLS parameters Debezium takes under the same names (database.sslmode, database.sslrootcert, ...); the
+# files they name must be on the Kafka Connect workers.
+_SSL_PARAMETERS = ("sslmode", "sslrootcert", "sslcert", "sslkey")
+
+
+def connector_config(dsn: str, password_ref: str = "") -> dict[str, str]:
+    """The connector's config for the campaign store the libpq DSN (key=value or postgresql:// URL) names.
+    `password_ref`, when given, replaces the DSN's password: a Kafka Connect config provider reference
+    (`${file:/opt/kafka/secrets/postgres.properties:password}`) that the Connect workers resolve, so the password
+    is not stored in Connect's config topic. Pure (the DSN is parsed, not used)."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
+    except ProgrammingError as exc:
+        raise PlatformError(f"{setting_name('postgres', 'dsn')}: not a libpq DSN "
+                            f"({str(exc).replace(dsn, MASK)})") from None
+    missing = [key for key in ("host", "user", "dbname") if not parts.get(key)]
+    if missing or parts["host"].startswith("/"):
+        raise PlatformError(f"{setting_name('postgres', 'dsn')}: Debezium reaches PostgreSQL over the network and "
+                            f"needs a host name, user and dbname in the DSN (missing: "
+                            f"{', '.join(missing) or 'host is a socket folder'})")
+    ssl = {f"database.{key}": parts[key] for key in _SSL_PARAMETERS if parts.get(key)}
     return {
         "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
         "plugin.name": "pgoutput",
-        "database.hostname": settings.host,
-        "database.port": str(settings.postgres_port),
-        "database.user": "adserve",
-        "database.password": "",
-        "database.dbname": "adserve",
+        "database.hostname": parts["host"],
+        "database.port": parts.get("port") or "5432",
+        "database.user": parts["user"],
+        PASSWORD: password_ref or parts.get("password", ""),
+        "database.dbname": parts["dbname"],
+        **ssl,
         "topic.prefix": "cdc",
         "table.include.list": ",".join(f"public.{t}" for t in TABLES),
         "publication.name": "adserve_cdc",
@@ -48,23 +79,37 @@ def connector_config(settings: PlatformSettings) -> dict[str, str]:
     }
 
 
+def masked_config(config: dict[str, str]) -> dict[str, str]:
+    """The config as it may be printed: the password as ***, a config provider reference (`${...}`) as it is."""
+    password = config.get(PASSWORD, "")
+    return config | {PASSWORD: MASK} if password and not password.startswith("${") else dict(config)
+
+
 def _request(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, object]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=15) as resp:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(request, timeout=15) as resp:  # noqa: S310 - the Connect URL the user gave
             text = resp.read().decode()
             return resp.status, json.loads(text) if text else None
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+    except urllib.error.URLError as e:
+        raise PlatformError(f"Kafka Connect at {url} did not answer: {e.reason}") from None
 
 
-def ensure_connector(settings: PlatformSettings, timeout_s: float = 60.0) -> str:
-    """Create or update the connector and wait until it and its task run; returns its state."""
-    base = f"{settings.connect_url}/connectors/{CONNECTOR}"
-    status, body = _request(f"{base}/config", "PUT", connector_config(settings))
+def _scrubbed(text: object, config: dict[str, str]) -> str:
+    password = config.get(PASSWORD, "")
+    return str(text).replace(password, MASK) if password else str(text)
+
+
+def ensure_connector(connect_url: str, config: dict[str, str], timeout_s: float = 60.0) -> str:
+    """Create or update the connector on the Kafka Connect at `connect_url` and wait until it and its task run;
+    returns its state. No message it raises holds the password."""
+    base = f"{connect_url.rstrip('/')}/connectors/{CONNECTOR}"
+    status, body = _request(f"{base}/config", "PUT", config)
     if status not in (200, 201):
-        raise PlatformError(f"Kafka Connect refused the Debezium connector ({status}): {body}")
+        raise PlatformError(f"Kafka Connect refused the Debezium connector ({status}): {_scrubbed(body, config)}")
     deadline = time.monotonic() + timeout_s
     last = "?"
     while time.monotonic() < deadline:
@@ -74,7 +119,8 @@ def ensure_connector(settings: PlatformSettings, timeout_s: float = 60.0) -> str
             last = f"connector {body['connector']['state']}, tasks {[t['state'] for t in tasks]}"
             failed = [t for t in tasks if t["state"] == "FAILED"]
             if failed:
-                raise PlatformError(f"the Debezium connector failed: {failed[0].get('trace', '')[:1500]}")
+                raise PlatformError(f"the Debezium connector failed: "
+                                    f"{_scrubbed(failed[0].get('trace', ''), config)[:1500]}")
             if body["connector"]["state"] == "RUNNING" and tasks and all(t["state"] == "RUNNING" for t in tasks):
                 return "RUNNING"
         time.sleep(0.5)

@@ -69,9 +69,9 @@ def up(settings: PlatformSettings, log: Log = print, only: list[str] | None = No
             if applied:
                 log(f"campaign store: applied migrations {', '.join(applied)}")
         if {"postgres", "connect", "kafka"} <= names:
-            from infra.platform.cdc import ensure_connector
+            from infra.platform.cdc import connector_config, ensure_connector
 
-            ensure_connector(settings)
+            ensure_connector(settings.connect_url, connector_config(settings.postgres_dsn))
             log("campaign store CDC: Debezium connector running")
     except BaseException:
         for service in reversed(started):

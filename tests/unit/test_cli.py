@@ -12,7 +12,8 @@ COMMANDS = ["up", "down", "status", "fetch", "jobs", "jobs deploy", "jobs upgrad
             "model", "model train", "model evaluate", "bench model", "explain", "learning-day",
             "serve prediction", "model canary-report", "advertisers keys", "advertisers revoke-key",
             "advertisers rotate-key", "ads", "ads review", "ads review list", "ads review approve",
-            "ads review reject", "reserves", "reserves list", "reserves set", "reserves unset"]
+            "ads review reject", "reserves", "reserves list", "reserves set", "reserves unset",
+            "topics", "topics create", "cdc", "cdc register", "advertisers migrate"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -429,9 +429,40 @@ def _secret_key_refs(node: Any) -> list[dict[str, Any]]:
     return own + [ref for value in node.values() for ref in _secret_key_refs(value)]
 
 
+# What the bootstrap Job runs, in order: (command, action) of each container, init containers first.
+BOOTSTRAP_STEPS = [("advertisers", "migrate"), ("topics", "create"), ("cdc", "register")]
+
+
+def bootstrap_problems(docs: Docs) -> list[str]:
+    """One Job runs the campaign store's migrations, the topics and the CDC connector in that order, each command
+    parsing with `adserve`'s parser, with the settings file and a process kind."""
+    parser = build_parser()
+    jobs = of_kind(docs, "Job")
+    if len(jobs) != 1:
+        return [f"{len(jobs)} Jobs, want 1 (the bootstrap: {BOOTSTRAP_STEPS})"]
+    pod = jobs[0]["spec"]["template"]["spec"]
+    problems, steps = [], []
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        where = f"{name_of(jobs[0])} container {container['name']}"
+        args = [str(a) for a in container.get("args", [])]
+        try:
+            parsed = parser.parse_args(args)
+        except SystemExit:
+            problems.append(f"{where}: `adserve {' '.join(args)}` does not parse")
+            continue
+        steps.append((parsed.command, getattr(parsed, "action", None)))
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if env.get("ADSERVE_PROCESS_KIND") not in PROCESS_KINDS or not env.get("ADSERVE_SETTINGS_FILE"):
+            problems.append(f"{where}: needs ADSERVE_SETTINGS_FILE and an ADSERVE_PROCESS_KIND")
+    if not problems and steps != BOOTSTRAP_STEPS:
+        problems.append(f"{name_of(jobs[0])}: runs {steps}, want {BOOTSTRAP_STEPS}")
+    return problems
+
+
 CHECKS: dict[str, Callable[[Docs], list[str]]] = {
     "schema": schema_problems, "jobs": job_problems, "servers": server_problems, "images": image_problems,
-    "settings": settings_problems, "shared": shared_folder_problems}
+    "settings": settings_problems, "shared": shared_folder_problems,
+    "bootstrap": bootstrap_problems}
 
 
 # the manifests as they are ------------------------------------------------------------------------------------------
@@ -524,6 +555,12 @@ BREAKAGES: dict[str, tuple[Callable[[Docs], None], str, str]] = {
         lambda d: _find(d, "FlinkDeployment", "features")["spec"]["job"].update(
             args=["-pym", "jobs.features.main", "--parallelism", "1", "--snapshot-dir", "/tmp/features"]),
         "shared", "is on no persistent volume claim"),
+    "CDC registered before the topics exist": (
+        lambda d: _find(d, "Job", "adserve-bootstrap")["spec"]["template"]["spec"]["initContainers"].pop(),
+        "bootstrap", "want [('advertisers', 'migrate'), ('topics', 'create'), ('cdc', 'register')]"),
+    "a bootstrap flag `adserve` does not have": (
+        lambda d: _container(d, "Job", "adserve-bootstrap")["args"].append("--no-such-flag"),
+        "bootstrap", "does not parse"),
     "an image no Dockerfile builds": (
         lambda d: _container(d, "Deployment", "prediction").update(image="registry.example.com/adserve-tools:1"),
         "images", "adserve-tools"),
