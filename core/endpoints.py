@@ -282,7 +282,8 @@ class StoragePaths:
 
 @dataclass(frozen=True)
 class SchemaContracts:
-    """Where the Avro contracts are read from: empty for the ones this package ships (schemas/)."""
+    """Where an environment publishes its Avro contracts (a folder of .avsc files): a process checks at start
+    that they are the ones its code was built with (schemas/). Empty: no check."""
 
     contracts_dir: str = ""
 

@@ -50,6 +50,8 @@ def load(kind: str, environ: Mapping[str, str] = os.environ) -> Endpoints:
             raise InvalidSettings(f"{section}.{key}_file ({env_name(section, key)}_FILE)={name}: cannot read the "
                                   f"secret ({exc.strerror})") from None
     endpoints = parse(document, kind, environ, secrets)
+    if endpoints.schemas.contracts_dir:
+        check_contracts(endpoints.schemas.contracts_dir)
     for name, ca_file in (("kafka", endpoints.kafka.ssl_ca_file), ("redis", endpoints.redis.ssl_ca_file)):
         if ca_file:
             ca_pem(ca_file, setting_name(name, "ssl_ca_file"))
@@ -87,6 +89,37 @@ def forget() -> None:
 def kafka_client_properties() -> dict[str, str]:
     """The librdkafka security properties of this process's Kafka ({} for the local platform's PLAINTEXT)."""
     return process_endpoints().kafka.librdkafka_config()
+
+
+def check_contracts(folder: str) -> None:
+    """The environment's published contracts (schemas.contracts_dir: a folder of .avsc files, e.g. a mounted
+    ConfigMap) are the ones this code was built with: each .avsc there parses to the same schema as this
+    package's file of that name, and none of this package's is missing. A process whose code and environment
+    disagree on a record's layout stops at start, naming the setting and the files."""
+    import json
+
+    from schemas import SCHEMA_DIR
+
+    setting = setting_name("schemas", "contracts_dir")
+    published = Path(folder)
+    if not published.is_dir():
+        raise InvalidSettings(f"{setting}={folder}: not a folder")
+    differ, missing = [], []
+    for own in sorted(SCHEMA_DIR.glob("*.avsc")):
+        theirs = published / own.name
+        if not theirs.exists():
+            missing.append(own.name)
+            continue
+        try:
+            if json.loads(theirs.read_text()) != json.loads(own.read_text()):
+                differ.append(own.name)
+        except (OSError, ValueError) as exc:
+            raise InvalidSettings(f"{setting}={folder}: {own.name} cannot be read as JSON ({exc})") from None
+    if differ or missing:
+        raise InvalidSettings(f"{setting}={folder}: the published contracts are not this code's: "
+                              + "; ".join(part for part in (f"different: {', '.join(differ)}" if differ else "",
+                                                            f"missing: {', '.join(missing)}" if missing else "")
+                                          if part))
 
 
 def ca_pem(path: str, setting: str) -> str:

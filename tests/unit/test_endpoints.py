@@ -350,3 +350,19 @@ def _any_ca_pem() -> str:
     if not certificates:
         pytest.skip("no system CA certificate to parse")
     return ssl.DER_cert_to_PEM_cert(certificates[0])
+
+
+def test_published_contracts_that_differ_from_the_codes_stop_the_process_naming_the_setting(tmp_path):
+    import shutil
+
+    from schemas import SCHEMA_DIR
+
+    for path in SCHEMA_DIR.glob("*.avsc"):
+        shutil.copy(path, tmp_path / path.name)
+    environ = {"ADSERVE_SCHEMAS_CONTRACTS_DIR": str(tmp_path)}
+    assert loader.load("tracker", environ).schemas.contracts_dir == str(tmp_path)
+    (tmp_path / "ad_event.avsc").write_text('{"type": "record", "name": "AdEvent", "fields": []}')
+    (tmp_path / "ad_served.avsc").unlink()
+    with pytest.raises(InvalidSettings, match=r"schemas.contracts_dir \(ADSERVE_SCHEMAS_CONTRACTS_DIR\)=.*different: "
+                                              r"ad_event.avsc; missing: ad_served.avsc"):
+        loader.load("tracker", environ)
