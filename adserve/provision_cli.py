@@ -70,11 +70,13 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
 
     from infra.platform.errors import PlatformError
     from infra.platform.topics import TOPICS, ensure_topics, read_plan
+    from streams.endpoints import check_kafka
 
     if args.replication_factor < 1:
         return _failed("topics create", InvalidSettings(f"--replication-factor {args.replication_factor}: at least 1"))
     try:
         kafka = _endpoints().kafka
+        check_kafka(kafka)  # an unreachable broker, a refused certificate or password: named by its setting
         plan = read_plan(kafka.bootstrap_servers, TOPICS)
         for short in plan.under_partitioned:
             print(f"topic {short.name}: {short.partitions} partitions, specified {short.wanted} (left as it is: "

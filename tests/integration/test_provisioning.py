@@ -80,4 +80,6 @@ def test_topics_create_makes_the_missing_ones_once_and_reports_short_ones(platfo
         endpoints.forget()
     metadata = kafka.admin(platform.kafka_bootstrap).list_topics(timeout=15).topics
     assert (len(metadata[specs[0].name].partitions), len(metadata[specs[1].name].partitions)) == (3, 1)
-    kafka.admin(platform.kafka_bootstrap).delete_topics([s.name for s in specs], operation_timeout=15)
+    admin = kafka.admin(platform.kafka_bootstrap)
+    for future in admin.delete_topics([s.name for s in specs], operation_timeout=15).values():
+        future.result(timeout=30)
