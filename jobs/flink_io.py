@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from core.dead_letters import from_corrupt, time_out_of_range
-from core.endpoints import KafkaEndpoint, setting_name
+from core.endpoints import Endpoints, KafkaEndpoint, setting_name
 from core.errors import AdserveError, CorruptRecord, InvalidSettings, ShardCountChanged
 from core.settings import describe
 from streams.endpoints import SETTINGS_FILE_ENV, ca_pem, check_kafka
@@ -63,6 +63,10 @@ class KafkaJobSettings:
     state_changelog: bool = False  # incremental checkpoints: state changes logged, the state written rarely
     # The brokers' security (SASL, TLS) from --settings-file and ADSERVE_KAFKA_* (core.endpoints); None: plain
     endpoint: KafkaEndpoint | None = None
+    # storage.checkpoints / storage.savepoints of the settings: where this job's checkpoints and savepoints go
+    # (empty: the cluster's execution.checkpointing.dir and savepoint-dir)
+    checkpoints_dir: str = ""
+    savepoints_dir: str = ""
 
     def kafka_client_options(self) -> dict[str, str]:
         """The `properties.*` options of the Kafka connector for the endpoint's security: the CA inline as PEM
@@ -119,11 +123,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
                              f"up` configures it; default {'on' if state_changelog else 'off'} for this job)")
 
 
+def job_endpoints(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Endpoints:
+    """The endpoints of kind "jobs": --settings-file (shared sections, then [jobs.*]) under the ADSERVE_*
+    variables."""
+    settings_file = getattr(args, "settings_file", "") or ""
+    return load_endpoints("jobs", {**environ, SETTINGS_FILE_ENV: settings_file})
+
+
 def kafka_endpoint(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> KafkaEndpoint:
     """The job's Kafka: --settings-file (section [kafka], then [jobs.kafka]) under the ADSERVE_KAFKA_* variables,
     with --bootstrap over both."""
-    settings_file = getattr(args, "settings_file", "") or ""
-    endpoint = load_endpoints("jobs", {**environ, SETTINGS_FILE_ENV: settings_file}).kafka
+    endpoint = job_endpoints(args, environ).kafka
     if getattr(args, "bootstrap", None):
         endpoint = dataclasses.replace(endpoint, bootstrap=tuple(b.strip() for b in args.bootstrap.split(",")))
     return endpoint
@@ -131,8 +141,9 @@ def kafka_endpoint(args: argparse.Namespace, environ: Mapping[str, str] = os.env
 
 def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSettings:
     jar = args.connector_jar or fetched_jar("kafka")
-    endpoint = kafka_endpoint(args)
+    endpoint, storage = kafka_endpoint(args), job_endpoints(args).storage
     return KafkaJobSettings(job_name=job_name, bootstrap=endpoint.bootstrap_servers, endpoint=endpoint,
+                            checkpoints_dir=storage.checkpoints, savepoints_dir=storage.savepoints,
                             group_id=args.group_id,
                             connector_jar=jar, startup_mode=args.startup_mode, start_offsets=args.start_offsets,
                             start_timestamp_ms=args.start_timestamp_ms,
@@ -231,6 +242,10 @@ def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = 
     config.set_string("restart-strategy.fixed-delay.delay", "2 s")
     if settings.state_changelog:
         config.set_string("state.changelog.enabled", "true")
+    if settings.checkpoints_dir:
+        config.set_string("execution.checkpointing.dir", settings.checkpoints_dir)
+    if settings.savepoints_dir:
+        config.set_string("execution.checkpointing.savepoint-dir", settings.savepoints_dir)
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(settings.parallelism)
     env.enable_checkpointing(settings.checkpoint_interval_ms, CheckpointingMode.EXACTLY_ONCE)

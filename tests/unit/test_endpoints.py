@@ -366,3 +366,18 @@ def test_published_contracts_that_differ_from_the_codes_stop_the_process_naming_
     with pytest.raises(InvalidSettings, match=r"schemas.contracts_dir \(ADSERVE_SCHEMAS_CONTRACTS_DIR\)=.*different: "
                                               r"ad_event.avsc; missing: ad_served.avsc"):
         loader.load("tracker", environ)
+
+
+def test_a_job_takes_its_checkpoint_and_savepoint_folders_from_the_jobs_storage_settings(tmp_path):
+    import argparse
+
+    from jobs.flink_io import add_common_arguments, settings_from_args
+
+    path = tmp_path / "settings.toml"
+    path.write_text('[storage]\ncheckpoints = "s3://shared/checkpoints"\n'
+                    '[jobs.storage]\ncheckpoints = "gs://jobs/checkpoints"\nsavepoints = "gs://jobs/savepoints"\n')
+    parser = argparse.ArgumentParser()
+    add_common_arguments(parser, "event_counts")
+    args = parser.parse_args(["--settings-file", str(path), "--connector-jar", "connector.jar"])
+    settings = settings_from_args(args, "event_counts")
+    assert (settings.checkpoints_dir, settings.savepoints_dir) == ("gs://jobs/checkpoints", "gs://jobs/savepoints")
