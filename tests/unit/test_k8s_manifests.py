@@ -7,7 +7,7 @@ FlinkDeployment against the openAPIV3Schema of the Flink Kubernetes Operator's C
 jar (infra/maven/flink-operator, fetched by `adserve fetch`), with unknown fields refused as the API server's
 strict field validation refuses them. Then what no schema says: every job of jobs.deploy.JOBS runs as a
 FlinkDeployment that upgrades through a savepoint, every server's command parses with `adserve`'s own parser,
-its readinessProbe is a route its app serves (the ad server's: /ready) and its grace period covers its drain,
+its readinessProbe is /ready (every server's; 503 while it drains) and its grace period covers its drain,
 every image named is built by a Dockerfile here, and the settings file parses for every process kind.
 
 Each check returns the problems it finds; the negative cases break one rendered manifest each and expect the
@@ -50,9 +50,6 @@ PYTHON_DRIVER = "org.apache.flink.client.python.PythonDriver"
 SECRETS_DIR = "/etc/adserve/secrets/"
 FLINK_VERSION = importlib.metadata.version("apache-flink")
 # The module whose aiohttp app each `adserve serve` command runs: a readinessProbe must be one of its GET routes.
-SERVER_APPS = {"ads": "serving/adserver/app.py", "adserver": "serving/adserver/app.py",
-               "tracker": "serving/tracker.py", "prediction": "serving/model/service.py",
-               "advertiser-api": "serving/advertiser/api.py", "dashboard": "serving/dashboard/app.py"}
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 Docs = list[dict[str, Any]]
@@ -215,14 +212,9 @@ def _value_after(args: list[str], flag: str) -> str | None:
 
 # servers ------------------------------------------------------------------------------------------------------------
 
-@functools.cache
-def get_routes(module: str) -> frozenset[str]:
-    return frozenset(re.findall(r"web\.get\(\"([^\"]+)\"", (REPO_ROOT / module).read_text()))
-
-
 def server_problems(docs: Docs) -> list[str]:
     """Every workload on the servers' image: its command parses with `adserve`'s parser, it listens on all
-    addresses on its container port, its readinessProbe is a GET route of its app (the ad server's: /ready), it
+    addresses on its container port, its readinessProbe is /ready (which turns 503 while it drains), it
     has a grace period (the ad server's covers --drain-delay-s plus --grace-s), a process kind, and the ad server's
     CPU is a whole number of cores, requested as limited, equal to --workers where given."""
     problems = []
@@ -252,7 +244,7 @@ def server_problems(docs: Docs) -> list[str]:
                 problems.append(f"{where}: --port {parsed.port} is not a containerPort {sorted(ports)}")
             readiness = container.get("readinessProbe", {}).get("httpGet", {})
             path = readiness.get("path")
-            want = {"/ready"} if parsed.service in ("ads", "adserver") else get_routes(SERVER_APPS[parsed.service])
+            want = {"/ready"}  # every server answers it (serving.drain) and turns it 503 while it drains
             if path not in want:
                 problems.append(f"{where}: readinessProbe httpGet path {path!r} is not one of {sorted(want)}")
             grace = pod.get("terminationGracePeriodSeconds")
@@ -529,9 +521,9 @@ BREAKAGES: dict[str, tuple[Callable[[Docs], None], str, str]] = {
     "an ad server ready on another path": (
         lambda d: _container(d, "Deployment", "adserver")["readinessProbe"]["httpGet"].update(path="/metrics"),
         "servers", "readinessProbe httpGet path '/metrics'"),
-    "a tracker probed on a route it does not serve": (
-        lambda d: _container(d, "StatefulSet", "tracker")["readinessProbe"]["httpGet"].update(path="/ready"),
-        "servers", "readinessProbe httpGet path '/ready'"),
+    "a tracker probed on a path that does not drain": (
+        lambda d: _container(d, "StatefulSet", "tracker")["readinessProbe"]["httpGet"].update(path="/metrics"),
+        "servers", "readinessProbe httpGet path '/metrics'"),
     "an ad server killed before it drains": (
         lambda d: _find(d, "Deployment", "adserver")["spec"]["template"]["spec"].update(
             terminationGracePeriodSeconds=20), "servers", "does not cover --drain-delay-s"),
