@@ -64,11 +64,15 @@ def redis_host_port(endpoints) -> tuple[str | None, int]:
 
 
 def check_endpoints(kind: str, *, kafka: bool = False, redis: bool = False, postgres: bool = False) -> None:
-    """The start-up checks of the endpoints a server uses (streams.endpoints.check): a broker, Redis or
-    PostgreSQL that does not answer, or refuses the certificate or the credentials, stops it here, named."""
+    """The endpoints printed (secrets masked), then the start-up checks of those a server uses
+    (streams.endpoints.check): a broker, Redis or PostgreSQL that does not answer, or refuses the certificate or
+    the credentials, stops it here, named."""
+    from core.settings import describe
     from streams import endpoints as process
 
-    process.check(process.process_endpoints(), kafka=kafka, redis=redis, postgres=postgres)
+    endpoints = process.process_endpoints()
+    print(f"{kind} endpoints: {describe(endpoints)}", flush=True)  # secrets masked
+    process.check(endpoints, kafka=kafka, redis=redis, postgres=postgres)
 
 
 def register(sub) -> None:

@@ -192,6 +192,7 @@ def test_the_ad_server_serves_and_logs_over_sasl_ssl(platform, sasl_broker, on_s
     finally:
         server.terminate()
         output = server.communicate(timeout=60)[0]
+    assert "adserver endpoints: kind=adserver, kafka.bootstrap=" in output and "kafka.password=***" in output
     assert PASSWORD not in output and ADMIN_PASSWORD not in output  # printed settings mask the secret
 
 
