@@ -92,8 +92,7 @@ def _add_ads(ssub) -> None:
                                     "follows budget.state and budget.leases, reads profiles and frequency records "
                                     "from Redis, writes ad.served and budget.spend. OpenAPI at /openapi.json.",
                         epilog=TOKEN_KEYS_HELP + " " + PORTS_HELP_SHORT)
-    a.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a "
-                                                       "container)")
+    a.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     a.add_argument("--port", type=int, default=8080, help="the gateway's port; worker i listens on PORT+1+i "
                                                           "(with --reuse-port: every worker's port; with --workers "
                                                           "0: the server's own port; default 8080)")
