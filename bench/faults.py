@@ -598,8 +598,11 @@ def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timin
     log(f"[{fault}] launching campaigns {sorted(campaigns)} ...")
     launch = [(cid, role, "ACTIVE", 1) for role, cid in ids.items()]
     world.publish(launch, ads=True)
-    # The ads reach the servers at once, before the budget job has stated the new campaigns: a server meters a
-    # campaign without a state (docs/faults.md), so a launch during a fault's aftermath is inside the slice bound.
+    # The ads reach the servers once the budget job has stated every campaign of the phase: before its first
+    # state a server meters a new campaign and it gets no slice (docs/faults.md), so a phase would spend its first
+    # seconds waiting for the budget job's next step instead of serving around its fault.
+    wait_until(lambda: set(campaigns) <= set(world.feed.states), timeout_s=120,
+               what="the budget job's first state for the phase's campaigns")
     world.publish(launch, serving_ads=True)
     time.sleep(timing.settle_s)
     record.paused_at_s[ids["paused"]] = time.time()
