@@ -1,7 +1,9 @@
 """Every operator of every job has a stable uid, so a savepoint of one build restores into the next: each job's
-real entry point builds its graph here (execution stopped at env.execute, no cluster, no broker), and the
-stream graph Flink would submit is read back."""
+real entry point builds its graph in a child process (tests.stream_graphs: execution stopped at env.execute, no
+cluster, no broker), and the stream graph Flink would submit is read back."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -27,29 +29,19 @@ TABLES = {
     "archiver": {"source:archive_in_ad.served", "op:archive_in_ad.served/StreamingFileWriter",
                  "op:archive_in_ad.served/PartitionCommitter"},
 }
-ARGS = {"archiver": ["--archive-dir", "/tmp/archive", "--topics", "ad.served,ad.events"],
-        "features": ["--redis-url", "redis://127.0.0.1:1/0"]}
 
 
-def _stream_graph_uids(monkeypatch, job: str) -> list[tuple[str | None, str]]:
-    """(uid, operator name) of each node of the stream graph `job`'s entry point would submit."""
-    import importlib
+def _stream_graph_uids(*jobs: str) -> list[list[tuple[str | None, str]]]:
+    """(uid, operator name) of each node of each job's stream graph, the jobs built one after another in one child
+    process (tests.stream_graphs)."""
+    import json
+    import subprocess
+    import sys
 
-    from pyflink.datastream import StreamExecutionEnvironment
-
-    from jobs import flink_io
-
-    graphs = []
-
-    def capture(env, job_name=None):
-        graphs.append(env._generate_stream_graph(False))
-
-    monkeypatch.setattr(StreamExecutionEnvironment, "execute", capture)
-    monkeypatch.setattr(flink_io, "check_kafka", lambda endpoint: None)
-    main = importlib.import_module(f"jobs.{job}.main").main
-    main(["--bootstrap", "127.0.0.1:1", "--connector-jar", flink_io.fetched_jar("kafka"), *ARGS.get(job, [])])
-    [graph] = graphs
-    return [(node.getTransformationUID(), node.getOperatorName()) for node in graph.getStreamNodes().toArray()]
+    done = subprocess.run([sys.executable, "-m", "tests.stream_graphs", *jobs], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [[(uid, name) for uid, name in graph] for graph in json.loads(done.stdout.splitlines()[-1])]
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +55,8 @@ def connector_jar():
 
 
 @pytest.mark.parametrize("job", sorted(PINNED))
-def test_every_operator_of_every_job_has_a_unique_uid_and_its_stateful_ones_are_pinned(monkeypatch, job,
-                                                                                       connector_jar):
-    nodes = _stream_graph_uids(monkeypatch, job)
+def test_every_operator_of_every_job_has_a_unique_uid_and_its_stateful_ones_are_pinned(job, connector_jar):
+    [nodes] = _stream_graph_uids(job)
     without = [name for uid, name in nodes if uid is None]
     assert without == [], f"{job}: operators without a uid: {without}"
     uids = [uid for uid, _ in nodes]
@@ -74,10 +65,9 @@ def test_every_operator_of_every_job_has_a_unique_uid_and_its_stateful_ones_are_
     assert TABLES.get(job, set()) <= set(uids)
 
 
-def test_a_jobs_uids_do_not_depend_on_what_was_built_before_it_in_the_same_process(monkeypatch, connector_jar):
-    first = _stream_graph_uids(monkeypatch, "budget_pacing")
-    _stream_graph_uids(monkeypatch, "click_aggregator")  # moves the planner's node counter on
-    again = _stream_graph_uids(monkeypatch, "budget_pacing")
+def test_a_jobs_uids_do_not_depend_on_what_was_built_before_it_in_the_same_process(connector_jar):
+    # click_aggregator built between the two moves the planner's node counter on
+    first, _, again = _stream_graph_uids("budget_pacing", "click_aggregator", "budget_pacing")
     assert sorted(uid for uid, _ in again) == sorted(uid for uid, _ in first)
 
 
