@@ -68,3 +68,17 @@ class ServedLogStandIn:
 
     def full(self) -> bool:
         return False
+
+
+def archived_rows(archive, topic: str) -> list[dict]:
+    """The archiver's rows of `topic` under `archive` (its dt=*/hr=*/part-* Avro files, in path order): each row
+    carries the Kafka record's value bytes in `v`."""
+    from pathlib import Path
+
+    import fastavro
+
+    rows: list[dict] = []
+    for path in sorted((Path(archive) / topic).glob("dt=*/hr=*/part-*")):
+        with open(path, "rb") as f:
+            rows.extend(fastavro.reader(f))
+    return rows

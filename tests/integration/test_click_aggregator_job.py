@@ -13,6 +13,7 @@ from core import clicks
 from jobs import deploy
 from schemas.codec import AvroCodec
 from streams import kafka
+from tests.factories import archived_rows
 
 T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
 DOLLAR = 1_000_000
@@ -261,16 +262,6 @@ def test_a_taskmanager_killed_mid_stream_bills_every_event_once(platform, billin
     assert (flink.data_dir / "changelog" / billing["job_id"] / "dstl").is_dir()
 
 
-def _archived(folder, topic: str) -> list[dict]:
-    import fastavro
-
-    rows = []
-    for path in sorted((folder / topic).glob("dt=*/hr=*/part-*")):
-        with open(path, "rb") as f:
-            rows.extend(fastavro.reader(f))
-    return rows
-
-
 def test_the_archive_holds_every_record_once_and_the_nightly_recount_finds_no_difference(billing, tmp_path):
     """Runs after the TaskManager kill: the archiver went through it too."""
     from pipelines import nightly_recount
@@ -278,12 +269,12 @@ def test_the_archive_holds_every_record_once_and_the_nightly_recount_finds_no_di
     topics, archive = billing["topics"], billing["archive"]
     deadline = time.monotonic() + 120
     while True:  # files are committed at checkpoints: wait for the last billed totals to be in one
-        billed = [AvroCodec().decode(r["v"]) for r in _archived(archive, topics["billed"])]
+        billed = [AvroCodec().decode(r["v"]) for r in archived_rows(archive, topics["billed"])]
         if any(b["campaign_id"] == 999 and b["event_time"] >= T0 + 230_000 for b in billed):
             break
         assert time.monotonic() < deadline, "the archive never caught up with the billed totals"
         time.sleep(2)
-    events = _archived(archive, topics["events"])
+    events = archived_rows(archive, topics["events"])
     coordinates = [(r["partition"], r["offset"]) for r in events]
     assert len(coordinates) == len(set(coordinates))  # nothing archived twice across the restart
     assert len(events) == len(billing["feed"].sent) + 1  # every event, and the corrupt record, once

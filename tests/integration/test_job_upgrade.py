@@ -14,6 +14,7 @@ from core import clicks
 from jobs import deploy
 from schemas.codec import AvroCodec
 from streams import kafka
+from tests.factories import archived_rows
 from tests.integration.test_budget_pacing_job import PARTITIONS, Feed
 from tests.integration.test_budget_pacing_job import _campaign as _pacing_campaign
 from tests.integration.test_budget_pacing_job import _cut, _records, _report, _wait_for_state
@@ -188,16 +189,6 @@ def billing_jobs(platform, tmp_path_factory):
     _end(platform, {"click_aggregator"}, {archiver_id})
 
 
-def _archived(folder, topic: str) -> list[dict]:
-    import fastavro
-
-    rows = []
-    for path in sorted((folder / topic).glob("dt=*/hr=*/part-*")):
-        with open(path, "rb") as f:
-            rows.extend(fastavro.reader(f))
-    return rows
-
-
 def test_an_upgraded_click_aggregator_bills_every_event_once_as_the_nightly_recount_does(platform, billing_jobs,
                                                                                          tmp_path):
     from pipelines import nightly_recount
@@ -239,7 +230,7 @@ def test_an_upgraded_click_aggregator_bills_every_event_once_as_the_nightly_reco
 
     deadline = time.monotonic() + 120
     while True:  # the archive commits at checkpoints: wait for the last billed totals to be in one
-        billed = [AvroCodec().decode(r["v"]) for r in _archived(archive, topics["billed"])]
+        billed = [AvroCodec().decode(r["v"]) for r in archived_rows(archive, topics["billed"])]
         if any(b["campaign_id"] == 999 and b["event_time"] >= T0 + (UNTIL - 10) * 1000 for b in billed):
             break
         assert time.monotonic() < deadline, "the archive never caught up with the billed totals"

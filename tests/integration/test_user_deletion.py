@@ -21,6 +21,7 @@ from pipelines.avro_files import utc_day
 from schemas.codec import AvroCodec
 from sim.learning_day import DAY, make_world, simulate_day
 from streams import kafka, redis_keys
+from tests.factories import archived_rows
 
 CODEC = AvroCodec()
 KEEP_RATE = 1.0
@@ -66,11 +67,7 @@ def _archive_topic(bootstrap: str, topic: str, archive: Path, folder: str) -> No
 
 
 def _archived(archive: Path, folder: str) -> list[dict]:
-    records = []
-    for path in sorted((archive / folder).glob("dt=*/hr=*/part-*")):
-        with open(path, "rb") as f:
-            records.extend(CODEC.decode(r["v"]) for r in fastavro.reader(f))
-    return records
+    return [CODEC.decode(r["v"]) for r in archived_rows(archive, folder)]
 
 
 def _examples_of(folder: Path) -> list[dict]:
