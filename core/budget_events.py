@@ -27,7 +27,8 @@ class SpendWindow:
 
 @dataclass(frozen=True)
 class ServerSpend:
-    """One server's spend on a metered campaign in a 1 s window: draws its slice down, may ask for a new one."""
+    """One server's spend on a metered campaign in a 1 s window: draws its slice down, may ask for a new one,
+    or (`released`: a draining server's last report) hands back the slices it holds of the campaign."""
 
     server_id: str
     lease_id: str | None
@@ -35,6 +36,7 @@ class ServerSpend:
     wants_slice: bool
     max_price_micros: int
     at_ms: int
+    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def apply(state: PacerState, event: Event, market: Market) -> tuple[PacerState, 
         _apply_window(state, event)
     elif isinstance(event, ServerSpend):
         outputs = on_server_spend(state, event.server_id, event.lease_id, event.spend_micros, event.spend_micros,
-                                  event.wants_slice, event.max_price_micros, event.at_ms)
+                                  event.wants_slice, event.max_price_micros, event.at_ms, event.released)
     elif isinstance(event, LateReport):
         report = event.report
         on_spend(state, Window(event.at_ms, int(report["expected_spend_micros"]), int(report["served_ads"]),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -31,6 +31,7 @@ class SpendAccumulator:
         self._eligible: dict[int, int] = {}
         self._price: dict[int, int] = {}
         self._wants: set[int] = set()
+        self._released: set[int] = set()
         self._eligible_batches: list[np.ndarray] = []
         self._interval_start: int | None = None
 
@@ -58,6 +59,12 @@ class SpendAccumulator:
         self._wants.add(campaign_id)
         self._price[campaign_id] = max(self._price.get(campaign_id, 0), int(top_bid_micros))
 
+    def release(self, campaign_ids: Iterable[int], now_ms: int) -> None:
+        """A draining server's last interval hands back its budget slices of these campaigns: the next cut
+        names each of them in `released`, spend or not, and the budget job drops this server's slices of them."""
+        self._start(now_ms)
+        self._released.update(int(c) for c in campaign_ids)
+
     def _start(self, now_ms: int) -> None:
         if self._interval_start is None:
             self._interval_start = now_ms
@@ -65,15 +72,15 @@ class SpendAccumulator:
     def take(self, now_ms: int) -> "SpendTake | None":
         """What was added since the last take, under the next sequence number, and a fresh interval (None if
         nothing was). Constant time: the server's event loop calls it; `SpendTake.columns` does the work."""
-        if not (self._spend or self._eligible or self._wants or self._eligible_batches):
+        if not (self._spend or self._eligible or self._wants or self._released or self._eligible_batches):
             return None
         self.sequence += 1
         taken = SpendTake(self.server_id, self.sequence,
                           self._interval_start if self._interval_start is not None else now_ms, now_ms,
                           self._spend, self._served, self._eligible, self._price, self._wants,
-                          self._eligible_batches)
+                          self._eligible_batches, self._released)
         self._spend, self._served, self._eligible, self._interval_start = {}, {}, {}, None
-        self._price, self._wants, self._eligible_batches = {}, set(), []
+        self._price, self._wants, self._eligible_batches, self._released = {}, set(), [], set()
         return taken
 
     def cut(self, now_ms: int, lease_of: dict[int, str] | None = None) -> "SpendCut | None":
@@ -96,6 +103,7 @@ class SpendTake:
     price: dict[int, int]
     wants: set[int]
     eligible_batches: list[np.ndarray]
+    released: set[int] = field(default_factory=set)
 
     def columns(self, lease_of: dict[int, str] | None = None) -> "SpendCut":
         """The interval as columns sorted by campaign id; `lease_of` names the lease of each metered campaign."""
@@ -103,7 +111,7 @@ class SpendTake:
             ids, counts = np.unique(np.concatenate(self.eligible_batches), return_counts=True)
         else:
             ids, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
-        others = np.fromiter(set(self.spend) | set(self.eligible) | self.wants, np.int64)
+        others = np.fromiter(set(self.spend) | set(self.eligible) | self.wants | self.released, np.int64)
         campaigns = np.union1d(ids, others).astype(np.int64)
         eligible = np.zeros(len(campaigns), np.int32)
         eligible[np.searchsorted(campaigns, ids)] = counts
@@ -119,7 +127,7 @@ class SpendTake:
             held = np.fromiter(lease_of, np.int64, len(lease_of))
             leases = {c: lease_of[c] for c in held[np.isin(held, campaigns)].tolist()}
         return SpendCut(self.server_id, self.sequence, self.interval_start, self.event_time, campaigns, spend,
-                        served.astype(np.int32), eligible, price, leases, set(self.wants))
+                        served.astype(np.int32), eligible, price, leases, set(self.wants), set(self.released))
 
 
 @dataclass
@@ -137,6 +145,7 @@ class SpendCut:
     max_price_micros: np.ndarray  # int64
     lease_id: dict[int, str] = field(default_factory=dict)  # metered campaigns only
     wants_slice: set[int] = field(default_factory=set)
+    released: set[int] = field(default_factory=set)  # campaigns whose slices the server hands back
 
     def items(self) -> list[dict[str, Any]]:
         """The cut as one report per campaign (tests and tools; the server sends `batch_records`)."""
@@ -190,7 +199,7 @@ def batch_records(cut: SpendCut, partitions: int, partitioner: Partitioner | Non
         for begin in range(0, max(1, len(rows_of_partition)), max_campaigns):
             rows = rows_of_partition[begin:begin + max_campaigns]
             ids = cut.campaign_id[rows]
-            mine = set(ids.tolist()) if cut.lease_id or cut.wants_slice else set()
+            mine = set(ids.tolist()) if cut.lease_id or cut.wants_slice or cut.released else set()
             columns = {
                 "campaign_id": ids.astype("<i8").tobytes(),
                 "expected_spend_micros": cut.expected_spend_micros[rows].astype("<i8").tobytes(),
@@ -198,7 +207,8 @@ def batch_records(cut: SpendCut, partitions: int, partitioner: Partitioner | Non
                 "eligible_requests": cut.eligible_requests[rows].astype("<i4").tobytes(),
                 "max_price_micros": cut.max_price_micros[rows].astype("<i8").tobytes(),
                 "lease_id": {str(c): lease for c, lease in cut.lease_id.items() if c in mine},
-                "wants_slice": sorted(c for c in cut.wants_slice if c in mine)}
+                "wants_slice": sorted(c for c in cut.wants_slice if c in mine),
+                "released": sorted(c for c in cut.released if c in mine)}
             out.append((p, {**heartbeat_record(cut.server_id, cut.sequence, cut.event_time, cut.interval_start),
                             "campaigns": columns}))
     return out
@@ -220,7 +230,8 @@ COLUMN_WIDTHS = {"campaign_id": 8, "expected_spend_micros": 8, "served_ads": 4, 
 def spend_items(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """One single-campaign report (the top-level fields' shape, `campaigns` left out) per campaign a SpendReport
     carries, in either form: its top-level campaign when campaign_id > 0, then each column entry. A heartbeat
-    carries none."""
+    carries none. An entry whose slices the server hands back (`released`, a field of the columns only) also
+    carries `released: True`."""
     head = {k: v for k, v in record.items() if k != "campaigns"}
     if int(record["campaign_id"]) > 0:
         yield head
@@ -240,10 +251,14 @@ def spend_items(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
     if not (len(spend) == len(price) == n and len(served) == len(eligible) == n):
         raise SchemaMismatch(f"SpendReport columns of unequal length ({n} campaign ids)")
     leases, wants = columns.get("lease_id") or {}, set(columns.get("wants_slice") or ())
+    released = set(columns.get("released") or ())
     for i, c in enumerate(ids.tolist()):
-        yield {**head, "campaign_id": c, "expected_spend_micros": int(spend[i]), "served_ads": int(served[i]),
-               "eligible_requests": int(eligible[i]), "lease_id": leases.get(str(c)),
-               "max_price_micros": int(price[i]), "wants_slice": c in wants}
+        item = {**head, "campaign_id": c, "expected_spend_micros": int(spend[i]), "served_ads": int(served[i]),
+                "eligible_requests": int(eligible[i]), "lease_id": leases.get(str(c)),
+                "max_price_micros": int(price[i]), "wants_slice": c in wants}
+        if c in released:
+            item["released"] = True
+        yield item
 
 
 def report_key(report: dict[str, Any]) -> tuple[str, int, int]:

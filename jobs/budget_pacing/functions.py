@@ -27,7 +27,7 @@ from jobs.side_files import read_side_file
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 ROW_FIELDS = ["kind", "campaign_id", "server_id", "lease_id", "spend", "served", "eligible", "price", "servers",
-              "wants", "topic", "part", "off", "k", "v"]  # the JVM's rows (SpendWindows.OUTPUT_FIELDS)
+              "wants", "topic", "part", "off", "k", "v", "released"]  # the JVM's rows (SpendWindows.OUTPUT_FIELDS)
 RECORD_TYPES = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend", "ad": "ServingAd"}
 SHARDS = 16  # the pacer's keys: campaigns by campaign id modulo this (fixed for the life of the job's state)
 END_OF_INPUT = 2**63 - 1 - 86_400_000  # watermarks this high mean a bounded input has ended
@@ -188,7 +188,7 @@ class Pace(KeyedProcessFunction):
         """(the row's event or None when it changes nothing, a dead-letter row or None)."""
         if row.kind == "server":
             return ServerSpend(row.server_id, row.lease_id, row.spend, bool(row.wants), row.price or 0,
-                               window_end_ms(event_ms)), None
+                               window_end_ms(event_ms), bool(row.released)), None
         if row.kind == "spend_raw":  # decoded and split by campaign in Route
             return self._late_report(row.campaign_id, self.codec.decode(row.v, "SpendReport"), now_ms), None
         # its campaign id read in the JVM; the rest may still be corrupt

@@ -8,6 +8,9 @@ from jobs.budget_pacing.settings import BudgetPacingSettings
 from jobs.flink_io import by_campaign_shard, bytes_row_type, kafka_sink_table, kafka_source_table
 
 SERVER_WINDOW_MS = 1000  # metered reports reach the pacer per server once a second of event time
+# The SpendReport layout before `released`: the JVM still reads it, so ad servers not yet upgraded keep drawing and
+# asking for slices there while a rollout replaces them (they hand nothing back).
+EARLIER_SPEND_REPORT = "spend_report.v3.avsc"
 SIDE_INPUTS = {"campaigns_in": "ServingCampaign", "billed_in": "BilledSpend", "ads_in": "ServingAd"}
 
 
@@ -18,7 +21,7 @@ def row_type():
     return Types.ROW_NAMED(ROW_FIELDS, [
         Types.STRING(), Types.LONG(), Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(),
         Types.LONG(), Types.LONG(), Types.BOOLEAN(), Types.STRING(), Types.INT(), Types.LONG(),
-        Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+        Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.BOOLEAN()])
 
 
 def single_object_header(record_type: str) -> str:
@@ -26,6 +29,19 @@ def single_object_header(record_type: str) -> str:
     from schemas.codec import default_registry, schema_fingerprint
 
     return "c301" + schema_fingerprint(default_registry().schema(record_type)).hex()
+
+
+def history_header(file_name: str) -> str:
+    """The hex of the single-object header of an earlier schema version (schemas/history)."""
+    import json
+
+    from fastavro.schema import parse_schema
+
+    from schemas import HISTORY_DIR
+    from schemas.codec import plain_timestamps, schema_fingerprint
+
+    schema = parse_schema(plain_timestamps(json.loads((HISTORY_DIR / file_name).read_text())), named_schemas={})
+    return "c301" + schema_fingerprint(schema).hex()
 
 
 def build(t_env, settings: BudgetPacingSettings) -> None:
@@ -67,7 +83,8 @@ def _reduce_spend(t_env, window_s: int) -> None:
     from pyflink.util.java_utils import invoke_method
 
     spend = t_env.to_data_stream(t_env.from_path("spend_in"))
-    options = f"{single_object_header('SpendReport')},{window_s * 1000},{SERVER_WINDOW_MS}"
+    options = (f"{single_object_header('SpendReport')},{window_s * 1000},{SERVER_WINDOW_MS},"
+               f"{history_header(EARLIER_SPEND_REPORT)}")
     windows = invoke_method(None, "io.adserve.flink.SpendWindows", "apply", [spend._j_data_stream, options],
                             ["org.apache.flink.streaming.api.datastream.DataStream", "java.lang.String"])
     t_env.create_temporary_view("spend_reduced", t_env.from_data_stream(
@@ -84,6 +101,6 @@ def _reduced_view_sql() -> str:
     selects = [f"SELECT {columns}, rt FROM spend_reduced"] + [
         f"""SELECT {kind}, campaign_of(v, X'{single_object_header(SIDE_INPUTS[table])}'{extra}),
                CAST(NULL AS STRING), CAST(NULL AS STRING), {nulls}, CAST(NULL AS BOOLEAN), `topic`, `partition`,
-               `offset`, k, v, ts FROM {table}"""
+               `offset`, k, v, CAST(NULL AS BOOLEAN), ts FROM {table}"""
         for table, (kind, extra) in side.items()]
     return "CREATE TEMPORARY VIEW reduced AS\n" + "\nUNION ALL\n".join(selects)

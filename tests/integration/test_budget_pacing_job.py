@@ -49,12 +49,14 @@ def _report(server: str, sequence: int, campaign_id: int, at_ms: int, spend: int
             "eligible_requests": 5, "lease_id": lease_id, "max_price_micros": price, "wants_slice": wants_slice}
 
 
-def _cut(server: str, sequence: int, at_ms: int, spend_of: dict[int, int]) -> SpendCut:
+def _cut(server: str, sequence: int, at_ms: int, spend_of: dict[int, int], *, leases: dict[int, str] | None = None,
+         wants: set[int] | None = None, released: set[int] | None = None) -> SpendCut:
     """A server's second of spend (campaign -> spend micros), one ad served and five eligible requests each."""
     ids = np.array(sorted(spend_of), np.int64)
     n = len(ids)
     return SpendCut(server, sequence, at_ms - 1000, at_ms, ids, np.array([spend_of[c] for c in ids], np.int64),
-                    np.ones(n, np.int32), np.full(n, 5, np.int32), np.full(n, 2 * DOLLAR, np.int64))
+                    np.ones(n, np.int32), np.full(n, 5, np.int32), np.full(n, 2 * DOLLAR, np.int64),
+                    dict(leases or {}), set(wants or ()), set(released or ()))
 
 
 class Feed:
@@ -134,8 +136,10 @@ def pacing(platform, tmp_path_factory):
     feed.campaign(_campaign(106, 3_000 * DOLLAR))  # new; its ad may serve anywhere: p from a forecast
     feed.campaign(_campaign(107, 10_000 * DOLLAR))  # 107 and 108: spent only through batches
     feed.campaign(_campaign(108, 10_000 * DOLLAR))
+    feed.campaign(_campaign(109, 20 * DOLLAR))  # metered: d1 drains holding a slice and hands it back, d2 keeps its
     feed.ad(_ad(10_601, 106, None, T0 - 1000))  # a $2 CPC bid: worth 2 % of it, 40,000 a view
-    sequence = {"s1": 0, "s2": 0, "b1": 0, "b2": 0}
+    sequence = {"s1": 0, "s2": 0, "b1": 0, "b2": 0, "d1": 0, "d2": 0}
+    released_lease = None
     for second in range(1, 121):
         now = T0 + second * 1000
         for server in ("s1", "s2"):
@@ -161,6 +165,14 @@ def pacing(platform, tmp_path_factory):
                 feed.spend(_report(server, sequence[server], 106, now, 0, served=0))
         if second == 20:
             feed.spend(_report("s1", sequence["s1"], 102, now, 0, served=0, wants_slice=True))
+            # 109: d1 and d2 ask for slices after a second of spend each (a slice is about 10 s of a server's spend)
+            for server, spend in (("d1", 200_000), ("d2", 100_000)):
+                sequence[server] += 1
+                feed.batches(_cut(server, sequence[server], now, {109: spend}, wants={109}))
+        if second == 25:  # d1 drains: its last report names its slice's final spend and hands the slice back
+            sequence["d1"] += 1
+            feed.batches(_cut("d1", sequence["d1"], now, {109: 300_000}, leases={109: released_lease["lease_id"]},
+                              released={109}))
         if second == 5:
             feed.raw("spend", b"\xc3\x01 definitely not a spend report", now)
             feed.raw("campaigns", b"{not avro}", now)
@@ -175,6 +187,9 @@ def pacing(platform, tmp_path_factory):
         if second == 45:
             feed.campaign(_campaign(103, 500 * DOLLAR, version=2, at_ms=now))
         feed.heartbeat(now)
+        if second == 24:  # the job's clock passes +21 s: d1 learns its slice before it drains
+            feed.flush()
+            released_lease = _wait_for_lease(platform, topics["leases"], 109, "d1")
         if second == 100:  # reports from +30 s arriving long after their window closed, and their resends
             late = _report("s9", 1, 101, T0 + 30_000, 777)
             late_batch = _cut("b9", 2, T0 + 30_000, {107: 555, 108: 666})
@@ -186,7 +201,7 @@ def pacing(platform, tmp_path_factory):
             expected[107] += 555
             expected[108] += 666
     feed.flush()
-    outputs = {"job_id": job_id, "topics": topics, "expected": expected}
+    outputs = {"job_id": job_id, "topics": topics, "expected": expected, "released_lease": released_lease}
     # The last spend window closes at +70 s of event time; heartbeats carry event time to +120 s.
     _wait_for_state(platform, topics["state"], 101, T0 + 80_000)
     outputs["states"] = [r for _, r in _records(platform, topics["state"])]
@@ -212,6 +227,17 @@ def _wait_for_state(platform, topic: str, campaign_id: int, at_least_ms: int, ti
                        key=lambda s: s["event_time"])
         assert time.monotonic() < deadline, f"no budget state for {campaign_id} at or after {at_least_ms}"
         time.sleep(2)
+
+
+def _wait_for_lease(platform, topic: str, campaign_id: int, server_id: str, timeout_s: float = 120) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leases = [r for _, r in _records(platform, topic)
+                  if r["campaign_id"] == campaign_id and r["server_id"] == server_id]
+        if leases:
+            return leases[0]
+        assert time.monotonic() < deadline, f"no slice of {campaign_id} for {server_id}"
+        time.sleep(1)
 
 
 def _latest(states: list[dict], campaign_id: int) -> dict:
@@ -250,6 +276,19 @@ def test_a_metered_campaign_grants_a_slice_to_the_server_that_asks(pacing):
     assert [s["server_id"] for s in slices] == ["s1"]
     assert 0 < slices[0]["amount_micros"] <= 10 * DOLLAR  # at most half of what remains outstanding
     assert slices[0]["expires_at"] - slices[0]["event_time"] == 30_000
+
+
+def test_a_draining_servers_slice_is_handed_back_and_only_a_kept_slice_counts_as_spent_after_expiry(platform,
+                                                                                                     pacing):
+    slices = {s["server_id"]: s for s in pacing["leases"] if s["campaign_id"] == 109}
+    assert set(slices) == {"d1", "d2"} and slices["d1"] == pacing["released_lease"]
+    assert slices["d1"]["amount_micros"] > 300_000  # d1 left part of its slice unspent
+    # Both slices' lifetimes ended by +51 s; states come at least every 30 s of event time, up to +120 s.
+    latest = _wait_for_state(platform, pacing["topics"]["state"], 109, T0 + 90_000)
+    reported = 200_000 + 100_000 + 300_000
+    # d1's unspent part went back with its last report; d2's slice expired unreported and counts whole until
+    # billing settles it (no billing here). Without the hand-back d1's remainder would count too.
+    assert latest["committed_spend_micros"] == reported + slices["d2"]["amount_micros"]
 
 
 def test_a_budget_lowered_below_todays_spend_stops_within_thirty_seconds(pacing):

@@ -194,6 +194,19 @@ def test_a_spend_window_is_held_until_the_next_step_and_then_counted():
     assert _committed(pace, 7) == 3 * DOLLAR
 
 
+def test_a_server_row_that_hands_its_slices_back_drops_them_and_grants_nothing():
+    pace, _, ctx = _pacer()
+    codec = AvroCodec()
+    _feed(pace, ctx, _row("campaign", 7, codec.encode("ServingCampaign", _campaign(7, 100 * DOLLAR))), T0)
+    asks = _feed(pace, ctx, _row("server", 7, server_id="s1", spend=0, price=2 * DOLLAR, wants=True), T0 + 999)
+    [lease] = [codec.decode(out[1][1]) for out in asks if isinstance(out, tuple)]
+    assert pace._load(7).outstanding_micros(T0 + 1000) == lease["amount_micros"]
+    last = _feed(pace, ctx, _row("server", 7, server_id="s1", lease_id=lease["lease_id"], spend=DOLLAR // 10,
+                                 price=2 * DOLLAR, wants=True, released=True), T0 + 1_999)
+    assert [out for out in last if isinstance(out, tuple)] == []  # no slice for a server that leaves
+    assert pace._load(7).slices == [] and pace._load(7).outstanding_micros(T0 + 2000) == 0
+
+
 def test_a_late_report_and_its_resend_count_once():
     pace, runtime, ctx = _pacer()
     codec = AvroCodec()

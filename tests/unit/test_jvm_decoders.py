@@ -64,18 +64,21 @@ def test_the_avro_reader_refuses_a_truncated_string_instead_of_reading_past_the_
     assert _one("read 80 long") == [{"error": "ArrayIndexOutOfBoundsException"}]  # a varint cut short
 
 
-SPEND_ITEM_FIELDS = [f["name"] for f in default_registry().schema("SpendReport")["fields"] if f["name"] != "campaigns"]
+# A decoded row: the top-level fields but `campaigns`, then whether the entry's slices are handed back.
+SPEND_ITEM_FIELDS = [f["name"] for f in default_registry().schema("SpendReport")["fields"]
+                     if f["name"] != "campaigns"] + ["released"]
 MAP_OF_STRINGS = parse_schema({"type": "map", "values": "string"})
 ARRAY_OF_LONGS = parse_schema({"type": "array", "items": "long"})
 
 
 def spend_rows(record: dict) -> list[list]:
     """What DecodeSpendReport must answer for `record`: core.spend.spend_items' reports as rows."""
-    return [[item[f] for f in SPEND_ITEM_FIELDS] for item in spend_items(record)]
+    return [[item.get(f, False) for f in SPEND_ITEM_FIELDS] for item in spend_items(record)]
 
 
-def a_cut(campaigns: list[int], *, sequence: int = 41) -> SpendCut:
-    """A cut of `campaigns` with figures at the edges of their columns' widths, some leased, some asking."""
+def a_cut(campaigns: list[int], *, sequence: int = 41, released: frozenset[int] = frozenset()) -> SpendCut:
+    """A cut of `campaigns` with figures at the edges of their columns' widths, some leased, some asking, the
+    `released` ones handed back."""
     n = len(campaigns)
     ids = np.array(sorted(campaigns), np.int64)
     return SpendCut("ad-server-7", sequence, 1_700_000_011_345, 1_700_000_012_345, ids,
@@ -83,7 +86,7 @@ def a_cut(campaigns: list[int], *, sequence: int = 41) -> SpendCut:
                     np.array([2**31 - 1, 0, 3, -(2**31)][:n] + [1] * max(0, n - 4), np.int32),
                     np.array([12, 2**31 - 1, 0, 4][:n] + [2] * max(0, n - 4), np.int32),
                     np.array([2_000_000, -1, 0, 2**62][:n] + [9] * max(0, n - 4), np.int64),
-                    {int(ids[0]): "lease-\u00e9", int(ids[-1]): "lease-9"}, {int(ids[1 % n])})
+                    {int(ids[0]): "lease-\u00e9", int(ids[-1]): "lease-9"}, {int(ids[1 % n])}, set(released))
 
 
 def avro_long(value: int) -> bytes:
@@ -110,16 +113,19 @@ def with_columns(**columns) -> dict:
                                                        campaign_id=2**63 - 1, sequence=2**40)])
 def test_the_spend_decoder_reads_every_field_of_a_report_the_python_codec_writes(report):
     value = CODEC.encode("SpendReport", report)
-    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == [[report[f] for f in SPEND_ITEM_FIELDS]]
+    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == [[report.get(f, False)
+                                                                          for f in SPEND_ITEM_FIELDS]]
 
 
 def test_the_spend_decoder_reads_a_batch_as_the_reports_spend_items_expands_it_to():
-    records = [record for _, record in batch_records(a_cut([3, 11, 12, 2**63 - 1, 40, 41]), 3)]
+    cut = a_cut([3, 11, 12, 2**63 - 1, 40, 41], released=frozenset({3, 2**63 - 1}))
+    records = [record for _, record in batch_records(cut, 3)]
     records.append(dict(records[0], campaign_id=1001, lease_id="lease-top", wants_slice=True))  # both forms at once
     items = [item for r in records for item in spend_items(r)]
     assert len(items) == 6 + 1 + len(records[0]["campaigns"]["campaign_id"]) // 8
     assert {"lease-\u00e9", "lease-9", None} <= {i["lease_id"] for i in items} and {True, False} == {
         i["wants_slice"] for i in items}
+    assert {i["campaign_id"] for i in items if i.get("released")} == {3, 2**63 - 1}
     header = header_hex("SpendReport")
     assert run_golden_driver([f"spend {header} {CODEC.encode('SpendReport', r).hex()}" for r in records]) \
         == [spend_rows(r) for r in records]
@@ -134,16 +140,19 @@ def test_a_heartbeat_and_a_batch_of_no_campaigns_decode_to_no_reports():
 
 
 def test_the_spend_decoder_reads_lease_map_and_slice_array_blocks_of_negative_count_as_fastavro_does():
-    record = with_columns(lease_id={}, wants_slice=[])
-    prefix = CODEC.encode("SpendReport", record)[:-2]  # up to the (empty) lease map and slice array
+    record = with_columns(lease_id={}, wants_slice=[], released=[])
+    prefix = CODEC.encode("SpendReport", record)[:-3]  # up to the (empty) lease map, slice and release arrays
     entry = avro_string("6") + avro_string("lease-6")
     leases = avro_long(-1) + avro_long(len(entry)) + entry + avro_long(1) + avro_string("7") + avro_string("l7") \
         + avro_long(0)
     wants = avro_long(-2) + avro_long(len(avro_long(5) + avro_long(7))) + avro_long(5) + avro_long(7) + avro_long(0)
-    decoded = CODEC.decode(prefix + leases + wants, "SpendReport")
+    released = avro_long(-1) + avro_long(len(avro_long(6))) + avro_long(6) + avro_long(0)
+    decoded = CODEC.decode(prefix + leases + wants + released, "SpendReport")
     assert decoded["campaigns"]["lease_id"] == {"6": "lease-6", "7": "l7"}
     assert decoded["campaigns"]["wants_slice"] == [5, 7]
-    assert _one(f"spend {header_hex('SpendReport')} {(prefix + leases + wants).hex()}") == spend_rows(decoded)
+    assert decoded["campaigns"]["released"] == [6]
+    value = prefix + leases + wants + released
+    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == spend_rows(decoded)
 
 
 def test_the_avro_reader_reads_bytes_maps_and_arrays_in_blocks_as_fastavro_does():
@@ -172,13 +181,32 @@ def test_the_spend_decoder_leaves_an_older_version_and_corrupt_bytes_to_the_pyth
     v1 = CODEC.encode(_older("spend_report.v1.avsc"), {k: v for k, v in SPEND_REPORT.items()
                                                       if k not in ("max_price_micros", "wants_slice")})
     v2 = CODEC.encode(_older("spend_report.v2.avsc"), SPEND_REPORT)
+    v3 = CODEC.encode(_older("spend_report.v3.avsc"), SPEND_REPORT)
     current = CODEC.encode("SpendReport", SPEND_REPORT)
     header = header_hex("SpendReport")
     answers = run_golden_driver([f"spend {header} {v1.hex()}", f"spend {header} {v2.hex()}",
+                                 f"spend {header} {v3.hex()}",
                                  f"spend {header} {current.hex()}00", f"spend {header} {current[:-3].hex()}",
                                  f"spend {header} {current[:-1].hex()}04",  # campaigns: union branch 2
                                  f"spend {header} -"])
-    assert answers == [None] * 6
+    assert answers == [None] * 7
+
+
+def test_the_spend_decoder_also_reads_the_layout_before_hand_backs_when_given_its_header():
+    """A record of an ad server not yet upgraded (schemas/history/spend_report.v3.avsc) decodes in the JVM during
+    a rollout, with nothing handed back; other versions still go to the Python path."""
+    from jobs.budget_pacing.topology import EARLIER_SPEND_REPORT, history_header
+
+    earlier = _older(EARLIER_SPEND_REPORT)
+    (_, batch), = batch_records(a_cut([5, 6, 7]), 1)
+    old_batch = dict(batch, campaigns={k: v for k, v in batch["campaigns"].items() if k != "released"})
+    v3 = [CODEC.encode(earlier, old_batch), CODEC.encode(earlier, SPEND_REPORT)]
+    v2 = CODEC.encode(_older("spend_report.v2.avsc"), SPEND_REPORT)
+    header, old = header_hex("SpendReport"), history_header(EARLIER_SPEND_REPORT)
+    assert old == v3[0][:HEADER_LEN].hex() != header
+    answers = run_golden_driver([f"spend {header} {v.hex()} {old}" for v in v3] + [f"spend {header} {v2.hex()} {old}",
+                                f"spend {header} {CODEC.encode('SpendReport', batch).hex()} {old}"])
+    assert answers == [spend_rows(batch), spend_rows(SPEND_REPORT), None, spend_rows(batch)]
 
 
 def test_the_spend_decoder_leaves_a_whole_batch_with_a_malformed_column_to_the_python_path():
@@ -192,11 +220,14 @@ def test_the_spend_decoder_leaves_a_whole_batch_with_a_malformed_column_to_the_p
         with_columns(max_price_micros=with_columns()["campaigns"]["max_price_micros"] + bytes(8)),
         with_columns(expected_spend_micros=bytes(23)),
     ]
+    body = batch[:-1]  # without its (empty) release array
     values = [CODEC.encode("SpendReport", r) for r in malformed] + [
         batch + b"\0",  # a trailing byte
-        batch[:-2] + avro_long(1) + b"\x80",  # a lease map entry cut short in its key's length
-        batch[:-1] + avro_long(1) + b"\xff" * 10 + b"\x01" + avro_long(0),  # a slice id's varint too long
-        batch[:-2] + avro_long(-1) + avro_long(3) + avro_string("5") + avro_string("x") + avro_long(0) + b"\0",
+        body,  # no release array
+        body[:-2] + avro_long(1) + b"\x80",  # a lease map entry cut short in its key's length
+        body[:-1] + avro_long(1) + b"\xff" * 10 + b"\x01" + avro_long(0) + b"\0",  # a slice id's varint too long
+        body[:-2] + avro_long(-1) + avro_long(3) + avro_string("5") + avro_string("x") + avro_long(0) + b"\0" + b"\0",
+        batch[:-1] + avro_long(1) + b"\xff" * 10 + b"\x01" + avro_long(0),  # a released id's varint too long
     ]
     header = header_hex("SpendReport")
     assert _one(f"spend {header} {batch.hex()}") == spend_rows(with_columns())

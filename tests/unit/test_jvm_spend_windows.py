@@ -48,7 +48,7 @@ class DedupedWindows:
         for r in reports:
             if self.dedupe.first_time(r):  # else a copy of a report already counted
                 self.windows.setdefault(at_ms - at_ms % WINDOW_MS + WINDOW_MS, []).append(r)
-                if r["lease_id"] is not None or r["wants_slice"]:
+                if r["lease_id"] is not None or r["wants_slice"] or r.get("released"):
                     self.metered.setdefault(at_ms - at_ms % SERVER_WINDOW_MS + SERVER_WINDOW_MS, []).append(r)
 
     def advance(self, mark: int) -> None:
@@ -57,7 +57,7 @@ class DedupedWindows:
             for r in self.metered.pop(end):
                 self.emitted.append(("server", end - 1, r["campaign_id"], r["server_id"], r["lease_id"],
                                      r["expected_spend_micros"], r["served_ads"], r["eligible_requests"],
-                                     r["max_price_micros"], 1, r["wants_slice"]))
+                                     r["max_price_micros"], 1, r["wants_slice"], r.get("released", False)))
         for end in sorted(e for e in self.windows if e - 1 <= self.watermark):
             reports = self.windows.pop(end)
             for campaign in sorted({r["campaign_id"] for r in reports}):
@@ -65,16 +65,16 @@ class DedupedWindows:
                 self.emitted.append(("window", end - 1, campaign, None, None,
                                      sum(r["expected_spend_micros"] for r in of), sum(r["served_ads"] for r in of),
                                      sum(r["eligible_requests"] for r in of), max(r["max_price_micros"] for r in of),
-                                     len({r["server_id"] for r in of}), False))
+                                     len({r["server_id"] for r in of}), False, False))
 
 
 def cut(server: str, sequence: int, at_ms: int, figures: dict[int, tuple], leases: dict[int, str] | None = None,
-        wants: set[int] | None = None) -> SpendCut:
+        wants: set[int] | None = None, released: set[int] | None = None) -> SpendCut:
     """A server's cut: campaign -> (spend, served, eligible, price)."""
     ids = sorted(figures)
     column = [np.array([figures[c][i] for c in ids], t) for i, t in enumerate((np.int64, np.int32, np.int32, np.int64))]
     return SpendCut(server, sequence, at_ms - 1_000, at_ms, np.array(ids, np.int64), column[0], column[1], column[2],
-                    column[3], dict(leases or {}), set(wants or ()))
+                    column[3], dict(leases or {}), set(wants or ()), set(released or ()))
 
 
 def batches(spend_cut: SpendCut, partitions: int = 2) -> list[dict]:
@@ -89,7 +89,9 @@ def _java_rows(answer: list[dict]) -> list[tuple]:
             rows.append(("spend_raw", item["ts"], item["raw"]))
         else:
             kind, campaign, server, lease, spend, served, eligible, price, servers, wants = item["row"][:10]
-            rows.append((kind, item["ts"], campaign, server, lease, spend, served, eligible, price, servers, wants))
+            released = item["row"][15]
+            rows.append((kind, item["ts"], campaign, server, lease, spend, served, eligible, price, servers, wants,
+                         released))
     return rows
 
 
@@ -124,7 +126,7 @@ def test_copies_of_one_report_count_once_in_its_window():
     a = report("s1", 7, 11, T0 + 1_500, spend=2_000)
     rows = assert_same_rows([a, a, report("s1", 8, 11, T0 + 2_000), a, T0 + WINDOW_MS])
     assert [r for r in rows if r[0] == "window"] == [
-        ("window", T0 + WINDOW_MS - 1, 11, None, None, 3_000, 2, 4, 500, 1, False)]
+        ("window", T0 + WINDOW_MS - 1, 11, None, None, 3_000, 2, 4, 500, 1, False, False)]
 
 
 def test_a_report_is_server_sequence_and_campaign_so_each_differing_part_counts_apart():
@@ -145,6 +147,19 @@ def test_metered_reports_reach_the_pacer_once_per_report_and_second():
     rows = assert_same_rows([leased, wants, leased, wants, T0 + 5_000, T0 + WINDOW_MS])
     assert [(r[0], r[1], r[3]) for r in rows] == [("server", T0 + 999, "s1"), ("server", T0 + 1_999, "s2"),
                                                   ("window", T0 + WINDOW_MS - 1, None)]
+
+
+def test_a_draining_servers_last_batch_hands_its_slices_back_through_the_pacers_server_rows():
+    """A released campaign reaches the pacer per server even with nothing spent and no lease named; a copy of
+    the report without the release (the same report sent again) does not take it back."""
+    last = cut("s1", 9, T0 + 1_500, {11: (2_000, 1, 1, 700), 12: (0, 0, 0, 0), 13: (500, 1, 1, 100)},
+               leases={11: "lease-a"}, released={11, 12})
+    records = batches(last, partitions=1)
+    again = [dict(r, campaigns=dict(r["campaigns"], released=[])) for r in records]
+    rows = assert_same_rows([*records, *again, T0 + WINDOW_MS])
+    assert sorted((r[0], r[2], r[4], r[5], r[11]) for r in rows if r[0] == "server") == [
+        ("server", 11, "lease-a", 2_000, True), ("server", 12, None, 0, True)]
+    assert all(not r[11] for r in rows if r[0] == "window")
 
 
 def test_a_resend_behind_the_watermark_and_undecodable_bytes_leave_raw_for_the_python_path():

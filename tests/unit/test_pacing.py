@@ -215,6 +215,60 @@ def test_an_expired_slice_counts_as_spent_until_billing_covers_it():
     assert state.committed_micros() == 0 and state.expired_unreported == []
 
 
+def _metered_with_slices(budget_micros: int = 20 * DOLLAR, rate_micros: int = DOLLAR // 10) \
+        -> tuple[budget.PacerState, dict[str, int]]:
+    """A metered campaign with a slice granted to each of s1 and s2 (spending `rate_micros` a second): their
+    amounts by server."""
+    state = budget.PacerState(1)
+    budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
+                               "daily_budget_micros": budget_micros}, DAY0_MS)
+    amounts = {}
+    for server in ("s1", "s2"):
+        (kind, lease), = budget.on_server_spend(state, server, None, 0, rate_micros, True, 2 * DOLLAR,
+                                                DAY0_MS + 1000)
+        amounts[server] = lease["amount_micros"]
+    return state, amounts
+
+
+def test_a_draining_servers_released_slices_go_back_to_the_campaign_at_once():
+    state, amounts = _metered_with_slices()
+    lease = state.slices[0].lease_id
+    outstanding = state.outstanding_micros(DAY0_MS + 2000)
+    budget.on_server_spend(state, "s1", lease, 300_000, 0.0, False, 2 * DOLLAR, DAY0_MS + 2000)
+    spent = 400_000
+    # the last report: s1's final spend on its slice, and the hand-back
+    out = budget.on_server_spend(state, "s1", lease, spent - 300_000, 0.0, True, 2 * DOLLAR, DAY0_MS + 3000,
+                                 released=True)
+    assert out == []  # no new slice for a server that is leaving, even if its report asked for one
+    assert [s.server_id for s in state.slices] == ["s2"]
+    assert state.outstanding_micros(DAY0_MS + 3000) == outstanding - amounts["s1"]
+    budget.on_spend(state, budget.Window(DAY0_MS + 10_000, spent, 2, 2, 1), 2 * DOLLAR)  # its 10 s window
+    budget.step(state, DAY0_MS + 40_000)  # both slices' lifetime over
+    # s1's slice counts only what it spent; s2's (not released, unreported) counts whole until billing settles it
+    assert state.committed_micros() == spent + amounts["s2"]
+    assert [w.spend_micros for w in state.expired_unreported] == [amounts["s2"]]
+
+
+def test_without_the_release_an_unspent_slice_counts_as_spent_until_billing_settles_it():
+    state, amounts = _metered_with_slices()
+    lease = state.slices[0].lease_id
+    budget.on_server_spend(state, "s1", lease, 400_000, 0.0, False, 2 * DOLLAR, DAY0_MS + 3000)
+    budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 400_000, 2, 2, 1), 2 * DOLLAR)
+    budget.step(state, DAY0_MS + 40_000)
+    assert state.committed_micros() == 400_000 + (amounts["s1"] - 400_000) + amounts["s2"]
+
+
+def test_a_released_slice_frees_its_unspent_part_for_the_next_grant():
+    # $2.50 slices (10 s at $0.25 a second) of a $12 budget: half of it, $6, may be out at once
+    state, amounts = _metered_with_slices(budget_micros=12 * DOLLAR, rate_micros=DOLLAR // 4)
+    assert amounts == {"s1": 2_500_000, "s2": 2_500_000}
+    refused = budget.on_server_spend(state, "s3", None, 0, DOLLAR // 4, True, 2 * DOLLAR, DAY0_MS + 1500)
+    budget.on_server_spend(state, "s1", state.slices[0].lease_id, 0, 0.0, False, 2 * DOLLAR, DAY0_MS + 2000,
+                           released=True)
+    granted = budget.on_server_spend(state, "s3", None, 0, DOLLAR // 4, True, 2 * DOLLAR, DAY0_MS + 2500)
+    assert refused == [] and [(k, r["amount_micros"]) for k, r in granted] == [("lease", 2_500_000)]
+
+
 def test_the_first_p_of_a_day_is_yesterdays_at_the_same_point():
     state = budget.PacerState(1)
     record = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": 100 * DOLLAR}

@@ -133,6 +133,20 @@ def test_spend_reports_carry_eligibility_prices_and_slice_requests():
     assert spend.cut(3_000) is None
 
 
+def test_a_draining_servers_last_cut_hands_back_every_campaign_it_holds_a_slice_of_spend_or_not():
+    from core.spend import SpendAccumulator, batch_records, spend_items
+
+    spend = SpendAccumulator("s1")
+    spend.add(7, 40_000, 1_000, price_micros=2_000_000)
+    leases = {7: "7-2026-01-05-3", 9: "9-2026-01-05-1"}  # 9 spent nothing in this last second
+    spend.release(leases, 1_500)
+    cut = spend.cut(2_000, leases)
+    items = {r["campaign_id"]: r for _, record in batch_records(cut, 3) for r in spend_items(record)}
+    assert set(items) == {7, 9} and all(items[c]["released"] and items[c]["lease_id"] == leases[c] for c in items)
+    assert (items[7]["expected_spend_micros"], items[9]["expected_spend_micros"]) == (40_000, 0)
+    assert spend.cut(3_000) is None  # handed back once
+
+
 def test_a_campaign_the_live_budget_job_has_not_spoken_of_spends_only_from_slices_until_its_first_state():
     from serving.decision.campaigns import METERED, OPEN
 

@@ -37,8 +37,8 @@ import org.apache.flink.types.Row;
  *   <li>{@code window}: per campaign and 10 s event-time window, the sum of its reports' spend, served ads
  *       and eligible requests, the largest click price and the number of distinct servers; it leaves when
  *       the watermark passes the window's end, stamped end - 1 ms (a SQL TUMBLE window's time);</li>
- *   <li>{@code server}: a report that draws on a slice or asks for one, once, when the watermark passes
- *       the end of its 1 s window (the pacer answers slice requests per server);</li>
+ *   <li>{@code server}: a report that draws on a slice, asks for one or hands its slices back, once, when
+ *       the watermark passes the end of its 1 s window (the pacer answers slice requests per server);</li>
  *   <li>{@code spend_raw}: a record behind the watermark on arrival (a resend after a long outage), or one
  *       this decoder cannot read (another contract version, corrupt), whole (a batch with all its campaigns),
  *       with its Kafka coordinates and bytes, for the job's Python path, which splits it by campaign; a
@@ -57,39 +57,57 @@ import org.apache.flink.types.Row;
 public final class SpendWindows {
     /** The output row's columns: what the pacer's keyed rows carry (jobs.budget_pacing.functions.ROW_FIELDS). */
     public static final String[] OUTPUT_FIELDS = {"kind", "campaign_id", "server_id", "lease_id", "spend",
-        "served", "eligible", "price", "servers", "wants", "topic", "part", "off", "k", "v"};
+        "served", "eligible", "price", "servers", "wants", "topic", "part", "off", "k", "v", "released"};
     public static final RowTypeInfo OUTPUT_TYPE = new RowTypeInfo(new TypeInformation<?>[] {
         BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO,
         BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
         BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
         BasicTypeInfo.BOOLEAN_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.INT_TYPE_INFO,
         BasicTypeInfo.LONG_TYPE_INFO, PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO,
-        PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO}, OUTPUT_FIELDS);
+        PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO, BasicTypeInfo.BOOLEAN_TYPE_INFO}, OUTPUT_FIELDS);
 
-    /** A pending report in operator state: which window list it is in, the window's end, and the report. */
-    private static final RowTypeInfo PENDING_TYPE = new RowTypeInfo(new TypeInformation<?>[] {
-        BasicTypeInfo.BOOLEAN_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
-        BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO,
-        BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
-        BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.BOOLEAN_TYPE_INFO},
-        new String[] {"metered", "end", "campaign", "server", "seq", "lease", "spend", "served", "eligible",
-            "price", "wants"});
+    /**
+     * A pending report in operator state ({@link #PENDING_STATE}): which window list it is in, the window's
+     * end, and the report.
+     */
+    private static final RowTypeInfo PENDING_TYPE = pendingType(true);
+    /** The list state of pending reports, and the one of the earlier layout (without "released") it replaces. */
+    static final String PENDING_STATE = "spend_windows_v2";
+    private static final String EARLIER_PENDING_STATE = "spend_windows";
+    private static final RowTypeInfo EARLIER_PENDING_TYPE = pendingType(false);
+
+    private static RowTypeInfo pendingType(boolean withReleased) {
+        List<TypeInformation<?>> types = new ArrayList<>(List.of(
+            BasicTypeInfo.BOOLEAN_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
+            BasicTypeInfo.STRING_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO,
+            BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO,
+            BasicTypeInfo.LONG_TYPE_INFO, BasicTypeInfo.BOOLEAN_TYPE_INFO));
+        List<String> names = new ArrayList<>(List.of("metered", "end", "campaign", "server", "seq", "lease",
+            "spend", "served", "eligible", "price", "wants"));
+        if (withReleased) {
+            types.add(BasicTypeInfo.BOOLEAN_TYPE_INFO);
+            names.add("released");
+        }
+        return new RowTypeInfo(types.toArray(new TypeInformation<?>[0]), names.toArray(new String[0]));
+    }
 
     private SpendWindows() {
     }
 
     /**
      * The reduced stream of {@code input} (budget.spend as raw Kafka rows). {@code options}:
-     * "headerHex,windowMs,serverWindowMs", e.g. "c301...,10000,1000"; the header is the current SpendReport
-     * schema's single-object header.
+     * "headerHex,windowMs,serverWindowMs[,earlierHeaderHex]", e.g. "c301...,10000,1000,c301..."; the header is
+     * the current SpendReport schema's single-object header, the earlier one that of the layout before it
+     * ({@link DecodeSpendReport}).
      */
     public static DataStream<Row> apply(DataStream<Row> input, String options) {
         String[] parts = options.split(",");
         byte[] header = hex(parts[0].trim());
         long windowMs = Long.parseLong(parts[1].trim());
         long serverWindowMs = Long.parseLong(parts[2].trim());
+        byte[] earlierHeader = parts.length > 3 ? hex(parts[3].trim()) : null;
         return input.transform("spend windows: decode, deduplicate, sum per campaign", OUTPUT_TYPE,
-            new Reduce(header, windowMs, serverWindowMs));
+            new Reduce(header, earlierHeader, windowMs, serverWindowMs));
     }
 
     static byte[] hex(String text) {
@@ -135,14 +153,18 @@ public final class SpendWindows {
         long eligible;
         long price;
         boolean wants;
+        /** The server hands back its slices of the campaign with this report (its last: it drains). */
+        boolean released;
 
-        Figures(String lease, long spend, long served, long eligible, long price, boolean wants) {
+        Figures(String lease, long spend, long served, long eligible, long price, boolean wants,
+                boolean released) {
             this.lease = lease;
             this.spend = spend;
             this.served = served;
             this.eligible = eligible;
             this.price = price;
             this.wants = wants;
+            this.released = released;
         }
 
         void merge(Figures other) {
@@ -154,6 +176,7 @@ public final class SpendWindows {
             eligible = Math.max(eligible, other.eligible);
             price = Math.max(price, other.price);
             wants = wants || other.wants;
+            released = released || other.released;
         }
     }
 
@@ -206,14 +229,16 @@ public final class SpendWindows {
             Report report = new Report((String) r.getField(0), (Long) r.getField(1), campaign);
             String lease = (String) r.getField(8);
             boolean wants = (Boolean) r.getField(10);
+            boolean released = (Boolean) r.getField(11);
             long spend = (Long) r.getField(5);
             long served = (Integer) r.getField(6);
             long eligible = (Integer) r.getField(7);
             long price = (Long) r.getField(9);
-            add(windows, end(ts, windowMs), report, new Figures(lease, spend, served, eligible, price, wants));
-            if (lease != null || wants) {
+            add(windows, end(ts, windowMs), report,
+                new Figures(lease, spend, served, eligible, price, wants, released));
+            if (lease != null || wants || released) {
                 add(metered, end(ts, serverWindowMs), report,
-                    new Figures(lease, spend, served, eligible, price, wants));
+                    new Figures(lease, spend, served, eligible, price, wants, released));
             }
         }
 
@@ -270,6 +295,7 @@ public final class SpendWindows {
                 row.setField(7, f.price);
                 row.setField(8, 1L);
                 row.setField(9, f.wants);
+                row.setField(15, f.released);
                 into.add(new StreamRecord<>(row, at));
             }
         }
@@ -298,6 +324,7 @@ public final class SpendWindows {
                 row.setField(7, s[3]);
                 row.setField(8, (long) servers.get(e.getKey()).size());
                 row.setField(9, false);
+                row.setField(15, false);
                 into.add(new StreamRecord<>(row, at));
             }
         }
@@ -306,13 +333,16 @@ public final class SpendWindows {
     /** The Flink operator around {@link Table}: decodes, keeps the table in operator state, emits its rows. */
     static final class Reduce extends AbstractStreamOperator<Row> implements OneInputStreamOperator<Row, Row> {
         private final byte[] header;
+        private final byte[] earlierHeader;
         private final long windowMs;
         private final long serverWindowMs;
         private transient Table table;
         private transient ListState<Row> pendingState;
+        private transient ListState<Row> earlierState;
 
-        Reduce(byte[] header, long windowMs, long serverWindowMs) {
+        Reduce(byte[] header, byte[] earlierHeader, long windowMs, long serverWindowMs) {
             this.header = header;
+            this.earlierHeader = earlierHeader;
             this.windowMs = windowMs;
             this.serverWindowMs = serverWindowMs;
         }
@@ -322,15 +352,26 @@ public final class SpendWindows {
             super.initializeState(context);
             table = new Table(windowMs, serverWindowMs);
             pendingState = context.getOperatorStateStore().getListState(
-                new ListStateDescriptor<>("spend_windows", PENDING_TYPE));
-            for (Row p : pendingState.get()) {
-                TreeMap<Long, Map<Report, Figures>> into = Boolean.TRUE.equals(p.getField(0)) ? table.metered
-                    : table.windows;
-                Report report = new Report((String) p.getField(3), (Long) p.getField(4), (Long) p.getField(2));
-                Figures figures = new Figures((String) p.getField(5), (Long) p.getField(6), (Long) p.getField(7),
-                    (Long) p.getField(8), (Long) p.getField(9), (Boolean) p.getField(10));
-                Table.add(into, (Long) p.getField(1), report, figures);
+                new ListStateDescriptor<>(PENDING_STATE, PENDING_TYPE));
+            // A savepoint of the earlier layout keeps its pending reports under the earlier name: they are read
+            // once and written back in this layout at the next snapshot.
+            earlierState = context.getOperatorStateStore().getListState(
+                new ListStateDescriptor<>(EARLIER_PENDING_STATE, EARLIER_PENDING_TYPE));
+            for (ListState<Row> from : List.of(pendingState, earlierState)) {
+                for (Row p : from.get()) {
+                    restore(p);
+                }
             }
+        }
+
+        private void restore(Row p) {
+            TreeMap<Long, Map<Report, Figures>> into = Boolean.TRUE.equals(p.getField(0)) ? table.metered
+                : table.windows;
+            Report report = new Report((String) p.getField(3), (Long) p.getField(4), (Long) p.getField(2));
+            boolean released = p.getArity() > 11 && Boolean.TRUE.equals(p.getField(11));
+            Figures figures = new Figures((String) p.getField(5), (Long) p.getField(6), (Long) p.getField(7),
+                (Long) p.getField(8), (Long) p.getField(9), (Boolean) p.getField(10), released);
+            Table.add(into, (Long) p.getField(1), report, figures);
         }
 
         @Override
@@ -340,6 +381,7 @@ public final class SpendWindows {
             snapshot(false, table.windows, entries);
             snapshot(true, table.metered, entries);
             pendingState.update(entries);
+            earlierState.clear();
         }
 
         private static void snapshot(boolean isMetered, TreeMap<Long, Map<Report, Figures>> from, List<Row> into) {
@@ -348,7 +390,7 @@ public final class SpendWindows {
                     Report r = e.getKey();
                     Figures f = e.getValue();
                     into.add(Row.of(isMetered, window.getKey(), r.campaign, r.server, r.seq, f.lease, f.spend,
-                        f.served, f.eligible, f.price, f.wants));
+                        f.served, f.eligible, f.price, f.wants, f.released));
                 }
             }
         }
@@ -357,7 +399,7 @@ public final class SpendWindows {
         public void processElement(StreamRecord<Row> element) {
             Row in = element.getValue();
             byte[] value = (byte[]) in.getField("v");
-            if (table.offer(DecodeSpendReport.decode(value, header), element.getTimestamp())) {
+            if (table.offer(DecodeSpendReport.decode(value, header, earlierHeader), element.getTimestamp())) {
                 Row raw = new Row(OUTPUT_FIELDS.length);
                 raw.setField(0, "spend_raw");
                 raw.setField(10, in.getField("topic"));

@@ -27,7 +27,7 @@ import org.apache.flink.util.OutputTag;
  *   read VALUE TYPES                        AvroBinaryReader from byte 0: TYPES comma-separated, each of
  *                                           long, string, nullable_string, enumN (N symbols), bytes,
  *                                           string_map, long_set (sorted), at_end
- *   spend HEADER VALUE                      DecodeSpendReport.decode: a row per campaign, or null
+ *   spend HEADER VALUE [EARLIER_HEADER]     DecodeSpendReport.decode: a row per campaign, or null
  *   event HEADER VALUE                      DecodeAdEvent.eval's one row
  *   campaign HEADER VALUE LEADING_LONGS     LeadingCampaignId.eval
  *   split HEADER VALUE BILLABLE REASON|-    FirstSeen.Split on the input row the click aggregator's view
@@ -59,7 +59,8 @@ public final class GoldenDriver {
             case "read":
                 return read(SpendWindows.hex(words[1]), words[2].split(","));
             case "spend":
-                return DecodeSpendReport.decode(bytes(words[2]), SpendWindows.hex(words[1]));
+                return DecodeSpendReport.decode(bytes(words[2]), SpendWindows.hex(words[1]),
+                    words.length > 3 ? SpendWindows.hex(words[3]) : null);
             case "event":
                 return decodeEvent(bytes(words[2]), SpendWindows.hex(words[1]));
             case "campaign":
