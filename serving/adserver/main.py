@@ -58,8 +58,9 @@ class RunningAdServer:
         requests are still served for `delay_s`, while the load balancer takes the server out of rotation;
         then the listener closes, the requests in flight finish (at most IN_FLIGHT_TIMEOUT_S) with their
         post-response work, the last spend report is sent and acknowledged, the served log flushed, and the
-        budget slices dropped (the last report names each one's final spend). Nothing is served after the
-        last spend report is cut."""
+        budget slices dropped. The last report names each slice's final spend and hands the slices back
+        (`released`), so the budget job gives their unspent part back to their campaigns at once. Nothing is
+        served after the last spend report is cut."""
         await begin_drain(self.runner.app, delay_s)
         await close_listener(self.runner)
         await self.runner.cleanup()
@@ -72,14 +73,17 @@ class RunningAdServer:
         if self.registry is not None:
             self.registry.stop()
         self.reporter.flush()
-        self.reporter.tick(int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        self.server.spend.release(self.server.state.lease_ids(now_ms), now_ms)
+        self.reporter.tick(now_ms)
         reported = self.reporter.flush()
         self.reporter.close()
         self.served_log.close()
         released = self.server.state.release_leases()
         await self.server.store.close()
-        LOG.info("drained: last spend report %s, %d budget slices released",
-                 "acknowledged" if reported else "NOT acknowledged", len(released))
+        LOG.info("drained: last spend report %s, %d budget slices released%s",
+                 "acknowledged" if reported else "NOT acknowledged", len(released),
+                 "" if reported else " (the budget job counts them as spent until billing settles them)")
 
 
 async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, keys: TokenKeys,

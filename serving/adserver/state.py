@@ -243,8 +243,8 @@ class ServingState:
 
     def release_leases(self) -> list[int]:
         """Drop every budget slice held (a draining server, after its last spend report named each slice's
-        final spend): nothing more is charged to them here, and the budget job counts each unreported
-        remainder as spent until billing settles it. Returns the campaigns that held slices."""
+        final spend and handed it back): nothing more is charged to them here. Returns the campaigns that
+        held slices."""
         held = list(self.leases.lease_ids(0))
         self.leases = LeaseBook(self.server_id)
         return held

@@ -1,7 +1,9 @@
 """`adserve serve ads --reuse-port`: two workers on one port (SO_REUSEPORT), terminated under load the way
 Kubernetes ends a pod. /ready answers 503 first while requests are still answered; then the listener closes,
 every request was either answered in full or refused before any byte of an answer, the tier exits 0, and the
-spend its workers reported equals the expected cost of what they served, every answer in the served log."""
+spend its workers reported equals the expected cost of what they served, every answer in the served log. The
+campaign is metered and each worker serves it from a budget slice: each worker's last report hands its slice
+back, naming it."""
 from __future__ import annotations
 
 import json
@@ -16,7 +18,8 @@ from pathlib import Path
 
 from core.spend import SpendDedupe, spend_items
 from infra.platform.process import wait_until
-from tests.integration.test_ad_server import _decoded, _free_port, _ids, _request, publish
+from streams import kafka
+from tests.integration.test_ad_server import CODEC, _decoded, _filled, _free_port, _ids, _request, publish
 from tests.raw_http import exchange
 
 DRAIN_DELAY_S = 2.0
@@ -27,6 +30,14 @@ def test_sigterm_under_load_turns_ready_to_503_first_answers_or_refuses_every_re
     placement = f"drain-{uuid.uuid4().hex[:8]}"
     base = _ids()
     publish(platform.kafka_bootstrap, placement, [{"id": base, "bid": 5_000_000}])
+    # Metered: it serves only from slices. Stamped two minutes back, so it does not arm the budget-silence rule
+    # of servers that boot in the next minute (see test_ad_server's metered test).
+    stamped = int(time.time() * 1000) - 120_000
+    kafka.produce_all(platform.kafka_bootstrap, "budget.state", [(str(base).encode(), CODEC.encode("BudgetState", {
+        "campaign_id": base, "event_time": stamped, "budget_day": "2026-11-29", "state": "METERED",
+        "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": 100_000_000_000,
+        "billed_spend_micros": 0, "committed_spend_micros": 0, "remaining_micros": 100_000_000_000,
+        "target_spend_micros": 0, "delivery_limit": None}), stamped)])
     port = _free_port()
     server_id = f"drain-{uuid.uuid4().hex[:6]}"
     log = (tmp_path / "tier.log").open("w")
@@ -61,11 +72,18 @@ def test_sigterm_under_load_turns_ready_to_503_first_answers_or_refuses_every_re
             return len(ready_in_a_row) >= 20 and all(ready_in_a_row[-20:])
         wait_until(ready, timeout_s=180, interval_s=0.1, what="both workers ready on the shared port",
                    failed=lambda: None if tier.poll() is None else (tmp_path / "tier.log").read_text())
+        now = int(time.time() * 1000)
+        leases = {f"{server_id}-w{n}": {"lease_id": uuid.uuid4().hex, "server_id": f"{server_id}-w{n}",
+                                        "campaign_id": base, "event_time": now, "amount_micros": 1_000_000_000,
+                                        "expires_at": now + 30_000} for n in range(2)}
+        kafka.produce_all(platform.kafka_bootstrap, "budget.leases", [
+            (worker.encode(), CODEC.encode("BudgetLease", lease), now) for worker, lease in leases.items()])
         threads = [threading.Thread(target=load) for _ in range(3)] + [threading.Thread(target=poll_ready)]
         for thread in threads:
             thread.start()
-        wait_until(lambda: sum(1 for outcome, status, *_ in requests if status == 200) >= 50, timeout_s=60,
-                   interval_s=0.05, what="50 answers under load")
+        wait_until(lambda: sum(1 for outcome, status, content, _ in requests
+                               if status == 200 and _filled(json.loads(content))) >= 50, timeout_s=15,
+                   interval_s=0.05, what="50 ads served from the slices under load")
         terminated.set()
         tier.send_signal(signal.SIGTERM)
         tier.wait(60)
@@ -98,9 +116,13 @@ def test_sigterm_under_load_turns_ready_to_503_first_answers_or_refuses_every_re
     assert {served[rid]["server_id"] for rid in answered_ids} == {f"{server_id}-w0", f"{server_id}-w1"}
     expected = sum(w["expected_cost_micros"] for rid in answered_ids for w in served[rid]["winners"])
     dedupe = SpendDedupe()
-    reported = sum(r["expected_spend_micros"] for m in _decoded(platform, "budget.spend")
-                   if m["server_id"].startswith(f"{server_id}-w") for r in spend_items(m)
-                   if r["campaign_id"] == base and dedupe.first_time(r))
+    mine = [r for m in _decoded(platform, "budget.spend") if m["server_id"].startswith(f"{server_id}-w")
+            for r in spend_items(m) if r["campaign_id"] == base]
+    reported = sum(r["expected_spend_micros"] for r in mine if dedupe.first_time(r))
+    for worker, lease in leases.items():  # each worker's last report, and only it, hands its slice back
+        last = max(r["sequence"] for r in mine if r["server_id"] == worker)
+        handed_back = [(r["sequence"], r["lease_id"]) for r in mine if r["server_id"] == worker and r.get("released")]
+        assert set(handed_back) == {(last, lease["lease_id"])}, (worker, handed_back)
     print(f"{len(answers)} answered, {outcomes.count('refused')} refused, spend served {expected} micros, "
           f"reported {reported} micros")
     assert expected > 0 and reported == expected
