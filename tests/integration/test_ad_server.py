@@ -311,19 +311,23 @@ def test_a_spend_report_resent_after_a_broker_outage_counts_once_downstream(plat
     assert sum(r["expected_spend_micros"] for r in mine if dedupe.first_time(r)) == 1050
 
 
+def publish_metered(bootstrap: str, campaign_id: int, budget_micros: int = 100_000_000) -> None:
+    """A METERED budget state for the campaign: servers spend it only from slices. Stamped two minutes back: a
+    state this recent would read as a live budget job to every server that boots in the next minute (other tests'
+    servers), whose open campaigns would then spend only from slices once it fell silent."""
+    stamped = int(time.time() * 1000) - 120_000
+    kafka.produce_all(bootstrap, "budget.state", [(str(campaign_id).encode(), CODEC.encode("BudgetState", {
+        "campaign_id": campaign_id, "event_time": stamped, "budget_day": "2026-11-29", "state": "METERED",
+        "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": budget_micros,
+        "billed_spend_micros": 0, "committed_spend_micros": 0, "remaining_micros": budget_micros,
+        "target_spend_micros": 0, "delivery_limit": None}), stamped)])
+
+
 def test_a_metered_campaign_serves_only_while_this_server_holds_a_slice(platform):
     placement = f"it-{uuid.uuid4().hex[:8]}"
     base = _ids()
     publish(platform.kafka_bootstrap, placement, [{"id": base}])
-    # Stamped two minutes back: a state this recent would read as a live budget job to every server that boots in
-    # the next minute (other tests' servers), whose open campaigns would then spend only from slices once it fell
-    # silent.
-    now = int(time.time() * 1000) - 120_000
-    kafka.produce_all(platform.kafka_bootstrap, "budget.state", [(str(base).encode(), CODEC.encode("BudgetState", {
-        "campaign_id": base, "event_time": now, "budget_day": "2026-11-29", "state": "METERED",
-        "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": 100_000_000,
-        "billed_spend_micros": 0, "committed_spend_micros": 0, "remaining_micros": 100_000_000,
-        "target_spend_micros": 0, "delivery_limit": None}), now)])
+    publish_metered(platform.kafka_bootstrap, base)
 
     async def scenario():
         async with Services(platform) as s:

@@ -19,7 +19,8 @@ from pathlib import Path
 from core.spend import SpendDedupe, spend_items
 from infra.platform.process import wait_until
 from streams import kafka
-from tests.integration.test_ad_server import CODEC, _decoded, _filled, _free_port, _ids, _request, publish
+from tests.integration.test_ad_server import (CODEC, _decoded, _filled, _free_port, _ids, _request, publish,
+                                              publish_metered)
 from tests.raw_http import exchange
 
 DRAIN_DELAY_S = 2.0
@@ -30,14 +31,7 @@ def test_sigterm_under_load_turns_ready_to_503_first_answers_or_refuses_every_re
     placement = f"drain-{uuid.uuid4().hex[:8]}"
     base = _ids()
     publish(platform.kafka_bootstrap, placement, [{"id": base, "bid": 5_000_000}])
-    # Metered: it serves only from slices. Stamped two minutes back, so it does not arm the budget-silence rule
-    # of servers that boot in the next minute (see test_ad_server's metered test).
-    stamped = int(time.time() * 1000) - 120_000
-    kafka.produce_all(platform.kafka_bootstrap, "budget.state", [(str(base).encode(), CODEC.encode("BudgetState", {
-        "campaign_id": base, "event_time": stamped, "budget_day": "2026-11-29", "state": "METERED",
-        "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": 100_000_000_000,
-        "billed_spend_micros": 0, "committed_spend_micros": 0, "remaining_micros": 100_000_000_000,
-        "target_spend_micros": 0, "delivery_limit": None}), stamped)])
+    publish_metered(platform.kafka_bootstrap, base, budget_micros=100_000_000_000)  # served only from slices
     port = _free_port()
     server_id = f"drain-{uuid.uuid4().hex[:6]}"
     log = (tmp_path / "tier.log").open("w")
