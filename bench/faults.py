@@ -18,7 +18,8 @@ Each fault's phase has four campaigns of its own (CPM, so every acknowledged imp
 one (a daily cap per user far above what a user sees: only Redis's absence can exclude it), one paused a few
 seconds before the fault, a metered one whose small budget the budget job hands out in slices and which runs out
 during the phase, and an open one. The phase: launch its campaigns (their ads reach the servers once the budget
-job has stated each) and let them serve (--settle-s), pause one, kill the part, hold it down (--outage-s; the
+job has stated each), wait until the one to be paused has served (at most 60 s: metered until its first state,
+it serves once a server holds a slice of it), let them serve (--settle-s), pause one, kill the part, hold it down (--outage-s; the
 broker 40 s, past the producers' 30 s delivery timeout), restart it, wait until every job runs and every server
 is ready (the recovery time, from the restart), serve a while longer (--after-s), pause the phase's campaigns. At
 the end the click aggregator's windows are closed (tick events past the last beacon) and its billed totals are
@@ -59,6 +60,7 @@ from typing import Any, Callable
 from bench.fault_checks import Answer, Beacon, PhaseRecord, row
 from core.errors import RunFailed
 from infra.platform import PlatformSettings
+from infra.platform.errors import PlatformError
 from infra.platform.process import ManagedProcess, reap, wait_until
 from schemas import topics as topic_names
 
@@ -604,6 +606,9 @@ def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timin
     wait_until(lambda: set(campaigns) <= set(world.feed.states), timeout_s=120,
                what="the budget job's first state for the phase's campaigns")
     world.publish(launch, serving_ads=True)
+    waited = _until_served(traffic, first_answer, ids["paused"], timeout_s=60.0)
+    log(f"[{fault}] the campaign to pause served after {waited:.1f} s" if waited is not None else
+        f"[{fault}] the campaign to pause did not serve within 60 s: the phase goes on without that evidence")
     time.sleep(timing.settle_s)
     record.paused_at_s[ids["paused"]] = time.time()
     world.publish([(ids["paused"], "paused", "PAUSED", 2)])
@@ -630,6 +635,15 @@ def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timin
     record.answers = traffic.answers[first_answer:]
     record.beacons = [b for b in traffic.beacons[first_beacon:] if b.campaign_id in campaigns]
     return record
+
+
+def _until_served(traffic: "Traffic", first_answer: int, campaign_id: int, timeout_s: float) -> float | None:
+    """Seconds until an answer after `first_answer` served the campaign; None when none did within `timeout_s`."""
+    try:
+        return wait_until(lambda: any(campaign_id in a.campaigns for a in traffic.answers[first_answer:]),
+                          timeout_s=timeout_s, interval_s=0.2, what=f"campaign {campaign_id} served")
+    except PlatformError:
+        return None
 
 
 def run(*, faults: tuple[str, ...] = FAULTS, rate: float = 8.0, timing: Timing = Timing(),

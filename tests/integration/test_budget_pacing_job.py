@@ -21,6 +21,7 @@ from streams.pacing_store import PacingStore
 T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
 DOLLAR = 1_000_000
 PARTITIONS = 2
+LAST_SECOND = 150  # the scripted scenario's event time ends here (+150 s)
 VIDEO_SHAPE = [1.0] * 12 + [20.0] + [1.0] * 11  # the placement's traffic: most of it between 12:00 and 13:00
 VALUES_TO_BEAT = [10_000, 20_000, 30_000, 50_000, 60_000]
 CURVES = {"placements": {"video": VIDEO_SHAPE}, "values_to_beat": {"video": VALUES_TO_BEAT},
@@ -140,7 +141,7 @@ def pacing(platform, tmp_path_factory):
     feed.ad(_ad(10_601, 106, None, T0 - 1000))  # a $2 CPC bid: worth 2 % of it, 40,000 a view
     sequence = {"s1": 0, "s2": 0, "b1": 0, "b2": 0, "d1": 0, "d2": 0}
     released_lease = None
-    for second in range(1, 121):
+    for second in range(1, LAST_SECOND + 1):
         now = T0 + second * 1000
         for server in ("s1", "s2"):
             sequence[server] += 1
@@ -202,8 +203,11 @@ def pacing(platform, tmp_path_factory):
             expected[108] += 666
     feed.flush()
     outputs = {"job_id": job_id, "topics": topics, "expected": expected, "released_lease": released_lease}
-    # The last spend window closes at +70 s of event time; heartbeats carry event time to +120 s.
-    _wait_for_state(platform, topics["state"], 101, T0 + 80_000)
+    # The last spend window closes at +70 s of event time, the late reports come at +100 s; heartbeats carry event
+    # time to +150 s, so steps run to +140 s. A state leaves when it changes or 30 s after the last one, so each
+    # campaign has one at +110 s or later, after everything above.
+    for campaign_id in (101, 109):
+        _wait_for_state(platform, topics["state"], campaign_id, T0 + 110_000)
     outputs["states"] = [r for _, r in _records(platform, topics["state"])]
     outputs["leases"] = [r for _, r in _records(platform, topics["leases"])]
     outputs["dead"] = [r for _, r in _records(platform, topics["dead"])]
@@ -278,16 +282,16 @@ def test_a_metered_campaign_grants_a_slice_to_the_server_that_asks(pacing):
     assert slices[0]["expires_at"] - slices[0]["event_time"] == 30_000
 
 
-def test_a_draining_servers_slice_is_handed_back_and_only_a_kept_slice_counts_as_spent_after_expiry(platform,
-                                                                                                     pacing):
+def test_a_draining_servers_slice_is_handed_back_and_only_a_kept_slice_counts_as_spent_after_expiry(pacing):
     slices = {s["server_id"]: s for s in pacing["leases"] if s["campaign_id"] == 109}
     assert set(slices) == {"d1", "d2"} and slices["d1"] == pacing["released_lease"]
     assert slices["d1"]["amount_micros"] > 300_000  # d1 left part of its slice unspent
-    # Both slices' lifetimes ended by +51 s; states come at least every 30 s of event time, up to +120 s.
-    latest = _wait_for_state(platform, pacing["topics"]["state"], 109, T0 + 90_000)
     reported = 200_000 + 100_000 + 300_000
-    # d1's unspent part went back with its last report; d2's slice expired unreported and counts whole until
-    # billing settles it (no billing here). Without the hand-back d1's remainder would count too.
+    # Both slices' lifetimes ended at +51 s. d1's unspent part went back with its last report; d2's slice expired
+    # unreported and counts whole until billing settles it (no billing here). Without the hand-back d1's
+    # remainder would count too.
+    latest = _latest(pacing["states"], 109)
+    assert latest["event_time"] >= T0 + 110_000
     assert latest["committed_spend_micros"] == reported + slices["d2"]["amount_micros"]
 
 
@@ -320,24 +324,25 @@ def test_a_taskmanager_killed_mid_stream_neither_loses_nor_double_counts_spend(p
     feed = Feed(platform.kafka_bootstrap, pacing["topics"])
     expected, expected_batched = pacing["expected"][101], pacing["expected"][107]
     flink = Flink(platform)
-    for second in range(121, 301):
+    for second in range(LAST_SECOND + 1, LAST_SECOND + 181):
         now = T0 + second * 1000
-        if second <= 240:
+        if second <= LAST_SECOND + 120:
             feed.spend(_report("s3", second, 101, now, 2000 + second))
             feed.batches(_cut("b3", second, now, {107: 4000 + second}))
             expected += 2000 + second
             expected_batched += 4000 + second
         feed.heartbeat(now)
-        if second == 180:
+        if second == LAST_SECOND + 60:
             feed.flush()
             time.sleep(1.5)  # let it take a checkpoint or two mid-stream
             flink.kill_taskmanager()
     feed.flush()
     flink.start_taskmanager()
-    # spend ends at +240 s; its last window closes at +250 s
-    latest = _wait_for_state(platform, pacing["topics"]["state"], 101, T0 + 250_000)
+    # spend ends 120 s after the scenario's last second; its last window closes 10 s later
+    closed = T0 + (LAST_SECOND + 130) * 1000
+    latest = _wait_for_state(platform, pacing["topics"]["state"], 101, closed)
     assert latest["committed_spend_micros"] == expected
-    batched = _wait_for_state(platform, pacing["topics"]["state"], 107, T0 + 250_000)
+    batched = _wait_for_state(platform, pacing["topics"]["state"], 107, closed)
     assert batched["committed_spend_micros"] == expected_batched
     history = http_json(f"{platform.flink_rest_url}/jobs/{pacing['job_id']}/exceptions")["exceptionHistory"]
     assert history["entries"], "the job never failed over: the kill did not reach it"
