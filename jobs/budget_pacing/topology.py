@@ -32,16 +32,14 @@ def single_object_header(record_type: str) -> str:
 
 
 def history_header(file_name: str) -> str:
-    """The hex of the single-object header of an earlier schema version (schemas/history)."""
+    """The hex of the single-object header of an earlier schema version (schemas/history), fingerprinted as the
+    codec's registry fingerprints every version."""
     import json
 
-    from fastavro.schema import parse_schema
-
     from schemas import HISTORY_DIR
-    from schemas.codec import plain_timestamps, schema_fingerprint
+    from schemas.codec import MAGIC, SchemaRegistry
 
-    schema = parse_schema(plain_timestamps(json.loads((HISTORY_DIR / file_name).read_text())), named_schemas={})
-    return "c301" + schema_fingerprint(schema).hex()
+    return (MAGIC + SchemaRegistry().register(json.loads((HISTORY_DIR / file_name).read_text()))).hex()
 
 
 def build(t_env, settings: BudgetPacingSettings) -> None:
