@@ -32,9 +32,17 @@ Rules (docs/billing.md):
   impression billing, a click for click billing), valid, at the price signed
   into the token.
 * Billing: per campaign and budget day (the campaign's time zone, by the
-  event's time), in 10 s event-time windows, billed up to the budget in force
+  event's time), in 10 s event-time windows, billed up to the window's limit
   (core.billing.DayBill); the rest is absorbed overspend. Totals are cumulative
   for the day, so a repeated record changes nothing for its readers.
+* The limit (`billing_limit`): the highest budget in force at any instant from
+  `PROMISE_MS` before the window's end to its end. Every event of the window was
+  served inside that span (a token older than that no longer verifies), so an
+  event is always billable up to the budget in force when it was served: a
+  later cut stops new serving but does not erase what was served, and toggling
+  a budget to 0 around window ends bills what was served. A cut takes full
+  effect on billing `PROMISE_MS` after it; the limit never exceeds the highest
+  budget of that span.
 
 Times are int epoch milliseconds; money is int micros."""
 from __future__ import annotations
@@ -51,7 +59,10 @@ ALLOWED_LATENESS_MS = 10 * 60_000  # an event this late (behind the job's clock)
 DEDUPE_HORIZON_MS = TOKEN_LIFETIME_MS + ALLOWED_LATENESS_MS
 MIN_CLICK_DELAY_MS = 1_000
 MAX_CLICKS_PER_MINUTE = 5
-MAX_VERSIONS = 32  # campaign versions a bill keeps to price windows that close after a later version came
+# the span before a window's end in which its events may have been served: a bill's limit is the highest budget
+# in force in it (billing_limit)
+PROMISE_MS = DEDUPE_HORIZON_MS
+MAX_VERSIONS = 256  # budget versions a bill keeps at most; older ones go first (the API rate-limits budget edits)
 MINUTE_MS = 60_000
 WINDOW_MS = 10_000  # billed totals go out once per 10 s of event time
 BOT_AGENT_MARKERS = ("bot", "crawler", "spider", "slurp", "headless", "phantomjs", "python-requests",
@@ -134,6 +145,36 @@ def window_end(event_time_ms: int) -> int:
     return (event_time_ms // WINDOW_MS + 1) * WINDOW_MS
 
 
+def billing_limit(versions: Iterable[tuple[int, int]], end_ms: int) -> int:
+    """The most a campaign's day may be billed through a window ending at `end_ms`: the highest budget in force at
+    any instant of [end_ms - PROMISE_MS, end_ms], from (in force from ms, budget micros) versions sorted by time;
+    before the first version, the first one is in force."""
+    start = end_ms - PROMISE_MS
+    ordered = list(versions)
+    if not ordered:
+        raise InvalidArgument("a billing limit needs at least one campaign version")
+    at_start = [budget for since, budget in ordered if since <= start] or [ordered[0][1]]
+    later = [budget for since, budget in ordered if start < since <= end_ms]
+    return max([at_start[-1], *later])
+
+
+def kept_versions(versions: Iterable[tuple[int, int, str]], billed_through_ms: int
+                  ) -> list[tuple[int, int, str]]:
+    """A bill's (in force from, budget, time zone) versions, sorted by time, with what no later window can need
+    dropped: a version equal to the one before it, and versions superseded more than two promise spans before
+    the latest window billed (a late window is at most the allowed lateness behind it). At most MAX_VERSIONS."""
+    ordered = sorted(versions, key=lambda v: v[0])  # stable: of two versions at one instant, the later one wins
+    distinct: list[tuple[int, int, str]] = []
+    for version in ordered:
+        if distinct and distinct[-1][0] == version[0]:
+            distinct[-1] = version
+        elif not distinct or distinct[-1][1:] != version[1:]:
+            distinct.append(version)
+    horizon = billed_through_ms - 2 * PROMISE_MS
+    first_needed = max([i for i, v in enumerate(distinct) if v[0] <= horizon], default=0)
+    return distinct[first_needed:][-MAX_VERSIONS:]
+
+
 @dataclass
 class WindowTotals:
     """One campaign's deduplicated events of one 10 s window (what the job's SQL sums)."""
@@ -181,23 +222,23 @@ class CampaignBill:
     versions: list[tuple[int, int, str]] = field(default_factory=list)
 
     def on_campaign(self, record: Mapping[str, Any]) -> None:
-        """A campaign version, in force from its event time: a window ending at or after it bills under its
-        budget and time zone (a raise bills more, a cut bills nothing more once the day's billed total reaches
-        it), a window ending before it under the version in force then, as the recount does (`version_at`),
-        whenever the window arrives (windows close at the watermark; a campaign record comes as it is
-        written, often ahead of windows that ended before it). The first version takes the windows that
-        waited for a budget."""
-        self.versions.append((int(record.get("event_time") or 0), int(record["daily_budget_micros"]),
-                              str(record["timezone"])))
-        self.versions = sorted(self.versions, key=lambda v: v[0])[-MAX_VERSIONS:]  # stable: a later equal wins
+        """A campaign version, in force from its event time. Every window is billed up to `billing_limit` of the
+        versions received, whenever the window arrives (windows close at the watermark; a campaign record comes
+        as it is written, often ahead of windows that ended before it). The first version takes the windows that
+        waited for a budget. Only budget and time-zone changes are kept (`kept_versions`)."""
+        self.versions = kept_versions(
+            self.versions + [(int(record.get("event_time") or 0), int(record["daily_budget_micros"]),
+                              str(record["timezone"]))], self.last_window_ms)
         self._apply_version(max(self.last_window_ms, self.versions[-1][0]))
         pending, self.pending = self.pending, []
         for window in pending:
             self.add(window)
 
     def _apply_version(self, at_ms: int) -> None:
+        """The budget limit and time zone of a window ending at `at_ms`."""
         in_force = [v for v in self.versions if v[0] <= at_ms] or self.versions[:1]
-        _, self.budget_micros, self.timezone = in_force[-1]
+        self.timezone = in_force[-1][2]
+        self.budget_micros = billing_limit([(v[0], v[1]) for v in self.versions], at_ms)
         self.bill.budget_micros = self.budget_micros
 
     def add(self, window: WindowTotals) -> None:
@@ -231,6 +272,15 @@ class CampaignBill:
                 "billed_spend_micros": self.bill.billed_micros, "billed_impressions": self.impressions,
                 "billed_clicks": self.clicks, "absorbed_overspend_micros": self.bill.absorbed_micros,
                 "invalid_credit_micros": self.invalid_micros, "joined_clicks": self.joined_clicks}
+
+
+def added_money(before: tuple[str, int, int], bill: CampaignBill) -> tuple[int, int]:
+    """(billed, absorbed) micros the bill gained since `before` = its (budget day, billed, absorbed) then: a new
+    budget day starts from zero."""
+    day, billed, absorbed = before
+    if bill.budget_day != day:
+        billed = absorbed = 0
+    return max(0, bill.bill.billed_micros - billed), max(0, bill.bill.absorbed_micros - absorbed)
 
 
 def progress_key(record: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -274,16 +324,17 @@ def version_at(history: list[Mapping[str, Any]], at_ms: int) -> Mapping[str, Any
 
 def bill_windows(campaign_id: int, windows: Iterable[WindowTotals], versions: Iterable[Mapping[str, Any]]
                  ) -> dict[str, dict[str, Any]]:
-    """One campaign's day totals (budget day -> BilledSpend) from its windows, billed in event-time order, each
-    under the campaign version in force at the window's end (the first version for windows before it)."""
+    """One campaign's day totals (budget day -> BilledSpend) from its windows, billed in event-time order as the
+    streaming bill does: each window after every version in force by its end (and the first version, for windows
+    before it), up to `billing_limit`."""
     history = sorted(versions, key=lambda c: int(c["event_time"]))
     bill = CampaignBill(campaign_id)
     out: dict[str, dict[str, Any]] = {}
+    fed = 0
     for totals in sorted(windows, key=lambda w: w.end_ms):
-        version = version_at(history, totals.end_ms)
-        if version is not None and (bill.budget_micros != int(version["daily_budget_micros"])
-                                    or bill.timezone != version["timezone"]):
-            bill.on_campaign(version)
+        while fed < len(history) and (fed == 0 or int(history[fed]["event_time"]) <= totals.end_ms):
+            bill.on_campaign(history[fed])
+            fed += 1
         bill.add(totals)
         record = bill.record(totals.end_ms)
         if record is not None:

@@ -34,6 +34,14 @@ SENSITIVE_CATEGORIES = frozenset({
     "ethnicity", "racial_origin", "sexual_orientation", "sex_life", "trade_union", "genetic", "biometric",
 })
 
+# Bounds on one ad's targeting, checked where a record is born (the advertiser API, and the index builder when it
+# compiles a row written around the API): far below the index's integer widths (a row's term count is a uint16,
+# serving.decision.index.MAX_TERMS_PER_ROW) and small enough that the change stream's largest record stays far
+# under Kafka Connect's producer limit (infra/platform/cdc.py).
+MAX_VALUES_PER_ATTRIBUTE = 1_000
+MAX_VALUE_CHARS = 200
+MAX_TERMS_PER_AD = 2_000
+
 # Attributes whose clauses make an ad "narrow": retrieval always reads such ads
 # completely, so a broad ad with a better static score never crowds them out.
 NARROW_ATTRIBUTES = frozenset({"audience"})
@@ -90,10 +98,24 @@ def _location_values(values: Iterable[str], field: str) -> frozenset[str]:
     return frozenset(out)
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value in an error message, cut short: a message never echoes a megabyte back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
 def _values(attribute: str, raw: Any, field: str) -> frozenset[str]:
     if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
-        raise InvalidTargeting(field, f"expected a list of values, got {raw!r}")
+        raise InvalidTargeting(field, f"expected a list of values, got {_shown(raw)}")
+    raw = list(raw)
+    if len(raw) > MAX_VALUES_PER_ATTRIBUTE:
+        raise InvalidTargeting(field, f"{len(raw):,} values: an attribute lists at most {MAX_VALUES_PER_ATTRIBUTE:,}"
+                                      " (MAX_VALUES_PER_ATTRIBUTE)")
     values = [str(v).strip() for v in raw]
+    for value in values:
+        if len(value) > MAX_VALUE_CHARS:
+            raise InvalidTargeting(field, f"a value of {len(value):,} characters: a value has at most "
+                                          f"{MAX_VALUE_CHARS} (MAX_VALUE_CHARS)")
     if not values or not all(values):
         raise InvalidTargeting(field, "the allowed set is empty: list at least one value, or remove the "
                                       "attribute to target everyone")
@@ -103,7 +125,7 @@ def _values(attribute: str, raw: Any, field: str) -> frozenset[str]:
     vocabulary = CLOSED_VOCABULARIES.get(attribute)
     if vocabulary is not None and not lowered <= vocabulary:
         unknown = sorted(lowered - vocabulary)
-        raise InvalidTargeting(field, f"unknown value(s) {unknown}; use one of {sorted(vocabulary)}")
+        raise InvalidTargeting(field, f"unknown value(s) {_shown(unknown)}; use one of {sorted(vocabulary)}")
     if attribute in ("interest", "audience"):
         sensitive = sorted(lowered & SENSITIVE_CATEGORIES)
         if sensitive:
@@ -141,7 +163,11 @@ def compile_targeting(form: Mapping[str, Any]) -> Targeting:
     if not isinstance(exclude_form, Mapping):
         raise InvalidTargeting("exclude", "exclude must be an object of attribute -> list of values")
     exclude = section(exclude_form, "exclude.")
-    return Targeting(include, exclude)
+    targeting = Targeting(include, exclude)
+    if targeting.term_count() > MAX_TERMS_PER_AD:
+        raise InvalidTargeting("", f"{targeting.term_count():,} values in all: an ad targets at most "
+                                   f"{MAX_TERMS_PER_AD:,} values (MAX_TERMS_PER_AD) across its attributes")
+    return targeting
 
 
 def request_terms(*, location: Iterable[str] = (), **attributes: Iterable[str] | str | None) -> dict[str, frozenset[str]]:

@@ -83,6 +83,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from core import clicks
 from core.campaigns import static_score
 from core.errors import RunFailed
 from core.targeting import request_terms
@@ -746,13 +747,14 @@ def _close_billing(days, feed, producer, codec, events_topic: str, beacons, vers
 def job_bill(day: CampaignDay, records: list[dict[str, Any]]) -> JobBill:
     """A campaign's day from the aggregator's totals (oldest first): the last totals, billed money by minute
     (each total's growth, in the minute its window ended), and whatever growth took the billed total above the
-    budget in force at that instant."""
+    billing limit at that instant (core.clicks.billing_limit: the highest budget its events may have been served
+    under)."""
     bill = JobBill(day.campaign.budget_micros)
     previous = 0
     for r in records:
         at = int(r["event_time"])
         billed = int(r["billed_spend_micros"])
-        budget = [b for since, b in day.budgets if since <= at - DAY0_MS][-1]
+        budget = clicks.billing_limit([(DAY0_MS + since, b) for since, b in day.budgets], at)
         bill.billed_above_micros += max(0, billed - max(previous, budget))
         minute = min(1439, max(0, (at - 1 - DAY0_MS) // 60_000))
         day.billed_by_minute[minute] += billed - previous

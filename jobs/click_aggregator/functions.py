@@ -65,6 +65,8 @@ class Bill(KeyedProcessFunction):
         self.seen = runtime_context.get_map_state(bill_state.late_events())
         metrics = runtime_context.get_metrics_group()
         self.windows, self.late = metrics.counter("billing_windows"), metrics.counter("late_events")
+        # what each input added to the day's billed and absorbed money (the absorbed-overspend alert's ratio)
+        self.billed_micros, self.absorbed_micros = metrics.counter("billed_micros"), metrics.counter("absorbed_micros")
         self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, metrics.counter("corrupt_records"))
         self.checked: set[int] = set()
         # Decoded bills stay in memory between calls; Flink state stays the truth (written after every change,
@@ -78,7 +80,12 @@ class Bill(KeyedProcessFunction):
             yield DEAD_LETTERS, dead
         if event is None:
             return
-        bill, record = clicks.bill_step(self._load(row.campaign_id), event)
+        bill = self._load(row.campaign_id)
+        before = (bill.budget_day, bill.bill.billed_micros, bill.bill.absorbed_micros)
+        bill, record = clicks.bill_step(bill, event)
+        billed, absorbed = clicks.added_money(before, bill)
+        self.billed_micros.inc(billed)
+        self.absorbed_micros.inc(absorbed)
         self.bills.put(bill.campaign_id, bill_state.bill_to_row(bill))
         if record is not None:
             yield Row(str(bill.campaign_id).encode(), self.codec.encode("BilledSpend", record),

@@ -26,14 +26,14 @@ import numpy as np
 from confluent_kafka import KafkaError, TopicPartition
 
 from core.dead_letters import from_corrupt
-from core.errors import CorruptRecord, TopicMissing
+from core.errors import CapacityExceeded, CorruptRecord, TopicMissing
 from core.leases import LEASE_LIFETIME_MS, LeaseBook
 from core.reserves import ReserveBook, reserve_rule, rule_key
 from core.targeting import Targeting
 from schemas import topics
 from schemas.codec import AvroCodec
 from serving.decision.campaigns import CampaignRecord, CampaignTable
-from serving.decision.index import BID_TYPE_CODE, AdRecord, TargetingIndex
+from serving.decision.index import BID_TYPE_CODE, MAX_TERMS_PER_ROW, AdRecord, TargetingIndex
 from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver.state")
@@ -78,6 +78,7 @@ class ServingState:
     commit_lag_s: float = 0.0  # commit -> applied lag of the latest ad, campaign or reserve record applied
     budget_heard_ms: int = 0  # event time of the newest budget.state record (0: the job never spoke)
     budget_silent: bool = False  # nothing from the budget job for BUDGET_SILENCE_MS: open counts as metered
+    refused_ads: int = 0  # ads the index cannot hold (more targeting terms than a row addresses): not served
 
     def __post_init__(self) -> None:
         self.leases = LeaseBook(self.server_id)
@@ -102,7 +103,11 @@ class ServingState:
             self.reserves.upsert(reserve_rule(record))
         elif topic == topics.SERVING_ADS:
             ad = ad_record(record)
-            self.index.upsert(ad)
+            try:
+                self.index.upsert(ad)
+            except CapacityExceeded as exc:  # one ad the index cannot hold: skipped, the rest of the batch applies
+                self.refused_ads += 1
+                LOG.error("serving.ads: ad %s not indexed: %s", ad.ad_id, exc)
             self.snapshot_version = max(self.snapshot_version, ad.version)
         elif topic == topics.SERVING_CAMPAIGNS:
             campaign = campaign_record(record)
@@ -142,7 +147,13 @@ class ServingState:
                 read += 1
                 if topic != topics.SERVING_ADS:
                     self.apply(topic, record, now_ms)
-                elif not record["removed"]:
+                elif record["removed"]:
+                    continue
+                elif sum(len(clause["values"]) for clause in record["targeting"]) > MAX_TERMS_PER_ROW:
+                    self.refused_ads += 1  # the index cannot hold it; the snapshot's other ads still load
+                    LOG.error("snapshot: ad %s not indexed: more than %s targeting terms", record["ad_id"],
+                              MAX_TERMS_PER_ROW)
+                else:
                     ads.append(record)
             self._build_from(ads)
         finally:

@@ -50,6 +50,7 @@ BID_TYPE_CODE = {name: code for code, name in enumerate(BID_TYPES)}
 DEFAULT_K = 10_000
 CHUNK_ROWS = 1 << 17  # broad ads are scanned 131,072 rows at a time; retrieval stops after the range that reached K
 MAX_TERM_ARENA = (1 << 32) - 1  # an entry keeps its row's term-arena start as uint32
+MAX_TERMS_PER_ROW = (1 << 16) - 1  # a row's term count is a uint16 (the API allows far fewer: MAX_TERMS_PER_AD)
 
 
 @dataclass
@@ -254,6 +255,10 @@ class TargetingIndex:
         for key in term_keys:
             index._term_id(key)
         terms_flat = np.ascontiguousarray(terms_flat, dtype=np.uint32)
+        if n and int(np.max(term_counts)) > MAX_TERMS_PER_ROW:
+            row = int(np.argmax(term_counts))
+            raise CapacityExceeded(f"ad {int(ad_id[row])} has {int(term_counts[row]):,} targeting terms: a row holds "
+                                   f"at most {MAX_TERMS_PER_ROW:,} (uint16)")
         index.term_count.data[:n] = term_counts
         index.term_start.data[:n] = np.concatenate(([0], np.cumsum(term_counts, dtype=np.int64)[:-1]))
         index.term_arena.data = terms_flat
@@ -312,6 +317,9 @@ class TargetingIndex:
             return self._upsert(record)
 
     def _upsert(self, record: AdRecord) -> bool:
+        if not record.removed and record.targeting.term_count() > MAX_TERMS_PER_ROW:  # before anything is written
+            raise CapacityExceeded(f"ad {record.ad_id} has {record.targeting.term_count():,} targeting terms: a row "
+                                   f"holds at most {MAX_TERMS_PER_ROW:,} (uint16)")
         row = self.ids.get(record.ad_id)
         if row is not None and record.version <= self.version.data[row]:
             return False

@@ -169,6 +169,16 @@ def test_the_bill_counts_a_repeated_late_event_once():
     assert context.get_map_state(bill_state.late_events()).items() == [("imp-a|CLICK", True)]
 
 
+def test_the_bill_counts_the_money_it_billed_and_absorbed_for_the_absorbed_overspend_alert():
+    bill, context, ctx = _bill()
+    _feed(bill, ctx, _campaign_row(3 * DOLLAR), T0 - 60_000)
+    _feed(bill, ctx, _window(2 * DOLLAR, 2), T0 + 9_999)
+    _feed(bill, ctx, _window(2 * DOLLAR, 2), T0 + 19_999)
+    assert (context.counter("billed_micros"), context.counter("absorbed_micros")) == (3 * DOLLAR, DOLLAR)
+    _feed(bill, ctx, _window(DOLLAR), T0 + 86_400_000 + 9_999)  # the next budget day starts from zero
+    assert (context.counter("billed_micros"), context.counter("absorbed_micros")) == (4 * DOLLAR, DOLLAR)
+
+
 def test_the_bill_refuses_state_written_with_another_shard_count():
     bill, context, ctx = _bill(shards=8)
     context.get_state(SimpleNamespace(name="shards")).update(16)  # the shard's state, written with 16

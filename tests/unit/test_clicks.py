@@ -164,7 +164,7 @@ def test_a_click_joins_its_impression_seen_within_the_token_lifetime_or_the_allo
 
 def test_a_joined_click_reported_before_its_window_counts_in_the_day():
     bill = clicks.CampaignBill(1)
-    bill.on_campaign(_campaign(1, 100 * DOLLAR))
+    bill.on_campaign(_campaign(1, 200 * DOLLAR))
     bill.add(clicks.WindowTotals(T0 + 10_000, joined_clicks=1))  # the join reports first...
     bill.add(clicks.WindowTotals(T0 + 10_000, billable_micros=DOLLAR, clicks=1))  # ...then the window closes
     assert bill.record(T0 + 10_000)["joined_clicks"] == 1
@@ -180,24 +180,77 @@ def test_a_bill_survives_its_flink_state_round_trip():
     assert _round_trip(again) == again
 
 
-def test_a_budget_cut_that_comes_before_a_window_ending_earlier_leaves_that_window_under_the_old_budget():
-    # The cut is written at +60 s and reaches the bill at once; the window of +40-50 s closes at the watermark,
-    # after it. Billed as the recount bills it: under the budget in force when the window ended.
+def test_a_budget_cut_bills_what_was_served_before_it_and_takes_full_effect_one_promise_span_later():
+    # Cut from $10 to $2 at +60 s, with $3 billed. Windows ending within PROMISE_MS of the cut may hold events
+    # served under $10 and bill up to it; a window ending later bills up to $2 (here: nothing more).
     bill = clicks.CampaignBill(1)
     bill.on_campaign(_campaign(1, 10 * DOLLAR))
     bill.add(clicks.WindowTotals(T0 + 40_000, billable_micros=3 * DOLLAR, impressions=3))
     bill.on_campaign(_campaign(1, 2 * DOLLAR, at_ms=T0 + 60_000))
     bill.add(clicks.WindowTotals(T0 + 50_000, billable_micros=DOLLAR, impressions=1))
-    assert (bill.bill.billed_micros, bill.bill.absorbed_micros) == (4 * DOLLAR, 0)
-    bill.add(clicks.WindowTotals(T0 + 70_000, billable_micros=DOLLAR, impressions=1))  # after the cut: absorbed
-    assert (bill.bill.billed_micros, bill.bill.absorbed_micros) == (4 * DOLLAR, DOLLAR)
+    bill.add(clicks.WindowTotals(T0 + 70_000, billable_micros=DOLLAR, impressions=1))
+    assert (bill.bill.billed_micros, bill.bill.absorbed_micros) == (5 * DOLLAR, 0)
+    late = T0 + 60_000 + clicks.PROMISE_MS + 10_000
+    bill.add(clicks.WindowTotals(late, billable_micros=DOLLAR, impressions=1))
+    assert (bill.bill.billed_micros, bill.bill.absorbed_micros) == (5 * DOLLAR, DOLLAR)
+    assert bill.bill.billed_above_micros == 0
     events = [_event(str(i), f"imp-{i}", "IMPRESSION", at, ip=f"10.0.0.{i}")
-              for i, at in enumerate([T0 + 31_000, T0 + 32_000, T0 + 33_000, T0 + 45_000, T0 + 65_000])]
+              for i, at in enumerate([T0 + 31_000, T0 + 32_000, T0 + 33_000, T0 + 45_000, T0 + 65_000, late - 5_000])]
     recount = clicks.recount([dict(e, billing_type="IMPRESSION", price_micros=DOLLAR) for e in events],
                              [_campaign(1, 10 * DOLLAR), _campaign(1, 2 * DOLLAR, at_ms=T0 + 60_000)])
     assert (recount[(1, "2026-01-05")]["billed_spend_micros"],
-            recount[(1, "2026-01-05")]["absorbed_overspend_micros"]) == (4 * DOLLAR, DOLLAR)
+            recount[(1, "2026-01-05")]["absorbed_overspend_micros"]) == (5 * DOLLAR, DOLLAR)
     assert _round_trip(bill) == bill
+
+
+def test_the_billing_limit_is_the_highest_budget_in_force_in_the_promise_span_before_a_window_end():
+    versions = [(T0, 10 * DOLLAR), (T0 + 100_000, 0), (T0 + 200_000, 3 * DOLLAR)]
+    assert clicks.billing_limit(versions, T0 - 5_000) == 10 * DOLLAR  # before the first version: the first
+    assert clicks.billing_limit(versions, T0 + 250_000) == 10 * DOLLAR  # $10 was in force within the span
+    assert clicks.billing_limit(versions, T0 + 99_999 + clicks.PROMISE_MS) == 10 * DOLLAR  # its last instant
+    assert clicks.billing_limit(versions, T0 + 100_000 + clicks.PROMISE_MS) == 3 * DOLLAR
+    assert clicks.billing_limit(versions, T0 + 200_001 + clicks.PROMISE_MS) == 3 * DOLLAR
+
+
+def _toggled_twin_bills(toggle: bool) -> dict:
+    """Two minutes of $1 clicks (one a second, served 5 s before), billed with the budget ($200) toggled to 0 just
+    before every window end and back just after (toggle) or left alone."""
+    events = [_event(str(i), f"imp-{i}", "CLICK", T0 + i * 1000, ip=f"10.0.{i // 250}.{i % 250}")
+              for i in range(120)]
+    versions = [_campaign(1, 200 * DOLLAR)]
+    if toggle:
+        for end in range(T0 + 10_000, T0 + 130_000, 10_000):
+            versions += [_campaign(1, 0, at_ms=end - 1), _campaign(1, 200 * DOLLAR, at_ms=end + 1)]
+    return clicks.recount(events, versions)[(1, "2026-01-05")]
+
+
+def test_toggling_the_budget_to_zero_around_every_window_end_bills_what_the_untoggled_twin_is_billed():
+    toggled, twin = _toggled_twin_bills(True), _toggled_twin_bills(False)
+    assert twin["billed_spend_micros"] == 120 * DOLLAR
+    assert toggled["billed_spend_micros"] == twin["billed_spend_micros"]
+    assert toggled["absorbed_overspend_micros"] == 0
+
+
+def test_the_streaming_bill_and_the_recount_agree_on_a_toggled_budget():
+    bill = clicks.CampaignBill(1)
+    bill.on_campaign(_campaign(1, 200 * DOLLAR))
+    for end in range(T0 + 10_000, T0 + 130_000, 10_000):
+        bill.on_campaign(_campaign(1, 0, at_ms=end - 1))  # reaches the bill before the window closes
+        bill.add(clicks.WindowTotals(end, billable_micros=10 * DOLLAR, clicks=10))
+        bill.on_campaign(_campaign(1, 200 * DOLLAR, at_ms=end + 1))
+    assert bill.bill.billed_micros == _toggled_twin_bills(True)["billed_spend_micros"] == 120 * DOLLAR
+    assert bill.bill.billed_above_micros == 0
+    assert len(bill.versions) <= 25  # equal neighbours collapse; nothing older than two spans is needed yet
+
+
+def test_a_bill_keeps_only_the_versions_a_later_window_can_need():
+    versions = [(T0 + i * 1_000, (i % 2) * DOLLAR, "UTC") for i in range(10)] + [(T0 + 9_000, 5, "UTC")]
+    kept = clicks.kept_versions(versions, billed_through_ms=T0 + 2 * clicks.PROMISE_MS + 5_500)
+    assert kept == [(T0 + 5_000, DOLLAR, "UTC"), (T0 + 6_000, 0, "UTC"), (T0 + 7_000, DOLLAR, "UTC"),
+                    (T0 + 8_000, 0, "UTC"), (T0 + 9_000, 5, "UTC")]  # of two at one instant, the later
+    assert clicks.kept_versions([(T0, 1, "UTC"), (T0 + 1, 1, "UTC")], T0) == [(T0, 1, "UTC")]
+    many = [(T0 + i, i, "UTC") for i in range(clicks.MAX_VERSIONS + 10)]
+    assert len(clicks.kept_versions(many, T0)) == clicks.MAX_VERSIONS
 
 
 def test_a_bill_written_before_it_kept_versions_reads_its_budget_as_in_force_from_the_start():

@@ -174,3 +174,33 @@ def test_budget_states_replayed_from_history_do_not_arm_the_silence_rule():
     state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
     state.apply("budget.state", _budget_state(100_000), 900_000)  # read at boot, long after it was decided
     assert not state.check_budget_silence(1_000_000)
+
+
+def _wide(ad_id: int, terms: int) -> dict:
+    record = ad(ad_id, 1, 1_000)
+    record["targeting"] = [{"attribute": "interest", "values": [f"i{n}" for n in range(terms)], "excluded": False}]
+    return record
+
+
+def test_an_ad_wider_than_an_index_row_is_skipped_and_the_rest_of_its_batch_still_applies():
+    from serving.decision.index import MAX_TERMS_PER_ROW
+
+    state = ServingState("s")
+    batch = [("serving.campaigns", campaign(1, "ACTIVE")), ("serving.ads", _wide(1, MAX_TERMS_PER_ROW + 1)),
+             ("serving.ads", ad(2, 1, 500)), ("budget.state", _budget_state(1_000, "METERED"))]
+    for topic, record in batch:
+        state.apply(topic, record, 2_000)
+    assert state.refused_ads == 1
+    assert snapshot(state)[0] == [(2, 1, 500)]
+    assert state.budget[1][0] == "METERED"
+
+
+def test_a_snapshot_holding_an_ad_wider_than_an_index_row_still_boots_without_it():
+    from serving.decision.index import MAX_TERMS_PER_ROW
+
+    state = ServingState("s")
+    records = [("serving.campaigns", campaign(1, "ACTIVE")), ("serving.ads", _wide(1, MAX_TERMS_PER_ROW + 1)),
+               ("serving.ads", ad(2, 1, 500))]
+    assert state.load_snapshot(iter(records), 2_000) == 3
+    assert state.refused_ads == 1
+    assert snapshot(state)[0] == [(2, 1, 500)]

@@ -64,7 +64,8 @@ def test_a_campaign_launched_mid_day_is_reported_from_its_launch():
     assert f["per_campaign"][0]["special"] == "launched"
 
 
-def test_the_days_bill_comes_from_the_aggregators_totals_and_flags_growth_above_the_budget_in_force():
+def test_the_days_bill_comes_from_the_aggregators_totals_and_flags_growth_above_the_billing_limit():
+    from core.clicks import PROMISE_MS
     from sim.pacing_day import DAY0_MS, SIM_DAY, CampaignDay, job_bill
 
     campaign = NS(budget_micros=50, campaign_id=7)
@@ -75,8 +76,9 @@ def test_the_days_bill_comes_from_the_aggregators_totals_and_flags_growth_above_
                 "billed_spend_micros": billed, "absorbed_overspend_micros": absorbed, "billed_clicks": 1,
                 "billed_impressions": 2}
 
-    bill = job_bill(day, [total(10, 40), total(70, 60), total(3_610, 60, 5), total(3_620, 70)])
-    assert (bill.billed_micros, bill.absorbed_micros, bill.budget_micros) == (70, 0, 50)
-    assert bill.billed_above_micros == 10  # 60 -> 70 after the budget fell to 50
-    assert day.billed_by_minute[0] == 40 and day.billed_by_minute[1] == 20 and day.billed_by_minute[60] == 10
-    assert day.billed_by_minute.sum() == 70
+    after_promise = 3_600 + PROMISE_MS // 1000 + 10  # the cut's full effect: past what was served before it
+    bill = job_bill(day, [total(10, 40), total(70, 60), total(3_610, 65, 5), total(after_promise, 75)])
+    assert (bill.billed_micros, bill.absorbed_micros, bill.budget_micros) == (75, 0, 50)
+    assert bill.billed_above_micros == 10  # 65 -> 75 once only the 50 budget was in force in the span
+    assert day.billed_by_minute[0] == 40 and day.billed_by_minute[1] == 20 and day.billed_by_minute[60] == 5
+    assert day.billed_by_minute.sum() == 75

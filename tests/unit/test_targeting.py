@@ -60,3 +60,41 @@ def test_invalid_targeting_is_rejected_with_an_actionable_message(form, field, w
 def test_clauses_round_trip_through_the_serving_record_form():
     targeting = compile_targeting(DESIGN_EXAMPLE)
     assert Targeting.from_clauses(targeting.clauses()) == targeting
+
+
+def test_targeting_is_bounded_in_values_per_attribute_value_length_and_terms_per_ad():
+    import pytest
+
+    from core.targeting import MAX_TERMS_PER_AD, MAX_VALUE_CHARS, MAX_VALUES_PER_ATTRIBUTE, InvalidTargeting
+    from serving.decision.index import MAX_TERMS_PER_ROW
+
+    assert MAX_VALUES_PER_ATTRIBUTE <= MAX_TERMS_PER_AD < MAX_TERMS_PER_ROW
+    with pytest.raises(InvalidTargeting, match="MAX_VALUES_PER_ATTRIBUTE") as many:
+        compile_targeting({"interest": [f"i{n}" for n in range(70_000)]})
+    assert many.value.field == "interest"
+    with pytest.raises(InvalidTargeting, match="MAX_VALUE_CHARS") as long:
+        compile_targeting({"interest": ['"' * 500_000]})
+    assert long.value.field == "interest" and len(str(long.value)) < 300  # the value is not echoed back
+    spread = {"interest": [f"i{n}" for n in range(900)], "location": [f"US/R{n}" for n in range(900)],
+              "exclude": {"interest": [f"x{n}" for n in range(201)]}}
+    with pytest.raises(InvalidTargeting, match="MAX_TERMS_PER_AD"):
+        compile_targeting(spread)
+    spread["exclude"]["interest"].pop()
+    assert compile_targeting(spread).term_count() == MAX_TERMS_PER_AD
+    assert compile_targeting({"interest": ["a" * MAX_VALUE_CHARS]}).include["interest"] == {"a" * MAX_VALUE_CHARS}
+
+
+def test_the_index_refuses_a_row_wider_than_its_term_count_width_before_writing_anything():
+    import numpy as np
+    import pytest
+
+    from core.errors import CapacityExceeded
+    from serving.decision.index import MAX_TERMS_PER_ROW, TargetingIndex
+
+    with pytest.raises(CapacityExceeded, match="65,535"):
+        TargetingIndex.from_columns(ad_id=np.array([7]), campaign_id=np.array([1]), version=np.array([1]),
+                                    bid_type=np.array([0]), bid_micros=np.array([1]), quality_micros=np.array([0]),
+                                    static_score=np.array([1.0]), ctr_prior=np.array([0.01]),
+                                    embedding=np.zeros((1, 4), np.float32), term_keys=[("interest", "a", False)],
+                                    term_counts=np.array([MAX_TERMS_PER_ROW + 1]),
+                                    terms_flat=np.zeros(MAX_TERMS_PER_ROW + 1, np.uint32))
