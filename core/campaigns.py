@@ -49,6 +49,11 @@ CTR_PRIOR = 0.01
 CVR_PRIOR = 0.05
 # Competitive-exclusion categories are Avro ints on serving.ads and int32 in the servers' index.
 MAX_EXCLUSION_CATEGORY = 2**31 - 1
+# Budget changes a campaign may make in any hour. Billing honours every budget in force while an event may have
+# been served (core.clicks.billing_limit), so churn cannot make serving free; the limit keeps the change stream
+# and each bill's version history small.
+BUDGET_EDITS_PER_HOUR = 30
+BUDGET_EDIT_WINDOW_S = 3_600
 CAMPAIGN_FIELDS = ("name", "bid_type", "daily_budget_micros", "currency", "timezone", "flight_start", "flight_end",
                    "dayparts", "cap_per_day", "cap_per_week", "cpa_target_micros", "exclusion_category", "status")
 AD_FIELDS = ("creative_ref", "landing_url", "bid_micros", "targeting", "status")
@@ -260,6 +265,26 @@ def validate_ad(payload: Any, *, creating: bool) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- review
+
+class TooManyBudgetEdits(AdserveError):
+    """A budget change past BUDGET_EDITS_PER_HOUR: refused (429), with when the next one is allowed."""
+
+    field = "daily_budget_micros"
+
+    def __init__(self, retry_after_s: int):
+        self.retry_after_s = retry_after_s
+        super().__init__(f"daily_budget_micros: a campaign's budget changes at most {BUDGET_EDITS_PER_HOUR} times "
+                         f"an hour (BUDGET_EDITS_PER_HOUR); retry after {retry_after_s} s")
+
+
+def check_budget_edit(recent_edit_ages_s: list[float]) -> None:
+    """Allow one more budget change given the ages (seconds) of the campaign's changes in the last
+    BUDGET_EDIT_WINDOW_S, or raise TooManyBudgetEdits with the wait until the oldest leaves the window."""
+    recent = sorted((age for age in recent_edit_ages_s if age < BUDGET_EDIT_WINDOW_S), reverse=True)
+    if len(recent) >= BUDGET_EDITS_PER_HOUR:
+        oldest_that_must_leave = recent[len(recent) - BUDGET_EDITS_PER_HOUR]
+        raise TooManyBudgetEdits(max(1, int(BUDGET_EDIT_WINDOW_S - oldest_that_must_leave) + 1))
+
 
 class ReviewConflict(AdserveError):
     """A review decision that does not apply to the ad as it is now (it changed since, or is already decided)."""

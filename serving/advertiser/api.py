@@ -33,7 +33,9 @@ Limits (RateLimits, core.rate_limit token buckets): each API key may make `rate_
 with bursts of `burst` (default 20/s, 40); a request past that gets 429 with Retry-After (whole seconds) and
 {"error", "field": "Authorization"}. A request without a valid key costs its client address a token of a
 smaller bucket (default 1/s, 20), and an address whose bucket is empty gets 429 before its key is looked
-up, so keys cannot be guessed at speed. Both are counted in adserve_advertiser_api_rate_limited_total{limit}.
+up, so keys cannot be guessed at speed. A campaign's budget changes at most 30 times an hour
+(core.campaigns.BUDGET_EDITS_PER_HOUR): one more gets 429 naming daily_budget_micros, with Retry-After. All are
+counted in adserve_advertiser_api_rate_limited_total{limit}.
 A body over ADVERTISER_API_MAX_BODY_BYTES (1 MiB) gets 413 (serving.body_limits). GET /openapi.json and
 GET /metrics need no key and are not limited."""
 from __future__ import annotations
@@ -55,7 +57,7 @@ from redis.exceptions import RedisError
 
 from core.audiences import (AudienceSalt, audience_value, named_audience_ids, parse_audience_name,
                             parse_hashed_ids, salt_from)
-from core.campaigns import InvalidField, validate_ad, validate_campaign
+from core.campaigns import InvalidField, TooManyBudgetEdits, validate_ad, validate_campaign
 from core.errors import InvalidSettings
 from core.rate_limit import Decision, RateLimit, RateLimiter
 from core.reports import parse_report_query
@@ -100,7 +102,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.rate_limited = Counter("adserve_advertiser_api_rate_limited", "Requests refused with 429, by the "
-                                    "limit they hit (api_key or address)", ["limit"], registry=self.registry)
+                                    "limit they hit (api_key, address or budget_edits)", ["limit"],
+                                    registry=self.registry)
         self.unauthorized = Counter("adserve_advertiser_api_unauthorized", "Requests without a valid API key",
                                     registry=self.registry)
 
@@ -173,6 +176,11 @@ class AdvertiserApi:
             return await handler(request)
         except InvalidField as e:
             return _error(400, str(e), e.field)
+        except TooManyBudgetEdits as e:
+            self.metrics.rate_limited.labels("budget_edits").inc()
+            response = _error(429, str(e), e.field)
+            response.headers["Retry-After"] = str(e.retry_after_s)
+            return response
 
     def _too_many(self, decision: Decision, limit: str) -> web.Response:
         """429 with Retry-After; `limit` (api_key or address) labels the count."""

@@ -24,7 +24,8 @@ import psycopg
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from core.campaigns import InvalidField, review_after_change, review_decision
+from core.campaigns import (BUDGET_EDIT_WINDOW_S, InvalidField, check_budget_edit, review_after_change,
+                            review_decision)
 from core.reports import (BILLED_DAILY_TABLE, BILLED_HOURLY_TABLE, CONVERSIONS_HOURLY_TABLE,
                           HOURLY_BILLED_COLUMNS, LOOKBACK_MS, ReportRequest, daily_rows, hourly_rows, report_body)
 from core.reserves import ANY, merged_rule
@@ -216,12 +217,33 @@ class CampaignStore:
                               fields: dict[str, Any]) -> dict[str, Any] | None:
         """A change to a campaign; a new exclusion category is written on its ads too (below)."""
         async def tx(conn):
+            if "daily_budget_micros" in fields:
+                await self._count_budget_edit(conn, advertiser_id, campaign_id, int(fields["daily_budget_micros"]))
             row = await self._write(conn, "campaigns", "campaign_id", campaign_id, fields,
                                     advertiser_id=advertiser_id)
             if row is not None and "exclusion_category" in fields:
                 await self._copy_category_to_ads(conn, campaign_id, row["exclusion_category"])
             return row
         return await self._run(tx)
+
+    @staticmethod
+    async def _count_budget_edit(conn, advertiser_id: int, campaign_id: int, budget_micros: int) -> None:
+        """A change of the campaign's budget is recorded in its transaction, or refused past the hourly limit
+        (core.campaigns.check_budget_edit raises TooManyBudgetEdits). The campaign's row lock serialises two
+        changes of one campaign; the same budget written again is no change."""
+        current = await (await conn.execute(
+            "SELECT daily_budget_micros FROM campaigns WHERE campaign_id = %s AND advertiser_id = %s FOR UPDATE",
+            (campaign_id, advertiser_id))).fetchone()
+        if current is None or int(current["daily_budget_micros"]) == budget_micros:
+            return
+        ages = await (await conn.execute(
+            "SELECT extract(epoch FROM now() - edited_at)::float8 AS age_s FROM campaign_budget_edits "
+            "WHERE campaign_id = %s AND edited_at > now() - make_interval(secs => %s)",
+            (campaign_id, BUDGET_EDIT_WINDOW_S))).fetchall()
+        check_budget_edit([float(r["age_s"]) for r in ages])
+        await conn.execute("DELETE FROM campaign_budget_edits WHERE campaign_id = %s AND edited_at < now() - "
+                           "interval '1 day'", (campaign_id,))
+        await conn.execute("INSERT INTO campaign_budget_edits (campaign_id) VALUES (%s)", (campaign_id,))
 
     @staticmethod
     async def _copy_category_to_ads(conn, campaign_id: int, category: int) -> None:

@@ -1,0 +1,77 @@
+"""Hostile sequences on the money path, through the real advertiser API and PostgreSQL: a budget toggled
+faster than the hourly limit is refused by name, and targeting too large for the change stream or the index is
+refused with a 400 naming the limit before anything is written."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import aiohttp
+
+from core.campaigns import BUDGET_EDITS_PER_HOUR
+from serving.advertiser.api import start_advertiser_api
+
+
+async def _api(platform):
+    runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0)
+    _, key = await store.create_advertiser(f"abuse-{uuid.uuid4().hex[:8]}")
+    return runner, store, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
+
+
+async def _call(http, method: str, url: str, auth, body=None) -> tuple[int, dict, dict]:
+    async with http.request(method, url, json=body, headers=auth) as r:
+        return r.status, await r.json(), dict(r.headers)
+
+
+def test_a_budget_toggled_past_the_hourly_limit_is_refused_naming_the_field_and_other_changes_still_apply(platform):
+    async def scenario():
+        runner, store, api, auth = await _api(platform)
+        try:
+            async with aiohttp.ClientSession() as http:
+                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
+                    "name": "toggler", "bid_type": "CPC", "daily_budget_micros": 5_000_000, "timezone": "UTC"})
+                url = f"{api}/v1/campaigns/{campaign['campaign_id']}"
+                toggles = [await _call(http, "PATCH", url, auth, {"daily_budget_micros": (n % 2) * 5_000_000})
+                           for n in range(BUDGET_EDITS_PER_HOUR + 1)]
+                kept = toggles[-2][1]["daily_budget_micros"]
+                same = await _call(http, "PATCH", url, auth, {"daily_budget_micros": kept})
+                caps = await _call(http, "PATCH", url, auth, {"cap_per_day": 3})
+                after = await _call(http, "GET", url, auth)
+            return toggles, same, caps, after
+        finally:
+            await runner.cleanup()
+            await store.close()
+
+    toggles, same, caps, after = asyncio.run(scenario())
+    assert [status for status, _, _ in toggles] == [200] * BUDGET_EDITS_PER_HOUR + [429]
+    status, body, headers = toggles[-1]
+    assert body["field"] == "daily_budget_micros" and "BUDGET_EDITS_PER_HOUR" in body["error"]
+    assert int(headers["Retry-After"]) > 3_000
+    assert same[0] == 200  # writing the budget it already has is no change
+    assert caps[0] == 200 and caps[1]["cap_per_day"] == 3
+    assert after[1]["daily_budget_micros"] == toggles[-2][1]["daily_budget_micros"]
+    assert after[1]["version"] == 1 + BUDGET_EDITS_PER_HOUR + 2
+
+
+def test_targeting_too_large_for_the_change_stream_or_the_index_gets_a_400_naming_the_limit(platform):
+    async def scenario():
+        runner, store, api, auth = await _api(platform)
+        try:
+            async with aiohttp.ClientSession() as http:
+                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
+                    "name": "wide", "bid_type": "CPM", "daily_budget_micros": 5_000_000, "timezone": "UTC"})
+                ads = f"{api}/v1/campaigns/{campaign['campaign_id']}/ads"
+                base = {"creative_ref": "c", "landing_url": "https://adv.example/", "bid_micros": 1_000_000}
+                many = await _call(http, "POST", ads, auth,
+                                   {**base, "targeting": {"interest": [f"i{n}" for n in range(70_000)]}})
+                quotes = await _call(http, "POST", ads, auth, {**base, "targeting": {"interest": ['"' * 500_000]}})
+                listed = await _call(http, "GET", ads, auth)
+            return many, quotes, listed
+        finally:
+            await runner.cleanup()
+            await store.close()
+
+    many, quotes, listed = asyncio.run(scenario())
+    assert (many[0], many[1]["field"]) == (400, "targeting.interest") and "MAX_VALUES_PER_ATTRIBUTE" in many[1]["error"]
+    assert (quotes[0], quotes[1]["field"]) == (400, "targeting.interest") and "MAX_VALUE_CHARS" in quotes[1]["error"]
+    assert listed[1] == []
