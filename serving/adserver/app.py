@@ -327,7 +327,7 @@ class AdServer:
                           "creative_ref": w.creative_ref, "impression_id": impression_id,
                           "impression_url": f"{cfg.tracker_url}/v1/impression?t={quoted}",
                           "click_url": f"{cfg.tracker_url}/v1/click?t={quoted}", "token": token})
-        return {"request_id": ad_request.request_id,
+        return {"request_id": ad_request.request_id, "client_request_id": ad_request.client_request_id,
                 "slots": [next((s for s in slots if s["slot"] == i + 1), {"slot": i + 1, "position": p, "ad": None})
                           for i, p in enumerate(ad_request.positions)]}
 

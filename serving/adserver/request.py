@@ -1,7 +1,9 @@
 """The ad request: parsing, validation and the gateway's duties (location, consent). Pure.
 
     POST /v1/ads
-    {"request_id": "r1",                       optional; generated if absent
+    {"request_id": "r1",                       optional: the client's own id, only echoed back as
+                                               client_request_id (the server makes the request id that
+                                               names the served record and every impression id)
      "user_id": "u42",                         or "device_id"; optional (anonymous)
      "device_id": "6d92078a-...",              the device's advertising id; optional
      "email_sha256": "<64 hex digits>",        the SHA-256 of the signed-in user's normalised email (never the
@@ -32,7 +34,7 @@ MAX_POSITION = 2**31 - 1  # the served log's slot positions are Avro ints: a lar
 
 @dataclass
 class AdRequest:
-    request_id: str
+    request_id: str  # made by the server for every request: the served record's id and its impression ids' stem
     user_id: str | None
     personalization: bool
     placement: str
@@ -45,6 +47,7 @@ class AdRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     device_id: str | None = None  # matched against custom audiences, with consent only
     email_sha256: str | None = None  # likewise; a SHA-256 in hex, never an email
+    client_request_id: str | None = None  # the caller's own id, echoed back and never used as a key
 
 
 def _string(body: Mapping[str, Any], name: str, *, required: bool = False, max_len: int = 256) -> str | None:
@@ -99,7 +102,7 @@ def parse_ad_request(body: Any) -> AdRequest:
         except InvalidField as e:
             raise BadRequest(e.field, str(e).split(": ", 1)[-1]) from None
     return AdRequest(
-        request_id=_string(body, "request_id", max_len=128) or uuid.uuid4().hex,
+        request_id=uuid.uuid4().hex, client_request_id=_string(body, "request_id", max_len=128),
         user_id=user_id, personalization=bool(consent.get("personalization", False)),
         placement=placement, positions=positions, device=_string(body, "device", max_len=32),
         languages=languages, location=_string(body, "location", max_len=200), ip=ip,

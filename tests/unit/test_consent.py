@@ -204,3 +204,14 @@ def test_a_store_read_without_consent_fetches_only_the_frequency_record():
     assert keys == ["fc:u-1"] and context.profile == {}
     keys, context = asyncio.run(read(profile=True))
     assert sorted(keys) == ["fc:u-1", "user:u-1"] and context.values("interests") == ["hiking"]
+
+
+def test_the_server_makes_the_request_and_impression_ids_and_only_echoes_the_clients_request_id():
+    first, second = _serve(consent=True), _serve(consent=True)  # both sent request_id "r-True"
+    ids = [served["answer"]["request_id"] for served in (first, second)]
+    assert ids[0] != ids[1] and "r-True" not in ids
+    assert [served["answer"]["client_request_id"] for served in (first, second)] == ["r-True", "r-True"]
+    impressions = [s["impression_id"] for served in (first, second) for s in served["answer"]["slots"]
+                   if "impression_id" in s]
+    assert len(impressions) == len(set(impressions)) >= 2
+    assert all(served["served"]["request_id"] == served["answer"]["request_id"] for served in (first, second))
