@@ -3,6 +3,7 @@ Avro codec, for the replay and explain tests."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, Sequence
 
@@ -36,8 +37,9 @@ def served(result: AuctionResult, *, request_id: str = "r1", placement: str = "f
     server = SimpleNamespace(config=SimpleNamespace(server_id="adserver-test"),
                              state=SimpleNamespace(snapshot_version=7, features_version=7),
                              engine=SimpleNamespace(reserves=ReserveBook(base=terms)))
-    ad_request = parse_ad_request({"request_id": request_id, "placement": placement,
-                                   "slots": [{"position": p} for p in positions]})
+    # the server makes every request id; the test stands in for it with a readable one
+    ad_request = replace(parse_ad_request({"placement": placement, "slots": [{"position": p} for p in positions]}),
+                         request_id=request_id)
     record = AdServer.served_record(server, ad_request, decision_of(result, request_id, terms), location, {},
                                     now_ms)
     return CODEC.decode(CODEC.encode("ServedRecord", record), "ServedRecord")
