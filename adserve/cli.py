@@ -35,8 +35,11 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from infra.platform import jars
 
     settings = _settings()
+    from infra.platform.connect_plugin import plugin_jar
+
     jars.fetch(settings)
     print(f"jars present under {settings.jars_dir}")
+    print(f"Kafka Connect plugin (put it in a production worker's plugin folder): {plugin_jar(settings)}")
     return 0
 
 
@@ -65,13 +68,15 @@ def _print_status(settings: PlatformSettings, as_json: bool = False):
     for r in rows:
         pids = ",".join(map(str, r.pids)) or "-"
         print(f"  {r.name:<9} {r.state:<10} pid {pids:<14} {r.address}")
+        if r.detail:
+            print(f"  {'':<9} {'':<10} {r.detail}")
     return rows
 
 
 # parser -----------------------------------------------------------------------
 
 PORTS_HELP = ("Ports and paths come from the environment: ADSERVE_HOME (default <repo>/.platform), "
-              "ADSERVE_KAFKA_PORT (19092), ADSERVE_KAFKA_CONTROLLER_PORT (19093), ADSERVE_CONNECT_PORT (18083), "
+              "ADSERVE_KAFKA_PORT (19092), ADSERVE_KAFKA_CONTROLLER_PORT (19093), ADSERVE_CONNECT_PORT (18083), ADSERVE_CONNECT_METRICS_PORT (18084), "
               "ADSERVE_POSTGRES_PORT (15432), ADSERVE_REDIS_PORT (16379), ADSERVE_FLINK_REST_PORT (18081), "
               "ADSERVE_FLINK_RPC_PORT (16123), ADSERVE_FLINK_JOBMANAGER_METRICS_PORT (19249), "
               "ADSERVE_FLINK_TASKMANAGER_METRICS_PORT (19250), ADSERVE_PROMETHEUS_PORT (19090), "
@@ -104,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_down)
 
     p = sub.add_parser("status", help="show what runs where",
-                       description="Print each platform part, its state, pids and address. "
+                       description="Print each platform part, its state, pids and address, and the Debezium "
+                                   "connector's task states (a FAILED task makes Connect unhealthy). "
                                    "Exit status 0 only when every part is running and healthy.",
                        epilog=PORTS_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON array")
@@ -112,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch", help="fetch the platform's jars from Maven Central (idempotent)",
                        description="Fetch Kafka, Kafka Connect with Debezium and the Flink Kafka connector from "
-                                   "Maven Central into ADSERVE_HOME/jars; `up` does this too.", epilog=PORTS_HELP)
+                                   "Maven Central into ADSERVE_HOME/jars, build the project's Kafka Connect "
+                                   "plugin (the connector's OversizedToDeadLetter transformation) and print "
+                                   "its path; `up` does this too.", epilog=PORTS_HELP)
     p.set_defaults(handler=cmd_fetch)
 
     _register_optional(sub)

@@ -28,6 +28,7 @@ PRIVACY_DELETIONS = "privacy.deletions"
 CDC_CAMPAIGNS = "cdc.public.campaigns"
 CDC_ADS = "cdc.public.ads"
 CDC_RESERVES = "cdc.public.reserves"
+CDC_DEAD_LETTERS = "cdc.dead_letters"
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class TopicSpec:
         return config
 
 
+# The cdc.* change streams take records up to 8 MiB (infra/platform/cdc.py MAX_RECORD_BYTES).
+CDC_RECORD_LIMIT = {"max.message.bytes": str(8 * 1024 * 1024)}
+
 TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(SERVING_ADS, key="ad id", schema="serving_ad.avsc", compacted=True),
     TopicSpec(SERVING_CAMPAIGNS, key="campaign id", schema="serving_campaign.avsc", compacted=True),
@@ -78,9 +82,14 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(PRIVACY_DELETIONS, key="user id", schema="user_deletion.avsc", partitions=1, compacted=True),
     # Debezium's change streams of the campaign store (JSON envelopes, see infra/platform/cdc.py); created
     # here so they are compacted (the latest row per key survives, so the index builder can start over).
-    TopicSpec(CDC_CAMPAIGNS, key="campaign_id (JSON)", schema="", compacted=True),
-    TopicSpec(CDC_ADS, key="ad_id (JSON)", schema="", compacted=True),
-    TopicSpec(CDC_RESERVES, key="placement, country (JSON)", schema="", partitions=1, compacted=True),
+    # They take records up to 8 MiB, twice the size above which the connector dead-letters a change.
+    TopicSpec(CDC_CAMPAIGNS, key="campaign_id (JSON)", schema="", compacted=True, config=CDC_RECORD_LIMIT),
+    TopicSpec(CDC_ADS, key="ad_id (JSON)", schema="", compacted=True, config=CDC_RECORD_LIMIT),
+    TopicSpec(CDC_RESERVES, key="placement, country (JSON)", schema="", partitions=1, compacted=True,
+              config=CDC_RECORD_LIMIT),
+    # A letter for each change too large to stream (infra/connect OversizedToDeadLetter): the source topic,
+    # key, size and log position of the row, for an operator to find and fix it. JSON.
+    TopicSpec(CDC_DEAD_LETTERS, key="the row's key (JSON)", schema="", partitions=1),
 )
 
 TOPICS_BY_NAME = {t.name: t for t in TOPICS}

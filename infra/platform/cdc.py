@@ -28,6 +28,18 @@ CONNECTOR = "adserve-campaign-store"
 TABLES = ("campaigns", "ads", "reserves")
 CDC_TOPICS = (topics.CDC_CAMPAIGNS, topics.CDC_ADS, topics.CDC_RESERVES)  # Debezium's, one per table
 
+# One row must never stop the change stream. The advertiser API refuses a body over 1 MiB and bounds
+# targeting, and Debezium's JSON at most doubles a row's text (jsonb escaped once more as a string), so no row
+# the API writes makes a change record over ~2.1 MB. A row made larger by other means (by hand in psql, a
+# migration) goes to cdc.dead_letters as a letter naming its table, key, size and log position
+# (OversizedToDeadLetter, infra/connect), and the changes behind it flow on. The producer and the cdc.* topics
+# take records up to twice that limit, so the transformation's measure (the JSON converter's own bytes) always
+# decides, never the producer. errors.tolerance=all is the last net: a record the producer still refuses is
+# skipped and logged and counted (Connect's total-records-skipped), never a failed task that stops every change.
+DEAD_LETTER_ABOVE_BYTES = 4 * 1024 * 1024
+MAX_RECORD_BYTES = 2 * DEAD_LETTER_ABOVE_BYTES
+TRANSFORM = "io.adserve.connect.OversizedToDeadLetter"
+
 
 PASSWORD = "database.password"
 # libpq's TLS parameters Debezium takes under the same names (database.sslmode, database.sslrootcert, ...); the
@@ -76,6 +88,15 @@ def connector_config(dsn: str, password_ref: str = "") -> dict[str, str]:
         "key.converter.schemas.enable": "false",
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
         "value.converter.schemas.enable": "false",
+        "transforms": "oversized",
+        "transforms.oversized.type": TRANSFORM,
+        "transforms.oversized.max.bytes": str(DEAD_LETTER_ABOVE_BYTES),
+        "transforms.oversized.topic": topics.CDC_DEAD_LETTERS,
+        # needs the worker's connector.client.config.override.policy=All (the local worker sets it)
+        "producer.override.max.request.size": str(MAX_RECORD_BYTES),
+        "errors.tolerance": "all",
+        "errors.log.enable": "true",
+        "errors.log.include.messages": "false",  # a skipped record is logged by position, never its row
     }
 
 
@@ -101,6 +122,24 @@ def _request(url: str, method: str = "GET", body: dict | None = None) -> tuple[i
 def _scrubbed(text: object, config: dict[str, str]) -> str:
     password = config.get(PASSWORD, "")
     return str(text).replace(password, MASK) if password else str(text)
+
+
+def connector_state(connect_url: str) -> str:
+    """One line on the connector and its tasks, for `adserve status`: "FAILED ..." when the connector or a task
+    has failed (Kafka Connect reports a connector RUNNING while its only task is FAILED), else their states."""
+    status, body = _request(f"{connect_url.rstrip('/')}/connectors/{CONNECTOR}/status")
+    if status == 404:
+        return f"connector {CONNECTOR} not registered"
+    if status != 200 or not isinstance(body, dict):
+        return f"FAILED: Kafka Connect answered {status} for the connector's status"
+    tasks = body.get("tasks", [])
+    states = ", ".join(f"task {t.get('id')} {t.get('state')}" for t in tasks) or "no task"
+    line = f"connector {CONNECTOR} {body['connector']['state']}, {states}"
+    failed = [t for t in tasks if t.get("state") == "FAILED"]
+    if failed or body["connector"]["state"] == "FAILED":
+        trace = (failed[0].get("trace") or "").strip().splitlines() if failed else []
+        return f"FAILED: {line}" + (f" ({trace[0][:200]})" if trace else "")
+    return line
 
 
 def ensure_connector(connect_url: str, config: dict[str, str], timeout_s: float = 60.0) -> str:

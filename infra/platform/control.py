@@ -114,6 +114,7 @@ class ServiceStatus:
     state: str  # running, unhealthy, stopped
     pids: list[int]
     address: str
+    detail: str = ""  # e.g. the Debezium connector's task states on Kafka Connect
 
 
 def status(settings: PlatformSettings) -> list[ServiceStatus]:
@@ -126,5 +127,15 @@ def status(settings: PlatformSettings) -> list[ServiceStatus]:
             state = "unhealthy"
         else:
             state = "running"
-        rows.append(ServiceStatus(service.name, state, pids, service.address()))
+        detail = _detail(service) if state == "running" else ""
+        if detail.startswith("FAILED"):
+            state = "unhealthy"
+        rows.append(ServiceStatus(service.name, state, pids, service.address(), detail))
     return rows
+
+
+def _detail(service) -> str:
+    try:
+        return service.detail()
+    except PlatformError as exc:
+        return f"FAILED: {exc}"

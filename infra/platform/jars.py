@@ -36,7 +36,9 @@ FLINK_CONNECTORS = JarGroup("flink", "flink", "flink-sql-connector-kafka-")
 FLINK_FORMATS = JarGroup("flink-formats", "flink-formats", "flink-sql-avro-")
 FLINK_METRICS = JarGroup("flink-metrics", "flink-metrics", "flink-metrics-prometheus-")
 FLINK_OPERATOR_API = JarGroup("flink-operator", "flink-operator", "flink-kubernetes-operator-api-")
-ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS, FLINK_FORMATS, FLINK_METRICS, FLINK_OPERATOR_API)
+# the Prometheus JMX exporter's agent, which the Kafka Connect worker loads to export its connector metrics
+CONNECT_METRICS = JarGroup("connect-metrics", "connect-metrics", "jmx_prometheus_javaagent-")
+ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS, FLINK_FORMATS, FLINK_METRICS, FLINK_OPERATOR_API, CONNECT_METRICS)
 
 
 def fetch(settings: PlatformSettings, groups: tuple[JarGroup, ...] = ALL_GROUPS,
@@ -96,3 +98,8 @@ def flink_operator_api_jar(settings: PlatformSettings) -> Path:
     """The Flink Kubernetes Operator's API jar, whose CRDs (META-INF/fabric8/) validate deploy/k8s; raises if it
     has not been fetched."""
     return _fetched_jar(settings, FLINK_OPERATOR_API, "Flink Kubernetes Operator API")
+
+
+def connect_metrics_agent(settings: PlatformSettings) -> Path:
+    """The Prometheus JMX exporter's agent jar; raises if it has not been fetched."""
+    return _fetched_jar(settings, CONNECT_METRICS, "Prometheus JMX exporter agent")

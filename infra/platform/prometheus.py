@@ -47,6 +47,10 @@ def config(settings: PlatformSettings, rules_path: Path = RULES_PATH) -> dict[st
              "labels": {"component": "taskmanager"}},
         ],
     })
+    scrape_configs.append({
+        "job_name": "connect",  # the Kafka Connect worker's JMX exporter: the CDC connector's task states
+        "static_configs": [{"targets": [f"{host}:{settings.connect_metrics_port}"]}],
+    })
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": EVALUATION_INTERVAL},
         "rule_files": [str(rules_path)],

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Mapping
 
 from infra.platform.errors import PlatformError
-from infra.platform.jars import DEBEZIUM, KAFKA
+from infra.platform.jars import DEBEZIUM, KAFKA, connect_metrics_agent
 from infra.platform.process import ManagedProcess, port_in_use, reap, wait_until
 from infra.platform.settings import PlatformSettings
 
@@ -89,6 +89,11 @@ class Service(ABC):
 
     @abstractmethod
     def healthy(self) -> bool: ...
+
+    def detail(self) -> str:
+        """What `adserve status` adds about a healthy part beyond its process (empty for most); a detail that
+        starts with "FAILED" marks the part unhealthy."""
+        return ""
 
     def running(self) -> bool:
         return all(p.pid() is not None for p in self.processes())
@@ -352,15 +357,21 @@ class KafkaConnect(Service):
 
     @property
     def ports(self) -> list[int]:
-        return [self.settings.connect_port]
+        return [self.settings.connect_port, self.settings.connect_metrics_port]
 
     def address(self) -> str:
-        return f"{self.settings.connect_url} (Debezium PostgreSQL plugin)"
+        return (f"{self.settings.connect_url} (Debezium PostgreSQL plugin; "
+                f"metrics http://{self.settings.host}:{self.settings.connect_metrics_port}/metrics)")
 
     def launch(self) -> None:
+        from infra.platform.connect_plugin import plugin_jar
+
         java = java_binary()
         s = self.settings
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        plugin_jar(s)  # the connector's OversizedToDeadLetter transformation, on the plugin.path below
+        exporter = self.data_dir / "jmx-exporter.yaml"
+        exporter.write_text(yaml.safe_dump(CONNECT_JMX_EXPORTER, sort_keys=False))
         props = {
             "bootstrap.servers": s.kafka_bootstrap,
             "group.id": "adserve-connect",
@@ -379,6 +390,8 @@ class KafkaConnect(Service):
             "plugin.discovery": "hybrid_warn",
             "offset.flush.interval.ms": "1000",
             "topic.creation.enable": "true",
+            # the connector raises its producer's max.request.size (infra/platform/cdc.py connector_config)
+            "connector.client.config.override.policy": "All",
             # One worker: a connector whose worker left the group (a broker outage longer than its poll
             # timeout) comes back to the same worker, so there is nothing to wait for. The default (5 min)
             # holds the lost connector and task UNASSIGNED that long after the broker returns.
@@ -391,6 +404,7 @@ class KafkaConnect(Service):
         self.process().start([
             java, "-Xms256m", "-Xmx1g", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
+            f"-javaagent:{connect_metrics_agent(s)}={s.host}:{s.connect_metrics_port}:{exporter}",
             "-cp", str(KAFKA.folder(s) / "*"),
             "org.apache.kafka.connect.cli.ConnectDistributed", str(config),
         ])
@@ -398,6 +412,22 @@ class KafkaConnect(Service):
     def healthy(self) -> bool:
         plugins = http_json(f"{self.settings.connect_url}/connector-plugins")
         return any(p.get("class") == self.POSTGRES_CONNECTOR for p in plugins)  # type: ignore[union-attr]
+
+    def detail(self) -> str:
+        from infra.platform.cdc import connector_state
+
+        return connector_state(self.settings.connect_url)
+
+
+# What the Connect worker's Prometheus JMX exporter exports: only Connect's per-connector task counts and per-task
+# error counts (kafka_connect_connect_worker_metrics_connector_failed_task_count,
+# kafka_connect_task_error_metrics_total_records_skipped, ...), not the JVM's thousands of beans.
+CONNECT_JMX_EXPORTER = {
+    "lowercaseOutputName": True,
+    "lowercaseOutputLabelNames": True,
+    "includeObjectNames": ["kafka.connect:type=connect-worker-metrics,connector=*",
+                           "kafka.connect:type=task-error-metrics,connector=*,task=*"],
+}
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, str]:

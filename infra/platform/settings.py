@@ -24,6 +24,7 @@ class PlatformSettings:
     kafka_port: int = 19092
     kafka_controller_port: int = 19093
     connect_port: int = 18083
+    connect_metrics_port: int = 18084  # the Connect worker's Prometheus JMX exporter (connector task states)
     postgres_port: int = 15432
     redis_port: int = 16379
     flink_rest_port: int = 18081

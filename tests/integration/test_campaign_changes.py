@@ -3,6 +3,7 @@ the index builder on the Flink cluster -> serving.* -> two running ad servers.""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -225,3 +226,57 @@ async def two_slot_page(w: World, server, placement: str) -> list[int]:
         assert r.status == 200
         answer = await r.json()
     return [s["ad_id"] for s in answer["slots"] if s.get("ad_id")]
+
+
+def test_a_row_too_large_to_stream_is_dead_lettered_and_a_pause_behind_it_still_reaches_the_servers(
+        platform, index_builder):
+    """One row must not stop the change stream: an ad made larger by hand in PostgreSQL than any record the API
+    can create goes to cdc.dead_letters as a letter, the connector's task keeps running, and a pause committed
+    after it reaches both ad servers within the 10 s freshness bound."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from infra.platform.cdc import DEAD_LETTER_ABOVE_BYTES, connector_state
+    from schemas import topics
+
+    placement = f"cc-{uuid.uuid4().hex[:8]}"
+
+    async def scenario():
+        async with World(platform) as w:
+            auth = await w.advertiser()
+            campaign, ad = await w.campaign_with_ad(auth, placement, 3_000_000)
+            _, bloated = await w.campaign_with_ad(auth, f"{placement}-x", 1_000_000)
+
+            async def both_serve() -> bool:
+                answers = [await w.ask(s, placement) for s in w.servers]
+                return all((_winner(a) or {}).get("ad_id") == ad["ad_id"] for a in answers)
+            await w.until(both_serve, "both servers serving the campaign")
+            with psycopg.connect(platform.postgres_dsn, autocommit=True) as db:  # by hand, past the API's limits
+                db.execute("UPDATE ads SET targeting = jsonb_build_object('interest', jsonb_build_array("
+                           "repeat('\"', %s))) WHERE ad_id = %s", (3_000_000, bloated["ad_id"]))
+            status, paused = await w.call("POST", f"/v1/campaigns/{campaign['campaign_id']}/pause", auth)
+            assert status == 200 and paused["status"] == "PAUSED"
+
+            async def both_stopped() -> bool:
+                answers = [await w.ask(s, placement) for s in w.servers]
+                return all((_winner(a) or {}).get("campaign_id") != campaign["campaign_id"] for a in answers)
+            return bloated, await w.until(both_stopped, "both servers to stop serving the paused campaign")
+
+    bloated, waited = asyncio.run(scenario())
+    assert waited < 10, f"the pause behind the oversized row took {waited:.1f} s"
+    state = connector_state(platform.connect_url)
+    assert "task 0 RUNNING" in state and not state.startswith("FAILED"), state
+
+    consumer = Consumer({"bootstrap.servers": platform.kafka_bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topics.CDC_DEAD_LETTERS, 0, 0)])
+    letters, deadline = [], time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and not any(json.loads(m.key()) == {"ad_id": bloated["ad_id"]}
+                                                      for m in letters):
+            letters += [m for m in consumer.consume(100, timeout=1.0) if not m.error()]
+    finally:
+        consumer.close()
+    mine = [json.loads(m.value()) for m in letters if json.loads(m.key()) == {"ad_id": bloated["ad_id"]}]
+    assert len(mine) == 1, f"{len(letters)} letters, none or several for ad {bloated['ad_id']}"
+    assert mine[0]["source_topic"] == topics.CDC_ADS and mine[0]["bytes"] > DEAD_LETTER_ABOVE_BYTES
+    assert mine[0]["max_bytes"] == DEAD_LETTER_ABOVE_BYTES and "lsn" in mine[0]["source_offset"]

@@ -22,8 +22,8 @@ PORT_SHIFT = 200
 def isolated_env(home: Path, shift: int = PORT_SHIFT) -> dict[str, str]:
     base = PlatformSettings(home=home)
     env = {"ADSERVE_HOME": str(home)}
-    for name in ("kafka_port", "kafka_controller_port", "connect_port", "postgres_port", "redis_port",
-                 "flink_rest_port", "flink_rpc_port", "flink_jobmanager_metrics_port",
+    for name in ("kafka_port", "kafka_controller_port", "connect_port", "connect_metrics_port", "postgres_port",
+                 "redis_port", "flink_rest_port", "flink_rpc_port", "flink_jobmanager_metrics_port",
                  "flink_taskmanager_metrics_port", "prometheus_port"):
         env[f"ADSERVE_{name.upper()}"] = str(getattr(base, name) + shift)
     env["ADSERVE_FLINK_TASK_SLOTS"] = "2"

@@ -45,6 +45,22 @@ def test_the_connector_takes_the_dsn_parts() -> None:
     assert config["table.include.list"] == "public.campaigns,public.ads,public.reserves"
 
 
+def test_no_record_the_api_can_make_reaches_the_dead_letter_limit_and_the_producer_takes_twice_it() -> None:
+    from schemas.topics import TOPICS_BY_NAME
+    from serving.body_limits import ADVERTISER_API_MAX_BODY_BYTES as MAX_BODY_BYTES
+
+    config = cdc.connector_config(PROD_DSN)
+    assert config["transforms.oversized.type"] == cdc.TRANSFORM
+    assert int(config["transforms.oversized.max.bytes"]) == cdc.DEAD_LETTER_ABOVE_BYTES
+    assert config["transforms.oversized.topic"] == "cdc.dead_letters" and "cdc.dead_letters" in TOPICS_BY_NAME
+    # Debezium's JSON escapes a row's jsonb text once more: at most twice the API's largest body, plus envelope
+    assert 2 * MAX_BODY_BYTES + 64 * 1024 < cdc.DEAD_LETTER_ABOVE_BYTES
+    assert int(config["producer.override.max.request.size"]) == cdc.MAX_RECORD_BYTES == 2 * cdc.DEAD_LETTER_ABOVE_BYTES
+    for topic in cdc.CDC_TOPICS:
+        assert int(TOPICS_BY_NAME[topic].kafka_config()["max.message.bytes"]) == cdc.MAX_RECORD_BYTES
+    assert config["errors.tolerance"] == "all" and config["errors.log.include.messages"] == "false"
+
+
 def test_a_url_dsn_without_a_port_gets_postgres_port() -> None:
     config = cdc.connector_config("postgresql://adserve:pw@pg.prod/campaigns")
     assert (config["database.hostname"], config["database.port"], config["database.password"]) == (
