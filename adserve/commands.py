@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from adserve import (auction_cli, bench_cli, campaigns_cli, jobs_cli, learning_cli, model_cli, operators_cli,
+from adserve import (auction_cli, bench_cli, billing_cli, campaigns_cli, jobs_cli, learning_cli, model_cli, operators_cli,
                      pacing_cli, provision_cli, serve_cli, users_cli)
 from infra.platform import PlatformSettings
 
@@ -22,6 +22,7 @@ def register(sub) -> None:
     campaigns_cli.register_snapshots(sub)
     operators_cli.register(sub)
     pacing_cli.register(sub)
+    billing_cli.register(sub)
     model_cli.register(sub)
     learning_cli.register(sub)
     provision_cli.register(sub)

@@ -38,3 +38,37 @@ class DayBill:
         self.billed_events += 1 if billed else 0
         self.billed_above_micros += max(0, self.billed_micros - max(self.budget_micros, self.billed_micros - billed))
         return billed, absorbed
+
+
+@dataclass(frozen=True)
+class AbsorbedDay:
+    """One campaign's budget day as the daily billing report holds it (report_billed_daily)."""
+
+    campaign_id: int
+    name: str
+    advertiser_id: int
+    budget_micros: int  # the campaign's daily budget now (the report keeps the day's money, not its budget)
+    billed_micros: int
+    absorbed_micros: int
+
+
+def absorbed_report(day: str, rows: list[AbsorbedDay], top: int = 20) -> dict:
+    """What the operator reads of one day's absorbed overspend: the totals, the share of billed spend, the same by
+    budget-size class (the design reports absorbed dollars daily by budget size), and the campaigns that absorbed
+    the most (ties by campaign id). Pure."""
+    def totals(group: list[AbsorbedDay]) -> dict:
+        billed = sum(r.billed_micros for r in group)
+        absorbed = sum(r.absorbed_micros for r in group)
+        return {"campaigns": len(group), "billed_micros": billed, "absorbed_micros": absorbed,
+                "absorbed_share": absorbed / billed if billed else 0.0,
+                "campaigns_absorbing": sum(1 for r in group if r.absorbed_micros > 0)}
+    ranked = sorted((r for r in rows if r.absorbed_micros > 0), key=lambda r: (-r.absorbed_micros, r.campaign_id))
+    return {
+        "day": day, **totals(rows),
+        "by_size_class": {c: totals([r for r in rows if size_class(r.budget_micros) == c]) for c in SIZE_CLASSES},
+        "top": [{"campaign_id": r.campaign_id, "name": r.name, "advertiser_id": r.advertiser_id,
+                 "size_class": size_class(r.budget_micros), "budget_micros": r.budget_micros,
+                 "billed_micros": r.billed_micros, "absorbed_micros": r.absorbed_micros,
+                 "absorbed_share": r.absorbed_micros / r.billed_micros if r.billed_micros else None}
+                for r in ranked[:top]],
+    }

@@ -75,3 +75,43 @@ def test_targeting_too_large_for_the_change_stream_or_the_index_gets_a_400_namin
     assert (many[0], many[1]["field"]) == (400, "targeting.interest") and "MAX_VALUES_PER_ATTRIBUTE" in many[1]["error"]
     assert (quotes[0], quotes[1]["field"]) == (400, "targeting.interest") and "MAX_VALUE_CHARS" in quotes[1]["error"]
     assert listed[1] == []
+
+
+def test_the_operator_reads_a_days_absorbed_overspend_by_campaign_from_the_billing_report(platform):
+    """`adserve billing absorbed` over report_billed_daily (the rows the report landing writes) in PostgreSQL."""
+    import json
+    import random
+    import subprocess
+    import sys
+
+    import psycopg
+
+    day = f"2031-{random.randint(1, 12):02d}-{random.randint(1, 28):02d}"
+
+    async def campaigns():
+        runner, store, api, auth = await _api(platform)
+        try:
+            async with aiohttp.ClientSession() as http:
+                made = [(await _call(http, "POST", f"{api}/v1/campaigns", auth, {
+                    "name": name, "bid_type": "CPC", "daily_budget_micros": budget, "timezone": "UTC"}))[1]
+                    for name, budget in (("cut", 5_000_000_000), ("paced", 50_000_000))]
+            return [c["campaign_id"] for c in made]
+        finally:
+            await runner.cleanup()
+            await store.close()
+
+    cut, paced = asyncio.run(campaigns())
+    with psycopg.connect(platform.postgres_dsn, autocommit=True) as db:
+        db.execute("DELETE FROM report_billed_daily WHERE budget_day = %s", (day,))
+        for cid, billed, absorbed in ((cut, 1_000_000_000, 150_000_000), (paced, 50_000_000, 30_000)):
+            db.execute("INSERT INTO report_billed_daily VALUES (%s, %s, 0, %s, 0, 0, %s, 0, 0, 0, 0)",
+                       (cid, day, billed, absorbed))
+    done = subprocess.run([sys.executable, "-m", "adserve", "billing", "absorbed", "--day", day, "--json"],
+                          capture_output=True, text=True, timeout=60, env=platform.as_env())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["billed_micros"], report["absorbed_micros"], report["campaigns_absorbing"]) == (
+        1_050_000_000, 150_030_000, 2)
+    assert [(r["campaign_id"], r["name"], r["size_class"]) for r in report["top"]] == [
+        (cut, "cut", "medium"), (paced, "paced", "small")]
+    assert report["by_size_class"]["small"]["absorbed_share"] == 30_000 / 50_000_000
