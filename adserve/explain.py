@@ -42,7 +42,7 @@ class ServedLogUnavailable(AdserveError):
 def request_id_of(impression_id: str) -> str:
     """The request part of an impression id ("{request_id}:{slot}"); raises ValueError for another shape."""
     request_id, sep, slot = impression_id.rpartition(":")
-    if not sep or not request_id or not slot.isdigit():
+    if not sep or not request_id or not (slot.isascii() and slot.isdigit() and len(slot) <= 9):
         raise InvalidArgument(f"{impression_id!r} is not an impression id (expected REQUEST_ID:SLOT, e.g. 4f2a...:1)")
     return request_id
 

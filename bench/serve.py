@@ -58,6 +58,7 @@ USERS = 5_000
 RATES = (25, 50, 100, 200, 300, 400, 500, 600, 800, 1000, 1200)
 BASELINE_RATES = (1, 2, 5, 10, 25, 50, 100)
 CONCURRENCY = (1, 4, 16)
+OPS_TOKEN = os.urandom(24).hex()  # the workers' operators' token, for reading their stage timings
 P99_LIMIT_MS = 100.0
 MAX_NON_200 = 0.01
 
@@ -89,7 +90,7 @@ def _tier_process(n: int, baseline: bool, workers: int, ports: Any) -> None:
         from serving.decision.engine import DecisionEngine
 
         server_id = worker_server_id("bench-serve", worker)
-        config = ServerConfig(server_id=server_id, max_in_flight=256, engine=EngineConfig())
+        config = ServerConfig(server_id=server_id, max_in_flight=256, engine=EngineConfig(), ops_token=OPS_TOKEN)
         engine = DecisionEngine(index, campaigns, config=config.engine, retrieve=retrieve) if baseline else None
 
         async def main() -> None:
@@ -146,7 +147,8 @@ async def _stage_p99(bases: list[str]) -> dict[str, float]:
     rows: list[dict[str, float]] = []
     async with aiohttp.ClientSession() as session:
         for base in bases:
-            async with session.get(f"{base}/debug/timings?clear=1") as r:
+            async with session.get(f"{base}/debug/timings?clear=1",
+                                   headers={"Authorization": f"Bearer {OPS_TOKEN}"}) as r:
                 rows.extend(await r.json())
     stages = sorted({k for row in rows for k in row})
     return {s: round(float(np.percentile([row[s] for row in rows if s in row], 99)), 3) for s in stages if rows}

@@ -92,8 +92,10 @@ def parse_audience_name(body: Any) -> str:
         raise InvalidField(unknown[0], "is not a field of an audience (only name; upload members with "
                                        "POST /v1/audiences/{id}/members)")
     name = body.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_AUDIENCE_NAME_LEN:
-        raise InvalidField("name", f"must be a non-empty string of at most {MAX_AUDIENCE_NAME_LEN} characters")
+    if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_AUDIENCE_NAME_LEN \
+            or not name.isprintable():
+        raise InvalidField("name", f"must be a non-empty string of at most {MAX_AUDIENCE_NAME_LEN} characters, "
+                                   "without control characters")
     return name.strip()
 
 

@@ -98,6 +98,10 @@ def _refuse_foreign_fields(payload: dict[str, Any], allowed: tuple[str, ...], wh
         raise InvalidField(name, f"unknown field; {what} have {list(allowed)}")
 
 
+EARLIEST_TIME_MS = 0  # 1970-01-01T00:00:00Z
+LATEST_TIME_MS = 7_258_118_400_000  # 2200-01-01T00:00:00Z
+
+
 def _timestamp_ms(value: Any, field: str) -> int | None:
     if value is None:
         return None
@@ -109,7 +113,10 @@ def _timestamp_ms(value: Any, field: str) -> int | None:
         raise InvalidField(field, f"{value!r} is not an ISO-8601 time like 2026-12-01T00:00:00Z") from None
     if parsed.tzinfo is None:
         raise InvalidField(field, "needs a UTC offset or Z, e.g. 2026-12-01T00:00:00Z")
-    return int(parsed.timestamp() * 1000)
+    ms = int(parsed.timestamp() * 1000)
+    if not EARLIEST_TIME_MS <= ms < LATEST_TIME_MS:  # a time the store, the jobs and every time zone can hold
+        raise InvalidField(field, f"{value!r} is outside 1970-01-01 to 2199-12-31 (UTC)")
+    return ms
 
 
 def _cap(value: Any, field: str) -> int | None:
@@ -177,9 +184,7 @@ def _campaign_basics(payload: dict[str, Any], existing: Mapping[str, Any] | None
     """The name, bid type, budget, currency, time zone and flight of a campaign payload, checked."""
     out: dict[str, Any] = {}
     if "name" in payload:
-        if not isinstance(payload["name"], str) or not payload["name"].strip() or len(payload["name"]) > 200:
-            raise InvalidField("name", "must be a non-empty string of at most 200 characters")
-        out["name"] = payload["name"].strip()
+        out["name"] = _text(payload["name"], "name", 200)
     if "bid_type" in payload:
         out["bid_type"] = _choice(payload["bid_type"], "bid_type", BID_TYPES)
     if "daily_budget_micros" in payload:
@@ -205,6 +210,25 @@ def _campaign_basics(payload: dict[str, Any], existing: Mapping[str, Any] | None
     if start is not None and end is not None and end <= start:
         raise InvalidField("flight_end", "must be after flight_start")
     return out
+
+
+def _text(value: Any, field: str, max_len: int) -> str:
+    """A trimmed, non-empty, printable string (no control characters: PostgreSQL's text refuses NUL, and no
+    record or report should carry a line break or escape in a name)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
+        raise InvalidField(field, f"must be a non-empty string of at most {max_len} characters")
+    if not value.isprintable():
+        raise InvalidField(field, "must not hold control characters (NUL, line breaks, escapes)")
+    return value.strip()
+
+
+def check_cpa_bid(bid_type: str, bid_micros: int, cpa_target_micros: int | None) -> None:
+    """A CPA ad bids at most its campaign's target cost per conversion: the target is what the advertiser said
+    a conversion is worth, and a bid far above it (a $100,000 bid on a $5 target) would outbid every rival with
+    money the campaign never meant to pay. Raises InvalidField naming bid_micros."""
+    if bid_type == "CPA" and cpa_target_micros and bid_micros > cpa_target_micros:
+        raise InvalidField("bid_micros", f"{bid_micros:,} is above the campaign's cpa_target_micros "
+                                         f"({cpa_target_micros:,}): a CPA bid is at most its campaign's target")
 
 
 def _dayparts(value: Any) -> list[dict[str, int]]:
@@ -237,14 +261,11 @@ def validate_ad(payload: Any, *, creating: bool) -> dict[str, Any]:
                 raise InvalidField(required, "is required")
     out: dict[str, Any] = {}
     if "creative_ref" in payload:
-        ref = payload["creative_ref"]
-        if not isinstance(ref, str) or not ref.strip() or len(ref) > 500:
-            raise InvalidField("creative_ref", "must be a non-empty string of at most 500 characters")
-        out["creative_ref"] = ref.strip()
+        out["creative_ref"] = _text(payload["creative_ref"], "creative_ref", 500)
     if "landing_url" in payload:
         url = payload["landing_url"]
         if not isinstance(url, str) or not url.startswith(("https://", "http://")) or len(url) > 2000 \
-                or any(c.isspace() for c in url):
+                or any(c.isspace() for c in url) or not url.isprintable():
             raise InvalidField("landing_url", "must be an http(s) URL without spaces, at most 2000 characters")
         out["landing_url"] = url
     if "bid_micros" in payload:

@@ -199,7 +199,7 @@ def _jaas_quoted(text: str) -> str:
 
 def _host_port(section: str, key: str, text: str) -> tuple[str, int]:
     host, _, port = text.strip().rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit() and len(port) <= 5):
         raise InvalidSettings(f"{setting_name(section, key)}: host:port addresses, got {text!r}")
     return host, int(port)
 

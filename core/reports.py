@@ -113,7 +113,8 @@ def _campaign_ids(text: str | None) -> tuple[int, ...]:
     ids = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit() or int(part) <= 0 or int(part) >= 1 << 63:
+        # ASCII digits only: str.isdigit() also takes '²', which int() refuses; 19 digits hold every bigint
+        if not (part.isascii() and part.isdigit() and len(part) <= 19) or not 0 < int(part) < 1 << 63:
             raise InvalidField("campaign_id", f"{part!r} is not a campaign id (comma-separated positive integers)")
         ids.append(int(part))
     if len(ids) > MAX_CAMPAIGN_IDS:
@@ -134,7 +135,7 @@ def parse_report_query(query: Mapping[str, str]) -> ReportRequest:
         raise InvalidField("to", f"must be after from ({query.get('from')}); the range is [from, to)")
     limit_days = MAX_HOURLY_RANGE_DAYS if granularity == "hour" else MAX_DAILY_RANGE_DAYS
     if to_ms - from_ms > limit_days * DAY_MS:
-        raise InvalidField("to", f"the range spans more than {limit_days} days, the most a {granularity}ly "
+        raise InvalidField("to", f"the range spans more than {limit_days} days, the most a {'daily' if granularity == 'day' else 'hourly'} "
                                  "report covers")
     return ReportRequest(granularity, from_ms, to_ms, _campaign_ids(query.get("campaign_id")))
 

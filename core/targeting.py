@@ -116,6 +116,8 @@ def _values(attribute: str, raw: Any, field: str) -> frozenset[str]:
         if len(value) > MAX_VALUE_CHARS:
             raise InvalidTargeting(field, f"a value of {len(value):,} characters: a value has at most "
                                           f"{MAX_VALUE_CHARS} (MAX_VALUE_CHARS)")
+        if not value.isprintable():  # control characters (NUL among them, which PostgreSQL's jsonb refuses)
+            raise InvalidTargeting(field, f"{_shown(value)} holds a control character")
     if not values or not all(values):
         raise InvalidTargeting(field, "the allowed set is empty: list at least one value, or remove the "
                                       "attribute to target everyone")

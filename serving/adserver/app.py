@@ -46,6 +46,7 @@ from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
 from serving import served_log
 from serving.body_limits import ADSERVER_MAX_BODY_BYTES, application
+from serving.ops_auth import ops_authorized
 from serving.decision.recall import RecallMonitor, check as recall_check
 from serving.adserver.request import (REQUEST_START_HEADER, BadRequest, GeoResolver, gateway_wait_s,
                                       parse_ad_request, targeting_terms)
@@ -74,6 +75,8 @@ class ServerConfig:
     max_in_flight: int = 64
     admission_wait_ms: float | None = None  # refuse when the expected wait passes this (default: half the deadline)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    # The operators' bearer token for GET /debug/timings (ADSERVE_OPS_TOKEN); None: the endpoint is off (404).
+    ops_token: str | None = field(default=None, repr=False)
 
 
 class ServedLogQueue(Protocol):
@@ -197,7 +200,12 @@ class AdServer:
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 
     async def handle_timings(self, request: web.Request) -> web.Response:
-        """The stage timings (ms) of the latest requests; ?clear=1 empties the buffer after reading."""
+        """The stage timings (ms) of the latest requests; ?clear=1 empties the buffer after reading. Operators
+        only: `Authorization: Bearer <ADSERVE_OPS_TOKEN>`, else 401; off (404) on a server without the token."""
+        if not self.config.ops_token:
+            return self._error(404, "debug endpoints are off: the server runs without ADSERVE_OPS_TOKEN")
+        if not ops_authorized(request.headers.get("Authorization", ""), self.config.ops_token):
+            return self._error(401, "send the operators' token: 'Authorization: Bearer <ADSERVE_OPS_TOKEN>'")
         body = list(self.timings)
         if request.query.get("clear") == "1":
             self.timings.clear()

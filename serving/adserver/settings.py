@@ -119,6 +119,8 @@ class AdServerSettings:
     # ADSERVE_AUDIENCE_SALT (core.audiences); the public development salt in development mode; None: custom
     # audiences are not matched. Masked when printed.
     audience_salt: AudienceSalt | None = field(default=None, repr=False)
+    # the operators' token for the debug endpoints (ADSERVE_OPS_TOKEN, serving.ops_auth); None: they are off
+    ops_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.prediction_url and self.model:
@@ -144,7 +146,8 @@ class AdServerSettings:
         return cls(kafka_bootstrap=required(environ, "ADSERVE_KAFKA_BOOTSTRAP"),
                    redis_host=required(environ, "ADSERVE_HOST"), redis_port=_port(environ, "ADSERVE_REDIS_PORT"),
                    token_keys=token_keys_from(environ, development=development), development=development,
-                   audience_salt=salt_from(environ, development=development), **flags, **paths)
+                   audience_salt=salt_from(environ, development=development), ops_token=_ops_token(environ),
+                   **flags, **paths)
 
     def server_config(self) -> ServerConfig:
         from serving.adserver.app import ServerConfig  # the serving stack loads only when a server starts
@@ -153,7 +156,8 @@ class AdServerSettings:
 
         weights = load_weights(self.prerank_weights) if self.prerank_weights else None
         return ServerConfig(server_id=self.server_id, tracker_url=self.tracker_url, max_in_flight=self.max_in_flight,
-                            engine=EngineConfig(recall_sample_share=self.recall_share, prerank_weights=weights))
+                            engine=EngineConfig(recall_sample_share=self.recall_share, prerank_weights=weights),
+                            ops_token=self.ops_token)
 
     def describe(self) -> str:
         """The settings as one line, token secrets masked: printed once at start."""
@@ -186,3 +190,12 @@ class TrackerSettings:
 
     def describe(self) -> str:
         return describe(self)
+
+
+def _ops_token(environ: Mapping[str, str]) -> str | None:
+    from serving.ops_auth import ops_token_from
+
+    try:
+        return ops_token_from(environ)
+    except ValueError as exc:
+        raise InvalidSettings(str(exc)) from None

@@ -24,8 +24,8 @@ import psycopg
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from core.campaigns import (BUDGET_EDIT_WINDOW_S, InvalidField, check_budget_edit, review_after_change,
-                            review_decision)
+from core.campaigns import (BUDGET_EDIT_WINDOW_S, InvalidField, check_budget_edit, check_cpa_bid,
+                            review_after_change, review_decision)
 from core.reports import (BILLED_DAILY_TABLE, BILLED_HOURLY_TABLE, CONVERSIONS_HOURLY_TABLE,
                           HOURLY_BILLED_COLUMNS, LOOKBACK_MS, ReportRequest, daily_rows, hourly_rows, report_body)
 from core.reserves import ANY, merged_rule
@@ -223,6 +223,8 @@ class CampaignStore:
                                     advertiser_id=advertiser_id)
             if row is not None and "exclusion_category" in fields:
                 await self._copy_category_to_ads(conn, campaign_id, row["exclusion_category"])
+            if row is not None and row["bid_type"] == "CPA" and row["cpa_target_micros"]:
+                await self._cap_cpa_bids(conn, campaign_id, int(row["cpa_target_micros"]))
             return row
         return await self._run(tx)
 
@@ -244,6 +246,15 @@ class CampaignStore:
         await conn.execute("DELETE FROM campaign_budget_edits WHERE campaign_id = %s AND edited_at < now() - "
                            "interval '1 day'", (campaign_id,))
         await conn.execute("INSERT INTO campaign_budget_edits (campaign_id) VALUES (%s)", (campaign_id,))
+
+    @staticmethod
+    async def _cap_cpa_bids(conn, campaign_id: int, target_micros: int) -> None:
+        """A CPA campaign's target lowered below some of its ads' bids lowers those bids to the target, with new
+        versions, in the campaign's transaction (core.campaigns.check_cpa_bid is the rule for new bids)."""
+        await conn.execute(
+            "UPDATE ads SET bid_micros = %s, version = version + 1, updated_at = now() "
+            "WHERE campaign_id = %s AND bid_type = 'CPA' AND bid_micros > %s",
+            (target_micros, campaign_id, target_micros))
 
     @staticmethod
     async def _copy_category_to_ads(conn, campaign_id: int, category: int) -> None:
@@ -273,10 +284,11 @@ class CampaignStore:
         async def tx(conn):
             # FOR SHARE: a concurrent change of the campaign's category waits for this ad, or this ad for it
             campaign = await (await conn.execute(
-                "SELECT bid_type, exclusion_category FROM campaigns WHERE campaign_id = %s AND advertiser_id = %s "
-                "FOR SHARE", (campaign_id, advertiser_id))).fetchone()
+                "SELECT bid_type, exclusion_category, cpa_target_micros FROM campaigns "
+                "WHERE campaign_id = %s AND advertiser_id = %s FOR SHARE", (campaign_id, advertiser_id))).fetchone()
             if campaign is None:
                 return None
+            check_cpa_bid(campaign["bid_type"], int(fields["bid_micros"]), campaign["cpa_target_micros"])
             columns = ["campaign_id", "advertiser_id", "bid_type", "exclusion_category", *values]
             return await (await conn.execute(
                 f"INSERT INTO ads ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) RETURNING *",
@@ -301,11 +313,17 @@ class CampaignStore:
         """An advertiser's change to an ad; one to what review approved sends it back to review
         (core.campaigns.review_after_change), decided on the row as it is under the lock."""
         async def tx(conn):
+            # the campaign first (as a change of the campaign locks it, then its ads), then the ad
+            campaign = await (await conn.execute(
+                "SELECT c.bid_type, c.cpa_target_micros FROM campaigns c JOIN ads a USING (campaign_id) "
+                "WHERE a.ad_id = %s AND a.advertiser_id = %s FOR SHARE OF c", (ad_id, advertiser_id))).fetchone()
             existing = await (await conn.execute(
                 "SELECT * FROM ads WHERE ad_id = %s AND advertiser_id = %s FOR UPDATE",
                 (ad_id, advertiser_id))).fetchone()
-            if existing is None:
+            if existing is None or campaign is None:
                 return None
+            if "bid_micros" in fields:
+                check_cpa_bid(campaign["bid_type"], int(fields["bid_micros"]), campaign["cpa_target_micros"])
             return await self._write(conn, "ads", "ad_id", ad_id, {**fields, **review_after_change(existing, fields)})
         return await self._run(tx)
 

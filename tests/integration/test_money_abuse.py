@@ -115,3 +115,59 @@ def test_the_operator_reads_a_days_absorbed_overspend_by_campaign_from_the_billi
     assert [(r["campaign_id"], r["name"], r["size_class"]) for r in report["top"]] == [
         (cut, "cut", "medium"), (paced, "paced", "small")]
     assert report["by_size_class"]["small"]["absorbed_share"] == 30_000 / 50_000_000
+
+
+def test_a_cpa_bid_above_its_campaigns_target_is_refused_and_a_lowered_target_lowers_the_bids(platform):
+    async def scenario():
+        runner, store, api, auth = await _api(platform)
+        try:
+            async with aiohttp.ClientSession() as http:
+                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
+                    "name": "cpa", "bid_type": "CPA", "daily_budget_micros": 50_000_000, "timezone": "UTC",
+                    "cpa_target_micros": 5_000_000})
+                cid = campaign["campaign_id"]
+                base = {"creative_ref": "c", "landing_url": "https://adv.example/",
+                        "targeting": {"placement": ["feed"]}}
+                huge = await _call(http, "POST", f"{api}/v1/campaigns/{cid}/ads", auth,
+                                   {**base, "bid_micros": 100_000_000_000})
+                _, ad, _ = await _call(http, "POST", f"{api}/v1/campaigns/{cid}/ads", auth,
+                                       {**base, "bid_micros": 5_000_000})
+                raised = await _call(http, "PATCH", f"{api}/v1/ads/{ad['ad_id']}", auth, {"bid_micros": 5_000_001})
+                lowered = await _call(http, "PATCH", f"{api}/v1/campaigns/{cid}", auth, {"cpa_target_micros": 3_000_000})
+                after = await _call(http, "GET", f"{api}/v1/ads/{ad['ad_id']}", auth)
+            return huge, ad, raised, lowered, after
+        finally:
+            await runner.cleanup()
+            await store.close()
+
+    huge, ad, raised, lowered, after = asyncio.run(scenario())
+    assert (huge[0], huge[1]["field"]) == (400, "bid_micros") and "cpa_target_micros" in huge[1]["error"]
+    assert (raised[0], raised[1]["field"]) == (400, "bid_micros")
+    assert lowered[0] == 200
+    assert (after[1]["bid_micros"], after[1]["version"]) == (3_000_000, ad["version"] + 1)  # a new version: CDC
+
+
+def test_values_that_once_gave_500s_get_400s_naming_the_field(platform):
+    async def scenario():
+        runner, store, api, auth = await _api(platform)
+        try:
+            async with aiohttp.ClientSession() as http:
+                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
+                    "name": "bounds", "bid_type": "CPC", "daily_budget_micros": 5_000_000, "timezone": "UTC"})
+                url = f"{api}/v1/campaigns/{campaign['campaign_id']}"
+                answers = [await _call(http, "PATCH", url, auth, {"flight_start": "0001-01-01T00:00:00+14:00"}),
+                           await _call(http, "PATCH", url, auth, {"name": "nul\u0000"}),
+                           await _call(http, "POST", f"{url}/ads", auth, {
+                               "creative_ref": "c\u0000", "landing_url": "https://adv.example/",
+                               "bid_micros": 1_000_000, "targeting": {"placement": ["feed"]}})]
+                for ids in ("\u00b2", "9" * 5000):
+                    answers.append(await _call(http, "GET", f"{api}/v1/reports?from=2026-01-01&to=2026-01-02"
+                                                            f"&campaign_id={ids}", auth))
+            return answers
+        finally:
+            await runner.cleanup()
+            await store.close()
+
+    answers = asyncio.run(scenario())
+    assert [(status, body["field"]) for status, body, _ in answers] == [
+        (400, "flight_start"), (400, "name"), (400, "creative_ref"), (400, "campaign_id"), (400, "campaign_id")]
