@@ -135,8 +135,8 @@ def parse_report_query(query: Mapping[str, str]) -> ReportRequest:
         raise InvalidField("to", f"must be after from ({query.get('from')}); the range is [from, to)")
     limit_days = MAX_HOURLY_RANGE_DAYS if granularity == "hour" else MAX_DAILY_RANGE_DAYS
     if to_ms - from_ms > limit_days * DAY_MS:
-        raise InvalidField("to", f"the range spans more than {limit_days} days, the most a {'daily' if granularity == 'day' else 'hourly'} "
-                                 "report covers")
+        kind = "an hourly" if granularity == "hour" else "a daily"
+        raise InvalidField("to", f"the range spans more than {limit_days} days, the most {kind} report covers")
     return ReportRequest(granularity, from_ms, to_ms, _campaign_ids(query.get("campaign_id")))
 
 
