@@ -438,7 +438,8 @@ def cmd_serve_tracker(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         runner, port, _, _ = await start_tracker(bootstrap=settings.kafka_bootstrap, keys=settings.token_keys,
-                                                 host=settings.host, port=settings.port, spool=settings.spool)
+                                                 host=settings.host, port=settings.port, spool=settings.spool,
+                                                 trusted_proxies=settings.trusted_proxies)
         print(f"tracker on {settings.host}:{port}", flush=True)
         try:
             await until_terminated()
@@ -474,7 +475,8 @@ def cmd_serve_advertiser_api(args: argparse.Namespace) -> int:
         runner, port, store = await start_advertiser_api(settings.postgres_dsn, host=settings.host,
                                                          port=settings.port,
                                                          audience_members=settings.audience_members(),
-                                                         limits=settings.rate_limits())
+                                                         limits=settings.rate_limits(),
+                                                         trusted_proxies=settings.trusted_proxies)
         print(f"advertiser API on {settings.host}:{port}", flush=True)
         try:
             await until_terminated()

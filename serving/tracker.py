@@ -47,6 +47,8 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from core.beacon_guard import BeaconGuard
+from core.client_address import Network, client_address
 from core.errors import InvalidField
 from core.spool import SpoolFull
 from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenClaims, TokenKeys
@@ -96,10 +98,15 @@ def feedback_record(claims: TokenClaims, kind: str, event_id: str, now_ms: int) 
 
 class Tracker:
     def __init__(self, keys: TokenKeys, produce: Callable[[str, bytes, bytes], None],
-                 clock: Callable[[], float] = time.time, events_topic: str = topics.AD_EVENTS):
+                 clock: Callable[[], float] = time.time, events_topic: str = topics.AD_EVENTS,
+                 trusted_proxies: tuple[Network, ...] = (), guard: BeaconGuard | None = None):
         """produce(topic, key, value) keeps one record (ad.events, ad.conversions or ad.feedback) for the broker,
-        or raises (SpoolFull when the spool is full): the answer goes out only after it returned."""
+        or raises (SpoolFull when the spool is full): the answer goes out only after it returned.
+        trusted_proxies: the proxies whose X-Forwarded-For names the client (core.client_address); none: the
+        connection's peer is the client. guard: the replay guard (core.beacon_guard), one per tracker."""
         self.keys, self.produce, self.clock, self.events_topic = keys, produce, clock, events_topic
+        self.trusted_proxies = trusted_proxies
+        self.guard = guard if guard is not None else BeaconGuard()
         self.codec = AvroCodec()
         self.registry = CollectorRegistry()
         self.events = Counter("adserve_tracker_events", "Accepted events by type", ["type"], registry=self.registry)
@@ -111,6 +118,8 @@ class Tracker:
         self.spool_rejections = Counter("adserve_tracker_spool_rejections",
                                         "Beacons answered 503 because the spool was full or could not write",
                                         ["reason"], registry=self.registry)
+        self.replays = Counter("adserve_tracker_replays", "Beacons answered but not kept again: the same token's "
+                               "event was kept before", ["type"], registry=self.registry)
         self.spool_resent = Counter("adserve_tracker_spool_resent",
                                     "Records sent again after a failed delivery or a restart", registry=self.registry)
         self.spool_bytes = Gauge("adserve_tracker_spool_bytes", "Bytes the spool's segments hold",
@@ -168,13 +177,23 @@ class Tracker:
         self.events.labels(kind).inc()
 
     def _event(self, claims, event_type: str, now_ms: int, request: web.Request) -> None:
+        """The beacon's event, kept once per token lifetime: a replay is answered and counted, not kept again
+        (core.beacon_guard). The user is the token's pseudonymous user key (never a raw id), the address the
+        client's behind the trusted proxies, so the click aggregator's user_burst and ip_burst rules see them."""
+        guard_key = f"{claims.impression_id}|{event_type}"
+        if self.guard.seen(guard_key, now_ms):
+            self.replays.labels(event_type).inc()
+            return
         event: dict[str, Any] = {
             "event_id": uuid.uuid4().hex, "impression_id": claims.impression_id, "event_type": event_type,
             "event_time": now_ms, "served_time": claims.served_ms or now_ms, "campaign_id": claims.campaign_id,
             "ad_id": claims.ad_id, "price_micros": claims.price_micros, "billing_type": claims.billing,
-            "user_id": None, "ip_address": request.remote, "user_agent": request.headers.get("User-Agent"),
-            "token_key_id": claims.key_id}
+            "user_id": claims.user_key or None,
+            "ip_address": client_address(request.remote, request.headers.get("X-Forwarded-For"),
+                                         self.trusted_proxies),
+            "user_agent": request.headers.get("User-Agent"), "token_key_id": claims.key_id}
         self._queue(self.events_topic, str(claims.campaign_id), "AdEvent", event, event_type)
+        self.guard.remember(guard_key, claims.expires_ms)
 
     async def impression(self, request: web.Request) -> web.Response:
         claims, now_ms = self._verify(request)
@@ -219,7 +238,8 @@ def _http_error(status: int, text: str) -> web.HTTPException:
 
 async def start_tracker(*, bootstrap: str, keys: TokenKeys, host: str = "127.0.0.1", port: int = 8081,
                         spool: SpoolSettings | None = None, events_topic: str = topics.AD_EVENTS,
-                        producer_overrides: dict[str, Any] | None = None):
+                        producer_overrides: dict[str, Any] | None = None,
+                        trusted_proxies: tuple[Network, ...] = ()):
     """Start the tracker with its spool and sender; returns (runner, port, tracker, sender).
 
     Without `spool` settings the spool is a fresh temporary folder (removed at the end when the broker took
@@ -246,7 +266,7 @@ async def start_tracker(*, bootstrap: str, keys: TokenKeys, host: str = "127.0.0
         folder.append(topic, key, value)
         sender.wake()
 
-    tracker = Tracker(keys, produce, events_topic=events_topic)
+    tracker = Tracker(keys, produce, events_topic=events_topic, trusted_proxies=trusted_proxies)
     tracker.watch_spool(folder)
     runner = web.AppRunner(tracker.app(), access_log=None)
 

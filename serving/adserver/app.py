@@ -41,6 +41,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from core.audiences import AudienceSalt, request_member_keys
+from core.client_address import client_address
 from core.frequency import JustServed, day_number
 from core.spend import SpendAccumulator
 from core.tokens import TOKEN_LIFETIME_MS, TokenClaims, TokenKeys
@@ -77,6 +78,9 @@ class ServerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     # The operators' bearer token for GET /debug/timings (ADSERVE_OPS_TOKEN); None: the endpoint is off (404).
     ops_token: str | None = field(default=None, repr=False)
+    # The proxies whose X-Forwarded-For names the caller (ADSERVE_TRUSTED_PROXIES, core.client_address): a
+    # request without location or ip is located by the caller's address behind them; none: not located.
+    trusted_proxies: tuple = ()
 
 
 class ServedLogQueue(Protocol):
@@ -261,7 +265,10 @@ class AdServer:
         except BadRequest as e:
             m.requests.labels("bad_request").inc()
             return self._error(400, str(e), e.field)
-        location = ad_request.location or (self.geo.locate(ad_request.ip) if ad_request.ip else None)
+        # the user's address: the publisher's (the body's ip), else the caller's behind the trusted proxies
+        ip = ad_request.ip or (client_address(request.remote, request.headers.get("X-Forwarded-For"),
+                                              self.config.trusted_proxies) if self.config.trusted_proxies else None)
+        location = ad_request.location or (self.geo.locate(ip) if ip else None)
         now_ms = int(self.clock() * 1000)
         read_started = now_ms
         user = await self.store.read(ad_request.user_id, self._member_keys(ad_request),
@@ -325,11 +332,14 @@ class AdServer:
         """The response body: each filled slot with its signed token and beacon URLs, empty slots as null ads."""
         cfg = self.config
         slots = []
+        user = ad_request.user_id or ad_request.device_id
+        user_key = self.keys.user_key(user) if user and decision.winners else ""
         for w in decision.winners:
             impression_id = f"{ad_request.request_id}:{w.slot}"
             billing = BILLING_OF[w.billing]
             token = self.keys.sign(TokenClaims(impression_id, w.ad_id, w.campaign_id, w.charge_per_event_micros,
-                                               billing, w.landing_url, now_ms + TOKEN_LIFETIME_MS, served_ms=now_ms))
+                                               billing, w.landing_url, now_ms + TOKEN_LIFETIME_MS, served_ms=now_ms,
+                                               user_key=user_key))
             quoted = quote(token, safe="")
             slots.append({"slot": w.slot, "position": w.position, "ad_id": w.ad_id, "campaign_id": w.campaign_id,
                           "creative_ref": w.creative_ref, "impression_id": impression_id,

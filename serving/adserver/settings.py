@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from core.audiences import AudienceSalt, salt_from
+from core.client_address import TRUSTED_PROXIES_ENV, parse_trusted_proxies
 from core.errors import InvalidSettings
 from core.settings import describe
 from core.tokens import TokenKeys
@@ -121,6 +122,8 @@ class AdServerSettings:
     audience_salt: AudienceSalt | None = field(default=None, repr=False)
     # the operators' token for the debug endpoints (ADSERVE_OPS_TOKEN, serving.ops_auth); None: they are off
     ops_token: str | None = field(default=None, repr=False)
+    # whose X-Forwarded-For names the caller (ADSERVE_TRUSTED_PROXIES): the address that locates a request
+    trusted_proxies: tuple = ()
 
     def __post_init__(self) -> None:
         if self.prediction_url and self.model:
@@ -147,6 +150,7 @@ class AdServerSettings:
                    redis_host=required(environ, "ADSERVE_HOST"), redis_port=_port(environ, "ADSERVE_REDIS_PORT"),
                    token_keys=token_keys_from(environ, development=development), development=development,
                    audience_salt=salt_from(environ, development=development), ops_token=_ops_token(environ),
+                   trusted_proxies=parse_trusted_proxies(environ.get(TRUSTED_PROXIES_ENV)),
                    **flags, **paths)
 
     def server_config(self) -> ServerConfig:
@@ -157,7 +161,7 @@ class AdServerSettings:
         weights = load_weights(self.prerank_weights) if self.prerank_weights else None
         return ServerConfig(server_id=self.server_id, tracker_url=self.tracker_url, max_in_flight=self.max_in_flight,
                             engine=EngineConfig(recall_sample_share=self.recall_share, prerank_weights=weights),
-                            ops_token=self.ops_token)
+                            ops_token=self.ops_token, trusted_proxies=self.trusted_proxies)
 
     def describe(self) -> str:
         """The settings as one line, token secrets masked: printed once at start."""
@@ -175,6 +179,8 @@ class TrackerSettings:
     development: bool = False
     host: str = "127.0.0.1"
     port: int = 8081
+    # the proxies whose X-Forwarded-For names the client (ADSERVE_TRUSTED_PROXIES, core.client_address)
+    trusted_proxies: tuple = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "TrackerSettings":
@@ -186,7 +192,8 @@ class TrackerSettings:
                               fsync_interval_ms=_or(getattr(args, "spool_fsync_ms", None), DEFAULT_FSYNC_INTERVAL_MS))
         return cls(kafka_bootstrap=required(environ, "ADSERVE_KAFKA_BOOTSTRAP"),
                    token_keys=token_keys_from(environ, development=development), spool=spool,
-                   development=development, port=port)
+                   development=development, port=port,
+                   trusted_proxies=parse_trusted_proxies(environ.get(TRUSTED_PROXIES_ENV)))
 
     def describe(self) -> str:
         return describe(self)

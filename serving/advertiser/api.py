@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -58,6 +59,7 @@ from redis.exceptions import RedisError
 from core.audiences import (AudienceSalt, audience_value, named_audience_ids, parse_audience_name,
                             parse_hashed_ids, salt_from)
 from core.campaigns import InvalidField, TooManyBudgetEdits, validate_ad, validate_campaign
+from core.client_address import TRUSTED_PROXIES_ENV, Network, client_address, parse_trusted_proxies
 from core.errors import InvalidSettings
 from core.rate_limit import Decision, RateLimit, RateLimiter
 from core.reports import parse_report_query
@@ -70,6 +72,7 @@ LOG = logging.getLogger("adserve.advertiser_api")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
 ADVERTISER = web.RequestKey("advertiser_id", int)
 PUBLIC_PATHS = ("/openapi.json", "/metrics")  # no key, no limit
+RECENT_KEYS = 10_000  # keys remembered as having authenticated lately (hashes only)
 LIMIT_FLAGS = ("rate_per_s", "burst", "unauthenticated_rate_per_s", "unauthenticated_burst")  # settings fields
 
 
@@ -116,12 +119,17 @@ def bearer_key(request: web.Request) -> str:
 
 class AdvertiserApi:
     def __init__(self, store: CampaignStore, audience_members: AudienceMembers | None = None, *,
-                 limits: RateLimits | None = None, clock: Callable[[], float] = time.monotonic):
+                 limits: RateLimits | None = None, clock: Callable[[], float] = time.monotonic,
+                 trusted_proxies: tuple[Network, ...] = ()):
         """audience_members: where uploaded members go (Redis and the salt); None: custom audiences are off and
         a members upload answers 503. limits=None: no rate limit (in-process tests and benchmarks); the
-        command passes its settings'."""
+        command passes its settings'. trusted_proxies: whose X-Forwarded-For names the client
+        (core.client_address), for the per-address limit."""
         self.store = store
-        self.limits, self.clock = limits, clock
+        self.limits, self.clock, self.trusted_proxies = limits, clock, trusted_proxies
+        # hashes of keys that authenticated lately: an address over its limit for bad keys still lets these
+        # through to the lookup (which decides, so a revoked key is refused at once), and nothing else
+        self._recent_keys: OrderedDict[bytes, None] = OrderedDict()
         self.metrics = Metrics()
         self.per_api_key = RateLimiter(limits.per_api_key) if limits else None
         self.per_address = RateLimiter(limits.unauthenticated) if limits else None
@@ -154,21 +162,31 @@ class AdvertiserApi:
     async def _auth(self, request: web.Request, handler):
         if request.path in PUBLIC_PATHS:
             return await handler(request)
-        key, address, now_s = bearer_key(request), request.remote or "", self.clock()
-        if self.per_address is not None:  # an address that keeps failing is refused before any lookup
+        key, now_s = bearer_key(request), self.clock()
+        address = client_address(request.remote, request.headers.get("X-Forwarded-For"),
+                                 self.trusted_proxies) or ""
+        hashed = hash_key(key) if key else b""
+        if self.per_address is not None and hashed not in self._recent_keys:
+            # an address that keeps failing is refused before any lookup, except for a key that worked lately:
+            # behind one ingress address, someone else's bad keys never lock an advertiser out
             decision = self.per_address.peek(address, now_s)
             if not decision.allowed:
                 return self._too_many(decision, "address")
         advertiser_id = await self.store.advertiser_for_key(key) if key else None
         if advertiser_id is None:
             self.metrics.unauthorized.inc()
+            self._recent_keys.pop(hashed, None)
             if self.per_address is not None:
                 decision = self.per_address.take(address, now_s)
                 if not decision.allowed:
                     return self._too_many(decision, "address")
             return _error(401, "missing or unknown API key: send 'Authorization: Bearer <key>'")
+        self._recent_keys[hashed] = None
+        self._recent_keys.move_to_end(hashed)
+        if len(self._recent_keys) > RECENT_KEYS:
+            self._recent_keys.popitem(last=False)
         if self.per_api_key is not None:
-            decision = self.per_api_key.take(hash_key(key).hex(), now_s)
+            decision = self.per_api_key.take(hashed.hex(), now_s)
             if not decision.allowed:
                 return self._too_many(decision, "api_key")
         request[ADVERTISER] = advertiser_id
@@ -337,6 +355,7 @@ class AdvertiserApiSettings:
     redis_host: str | None = None
     redis_port: int | None = None
     audience_salt: AudienceSalt | None = None  # None: custom audiences off (masked when printed)
+    trusted_proxies: tuple = ()  # ADSERVE_TRUSTED_PROXIES: whose X-Forwarded-For names the client
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "AdvertiserApiSettings":
@@ -352,7 +371,8 @@ class AdvertiserApiSettings:
         return cls(postgres_dsn=dsn, port=getattr(args, "port", 8082), **limits,
                    redis_host=environ.get("ADSERVE_HOST", "").strip() or None,
                    redis_port=int(redis_port) if redis_port.isdigit() else None,
-                   audience_salt=salt_from(environ, development=development))
+                   audience_salt=salt_from(environ, development=development),
+                   trusted_proxies=parse_trusted_proxies(environ.get(TRUSTED_PROXIES_ENV)))
 
     def audience_members(self) -> AudienceMembers | None:
         """The Redis side of custom audiences, or None when the salt or Redis is not configured."""
@@ -374,11 +394,13 @@ class AdvertiserApiSettings:
 
 
 async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 8082,
-                               audience_members: AudienceMembers | None = None, limits: RateLimits | None = None):
+                               audience_members: AudienceMembers | None = None, limits: RateLimits | None = None,
+                               trusted_proxies: tuple[Network, ...] = ()):
     """Start the API; returns (runner, port, store). Without `audience_members` custom audiences are off;
     without `limits` requests are not rate limited."""
     store = await CampaignStore(dsn).open()
-    runner = web.AppRunner(AdvertiserApi(store, audience_members, limits=limits).app(), access_log=None)
+    api = AdvertiserApi(store, audience_members, limits=limits, trusted_proxies=trusted_proxies)
+    runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -3,6 +3,7 @@ late event, a corrupt record, a campaign over its budget), billed totals out, ch
 figures and against the batch recount (core.clicks.recount) of the same events; then a TaskManager kill."""
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -10,6 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from core import clicks
+from core.tokens import TokenClaims, TokenKeys
 from jobs import deploy
 from schemas.codec import AvroCodec
 from streams import kafka
@@ -92,7 +94,47 @@ def _wait_billed(platform, topic: str, campaign_id: int, at_least_ms: int, timeo
 
 
 CAMPAIGNS = [_campaign(201, 10 * DOLLAR, "CPM"), _campaign(202, 5 * DOLLAR), _campaign(203, 1_000 * DOLLAR),
-             _campaign(999, 1_000 * DOLLAR)]
+             _campaign(205, 1_000 * DOLLAR), _campaign(206, 1_000 * DOLLAR), _campaign(999, 1_000 * DOLLAR)]
+KEYS = TokenKeys({"k1": b"click-aggregator-test-key-32-bytes!"}, active="k1")
+INGRESS = "127.0.0.0/8"  # the tracker's peer in this test is the loopback "ingress"
+
+
+def _through_the_tracker(feed: Beacons, at_ms: int) -> None:
+    """Clicks through a real tracker (serving.tracker) behind a trusted ingress, at simulated time `at_ms`, on
+    tokens as the ad server signs them: 200 from one pseudonymous user on campaign 205's ads (each from its own
+    address, so only the user rule can see them), and 50 honest users' clicks on campaign 206 from 50 addresses
+    that all reach the tracker through the one ingress address."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from core.client_address import parse_trusted_proxies
+    from serving.tracker import Tracker
+
+    codec, clock = AvroCodec(), [at_ms]
+
+    def produce(topic: str, key: bytes, value: bytes) -> None:
+        feed.sent.append(codec.decode(value))
+        feed.producer.produce(topic, key=key, value=value, timestamp=clock[0])
+
+    tracker = Tracker(KEYS, produce, clock=lambda: clock[0] / 1000, events_topic=feed.topics["events"],
+                      trusted_proxies=parse_trusted_proxies(INGRESS))
+
+    def token(campaign_id: int, n: int, user: str) -> str:
+        return KEYS.sign(TokenClaims(f"imp-{campaign_id}-t{n}:1", campaign_id * 10, campaign_id, DOLLAR, "CLICK",
+                                     "https://adv.example/", at_ms + 3_600_000, served_ms=at_ms - 5_000,
+                                     user_key=KEYS.user_key(user)))
+
+    async def clicks() -> list[int]:
+        statuses = []
+        async with TestClient(TestServer(tracker.app())) as client:
+            plan = [(205, n, "attacker", f"203.0.113.{n % 250}, 10.0.0.7") for n in range(200)]
+            plan += [(206, n, f"shopper-{n}", f"198.51.100.{n}") for n in range(50)]
+            for i, (campaign_id, n, user, forwarded) in enumerate(plan):
+                clock[0] = at_ms + i * 10
+                async with client.get("/v1/click", params={"t": token(campaign_id, n, user)},
+                                      headers={"X-Forwarded-For": forwarded}, allow_redirects=False) as r:
+                    statuses.append(r.status)
+        return statuses
+    assert asyncio.run(clicks()) == [302] * 250
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +197,8 @@ def billing(platform, tmp_path_factory):
                        agent="Mozilla/5.0 (compatible; Googlebot/2.1)")
             feed.event(203, "imp-203-fast", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.3",
                        served_ms=now - 200)
+        if second == 50:
+            _through_the_tracker(feed, now)
         if second == 15:  # seven clicks from one IP within a minute: the sixth and seventh are invalid
             for i in range(7):
                 feed.event(203, f"imp-203-burst-{i}", "CLICK", now + i * 100, price=DOLLAR, billing="CLICK",
@@ -207,6 +251,18 @@ def test_invalid_traffic_is_not_billed_and_is_credited(billing):
     assert billing["totals"][201]["invalid_credit_micros"] == DOLLAR // 2  # the bot's late impression
 
 
+def test_fake_clicks_of_one_pseudonymous_user_are_not_billed_past_the_burst_and_honest_ones_behind_a_proxy_are(
+        billing):
+    attacked, honest = billing["totals"][205], billing["totals"][206]
+    assert attacked["billed_clicks"] == clicks.MAX_CLICKS_PER_MINUTE  # 0 billable after the configured burst
+    assert attacked["invalid_credit_micros"] == (200 - clicks.MAX_CLICKS_PER_MINUTE) * DOLLAR
+    assert (honest["billed_clicks"], honest["invalid_credit_micros"]) == (50, 0)  # 50 addresses, one ingress
+    mine = [e for e in billing["feed"].sent if e["campaign_id"] in (205, 206)]
+    assert len({e["user_id"] for e in mine if e["campaign_id"] == 205}) == 1  # one pseudonym, never the raw id
+    assert not any(e["user_id"] in ("attacker", "shopper-1") for e in mine)
+    assert {e["ip_address"] for e in mine if e["campaign_id"] == 206} == {f"198.51.100.{n}" for n in range(50)}
+
+
 def test_a_click_reaching_the_job_after_its_window_closed_is_billed_once(billing):
     t = billing["totals"][203]
     assert t["billed_spend_micros"] - 6 * DOLLAR == 3 * DOLLAR  # the late $3 click, once despite its resend
@@ -214,7 +270,7 @@ def test_a_click_reaching_the_job_after_its_window_closed_is_billed_once(billing
 
 def test_the_streaming_totals_equal_the_batch_recount(billing):
     recounted = clicks.recount(billing["feed"].sent, CAMPAIGNS)
-    for campaign_id in (201, 202, 203):
+    for campaign_id in (201, 202, 203, 205, 206):
         mine = billing["totals"][campaign_id]
         theirs = recounted[(campaign_id, "2026-01-05")]
         for name in ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",

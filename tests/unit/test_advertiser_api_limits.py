@@ -1,7 +1,7 @@
 """The advertiser API's rate limits over HTTP, on an in-memory key table and a scripted clock: each API key
 its own bucket, 429 with Retry-After and {"error", "field"} past it; requests without a valid key spend their
-address's bucket, and an address that ran it dry is refused before its key is even looked up; counted on
-/metrics. Also the settings and flags that set the limits."""
+address's bucket (the client's address behind trusted proxies), and an address that ran it dry is refused
+before its key is even looked up, except for a key that authenticated lately; counted on /metrics. Also the settings and flags that set the limits."""
 from __future__ import annotations
 
 import argparse
@@ -42,14 +42,16 @@ class Clock:
         return self.now_s
 
 
-def _calls(api: AdvertiserApi, clock: Clock, steps: list[tuple[str | None, float]], path: str = "/v1/campaigns"):
-    """Each (key, seconds to advance first) as GET `path`: [(status, Retry-After, body)]."""
+def _calls(api: AdvertiserApi, clock: Clock, steps: list[tuple], path: str = "/v1/campaigns"):
+    """Each (key, seconds to advance first[, X-Forwarded-For]) as GET `path`: [(status, Retry-After, body)]."""
     async def scenario():
         async with TestClient(TestServer(api.app())) as client:
             answers = []
-            for key, advance_s in steps:
+            for key, advance_s, *forwarded in steps:
                 clock.now_s += advance_s
                 headers = {"Authorization": f"Bearer {key}"} if key else {}
+                if forwarded:
+                    headers["X-Forwarded-For"] = forwarded[0]
                 async with client.get(path, headers=headers) as r:
                     body = await r.json() if r.content_type == "application/json" else await r.text()
                     answers.append((r.status, r.headers.get("Retry-After"), body))
@@ -87,6 +89,29 @@ def test_requests_without_a_valid_key_spend_the_address_bucket_then_nothing_is_l
     # address had a token again
     assert table.lookups == ["ak_guess_1", "ak_owner_key_1"]
     assert _limited(api) == {"address": 2.0}
+
+
+def test_bad_keys_from_a_shared_ingress_address_never_lock_out_an_advertiser_whose_key_worked():
+    clock, table = Clock(), KeyTable()
+    api = AdvertiserApi(table, limits=LIMITS, clock=clock)  # type: ignore[arg-type]
+    owner = "ak_owner_key_1"
+    guesses = [(f"ak_guess_{n}", 0) for n in range(20)]
+    answers = _calls(api, clock, [(owner, 0)] + guesses + [(owner, 0), ("ak_guess_x", 0)])
+    assert [status for status, _, _ in answers] == [200, 401, 401] + [429] * 18 + [200, 429]
+    assert table.lookups.count(owner) == 2 and len(table.lookups) == 4  # throttled guesses are never looked up
+
+
+def test_behind_trusted_proxies_each_client_address_has_its_own_bucket_and_others_cannot_choose_theirs():
+    from core.client_address import parse_trusted_proxies
+
+    clock = Clock()
+    api = AdvertiserApi(KeyTable(), limits=LIMITS, clock=clock,  # type: ignore[arg-type]
+                        trusted_proxies=parse_trusted_proxies("127.0.0.0/8"))
+    answers = _calls(api, clock, [(None, 0, "198.51.100.1")] * 3 + [(None, 0, "198.51.100.2")])
+    assert [status for status, _, _ in answers] == [401, 401, 429, 401]  # the second client is not the first
+    untrusted = AdvertiserApi(KeyTable(), limits=LIMITS, clock=clock)  # type: ignore[arg-type]
+    answers = _calls(untrusted, clock, [(None, 0, f"198.51.100.{n}") for n in range(3)])
+    assert [status for status, _, _ in answers] == [401, 401, 429]  # the header alone changes nothing
 
 
 def test_a_valid_key_spends_nothing_of_its_address_bucket():

@@ -215,3 +215,20 @@ def test_the_server_makes_the_request_and_impression_ids_and_only_echoes_the_cli
                    if "impression_id" in s]
     assert len(impressions) == len(set(impressions)) >= 2
     assert all(served["served"]["request_id"] == served["answer"]["request_id"] for served in (first, second))
+
+
+def test_every_token_carries_the_users_pseudonymous_key_and_never_the_raw_id():
+    import base64
+    import time
+
+    keys = TokenKeys({"k1": b"0" * 32}, "k1")
+    answer = _serve(consent=True)["answer"]
+    tokens = [s["token"] for s in answer["slots"] if "token" in s]
+    assert tokens
+    for token in tokens:
+        claims = keys.verify(token, int(time.time() * 1000))
+        assert claims.user_key == keys.user_key("u-1") and len(claims.user_key) == 32
+        payload = base64.urlsafe_b64decode(token.split(".")[0] + "==")
+        assert b"u-1" not in payload
+    assert keys.user_key("u-1") != keys.user_key("u-2")
+    assert TokenKeys({"k2": b"1" * 32}, "k2").user_key("u-1") != keys.user_key("u-1")  # unlinkable across keys

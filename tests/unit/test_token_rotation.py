@@ -6,6 +6,7 @@ Each phase is a restart with a new ADSERVE_TOKEN_KEYS, so each builds its keys w
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -87,7 +88,7 @@ def _tracker_phase(spec: str, requests: list[tuple[str, dict[str, str]]]) -> tup
 def test_the_drill_through_the_tracker():
     token_a = TokenKeys.from_spec(ONLY_A).sign(CLAIMS)
     click_a = TokenKeys.from_spec(ONLY_A).sign_click_id(CLICK)
-    token_b = TokenKeys.from_spec(B_SIGNS_A_VERIFIES).sign(CLAIMS)
+    token_b = TokenKeys.from_spec(B_SIGNS_A_VERIFIES).sign(replace(CLAIMS, impression_id="req-2:1"))
     beacons = [("/v1/impression", {"t": token_a}), ("/v1/click", {"t": token_a}), ("/v1/conversion", {"c": click_a}),
                ("/v1/impression", {"t": token_b}), ("/v1/click", {"t": token_b})]
 

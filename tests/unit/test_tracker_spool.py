@@ -324,15 +324,16 @@ NOW = 1_800_000_000_000
 def test_a_full_spool_answers_503_with_retry_after_and_counts_it(tmp_path):
     spool = _spool(tmp_path, max_bytes=SMALL)
     tracker = Tracker(KEYS, lambda topic, key, value: spool.append(topic, key, value), clock=lambda: NOW / 1000)
-    token = KEYS.sign(TokenClaims(impression_id="req-1:1", ad_id=71, campaign_id=7, price_micros=1_000_000,
-                                  billing="CLICK", landing_url="https://shop.example/a", expires_ms=NOW + 3_600_000,
-                                  served_ms=NOW - 4_000))
+    def token(n: int) -> str:  # one impression each: a replayed token is kept once (test_beacon_replays below)
+        return KEYS.sign(TokenClaims(impression_id=f"req-{n}:1", ad_id=71, campaign_id=7, price_micros=1_000_000,
+                                     billing="CLICK", landing_url="https://shop.example/a",
+                                     expires_ms=NOW + 3_600_000, served_ms=NOW - 4_000))
 
     async def scenario():
         statuses = []
         async with TestClient(TestServer(tracker.app())) as client:
             while len(statuses) < 3_000 and sum(status == 503 for status, _ in statuses) < 20:
-                async with client.get("/v1/impression", params={"t": token}) as r:
+                async with client.get("/v1/impression", params={"t": token(len(statuses))}) as r:
                     statuses.append((r.status, r.headers.get("Retry-After")))
         return statuses
 
@@ -375,3 +376,30 @@ def test_the_spool_metrics_are_on_the_tracker_page(tmp_path):
     for name in ("adserve_tracker_spool_bytes", "adserve_tracker_spool_pending_records 1.0",
                  "adserve_tracker_spool_resent_total", "adserve_tracker_delivery_failures_total"):
         assert name in page
+
+
+def test_a_replayed_token_is_answered_every_time_and_kept_once_until_it_expires(tmp_path):
+    spool = _spool(tmp_path, max_bytes=SMALL)
+    now = [NOW]
+    tracker = Tracker(KEYS, lambda topic, key, value: spool.append(topic, key, value), clock=lambda: now[0] / 1000)
+    token = KEYS.sign(TokenClaims(impression_id="req-1:1", ad_id=71, campaign_id=7, price_micros=1_000_000,
+                                  billing="CLICK", landing_url="https://shop.example/a", expires_ms=NOW + 60_000,
+                                  served_ms=NOW - 4_000))
+
+    async def scenario():
+        async with TestClient(TestServer(tracker.app())) as client:
+            statuses = []
+            for path in ["/v1/impression"] * 500 + ["/v1/click"] * 500:
+                async with client.get(path, params={"t": token}, allow_redirects=False) as r:
+                    statuses.append(r.status)
+            now[0] = NOW + 61_000
+            async with client.get("/v1/impression", params={"t": token}) as r:
+                statuses.append(r.status)
+            return statuses
+
+    statuses = asyncio.run(scenario())
+    assert statuses == [204] * 500 + [302] * 500 + [410]  # every replay answered; the expired token refused
+    assert spool.pending == 2  # one impression and one click kept
+    replays = {s.labels["type"]: s.value for m in tracker.replays.collect() for s in m.samples
+               if s.name.endswith("_total")}
+    assert replays == {"IMPRESSION": 499, "CLICK": 499}
