@@ -4,7 +4,8 @@ the budget word per campaign and the slices it holds; and the thread that follow
 `ServingState` is plain data plus apply functions (no I/O). `TopicFollower`
 reads serving.ads, serving.campaigns, serving.reserves and budget.state from
 the beginning (they are compacted: the latest record per key is the state) and budget.leases
-from 30 s ago, decodes the records and hands them, in batches, to a callback
+from the instant the follower began (a slice is the incarnation's that asked for it: a worker restarted under
+the same server id never takes up a slice its predecessor may have spent), decodes the records and hands them, in batches, to a callback
 that the server runs on its event loop, so the index never changes under a
 request. A record that cannot be decoded goes to dead.letters and is counted.
 
@@ -27,7 +28,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from core.dead_letters import from_corrupt
 from core.errors import CapacityExceeded, CorruptRecord, TopicMissing
-from core.leases import LEASE_LIFETIME_MS, LeaseBook
+from core.leases import LeaseBook
 from core.reserves import ReserveBook, reserve_rule, rule_key
 from core.targeting import Targeting
 from schemas import topics
@@ -269,8 +270,8 @@ class TopicFollower(threading.Thread):
                  start_offsets: dict[str, dict[int, int]] | None = None,
                  state_topics: tuple[str, ...] = STATE_TOPICS, lease_topic: str | None = LEASE_TOPIC):
         """start_offsets: per topic and partition where to begin (a snapshot's offsets); default 0.
-        state_topics: the compacted topics read from the start; lease_topic: the leases, read from 30 s ago
-        (None: none; a dashboard follows only budget.state and serving.campaigns)."""
+        state_topics: the compacted topics read from the start; lease_topic: the leases, read from the instant
+        the follower began (None: none; a dashboard follows only budget.state and serving.campaigns)."""
         super().__init__(name="adserve-topic-follower", daemon=True)
         self.state_topics, self.lease_topic = state_topics, lease_topic
         self.start_offsets = start_offsets or {}
@@ -316,8 +317,9 @@ class TopicFollower(threading.Thread):
                     raise TopicMissing(f"topic {topic} does not exist: run `adserve up` first")
                 for p in metadata.topics[topic].partitions:
                     if topic == self.lease_topic:
-                        since = int((self.clock() * 1000) - LEASE_LIFETIME_MS)
-                        assignment.append(TopicPartition(topic, p, since))
+                        # only grants made since this incarnation began: a restarted worker keeps its server id,
+                        # and a slice granted before the restart may already be spent (its reports counted it)
+                        assignment.append(TopicPartition(topic, p, int(self._began * 1000)))
                     else:
                         assignment.append(TopicPartition(topic, p, self.start_offsets.get(topic, {}).get(p, 0)))
                         self._at_end[(topic, p)] = False

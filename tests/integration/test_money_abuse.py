@@ -171,3 +171,48 @@ def test_values_that_once_gave_500s_get_400s_naming_the_field(platform):
     answers = asyncio.run(scenario())
     assert [(status, body["field"]) for status, body, _ in answers] == [
         (400, "flight_start"), (400, "name"), (400, "creative_ref"), (400, "campaign_id"), (400, "campaign_id")]
+
+
+def test_a_restarted_worker_never_takes_up_a_slice_granted_before_it_began(platform):
+    """A worker restarted under its server id follows budget.leases from its own start: the slice granted to its
+    predecessor (which may have spent it, and reported that) is not held again; a slice granted to it is."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from infra.platform.topics import TopicSpec, ensure_topics
+    from schemas.codec import AvroCodec
+    from serving.adserver.state import ServingState, TopicFollower
+
+    topic = f"test.abuse.leases.{uuid.uuid4().hex[:8]}"
+    ensure_topics(platform.kafka_bootstrap, (TopicSpec(topic, key="server id", schema="", partitions=2),))
+    codec, producer = AvroCodec(), Producer({"bootstrap.servers": platform.kafka_bootstrap})
+
+    def grant(lease_id: str) -> None:
+        now_ms = int(time.time() * 1000)
+        producer.produce(topic, key=b"w-1", timestamp=now_ms, value=codec.encode("BudgetLease", {
+            "lease_id": lease_id, "server_id": "w-1", "campaign_id": 7, "event_time": now_ms,
+            "amount_micros": 5_000_000, "expires_at": now_ms + 30_000}))
+        producer.flush(10)
+
+    grant("before-the-restart")  # the predecessor's slice, still live for 30 s
+    time.sleep(0.2)
+    delivered: list[str] = []
+    follower = TopicFollower(platform.kafka_bootstrap,
+                             lambda batch: delivered.extend(r["lease_id"] for _, r, _ in batch),
+                             state_topics=(), lease_topic=topic)
+    follower.start()
+    try:
+        time.sleep(2)  # the follower has assigned its partitions and read what it will read of the past
+        grant("after-the-restart")
+        deadline = time.monotonic() + 30
+        while "after-the-restart" not in delivered and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        follower.stop()
+        follower.join(10)
+    assert delivered == ["after-the-restart"]
+    state = ServingState(server_id="w-1")
+    state.apply("budget.leases", {"lease_id": "after-the-restart", "server_id": "w-1", "campaign_id": 7,
+                                  "event_time": 1_000, "amount_micros": 5_000_000, "expires_at": 31_000}, 1_000)
+    assert state.leases.remaining(7, 2_000) == 5_000_000
