@@ -24,6 +24,11 @@ from core.errors import InvalidField, InvalidSettings
 # An uploaded audience's targeting value: "aud-{audience_id}" (what `{"audience": [...]}` names).
 AUDIENCE_VALUE_PREFIX = "aud-"
 MAX_HASHED_IDS_PER_UPLOAD = 10_000  # 10,000 x 67 bytes of JSON stays under the API's 1 MiB body cap
+# An audience is matched only once it holds this many distinct members: with a handful of people, targeting plus
+# hourly reports would tell an advertiser what one person does (the industry's floor is about a hundred).
+MIN_AUDIENCE_MEMBERS = 100
+MAX_AUDIENCES_PER_ADVERTISER = 500
+MAX_MEMBERS_PER_ADVERTISER = 10_000_000  # over all of an advertiser's audiences (~640 MB of keys in Redis)
 MAX_AUDIENCE_NAME_LEN = 200
 MIN_SALT_BYTES = 16
 SALT_ENV = "ADSERVE_AUDIENCE_SALT"
@@ -166,3 +171,32 @@ def named_audience_ids(targeting: Mapping[str, Any]) -> set[int]:
             if audience_id is not None:
                 ids.add(audience_id)
     return ids
+
+
+def audience_serves(member_count: int) -> bool:
+    """Whether an audience of this many members is matched (MIN_AUDIENCE_MEMBERS)."""
+    return member_count >= MIN_AUDIENCE_MEMBERS
+
+
+def matching_change(live: bool, member_count: int, *, removing: bool) -> str:
+    """What the ad servers' membership sets (Redis) need after an upload or a removal committed, given whether the
+    audience is matched now (`live`) and its member count after the change:
+    "link_all" (it reached the minimum: every member becomes matchable), "link_upload" (already matched: the
+    upload's members too), "unlink_upload" (still matched: the removed members stop matching), "unlink_all" (it
+    fell under the minimum: no member matches any more), or "none" (under the minimum and not matched)."""
+    serves = audience_serves(member_count)
+    if live and not serves:
+        return "unlink_all"
+    if not serves:
+        return "none"
+    if removing:
+        return "unlink_upload" if live else "link_all"
+    return "link_upload" if live else "link_all"
+
+
+def check_member_quota(advertiser_members: int, adding: int) -> None:
+    """Refuse an upload that could take the advertiser past MAX_MEMBERS_PER_ADVERTISER (InvalidField hashed_ids)."""
+    if advertiser_members + adding > MAX_MEMBERS_PER_ADVERTISER:
+        raise InvalidField("hashed_ids", f"your audiences hold {advertiser_members:,} members; {adding:,} more would "
+                                         f"pass the quota of {MAX_MEMBERS_PER_ADVERTISER:,} "
+                                         "(MAX_MEMBERS_PER_ADVERTISER): remove members or audiences first")

@@ -15,7 +15,9 @@
     GET    /v1/audiences, POST /v1/audiences  the advertiser's custom audiences; create one by name
     GET    /v1/audiences/{id}                404 if it is another advertiser's
     POST   /v1/audiences/{id}/members        {"hashed_ids": [SHA-256 hex of normalised emails or device ids]}
-                                             (core.audiences; keyed with the platform's salt before storing)
+                                             (core.audiences; keyed with the platform's salt before storing;
+                                             matched once the audience holds MIN_AUDIENCE_MEMBERS)
+    POST   /v1/audiences/{id}/members/remove the same form: those members stop matching
     GET    /openapi.json                     the OpenAPI description
     GET    /metrics                          Prometheus: requests refused by the rate limits, failed keys
 
@@ -56,8 +58,8 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from redis.exceptions import RedisError
 
-from core.audiences import (AudienceSalt, audience_value, named_audience_ids, parse_audience_name,
-                            parse_hashed_ids, salt_from)
+from core.audiences import (MIN_AUDIENCE_MEMBERS, AudienceSalt, audience_value, matching_change,
+                            named_audience_ids, parse_audience_name, parse_hashed_ids, salt_from)
 from core.campaigns import InvalidField, TooManyBudgetEdits, validate_ad, validate_campaign
 from core.client_address import TRUSTED_PROXIES_ENV, Network, client_address, parse_trusted_proxies
 from core.errors import InvalidSettings
@@ -149,6 +151,7 @@ class AdvertiserApi:
             web.get("/v1/audiences", self.list_audiences), web.post("/v1/audiences", self.create_audience),
             web.get("/v1/audiences/{id}", self.get_audience),
             web.post("/v1/audiences/{id}/members", self.add_audience_members),
+            web.post("/v1/audiences/{id}/members/remove", self.remove_audience_members),
         ])
         if self.audience_members is not None:
             members = self.audience_members
@@ -317,7 +320,16 @@ class AdvertiserApi:
 
     async def add_audience_members(self, request: web.Request) -> web.Response:
         """Members as SHA-256 hashes (core.audiences.parse_hashed_ids), keyed with the platform's salt, then
-        committed to the campaign store and added to Redis. Sending an upload again adds nothing twice."""
+        committed to the campaign store and, once the audience holds MIN_AUDIENCE_MEMBERS, made matchable in
+        Redis. Sending an upload again adds nothing twice."""
+        return await self._change_members(request, removing=False)
+
+    async def remove_audience_members(self, request: web.Request) -> web.Response:
+        """Members to remove, as the same hashes; they stop matching at once, and an audience that falls under
+        MIN_AUDIENCE_MEMBERS stops matching anyone."""
+        return await self._change_members(request, removing=True)
+
+    async def _change_members(self, request: web.Request, *, removing: bool) -> web.Response:
         advertiser_id, audience_id = request[ADVERTISER], self._id(request)
         hashes = parse_hashed_ids(await self._body(request))
         if await self.audiences.get(advertiser_id, audience_id) is None:
@@ -325,17 +337,31 @@ class AdvertiserApi:
         if self.audience_members is None:
             return _error(503, "custom audiences are off on this API: it runs without ADSERVE_AUDIENCE_SALT")
         keys = self.audience_members.member_keys(hashes)
-        result = await self.audiences.add_members(advertiser_id, audience_id, keys)
+        change = self.audiences.remove_members if removing else self.audiences.add_members
+        result = await change(advertiser_id, audience_id, keys)
         if result is None:
             return _error(404, "no such audience for this advertiser")
-        added, audience = result
-        try:
-            await self.audience_members.add(audience_id, keys)
+        changed, audience = result
+        action = matching_change(audience["live"], audience["member_count"], removing=removing)
+        try:  # the store is the record; Redis follows it, and a resend of the same request finishes the work
+            if action == "link_all":
+                await self.audience_members.add(audience_id, await self.audiences.member_keys(audience_id))
+                audience = await self.audiences.set_live(audience_id, True)
+            elif action == "link_upload":
+                await self.audience_members.add(audience_id, keys)
+            elif action == "unlink_upload":
+                await self.audience_members.remove(audience_id, keys)
+            elif action == "unlink_all":
+                await self.audience_members.remove(audience_id, keys + await self.audiences.member_keys(audience_id))
+                audience = await self.audiences.set_live(audience_id, False)
         except RedisError:
-            LOG.warning("audience %d: members stored, Redis did not take them", audience_id)
-            return _error(503, "the members are stored but not yet matchable: send the same upload again")
-        return web.json_response({"audience_id": audience_id, "received": len(hashes), "added": added,
-                                  "member_count": audience["member_count"],
+            LOG.warning("audience %d: members stored, Redis did not follow (%s)", audience_id, action)
+            return _error(503, "the members are stored but the matching sets did not follow: send the same "
+                               "request again")
+        return web.json_response({"audience_id": audience_id, "received": len(hashes),
+                                  "removed" if removing else "added": changed,
+                                  "member_count": audience["member_count"], "serving": audience["live"],
+                                  "min_members": MIN_AUDIENCE_MEMBERS,
                                   "targeting_value": audience["targeting_value"]})
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from core.audiences import AudienceSalt, audience_value
+from core.audiences import (MAX_AUDIENCES_PER_ADVERTISER, AudienceSalt, audience_value, check_member_quota)
 from core.errors import InvalidField
 from serving.advertiser.store import CampaignStore
 from streams import redis_keys
@@ -34,6 +34,12 @@ class AudienceStore:
 
     async def create(self, advertiser_id: int, name: str) -> dict[str, Any]:
         async def tx(conn):
+            await conn.execute("SELECT 1 FROM advertisers WHERE advertiser_id = %s FOR UPDATE", (advertiser_id,))
+            count = (await (await conn.execute("SELECT count(*) AS n FROM audiences WHERE advertiser_id = %s",
+                                               (advertiser_id,))).fetchone())["n"]
+            if count >= MAX_AUDIENCES_PER_ADVERTISER:
+                raise InvalidField("name", f"you have {count} audiences, the most an advertiser may have "
+                                           f"(MAX_AUDIENCES_PER_ADVERTISER)")
             row = await (await conn.execute(
                 "INSERT INTO audiences (advertiser_id, name) VALUES (%s, %s) ON CONFLICT (advertiser_id, name) "
                 "DO NOTHING RETURNING *", (advertiser_id, name))).fetchone()
@@ -79,6 +85,10 @@ class AudienceStore:
                 (audience_id, advertiser_id))).fetchone()
             if audience is None:
                 return None
+            held = (await (await conn.execute(
+                "SELECT coalesce(sum(member_count), 0)::bigint AS n FROM audiences WHERE advertiser_id = %s",
+                (advertiser_id,))).fetchone())["n"]
+            check_member_quota(int(held), len(keys))
             added = (await conn.execute(
                 "INSERT INTO audience_members (audience_id, member_key) SELECT %s, unnest(%s::bytea[]) "
                 "ON CONFLICT DO NOTHING", (audience_id, keys))).rowcount
@@ -88,6 +98,42 @@ class AudienceStore:
             return added, row
         result = await self.store._run(tx)
         return None if result is None else (result[0], audience_view(result[1]))
+
+    async def remove_members(self, advertiser_id: int, audience_id: int,
+                             member_keys: list[str]) -> tuple[int, dict[str, Any]] | None:
+        """Remove salted member keys (hex) from an audience of the advertiser: (how many were members, the
+        audience after), or None when it is not the advertiser's. Keys that were not members change nothing."""
+        keys = [bytes.fromhex(k) for k in member_keys]
+
+        async def tx(conn):
+            audience = await (await conn.execute(
+                "SELECT audience_id FROM audiences WHERE audience_id = %s AND advertiser_id = %s FOR UPDATE",
+                (audience_id, advertiser_id))).fetchone()
+            if audience is None:
+                return None
+            removed = (await conn.execute(
+                "DELETE FROM audience_members WHERE audience_id = %s AND member_key = ANY(%s::bytea[])",
+                (audience_id, keys))).rowcount
+            row = await (await conn.execute(
+                "UPDATE audiences SET member_count = member_count - %s, updated_at = now() WHERE audience_id = %s "
+                "RETURNING *", (removed, audience_id))).fetchone()
+            return removed, row
+        result = await self.store._run(tx)
+        return None if result is None else (result[0], audience_view(result[1]))
+
+    async def member_keys(self, audience_id: int) -> list[str]:
+        """Every salted member key (hex) of an audience, to make it matchable whole."""
+        async def tx(conn):
+            return await (await conn.execute("SELECT member_key FROM audience_members WHERE audience_id = %s",
+                                             (audience_id,))).fetchall()
+        return [bytes(r["member_key"]).hex() for r in await self.store._run(tx)]
+
+    async def set_live(self, audience_id: int, live: bool) -> dict[str, Any]:
+        """Record whether the audience's members are in Redis (after the Redis work was done)."""
+        async def tx(conn):
+            return await (await conn.execute("UPDATE audiences SET live = %s WHERE audience_id = %s RETURNING *",
+                                             (live, audience_id))).fetchone()
+        return audience_view(await self.store._run(tx))
 
 
 class AudienceMembers:
@@ -109,6 +155,15 @@ class AudienceMembers:
             pipe = self.redis.pipeline(transaction=False)
             for key in member_keys[start:start + REDIS_BATCH]:
                 pipe.sadd(redis_keys.audience_member(key), value)
+            await pipe.execute()
+
+    async def remove(self, audience_id: int, member_keys: list[str]) -> None:
+        """Each key's set loses the audience's targeting value (a set left empty is deleted by Redis)."""
+        value = audience_value(audience_id)
+        for start in range(0, len(member_keys), REDIS_BATCH):
+            pipe = self.redis.pipeline(transaction=False)
+            for key in member_keys[start:start + REDIS_BATCH]:
+                pipe.srem(redis_keys.audience_member(key), value)
             await pipe.execute()
 
     async def close(self) -> None:

@@ -12,7 +12,7 @@ import psycopg
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
-from core.audiences import AudienceSalt, normalise_device_id, normalise_email, upload_hash
+from core.audiences import MIN_AUDIENCE_MEMBERS, AudienceSalt, normalise_device_id, normalise_email, upload_hash
 from core.tokens import TokenKeys
 from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.state import ServingState
@@ -67,6 +67,17 @@ async def _redis_holds(redis, needles: list[bytes]) -> list[str]:
     return found
 
 
+# the rest of an audience large enough to be matched (core.audiences.MIN_AUDIENCE_MEMBERS)
+FILLER = [upload_hash(f"filler-{n}-{uuid.uuid4().hex}@example.com") for n in range(MIN_AUDIENCE_MEMBERS - 2)]
+
+
+async def _member_count(members: AudienceMembers, salt: AudienceSalt, uploaded_hash: str) -> int:
+    """How many audiences the ad servers would match this member in (its Redis set's size)."""
+    from streams import redis_keys
+
+    return await members.redis.scard(redis_keys.audience_member(salt.member_key(uploaded_hash)))
+
+
 def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored(platform):
     migrate(platform.postgres_dsn)
     run = uuid.uuid4().hex[:10]
@@ -97,6 +108,8 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
                 path = f"/v1/audiences/{audience['audience_id']}"
                 out["clear"] = await call("POST", f"{path}/members", owner, {"hashed_ids": [device_hash, email]})
                 out["upload"] = await call("POST", f"{path}/members", owner, {"hashed_ids": [email_hash, device_hash]})
+                out["small_member_count"] = await _member_count(members, salt, email_hash)
+                out["filled"] = await call("POST", f"{path}/members", owner, {"hashed_ids": FILLER})
                 out["again"] = await call("POST", f"{path}/members", owner, {"hashed_ids": [email_hash.upper()]})
                 out["other_get"] = (await call("GET", path, other))[0]
                 out["other_upload"] = (await call("POST", f"{path}/members", other, {"hashed_ids": [stranger_hash]}))[0]
@@ -131,15 +144,23 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
                         "member without consent": await served(False, user_id=f"u-{run}", email_sha256=email_hash),
                         "stranger": await served(True, user_id=f"s-{run}", email_sha256=stranger_hash),
                         "anonymous": await served(True)}
+                    # (a request's device id keys its frequency record, `fc:{id}`, as any user id does: not an
+                    # upload)
+                    needles = [email.strip().encode(), normalise_email(email).encode(), email_hash.encode(),
+                               device_hash.encode()]
+                    out["redis"] = await _redis_holds(user_store.redis, needles)
+                    # the same scan does find what is stored: the salted key of the email's hash
+                    out["redis_control"] = await _redis_holds(user_store.redis,
+                                                              [salt.member_key(email_hash).encode()])
+                    # one member leaves: the audience falls under the minimum and matches no one
+                    async with http.post(f"{base}{path}/members/remove", json={"hashed_ids": [FILLER[0]]},
+                                         headers={"Authorization": f"Bearer {owner}"}) as r:
+                        out["removed"] = (r.status, await r.json())
+                    out["served_under_minimum"] = await served(True, user_id=f"u-{run}", email_sha256=email_hash)
                 await server.drain()
             finally:
                 await test_server.close()
-            # (a request's device id keys its frequency record, `fc:{id}`, as any user id does: not an upload)
-            needles = [email.strip().encode(), normalise_email(email).encode(), email_hash.encode(),
-                       device_hash.encode()]
-            out["redis"] = await _redis_holds(user_store.redis, needles)
-            # the same scan does find what is stored: the salted key of the email's hash
-            out["redis_control"] = await _redis_holds(user_store.redis, [salt.member_key(email_hash).encode()])
+            out["unlinked"] = await _redis_holds(user_store.redis, [salt.member_key(email_hash).encode()])
         finally:
             await user_store.close()
             await runner.cleanup()
@@ -150,8 +171,15 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
     status, refused = out["clear"]
     assert status == 400 and refused["field"] == "hashed_ids[1]" and "clear email" in refused["error"]
     assert out["upload"] == (200, {"audience_id": out["audience"]["audience_id"], "received": 2, "added": 2,
-                                   "member_count": 2, "targeting_value": out["audience"]["targeting_value"]})
-    assert out["again"][1]["added"] == 0 and out["audience"]["member_count"] == 2  # the refused upload added none
+                                   "member_count": 2, "serving": False, "min_members": MIN_AUDIENCE_MEMBERS,
+                                   "targeting_value": out["audience"]["targeting_value"]})
+    assert out["small_member_count"] == 0  # two people are stored, and matched by nobody
+    assert out["filled"][1]["member_count"] == MIN_AUDIENCE_MEMBERS and out["filled"][1]["serving"]
+    assert out["again"][1]["added"] == 0 and out["audience"]["member_count"] == MIN_AUDIENCE_MEMBERS
+    assert out["audience"]["live"] is True
+    assert out["removed"][0] == 200 and out["removed"][1]["removed"] == 1
+    assert (out["removed"][1]["member_count"], out["removed"][1]["serving"]) == (MIN_AUDIENCE_MEMBERS - 1, False)
+    assert out["served_under_minimum"] is False
     assert out["other_get"] == 404 and out["other_upload"] == 404 and out["other_list"] == []
     assert out["owner_ad"][0] == 201
     assert out["other_ad"][0] == 400 and out["other_ad"][1]["field"] == "targeting.audience"
@@ -159,6 +187,7 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
                              "member without consent": False, "stranger": False, "anonymous": False}
     assert out["redis"] == []
     assert out["redis_control"] == [f"audiences:{salt.member_key(email_hash)}"]
+    assert out["unlinked"] == []  # under the minimum, no member's set names the audience any more
 
     audience_id = out["audience"]["audience_id"]
     with psycopg.connect(platform.postgres_dsn) as conn:
@@ -171,5 +200,5 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
         rows_with_email = conn.execute(
             "SELECT count(*) FROM audiences a WHERE position(lower(%s) in lower(a::text)) > 0 "
             "OR position(%s in a::text) > 0", (normalise_email(email), email_hash)).fetchone()[0]
-    assert stored == {salt.member_key(email_hash), salt.member_key(device_hash)}
+    assert stored == {salt.member_key(h) for h in (email_hash, device_hash, *FILLER[1:])}
     assert holding == 0 and rows_with_email == 0

@@ -146,3 +146,24 @@ def test_a_hash_is_checked_without_trimming():
     assert parse_hash("A" * 64, "f") == "a" * 64
     with pytest.raises(InvalidField):
         parse_hash("a" * 64 + "\n", "f")
+
+
+def test_an_audience_is_matched_only_from_its_minimum_size_and_redis_follows_each_change():
+    from core.audiences import MIN_AUDIENCE_MEMBERS as MIN, matching_change
+
+    assert matching_change(False, MIN - 1, removing=False) == "none"  # too small: stored, matched by nobody
+    assert matching_change(False, MIN, removing=False) == "link_all"  # reached the minimum: everyone at once
+    assert matching_change(True, MIN + 5, removing=False) == "link_upload"
+    assert matching_change(True, MIN, removing=True) == "unlink_upload"
+    assert matching_change(True, MIN - 1, removing=True) == "unlink_all"  # fell under it: nobody matches
+    assert matching_change(True, 3, removing=False) == "unlink_all"  # one matched before the minimum existed
+    assert matching_change(False, MIN + 1, removing=True) == "link_all"  # a link that failed, finished now
+
+
+def test_an_upload_past_the_advertisers_member_quota_is_refused_naming_hashed_ids():
+    from core.audiences import MAX_MEMBERS_PER_ADVERTISER, check_member_quota
+
+    check_member_quota(MAX_MEMBERS_PER_ADVERTISER - 10, 10)
+    with pytest.raises(InvalidField) as e:
+        check_member_quota(MAX_MEMBERS_PER_ADVERTISER - 10, 11)
+    assert e.value.field == "hashed_ids" and "MAX_MEMBERS_PER_ADVERTISER" in str(e.value)
