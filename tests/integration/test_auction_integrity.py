@@ -189,6 +189,7 @@ TABLE = [
     ("POST", "/v1/audiences", {"name": "authz"}, 201, 201),  # ... and creates its own
     ("GET", "/v1/audiences/{audience}", None, 200, 404),
     ("POST", "/v1/audiences/{audience}/members", {"hashed_ids": ["0" * 64]}, 200, 404),
+    ("POST", "/v1/audiences/{audience}/members/remove", {"hashed_ids": ["0" * 64]}, 200, 404),
 ]
 PUBLIC = [("GET", "/openapi.json"), ("GET", "/metrics")]
 
