@@ -94,7 +94,22 @@ def _wait_billed(platform, topic: str, campaign_id: int, at_least_ms: int, timeo
 
 
 CAMPAIGNS = [_campaign(201, 10 * DOLLAR, "CPM"), _campaign(202, 5 * DOLLAR), _campaign(203, 1_000 * DOLLAR),
-             _campaign(205, 1_000 * DOLLAR), _campaign(206, 1_000 * DOLLAR), _campaign(999, 1_000 * DOLLAR)]
+             _campaign(205, 1_000 * DOLLAR), _campaign(206, 1_000 * DOLLAR), _campaign(207, 1_000 * DOLLAR),
+             _campaign(208, 1_000 * DOLLAR), _campaign(999, 1_000 * DOLLAR)]
+
+
+def _toggles() -> list[dict]:
+    """Campaign 207's budget cut to 0 a millisecond before every 10 s window's end and put back a millisecond
+    after it, as the index builder publishes each change (a new version at its commit time)."""
+    records = []
+    for k in range(1, 8):
+        boundary = T0 + k * 10_000
+        for at, budget in ((boundary - 1, 0), (boundary + 1, 1_000 * DOLLAR)):
+            records.append(dict(_campaign(207, budget), version=len(records) + 2, event_time=at))
+    return records
+
+
+TOGGLES = _toggles()
 KEYS = TokenKeys({"k1": b"click-aggregator-test-key-32-bytes!"}, active="k1")
 INGRESS = "127.0.0.0/8"  # the tracker's peer in this test is the loopback "ingress"
 
@@ -199,6 +214,13 @@ def billing(platform, tmp_path_factory):
                        served_ms=now - 200)
         if second == 50:
             _through_the_tracker(feed, now)
+        if second < 70:  # twins: the same $0.10 impression each second; 207's budget toggles around window ends
+            for campaign_id in (207, 208):
+                feed.event(campaign_id, f"imp-{campaign_id}-{second}", "IMPRESSION", now + 500, price=100_000,
+                           billing="IMPRESSION", served_ms=now)
+            for record in TOGGLES:
+                if now <= record["event_time"] < now + 1000:
+                    feed.campaign(record)
         if second == 15:  # seven clicks from one IP within a minute: the sixth and seventh are invalid
             for i in range(7):
                 feed.event(203, f"imp-203-burst-{i}", "CLICK", now + i * 100, price=DOLLAR, billing="CLICK",
@@ -263,14 +285,24 @@ def test_fake_clicks_of_one_pseudonymous_user_are_not_billed_past_the_burst_and_
     assert {e["ip_address"] for e in mine if e["campaign_id"] == 206} == {f"198.51.100.{n}" for n in range(50)}
 
 
+def test_a_budget_toggled_to_zero_around_every_window_end_bills_what_its_untoggled_twin_bills(billing):
+    """Billing follows the budget promised at serve time (core.clicks.billing_limit): cutting the budget for
+    the instant each window closes does not make what was served free."""
+    toggled, twin = billing["totals"][207], billing["totals"][208]
+    assert twin["billed_spend_micros"] == 69 * 100_000  # seven windows, every one closed by the totals' time
+    assert toggled["billed_spend_micros"] >= 0.99 * twin["billed_spend_micros"]
+    assert toggled["billed_spend_micros"] <= 1_000 * DOLLAR  # never above the highest budget in force
+    assert toggled["absorbed_overspend_micros"] == 0
+
+
 def test_a_click_reaching_the_job_after_its_window_closed_is_billed_once(billing):
     t = billing["totals"][203]
     assert t["billed_spend_micros"] - 6 * DOLLAR == 3 * DOLLAR  # the late $3 click, once despite its resend
 
 
 def test_the_streaming_totals_equal_the_batch_recount(billing):
-    recounted = clicks.recount(billing["feed"].sent, CAMPAIGNS)
-    for campaign_id in (201, 202, 203, 205, 206):
+    recounted = clicks.recount(billing["feed"].sent, CAMPAIGNS + TOGGLES)
+    for campaign_id in (201, 202, 203, 205, 206, 207, 208):
         mine = billing["totals"][campaign_id]
         theirs = recounted[(campaign_id, "2026-01-05")]
         for name in ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros",
