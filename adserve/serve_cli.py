@@ -234,6 +234,10 @@ def _add_dashboard(ssub) -> None:
     d.add_argument("--campaigns-topic", default=topics.SERVING_CAMPAIGNS,
                    help=f"campaign records to follow (default {topics.SERVING_CAMPAIGNS})")
     d.add_argument("--drain-delay-s", type=float, default=5.0, help=DRAIN_HELP)
+    d.add_argument("--dev", action="store_true",
+                   help="development mode: without ADSERVE_OPS_TOKEN, serve the API to anyone (also ADSERVE_DEV=1). "
+                        "Otherwise the API takes the operators' token (ADSERVE_OPS_TOKEN) and, with "
+                        "ADSERVE_POSTGRES_DSN, advertisers' API keys for their own campaigns")
     d.set_defaults(handler=cmd_serve_dashboard)
 
 
@@ -505,6 +509,20 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
         return 2
     from streams.endpoints import process_endpoints
 
+    from core.client_address import TRUSTED_PROXIES_ENV, parse_trusted_proxies
+    from serving.adserver.settings import development_mode
+    from serving.ops_auth import ops_token_from
+
+    try:
+        ops_token = ops_token_from(environ)
+        trusted = parse_trusted_proxies(environ.get(TRUSTED_PROXIES_ENV))
+    except (ValueError, AdserveError) as exc:
+        print(f"adserve serve dashboard: {exc}", file=sys.stderr)
+        return 2
+    if ops_token is None and not development_mode(environ, args.dev):
+        print("adserve serve dashboard: ADSERVE_OPS_TOKEN is not set: the pacing API needs the operators' token "
+              "(at least 16 characters); --dev (or ADSERVE_DEV=1) serves it to anyone", file=sys.stderr)
+        return 2
     endpoints_redis_url = process_endpoints().redis.url
     settings = DashboardSettings(
         kafka_bootstrap=args.bootstrap or environ["ADSERVE_KAFKA_BOOTSTRAP"],
@@ -514,11 +532,24 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
     print(f"dashboard settings: {settings.describe()}", flush=True)
 
     async def main() -> int:
+        from serving.dashboard.auth import store_auth
+
+        auth = None
+        if ops_token is not None:
+            try:
+                auth = await store_auth(ops_token, environ.get("ADSERVE_POSTGRES_DSN", "").strip() or None,
+                                        trusted_proxies=trusted)
+            except Exception as exc:  # noqa: BLE001 - the campaign store (advertisers' keys) is unreachable
+                print(f"adserve serve dashboard: cannot reach the campaign store for advertisers' keys: {exc}",
+                      file=sys.stderr)
+                return 2
+        access = "bearer tokens (operators; advertisers for their own campaigns)" if auth else "open (development mode)"
+        print(f"pacing API: {access}", flush=True)
         try:
             runner, port, _, _ = await start_dashboard(
                 bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url,
                 prometheus_url=settings.prometheus_url, state_topic=settings.state_topic,
-                campaigns_topic=settings.campaigns_topic, host=settings.host, port=settings.port)
+                campaigns_topic=settings.campaigns_topic, host=settings.host, port=settings.port, auth=auth)
         except OSError as exc:  # the port is taken or not ours to bind
             print(f"adserve serve dashboard: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
                   file=sys.stderr)

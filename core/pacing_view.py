@@ -7,7 +7,7 @@ when either record changes, and answers a list query from memory. The rules (for
 are explained in docs/dashboard.md; this module must never do I/O."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -292,3 +292,26 @@ def minute_series(campaign_id: int, day: str, points: Iterable[MinutePoint]) -> 
     return MinuteSeries(campaign_id, day, [p.minute for p in ordered], [p.target_micros for p in ordered],
                         [p.committed_micros for p in ordered], [p.participation_probability for p in ordered],
                         [p.state for p in ordered])
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who reads the pacing view: an operator sees every campaign; an advertiser only its own."""
+
+    role: str  # "operator" or "advertiser"
+    advertiser_id: int | None = None
+
+    def scoped(self, query: "ListQuery") -> "ListQuery":
+        """The list query this viewer may run: an advertiser's is pinned to its own campaigns (InvalidQuery
+        naming advertiser_id when it asks for another advertiser's)."""
+        if self.role == "operator":
+            return query
+        if query.advertiser_id is not None and query.advertiser_id != self.advertiser_id:
+            raise InvalidQuery("advertiser_id", "an advertiser's key reads only its own campaigns")
+        return replace(query, advertiser_id=self.advertiser_id)
+
+    def may_see(self, row: "CampaignRow") -> bool:
+        return self.role == "operator" or (row.advertiser_id is not None and row.advertiser_id == self.advertiser_id)
+
+
+OPERATOR = Viewer("operator")

@@ -262,7 +262,7 @@ def _dashboard_html(dashboard: dict[str, Any] | None) -> str:
     if not dashboard or not dashboard.get("url"):
         return ""
     url = html.escape(dashboard["url"])
-    again = html.escape(f"adserve serve dashboard --state-topic {dashboard.get('state_topic')} "
+    again = html.escape(f"adserve serve dashboard --dev --state-topic {dashboard.get('state_topic')} "
                         f"--campaigns-topic {dashboard.get('campaigns_topic')}")
     out = (f"<h2>Pacing dashboard</h2><p>Served live while the day ran at <a href='{url}'>{url}</a>; it stops with "
            f"the run, and <code>{again}</code> serves the day's topics again.</p>")

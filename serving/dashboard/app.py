@@ -7,6 +7,12 @@
     GET /  /static/...                -> the page (plain HTML, JS and CSS; uPlot vendored)
     GET /openapi.json, /metrics, /ready
 
+With auth (`adserve serve dashboard` outside development mode), the /v1 API answers `Authorization: Bearer`
+with the operators' token (ADSERVE_OPS_TOKEN: every campaign and the fleet) or an advertiser's API key (its own
+campaigns only; another advertiser's campaign is a 404, the fleet a 403), 401 otherwise; failed tokens are
+limited per client address (serving.dashboard.auth). The page and its files stay public: the page asks for a
+token and sends it.
+
 Handlers only adapt I/O: rows come from the PacingBoard in memory (fed by a follower of the budget-state and
 campaigns topics), a campaign's series from one Redis read of `pacing:{id}` (streams.pacing_store), the fleet
 from the Prometheus HTTP API when one is configured (without one, an empty list and the reason). A bad query
@@ -26,10 +32,11 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from core.pacing_view import InvalidQuery, minute_series, parse_query, select
+from core.pacing_view import OPERATOR, InvalidQuery, Viewer, minute_series, parse_query, select
 from core.settings import describe
 from schemas import topics
 from serving.body_limits import DASHBOARD_MAX_BODY_BYTES, application
+from serving.dashboard.auth import DashboardAuth
 from serving.dashboard.board import PacingBoard
 from serving.dashboard.panels import PANELS, Panel
 from serving.scrape_targets import announce
@@ -41,6 +48,7 @@ OPENAPI = HERE / "openapi.yaml"
 STATIC = HERE / "static"
 PROMETHEUS_TIMEOUT_S = 2.0
 DEFAULT_PORT = 8092
+VIEWER = web.RequestKey("viewer", Viewer)
 NO_PROMETHEUS = "no Prometheus URL is configured (adserve serve dashboard --prometheus-url)"
 
 
@@ -102,15 +110,18 @@ class DashboardServer:
 
     def __init__(self, board: PacingBoard, read_day: Callable[[int], PacingDay | None], *,
                  ready: Callable[[], bool] = lambda: True, prometheus_url: str | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, auth: DashboardAuth | None = None):
+        """auth: who may read the /v1 API (bearer tokens: the operators' token, advertisers' API keys); None: an
+        open dashboard, every reader an operator (a local simulated day, in-process tests)."""
         self.board, self.read_day, self.is_ready = board, read_day, ready
         self.prometheus_url = prometheus_url.rstrip("/") if prometheus_url else None
         self.clock = clock
+        self.auth = auth
         self.metrics = Metrics(board, clock)
         self._session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
-        app = application(DASHBOARD_MAX_BODY_BYTES)
+        app = application(DASHBOARD_MAX_BODY_BYTES, middlewares=[self._authenticate])
         app.add_routes([web.get("/v1/pacing/campaigns", self.handle_list),
                         web.get("/v1/pacing/campaigns/{campaign_id}", self.handle_campaign),
                         web.get("/v1/fleet", self.handle_fleet), web.get("/", self.handle_page),
@@ -128,12 +139,29 @@ class DashboardServer:
         self.metrics.latency.labels(endpoint).observe(time.perf_counter() - began)
         return web.json_response(body, status=status)
 
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler):
+        """The /v1 API answers a known bearer token only (when the dashboard has auth); the page, its static
+        files, /openapi.json, /metrics and /ready are public. The viewer goes with the request."""
+        if not request.path.startswith("/v1/"):
+            return await handler(request)
+        if self.auth is None:
+            request[VIEWER] = OPERATOR
+            return await handler(request)
+        viewer, refusal = await self.auth.viewer(request)
+        if viewer is None:
+            self.metrics.requests.labels("auth", str(refusal.status)).inc()
+            return refusal
+        request[VIEWER] = viewer
+        return await handler(request)
+
     async def handle_list(self, request: web.Request) -> web.Response:
         began = time.perf_counter()
         try:
-            query = parse_query(request.query)
+            query = request[VIEWER].scoped(parse_query(request.query))
         except InvalidQuery as e:
-            return self._answer("list", began, {"error": str(e), "field": e.field}, 400)
+            status = 403 if e.field == "advertiser_id" and request[VIEWER].role != "operator" else 400
+            return self._answer("list", began, {"error": str(e), "field": e.field}, status)
         page, total = select(self.board.rows.values(), query)
         return self._answer("list", began, {"campaigns": [row.as_json() for row in page], "total": total})
 
@@ -146,7 +174,7 @@ class DashboardServer:
             return self._answer("campaign", began, {"error": f"campaign_id: must be an integer, got {raw!r}",
                                                     "field": "campaign_id"}, 400)
         row = self.board.rows.get(campaign_id)
-        if row is None:
+        if row is None or not request[VIEWER].may_see(row):  # another advertiser's campaign is not known either
             return self._answer("campaign", began, {"error": f"campaign_id: no campaign {campaign_id} is known",
                                                     "field": "campaign_id"}, 404)
         try:
@@ -162,6 +190,9 @@ class DashboardServer:
 
     async def handle_fleet(self, request: web.Request) -> web.Response:
         began = time.perf_counter()
+        if request[VIEWER].role != "operator":
+            return self._answer("fleet", began, {"error": "the fleet panels are the operators'", "field":
+                                                 "Authorization"}, 403)
         if self.prometheus_url is None:
             return self._answer("fleet", began, {"panels": [], "reason": NO_PROMETHEUS})
         panels = await asyncio.gather(*(self._query(panel) for panel in PANELS))
@@ -204,7 +235,7 @@ class DashboardServer:
 
 async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str | None = None,
                           state_topic: str = topics.BUDGET_STATE, campaigns_topic: str = topics.SERVING_CAMPAIGNS,
-                          host: str = "127.0.0.1", port: int = DEFAULT_PORT
+                          host: str = "127.0.0.1", port: int = DEFAULT_PORT, auth: DashboardAuth | None = None
                           ) -> tuple[web.AppRunner, int, DashboardServer, Any]:
     """Start the dashboard: a follower of the two topics (on its thread, applying batches on this event loop),
     the Redis pacing store and the HTTP server (port 0: any free port), announced to Prometheus as a `dashboard`
@@ -220,12 +251,14 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
                              job="dashboard", state_topics=(state_topic, campaigns_topic), lease_topic=None)
     follower.start()
     store = PacingStore(redis_url)
-    server = DashboardServer(board, store.read, ready=follower.ready, prometheus_url=prometheus_url)
+    server = DashboardServer(board, store.read, ready=follower.ready, prometheus_url=prometheus_url, auth=auth)
     app = server.app()
 
     async def stop_sources(app: web.Application) -> None:
         follower.stop()
         store.close()
+        if auth is not None:
+            await auth.close()
     app.on_cleanup.append(stop_sources)
     runner = web.AppRunner(app, access_log=None)
     target = announce(app, "dashboard")

@@ -30,8 +30,10 @@ WAIT_S = 60.0
 
 
 class DashboardWorld:
-    def __init__(self, platform, fresh_topics):
+    def __init__(self, platform, fresh_topics, auth=None, token: str | None = None):
+        """auth: the dashboard's DashboardAuth (None: open); token: the bearer token `get` sends."""
         self.platform = platform
+        self.auth, self.token = auth, token
         self.state_topic, self.campaigns_topic = fresh_topics("dashboard-budget-state", "dashboard-campaigns",
                                                               partitions=2)
         base = 880_000_000 + random.randrange(1_000_000) * 10
@@ -90,7 +92,7 @@ class DashboardWorld:
         threading.Thread(target=self.loop.run_forever, name="dashboard-loop", daemon=True).start()
         started = asyncio.run_coroutine_threadsafe(start_dashboard(
             bootstrap=self.platform.kafka_bootstrap, redis_url=self.platform.redis_url, prometheus_url=None,
-            state_topic=self.state_topic, campaigns_topic=self.campaigns_topic, port=0), self.loop)
+            state_topic=self.state_topic, campaigns_topic=self.campaigns_topic, port=0, auth=self.auth), self.loop)
         self.runner, self.port, _, _ = started.result(timeout=30)
 
     @property
@@ -98,8 +100,10 @@ class DashboardWorld:
         return f"http://127.0.0.1:{self.port}"
 
     def get(self, path: str) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            with urllib.request.urlopen(urllib.request.Request(self.url + path, headers=headers),
+                                        timeout=10) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
@@ -128,9 +132,9 @@ class DashboardWorld:
         self.store.close()
 
 
-def dashboard_world(platform, fresh_topics):
+def dashboard_world(platform, fresh_topics, auth=None, token: str | None = None):
     """The world published, the pacing day of `on_pace` (minutes 600-629) written and the dashboard loaded."""
-    world = DashboardWorld(platform, fresh_topics)
+    world = DashboardWorld(platform, fresh_topics, auth, token)
     world.publish_campaigns()
     world.publish_states(*world.initial_states())
     world.write_minutes(world.on_pace, range(600, 630))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from infra.browser import headless_chromium
-from tests.integration.dashboard_world import WAIT_S, dashboard_world
+from tests.integration.dashboard_world import WAIT_S, DashboardWorld, dashboard_world
 
 SERIES_KEYS = ("minutes", "target", "committed", "p")
 
@@ -104,3 +104,30 @@ def test_sorting_and_filtering_on_the_page_list_what_the_api_lists(world, browse
     expected = [r["campaign_id"] for r in world.get("/v1/pacing/campaigns?pace=under")[1]["campaigns"]]
     wait_until(browser, "only the under-pacing campaign", lambda: listed_on_page() == expected == [world.audience])
     assert console_errors(browser) == []
+
+
+def test_with_auth_the_page_takes_an_advertisers_key_from_its_address_and_lists_only_its_campaigns(
+        platform, fresh_topics, browser):
+    from serving.dashboard.auth import DashboardAuth
+
+    ops, key = "operators-token-for-the-browser", "ak_browser_advertiser_a"
+    advertisers: dict[str, int] = {}
+
+    async def lookup(candidate: str) -> int | None:
+        return advertisers.get(candidate)
+    world = DashboardWorld(platform, fresh_topics, DashboardAuth(ops, lookup), token=ops)
+    advertisers[key] = world.advertiser_a
+    try:
+        world.publish_campaigns()
+        world.publish_states(*world.initial_states())
+        world.start()
+        world.wait_loaded()  # as the operator: all four
+        browser.get(world.url + "/#token=" + key)
+        wait_until(browser, "a first poll", lambda: (page_state(browser) or {}).get("polls", 0) >= 1)
+        assert listed_rows(browser) == sorted([world.on_pace, world.audience])  # advertiser a's only
+        assert "token" not in browser.current_url  # taken from the address, then cleared from it
+        assert page_state(browser)["fleetRefused"] == "the fleet panels are the operators'"
+        # the one refusal Chromium logs: the fleet, asked once
+        assert [e for e in console_errors(browser) if not ("/v1/fleet" in e and "403" in e)] == []
+    finally:
+        world.close()

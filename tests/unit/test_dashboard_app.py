@@ -146,3 +146,79 @@ def test_every_panel_is_found_by_its_name(name):
 def test_panel_names_are_unique():
     assert len({p.name for p in PANELS}) == len(PANELS)
 
+
+
+OPS = "operators-token-0123456789"
+KEYS = {"ak_advertiser_10": 10}
+
+
+async def _lookup(key: str) -> int | None:
+    return KEYS.get(key)
+
+
+def call_as(server: DashboardServer, path: str, token: str | None, forwarded: str | None = None):
+    async def run():
+        client = TestClient(TestServer(server.app()))
+        await client.start_server()
+        try:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            if forwarded:
+                headers["X-Forwarded-For"] = forwarded
+            response = await client.get(path, headers=headers)
+            return response.status, await response.json() if response.content_type == "application/json" else None
+        finally:
+            await client.close()
+    return asyncio.run(run())
+
+
+def _with_auth() -> DashboardServer:
+    from serving.dashboard.auth import DashboardAuth
+
+    return DashboardServer(board(), read_day, auth=DashboardAuth(OPS, _lookup))
+
+
+def test_with_auth_the_api_answers_only_bearer_tokens_and_the_page_stays_public():
+    server = _with_auth()
+    assert call_as(server, "/v1/pacing/campaigns", None)[0] == 401
+    assert call_as(server, "/v1/pacing/campaigns", "ak_guessed")[0] == 401
+    assert call_as(server, "/ready", None)[0] == 200 and call_as(server, "/openapi.json", None)[0] == 200
+    status, body = call_as(server, "/v1/pacing/campaigns", OPS)
+    assert status == 200 and body["total"] == 2  # the operator sees every campaign
+    assert call_as(server, "/v1/fleet", OPS)[0] == 200
+
+
+def test_an_advertiser_sees_only_its_own_campaigns_and_not_the_fleet():
+    server, key = _with_auth(), "ak_advertiser_10"
+    status, body = call_as(server, "/v1/pacing/campaigns", key)
+    assert status == 200 and [r["campaign_id"] for r in body["campaigns"]] == [1]
+    assert call_as(server, "/v1/pacing/campaigns?advertiser_id=20", key)[0] == 403
+    assert call_as(server, "/v1/pacing/campaigns/1", key)[0] == 200
+    assert call_as(server, "/v1/pacing/campaigns/2", key)[0] == 404  # another advertiser's: not known
+    assert call_as(server, "/v1/fleet", key)[0] == 403
+
+
+def test_failed_tokens_are_limited_per_client_address_and_a_working_key_still_passes():
+    from core.client_address import parse_trusted_proxies
+    from serving.dashboard.auth import FAILED_TOKENS, DashboardAuth
+
+    server = DashboardServer(board(), read_day, auth=DashboardAuth(
+        OPS, _lookup, trusted_proxies=parse_trusted_proxies("127.0.0.0/8"), clock=lambda: 1_000.0))
+
+    async def run():
+        client = TestClient(TestServer(server.app()))
+        await client.start_server()
+        try:
+            async def status(token: str, forwarded: str) -> int:
+                r = await client.get("/v1/pacing/campaigns", headers={"Authorization": f"Bearer {token}",
+                                                                      "X-Forwarded-For": forwarded})
+                return r.status
+            good = await status("ak_advertiser_10", "198.51.100.7")
+            guesses = [await status(f"ak_guess_{n}", "198.51.100.7") for n in range(FAILED_TOKENS.burst + 2)]
+            return good, guesses, await status("ak_advertiser_10", "198.51.100.7"), \
+                await status("ak_guess_x", "198.51.100.8")
+        finally:
+            await client.close()
+    good, guesses, again, elsewhere = asyncio.run(run())
+    assert good == 200 and guesses[:FAILED_TOKENS.burst] == [401] * FAILED_TOKENS.burst
+    assert guesses[FAILED_TOKENS.burst:] == [429, 429]
+    assert again == 200 and elsewhere == 401  # the key that worked, and another client behind the same ingress

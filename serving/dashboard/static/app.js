@@ -17,7 +17,7 @@
 
   const view = {
     campaigns: [], total: 0, query: { sort: "campaign_id", order: "asc", offset: 0 },
-    selected: null, campaign: null, series: null, fleet: null, polls: 0, error: null,
+    selected: null, campaign: null, series: null, fleet: null, fleetRefused: null, polls: 0, error: null,
   };
   window.adserveDashboard = view;
   let spendChart = null;
@@ -59,8 +59,34 @@
     return "/v1/pacing/campaigns?" + params.toString();
   }
 
+  // A dashboard with auth takes a bearer token: the operators' token, or an advertiser's API key (its own
+  // campaigns). It comes once in the address (#token=...), which is then cleared, or is asked for at the first
+  // 401; it is kept for this tab only (sessionStorage).
+  const TOKEN_KEY = "adserve-dashboard-token";
+  let asked = false;
+
+  function token() {
+    const match = location.hash.match(/(?:^#|&)token=([^&]+)/);
+    if (match) {
+      sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+      history.replaceState(null, "", location.pathname + location.search);
+    }
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
   async function getJson(url) {
-    const response = await fetch(url, { cache: "no-store" });
+    const bearer = token();
+    const response = await fetch(url, { cache: "no-store",
+                                        headers: bearer ? { Authorization: "Bearer " + bearer } : {} });
+    if (response.status === 401 && !asked) {
+      asked = true;
+      const entered = window.prompt("This dashboard needs a token: the operators' token, or your advertiser API key");
+      if (entered && entered.trim()) {
+        sessionStorage.setItem(TOKEN_KEY, entered.trim());
+        asked = false;
+        return getJson(url);
+      }
+    }
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || (url + ": HTTP " + response.status));
     return body;
@@ -205,7 +231,10 @@
       renderTable();
       const [detail, fleet] = await Promise.all([
         view.selected === null ? null : getJson("/v1/pacing/campaigns/" + view.selected),
-        getJson("/v1/fleet"),
+        // the fleet is the operators' (an advertiser's key gets 403): its refusal is the panel's reason, and a
+        // page that was refused once does not ask again
+        view.fleetRefused ? { panels: [], reason: view.fleetRefused }
+          : getJson("/v1/fleet").catch((e) => ({ panels: [], reason: (view.fleetRefused = String(e.message || e)) })),
       ]);
       if (mine !== generation) return;
       if (detail) renderDetail(detail);
