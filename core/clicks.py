@@ -17,7 +17,11 @@ Rules (docs/billing.md):
   - `bot_agent`: the user agent names a known automated client
     (`BOT_AGENT_MARKERS`, matched case-insensitively as substrings);
   - `too_soon`: a click less than `MIN_CLICK_DELAY_MS` after the ad was served
-    (the token's served time): no person sees, decides and clicks that fast;
+    (the token's served time, so also a click before it): no person sees, decides
+    and clicks that fast;
+  - `expired`: a click more than `TOKEN_LIFETIME_MS` after the ad was served: its
+    token no longer verifies, so only a record made outside the tracker (a foreign
+    producer, a replayed archive) can carry it, and it is never billed;
   - `user_burst` / `ip_burst`: a click that makes more than
     `MAX_CLICKS_PER_MINUTE` clicks from one user, or one IP address, in one
     event-time minute (counting that user's deduplicated clicks up to and
@@ -67,7 +71,7 @@ MINUTE_MS = 60_000
 WINDOW_MS = 10_000  # billed totals go out once per 10 s of event time
 BOT_AGENT_MARKERS = ("bot", "crawler", "spider", "slurp", "headless", "phantomjs", "python-requests",
                      "python-urllib", "curl/", "wget/", "scrapy", "httpclient")
-REASONS = ("bot_agent", "too_soon", "user_burst", "ip_burst")
+REASONS = ("bot_agent", "too_soon", "expired", "user_burst", "ip_burst")
 
 
 def dedupe_key(event: Mapping[str, Any]) -> tuple[str, str]:
@@ -98,6 +102,8 @@ def invalid_reason(event: Mapping[str, Any], user_clicks_in_minute: int = 0, ip_
         return None
     if int(event["event_time"]) - int(event["served_time"]) < MIN_CLICK_DELAY_MS:
         return "too_soon"
+    if int(event["event_time"]) - int(event["served_time"]) > TOKEN_LIFETIME_MS:
+        return "expired"
     if event.get("user_id") and user_clicks_in_minute > MAX_CLICKS_PER_MINUTE:
         return "user_burst"
     if event.get("ip_address") and ip_clicks_in_minute > MAX_CLICKS_PER_MINUTE:
@@ -311,6 +317,7 @@ def invalid_reason_sql(event: str = "", lowered_agent: str | None = None) -> str
     return (f"CASE WHEN {bot} THEN 'bot_agent' "
             f"WHEN {e}event_type <> 'CLICK' THEN CAST(NULL AS STRING) "
             f"WHEN {e}event_time - {e}served_time < {MIN_CLICK_DELAY_MS} THEN 'too_soon' "
+            f"WHEN {e}event_time - {e}served_time > {TOKEN_LIFETIME_MS} THEN 'expired' "
             f"WHEN COALESCE({e}user_id, '') <> '' AND user_n > {MAX_CLICKS_PER_MINUTE} THEN 'user_burst' "
             f"WHEN COALESCE({e}ip_address, '') <> '' AND ip_n > {MAX_CLICKS_PER_MINUTE} THEN 'ip_burst' "
             "ELSE CAST(NULL AS STRING) END")

@@ -39,6 +39,10 @@ def test_each_invalid_traffic_rule_names_its_reason():
     assert clicks.invalid_reason(_event("1", "i", "IMPRESSION", T0, agent="curl/8.0")) == "bot_agent"
     assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, served_ms=T0 - 999)) == "too_soon"
     assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, served_ms=T0 - 1000)) is None
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, served_ms=T0 + 5_000)) == "too_soon"  # before serving
+    lifetime = clicks.TOKEN_LIFETIME_MS
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, served_ms=T0 - lifetime - 1)) == "expired"
+    assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, served_ms=T0 - lifetime)) is None
     assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, user="u1"), user_clicks_in_minute=6) == "user_burst"
     assert clicks.invalid_reason(_event("1", "i", "CLICK", T0, user="u1"), user_clicks_in_minute=5) is None
     assert clicks.invalid_reason(_event("1", "i", "CLICK", T0), ip_clicks_in_minute=6) == "ip_burst"
