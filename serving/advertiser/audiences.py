@@ -76,33 +76,32 @@ class AudienceStore:
     async def add_members(self, advertiser_id: int, audience_id: int,
                           member_keys: list[str]) -> tuple[int, dict[str, Any]] | None:
         """Add salted member keys (hex) to an audience of the advertiser: (how many were new, the audience after),
-        or None when it is not the advertiser's. Keys already present are kept once."""
-        keys = [bytes.fromhex(k) for k in member_keys]
-
-        async def tx(conn):
-            audience = await (await conn.execute(
-                "SELECT audience_id FROM audiences WHERE audience_id = %s AND advertiser_id = %s FOR UPDATE",
-                (audience_id, advertiser_id))).fetchone()
-            if audience is None:
-                return None
+        or None when it is not the advertiser's. Keys already present are kept once; past the advertiser's member
+        quota nothing is added (InvalidField, core.audiences.check_member_quota)."""
+        async def add(conn, keys: list[bytes]) -> int:
             held = (await (await conn.execute(
                 "SELECT coalesce(sum(member_count), 0)::bigint AS n FROM audiences WHERE advertiser_id = %s",
                 (advertiser_id,))).fetchone())["n"]
             check_member_quota(int(held), len(keys))
-            added = (await conn.execute(
+            return (await conn.execute(
                 "INSERT INTO audience_members (audience_id, member_key) SELECT %s, unnest(%s::bytea[]) "
                 "ON CONFLICT DO NOTHING", (audience_id, keys))).rowcount
-            row = await (await conn.execute(
-                "UPDATE audiences SET member_count = member_count + %s, updated_at = now() WHERE audience_id = %s "
-                "RETURNING *", (added, audience_id))).fetchone()
-            return added, row
-        result = await self.store._run(tx)
-        return None if result is None else (result[0], audience_view(result[1]))
+        return await self._change(advertiser_id, audience_id, member_keys, add, +1)
 
     async def remove_members(self, advertiser_id: int, audience_id: int,
                              member_keys: list[str]) -> tuple[int, dict[str, Any]] | None:
         """Remove salted member keys (hex) from an audience of the advertiser: (how many were members, the
         audience after), or None when it is not the advertiser's. Keys that were not members change nothing."""
+        async def remove(conn, keys: list[bytes]) -> int:
+            return (await conn.execute(
+                "DELETE FROM audience_members WHERE audience_id = %s AND member_key = ANY(%s::bytea[])",
+                (audience_id, keys))).rowcount
+        return await self._change(advertiser_id, audience_id, member_keys, remove, -1)
+
+    async def _change(self, advertiser_id: int, audience_id: int, member_keys: list[str], write,
+                      sign: int) -> tuple[int, dict[str, Any]] | None:
+        """One change of an audience's members under its row lock, its count kept in step in the same transaction:
+        `write(conn, keys)` returns how many rows it changed."""
         keys = [bytes.fromhex(k) for k in member_keys]
 
         async def tx(conn):
@@ -111,13 +110,11 @@ class AudienceStore:
                 (audience_id, advertiser_id))).fetchone()
             if audience is None:
                 return None
-            removed = (await conn.execute(
-                "DELETE FROM audience_members WHERE audience_id = %s AND member_key = ANY(%s::bytea[])",
-                (audience_id, keys))).rowcount
+            changed = await write(conn, keys)
             row = await (await conn.execute(
-                "UPDATE audiences SET member_count = member_count - %s, updated_at = now() WHERE audience_id = %s "
-                "RETURNING *", (removed, audience_id))).fetchone()
-            return removed, row
+                "UPDATE audiences SET member_count = member_count + %s, updated_at = now() WHERE audience_id = %s "
+                "RETURNING *", (sign * changed, audience_id))).fetchone()
+            return changed, row
         result = await self.store._run(tx)
         return None if result is None else (result[0], audience_view(result[1]))
 
@@ -150,20 +147,18 @@ class AudienceMembers:
     async def add(self, audience_id: int, member_keys: list[str]) -> None:
         """Each key's set gains the audience's targeting value; REDIS_BATCH commands per round trip. Raises
         redis' errors (the caller answers 503: the upload is sent again)."""
-        value = audience_value(audience_id)
-        for start in range(0, len(member_keys), REDIS_BATCH):
-            pipe = self.redis.pipeline(transaction=False)
-            for key in member_keys[start:start + REDIS_BATCH]:
-                pipe.sadd(redis_keys.audience_member(key), value)
-            await pipe.execute()
+        await self._each(audience_id, member_keys, "sadd")
 
     async def remove(self, audience_id: int, member_keys: list[str]) -> None:
         """Each key's set loses the audience's targeting value (a set left empty is deleted by Redis)."""
+        await self._each(audience_id, member_keys, "srem")
+
+    async def _each(self, audience_id: int, member_keys: list[str], command: str) -> None:
         value = audience_value(audience_id)
         for start in range(0, len(member_keys), REDIS_BATCH):
             pipe = self.redis.pipeline(transaction=False)
             for key in member_keys[start:start + REDIS_BATCH]:
-                pipe.srem(redis_keys.audience_member(key), value)
+                getattr(pipe, command)(redis_keys.audience_member(key), value)
             await pipe.execute()
 
     async def close(self) -> None:

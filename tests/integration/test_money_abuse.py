@@ -1,6 +1,7 @@
-"""Hostile sequences on the money path, through the real advertiser API and PostgreSQL: a budget toggled
-faster than the hourly limit is refused by name, and targeting too large for the change stream or the index is
-refused with a 400 naming the limit before anything is written."""
+"""Hostile sequences on the money path, through the real advertiser API, PostgreSQL and Kafka: a budget toggled
+faster than the hourly limit is refused by name; targeting too large for the change stream or the index, a CPA
+bid above its target and values that once gave 500s are refused with a 400 naming the field; the operator reads
+a day's absorbed overspend; a restarted worker never holds its predecessor's slice."""
 from __future__ import annotations
 
 import asyncio
@@ -12,37 +13,42 @@ from core.campaigns import BUDGET_EDITS_PER_HOUR
 from serving.advertiser.api import start_advertiser_api
 
 
-async def _api(platform):
-    runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0)
-    _, key = await store.create_advertiser(f"abuse-{uuid.uuid4().hex[:8]}")
-    return runner, store, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
-
-
-async def _call(http, method: str, url: str, auth, body=None) -> tuple[int, dict, dict]:
-    async with http.request(method, url, json=body, headers=auth) as r:
-        return r.status, await r.json(), dict(r.headers)
-
-
-def test_a_budget_toggled_past_the_hourly_limit_is_refused_naming_the_field_and_other_changes_still_apply(platform):
-    async def scenario():
-        runner, store, api, auth = await _api(platform)
+def _through_the_api(platform, scenario):
+    """Run `scenario(call)` against a fresh advertiser API on the platform's PostgreSQL, as one new advertiser:
+    `await call(method, path, body=None)` answers (status, JSON body, headers)."""
+    async def run():
+        runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0)
+        _, key = await store.create_advertiser(f"abuse-{uuid.uuid4().hex[:8]}")
         try:
             async with aiohttp.ClientSession() as http:
-                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
-                    "name": "toggler", "bid_type": "CPC", "daily_budget_micros": 5_000_000, "timezone": "UTC"})
-                url = f"{api}/v1/campaigns/{campaign['campaign_id']}"
-                toggles = [await _call(http, "PATCH", url, auth, {"daily_budget_micros": (n % 2) * 5_000_000})
-                           for n in range(BUDGET_EDITS_PER_HOUR + 1)]
-                kept = toggles[-2][1]["daily_budget_micros"]
-                same = await _call(http, "PATCH", url, auth, {"daily_budget_micros": kept})
-                caps = await _call(http, "PATCH", url, auth, {"cap_per_day": 3})
-                after = await _call(http, "GET", url, auth)
-            return toggles, same, caps, after
+                async def call(method: str, path: str, body=None) -> tuple[int, dict, dict]:
+                    async with http.request(method, f"http://127.0.0.1:{port}{path}", json=body,
+                                            headers={"Authorization": f"Bearer {key}"}) as r:
+                        return r.status, await r.json(), dict(r.headers)
+                return await scenario(call)
         finally:
             await runner.cleanup()
             await store.close()
+    return asyncio.run(run())
 
-    toggles, same, caps, after = asyncio.run(scenario())
+
+async def _campaign(call, **fields) -> dict:
+    status, campaign, _ = await call("POST", "/v1/campaigns", {
+        "name": "abuse", "bid_type": "CPC", "daily_budget_micros": 5_000_000, "timezone": "UTC", **fields})
+    assert status == 201, campaign
+    return campaign
+
+
+def test_a_budget_toggled_past_the_hourly_limit_is_refused_naming_the_field_and_other_changes_still_apply(platform):
+    async def scenario(call):
+        url = f"/v1/campaigns/{(await _campaign(call))['campaign_id']}"
+        toggles = [await call("PATCH", url, {"daily_budget_micros": (n % 2) * 5_000_000})
+                   for n in range(BUDGET_EDITS_PER_HOUR + 1)]
+        kept = toggles[-2][1]["daily_budget_micros"]
+        return toggles, await call("PATCH", url, {"daily_budget_micros": kept}), \
+            await call("PATCH", url, {"cap_per_day": 3}), await call("GET", url)
+
+    toggles, same, caps, after = _through_the_api(platform, scenario)
     assert [status for status, _, _ in toggles] == [200] * BUDGET_EDITS_PER_HOUR + [429]
     status, body, headers = toggles[-1]
     assert body["field"] == "daily_budget_micros" and "BUDGET_EDITS_PER_HOUR" in body["error"]
@@ -54,24 +60,14 @@ def test_a_budget_toggled_past_the_hourly_limit_is_refused_naming_the_field_and_
 
 
 def test_targeting_too_large_for_the_change_stream_or_the_index_gets_a_400_naming_the_limit(platform):
-    async def scenario():
-        runner, store, api, auth = await _api(platform)
-        try:
-            async with aiohttp.ClientSession() as http:
-                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
-                    "name": "wide", "bid_type": "CPM", "daily_budget_micros": 5_000_000, "timezone": "UTC"})
-                ads = f"{api}/v1/campaigns/{campaign['campaign_id']}/ads"
-                base = {"creative_ref": "c", "landing_url": "https://adv.example/", "bid_micros": 1_000_000}
-                many = await _call(http, "POST", ads, auth,
-                                   {**base, "targeting": {"interest": [f"i{n}" for n in range(70_000)]}})
-                quotes = await _call(http, "POST", ads, auth, {**base, "targeting": {"interest": ['"' * 500_000]}})
-                listed = await _call(http, "GET", ads, auth)
-            return many, quotes, listed
-        finally:
-            await runner.cleanup()
-            await store.close()
+    async def scenario(call):
+        ads = f"/v1/campaigns/{(await _campaign(call, bid_type='CPM'))['campaign_id']}/ads"
+        base = {"creative_ref": "c", "landing_url": "https://adv.example/", "bid_micros": 1_000_000}
+        many = await call("POST", ads, {**base, "targeting": {"interest": [f"i{n}" for n in range(70_000)]}})
+        quotes = await call("POST", ads, {**base, "targeting": {"interest": ['"' * 500_000]}})
+        return many, quotes, await call("GET", ads)
 
-    many, quotes, listed = asyncio.run(scenario())
+    many, quotes, listed = _through_the_api(platform, scenario)
     assert (many[0], many[1]["field"]) == (400, "targeting.interest") and "MAX_VALUES_PER_ATTRIBUTE" in many[1]["error"]
     assert (quotes[0], quotes[1]["field"]) == (400, "targeting.interest") and "MAX_VALUE_CHARS" in quotes[1]["error"]
     assert listed[1] == []
@@ -88,19 +84,11 @@ def test_the_operator_reads_a_days_absorbed_overspend_by_campaign_from_the_billi
 
     day = f"2031-{random.randint(1, 12):02d}-{random.randint(1, 28):02d}"
 
-    async def campaigns():
-        runner, store, api, auth = await _api(platform)
-        try:
-            async with aiohttp.ClientSession() as http:
-                made = [(await _call(http, "POST", f"{api}/v1/campaigns", auth, {
-                    "name": name, "bid_type": "CPC", "daily_budget_micros": budget, "timezone": "UTC"}))[1]
-                    for name, budget in (("cut", 5_000_000_000), ("paced", 50_000_000))]
-            return [c["campaign_id"] for c in made]
-        finally:
-            await runner.cleanup()
-            await store.close()
+    async def scenario(call):
+        return [(await _campaign(call, name=name, daily_budget_micros=budget))["campaign_id"]
+                for name, budget in (("cut", 5_000_000_000), ("paced", 50_000_000))]
 
-    cut, paced = asyncio.run(campaigns())
+    cut, paced = _through_the_api(platform, scenario)
     with psycopg.connect(platform.postgres_dsn, autocommit=True) as db:
         db.execute("DELETE FROM report_billed_daily WHERE budget_day = %s", (day,))
         for cid, billed, absorbed in ((cut, 1_000_000_000, 150_000_000), (paced, 50_000_000, 30_000)):
@@ -118,29 +106,17 @@ def test_the_operator_reads_a_days_absorbed_overspend_by_campaign_from_the_billi
 
 
 def test_a_cpa_bid_above_its_campaigns_target_is_refused_and_a_lowered_target_lowers_the_bids(platform):
-    async def scenario():
-        runner, store, api, auth = await _api(platform)
-        try:
-            async with aiohttp.ClientSession() as http:
-                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
-                    "name": "cpa", "bid_type": "CPA", "daily_budget_micros": 50_000_000, "timezone": "UTC",
-                    "cpa_target_micros": 5_000_000})
-                cid = campaign["campaign_id"]
-                base = {"creative_ref": "c", "landing_url": "https://adv.example/",
-                        "targeting": {"placement": ["feed"]}}
-                huge = await _call(http, "POST", f"{api}/v1/campaigns/{cid}/ads", auth,
-                                   {**base, "bid_micros": 100_000_000_000})
-                _, ad, _ = await _call(http, "POST", f"{api}/v1/campaigns/{cid}/ads", auth,
-                                       {**base, "bid_micros": 5_000_000})
-                raised = await _call(http, "PATCH", f"{api}/v1/ads/{ad['ad_id']}", auth, {"bid_micros": 5_000_001})
-                lowered = await _call(http, "PATCH", f"{api}/v1/campaigns/{cid}", auth, {"cpa_target_micros": 3_000_000})
-                after = await _call(http, "GET", f"{api}/v1/ads/{ad['ad_id']}", auth)
-            return huge, ad, raised, lowered, after
-        finally:
-            await runner.cleanup()
-            await store.close()
+    async def scenario(call):
+        cid = (await _campaign(call, bid_type="CPA", daily_budget_micros=50_000_000,
+                               cpa_target_micros=5_000_000))["campaign_id"]
+        base = {"creative_ref": "c", "landing_url": "https://adv.example/", "targeting": {"placement": ["feed"]}}
+        huge = await call("POST", f"/v1/campaigns/{cid}/ads", {**base, "bid_micros": 100_000_000_000})
+        _, ad, _ = await call("POST", f"/v1/campaigns/{cid}/ads", {**base, "bid_micros": 5_000_000})
+        raised = await call("PATCH", f"/v1/ads/{ad['ad_id']}", {"bid_micros": 5_000_001})
+        lowered = await call("PATCH", f"/v1/campaigns/{cid}", {"cpa_target_micros": 3_000_000})
+        return huge, ad, raised, lowered, await call("GET", f"/v1/ads/{ad['ad_id']}")
 
-    huge, ad, raised, lowered, after = asyncio.run(scenario())
+    huge, ad, raised, lowered, after = _through_the_api(platform, scenario)
     assert (huge[0], huge[1]["field"]) == (400, "bid_micros") and "cpa_target_micros" in huge[1]["error"]
     assert (raised[0], raised[1]["field"]) == (400, "bid_micros")
     assert lowered[0] == 200
@@ -148,27 +124,17 @@ def test_a_cpa_bid_above_its_campaigns_target_is_refused_and_a_lowered_target_lo
 
 
 def test_values_that_once_gave_500s_get_400s_naming_the_field(platform):
-    async def scenario():
-        runner, store, api, auth = await _api(platform)
-        try:
-            async with aiohttp.ClientSession() as http:
-                _, campaign, _ = await _call(http, "POST", f"{api}/v1/campaigns", auth, {
-                    "name": "bounds", "bid_type": "CPC", "daily_budget_micros": 5_000_000, "timezone": "UTC"})
-                url = f"{api}/v1/campaigns/{campaign['campaign_id']}"
-                answers = [await _call(http, "PATCH", url, auth, {"flight_start": "0001-01-01T00:00:00+14:00"}),
-                           await _call(http, "PATCH", url, auth, {"name": "nul\u0000"}),
-                           await _call(http, "POST", f"{url}/ads", auth, {
-                               "creative_ref": "c\u0000", "landing_url": "https://adv.example/",
-                               "bid_micros": 1_000_000, "targeting": {"placement": ["feed"]}})]
-                for ids in ("\u00b2", "9" * 5000):
-                    answers.append(await _call(http, "GET", f"{api}/v1/reports?from=2026-01-01&to=2026-01-02"
-                                                            f"&campaign_id={ids}", auth))
-            return answers
-        finally:
-            await runner.cleanup()
-            await store.close()
+    async def scenario(call):
+        url = f"/v1/campaigns/{(await _campaign(call))['campaign_id']}"
+        answers = [await call("PATCH", url, {"flight_start": "0001-01-01T00:00:00+14:00"}),
+                   await call("PATCH", url, {"name": "nul\u0000"}),
+                   await call("POST", f"{url}/ads", {"creative_ref": "c\u0000", "landing_url": "https://adv.example/",
+                                                     "bid_micros": 1_000_000, "targeting": {"placement": ["feed"]}})]
+        for ids in ("\u00b2", "9" * 5000):
+            answers.append(await call("GET", f"/v1/reports?from=2026-01-01&to=2026-01-02&campaign_id={ids}"))
+        return answers
 
-    answers = asyncio.run(scenario())
+    answers = _through_the_api(platform, scenario)
     assert [(status, body["field"]) for status, body, _ in answers] == [
         (400, "flight_start"), (400, "name"), (400, "creative_ref"), (400, "campaign_id"), (400, "campaign_id")]
 
