@@ -516,7 +516,7 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
     try:
         ops_token = ops_token_from(environ)
         trusted = parse_trusted_proxies(environ.get(TRUSTED_PROXIES_ENV))
-    except (ValueError, AdserveError) as exc:
+    except AdserveError as exc:
         print(f"adserve serve dashboard: {exc}", file=sys.stderr)
         return 2
     if ops_token is None and not development_mode(environ, args.dev):

@@ -9,6 +9,8 @@ import hmac
 import os
 from typing import Mapping
 
+from core.errors import InvalidSettings
+
 OPS_TOKEN_ENV = "ADSERVE_OPS_TOKEN"
 MIN_TOKEN_CHARS = 16
 
@@ -19,7 +21,7 @@ def ops_token_from(environ: Mapping[str, str] = os.environ) -> str | None:
     if not token:
         return None
     if len(token) < MIN_TOKEN_CHARS:
-        raise ValueError(f"{OPS_TOKEN_ENV}: at least {MIN_TOKEN_CHARS} characters (e.g. `openssl rand -hex 24`)")
+        raise InvalidSettings(f"{OPS_TOKEN_ENV}: at least {MIN_TOKEN_CHARS} characters (e.g. `openssl rand -hex 24`)")
     return token
 
 

@@ -202,7 +202,4 @@ class TrackerSettings:
 def _ops_token(environ: Mapping[str, str]) -> str | None:
     from serving.ops_auth import ops_token_from
 
-    try:
-        return ops_token_from(environ)
-    except ValueError as exc:
-        raise InvalidSettings(str(exc)) from None
+    return ops_token_from(environ)

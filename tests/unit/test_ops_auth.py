@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.errors import InvalidSettings
+
 from serving.adserver.app import AdServer, ServerConfig
 from serving.ops_auth import ops_authorized, ops_token_from
 
@@ -15,7 +17,7 @@ TOKEN = "0123456789abcdef0123"
 def test_the_token_comes_from_the_environment_and_a_short_one_is_refused():
     assert ops_token_from({}) is None and ops_token_from({"ADSERVE_OPS_TOKEN": "  "}) is None
     assert ops_token_from({"ADSERVE_OPS_TOKEN": TOKEN}) == TOKEN
-    with pytest.raises(ValueError, match="at least 16"):
+    with pytest.raises(InvalidSettings, match="at least 16"):
         ops_token_from({"ADSERVE_OPS_TOKEN": "short"})
 
 
