@@ -178,71 +178,79 @@ def billing(platform, tmp_path_factory):
                                      "--idle-timeout-ms", "60000",
                                      "--events-topic", topics["events"], "--campaigns-topic", topics["campaigns"],
                                      "--billed-topic", topics["billed"], "--dead-letter-topic", topics["dead"]])
-    deploy.wait_running(platform.flink_rest_url, job_id)
-    archive = tmp_path_factory.mktemp("archive")
-    archiver_id = deploy.deploy("archiver", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
-                                conf_dir=Flink(platform).conf_dir,
-                                job_args=["--bootstrap", platform.kafka_bootstrap,
-                                          "--connector-jar", str(flink_connector_jar(platform)),
-                                          "--group-id", f"adserve-archive-test-{suffix}",
-                                          "--checkpoint-interval-ms", "1000", "--restart-attempts", "50",
-                                          "--archive-dir", str(archive),
-                                          "--topics", ",".join(topics[n] for n in ("events", "campaigns", "billed"))])
-    deploy.wait_running(platform.flink_rest_url, archiver_id)
-    feed = Beacons(platform.kafka_bootstrap, topics)
-    for c in CAMPAIGNS:
-        feed.campaign(c)
-    feed.flush()
-    half = DOLLAR // 2
-    for second in range(1, 91):
-        now = T0 + second * 1000
-        if second == 3:  # one impression (impression billing, $0.50) whose beacon fires three times
-            first = feed.event(201, "imp-dup", "IMPRESSION", now, price=half, billing="IMPRESSION")
-            feed.resend(dict(first, event_id=uuid.uuid4().hex, event_time=now + 400))
-            feed.resend(dict(first, event_id=uuid.uuid4().hex, event_time=now + 900))
-        if 5 <= second < 15:  # ten more impressions of 201
-            feed.event(201, f"imp-201-{second}", "IMPRESSION", now, price=half, billing="IMPRESSION")
-        if second in (10, 20, 30):  # 202: three $2 clicks on a $5 budget -> $5 billed, $1 absorbed
-            feed.event(202, f"imp-202-{second}", "IMPRESSION", now - 500, price=2 * DOLLAR, billing="CLICK")
-            feed.event(202, f"imp-202-{second}", "CLICK", now, price=2 * DOLLAR, billing="CLICK",
-                       ip=f"10.1.0.{second}")
-        if second == 12:  # 203: a valid click, a bot's click and a click 200 ms after serving
-            feed.event(203, "imp-203-ok", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.1")
-            feed.event(203, "imp-203-bot", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.2",
-                       agent="Mozilla/5.0 (compatible; Googlebot/2.1)")
-            feed.event(203, "imp-203-fast", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.3",
-                       served_ms=now - 200)
-        if second == 50:
-            _through_the_tracker(feed, now)
-        if second < 70:  # twins: the same $0.10 impression each second; 207's budget toggles around window ends
-            for campaign_id in (207, 208):
-                feed.event(campaign_id, f"imp-{campaign_id}-{second}", "IMPRESSION", now + 500, price=100_000,
-                           billing="IMPRESSION", served_ms=now)
-            for record in TOGGLES:
-                if now <= record["event_time"] < now + 1000:
-                    feed.campaign(record)
-        if second == 15:  # seven clicks from one IP within a minute: the sixth and seventh are invalid
-            for i in range(7):
-                feed.event(203, f"imp-203-burst-{i}", "CLICK", now + i * 100, price=DOLLAR, billing="CLICK",
-                           ip="10.9.9.9")
-        if second == 40:
-            feed.producer.produce(topics["events"], key=b"203", value=b"\xc3\x01 not an ad event", timestamp=now)
-            # a campaign record whose id the JVM reads, its body cut short: the bill sends it to the dead letters
-            feed.producer.produce(topics["campaigns"], key=b"204", timestamp=now,
-                                  value=AvroCodec().encode("ServingCampaign", _campaign(204, DOLLAR))[:14])
-        feed.clock(now)
-        if second == 70:  # a click from +20 s reaching the job long after its window closed, then again
-            feed.flush()
-            time.sleep(1.5)
-            late = feed.event(203, "imp-203-late", "CLICK", T0 + 20_000, price=3 * DOLLAR, billing="CLICK",
-                              ip="10.2.0.9")
-            feed.resend(dict(late, event_id=uuid.uuid4().hex))
-            # a bot's impression from +25 s, as late: tagged by the rule SQL applied before deduplication
-            feed.event(201, "imp-201-late-bot", "IMPRESSION", T0 + 25_000, price=half, billing="IMPRESSION",
-                       agent="Mozilla/5.0 (compatible; Googlebot/2.1)")
-    feed.flush()
-    totals = _wait_billed(platform, topics["billed"], 999, T0 + 80_000)
-    dead = [AvroCodec().decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, topics["dead"])]
+    archiver_id = None
+    try:
+        deploy.wait_running(platform.flink_rest_url, job_id)
+        archive = tmp_path_factory.mktemp("archive")
+        archiver_id = deploy.deploy("archiver", jobmanager=f"{platform.host}:{platform.flink_rest_port}",
+                                    conf_dir=Flink(platform).conf_dir,
+                                    job_args=["--bootstrap", platform.kafka_bootstrap,
+                                              "--connector-jar", str(flink_connector_jar(platform)),
+                                              "--group-id", f"adserve-archive-test-{suffix}",
+                                              "--checkpoint-interval-ms", "1000", "--restart-attempts", "50",
+                                              "--archive-dir", str(archive),
+                                              "--topics",
+                                              ",".join(topics[n] for n in ("events", "campaigns", "billed"))])
+        deploy.wait_running(platform.flink_rest_url, archiver_id)
+        feed = Beacons(platform.kafka_bootstrap, topics)
+        for c in CAMPAIGNS:
+            feed.campaign(c)
+        feed.flush()
+        half = DOLLAR // 2
+        for second in range(1, 91):
+            now = T0 + second * 1000
+            if second == 3:  # one impression (impression billing, $0.50) whose beacon fires three times
+                first = feed.event(201, "imp-dup", "IMPRESSION", now, price=half, billing="IMPRESSION")
+                feed.resend(dict(first, event_id=uuid.uuid4().hex, event_time=now + 400))
+                feed.resend(dict(first, event_id=uuid.uuid4().hex, event_time=now + 900))
+            if 5 <= second < 15:  # ten more impressions of 201
+                feed.event(201, f"imp-201-{second}", "IMPRESSION", now, price=half, billing="IMPRESSION")
+            if second in (10, 20, 30):  # 202: three $2 clicks on a $5 budget -> $5 billed, $1 absorbed
+                feed.event(202, f"imp-202-{second}", "IMPRESSION", now - 500, price=2 * DOLLAR, billing="CLICK")
+                feed.event(202, f"imp-202-{second}", "CLICK", now, price=2 * DOLLAR, billing="CLICK",
+                           ip=f"10.1.0.{second}")
+            if second == 12:  # 203: a valid click, a bot's click and a click 200 ms after serving
+                feed.event(203, "imp-203-ok", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.1")
+                feed.event(203, "imp-203-bot", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.2",
+                           agent="Mozilla/5.0 (compatible; Googlebot/2.1)")
+                feed.event(203, "imp-203-fast", "CLICK", now, price=DOLLAR, billing="CLICK", ip="10.2.0.3",
+                           served_ms=now - 200)
+            if second == 50:
+                _through_the_tracker(feed, now)
+            if second < 70:  # twins: the same $0.10 impression each second; 207's budget toggles around window ends
+                for campaign_id in (207, 208):
+                    feed.event(campaign_id, f"imp-{campaign_id}-{second}", "IMPRESSION", now + 500, price=100_000,
+                               billing="IMPRESSION", served_ms=now)
+                for record in TOGGLES:
+                    if now <= record["event_time"] < now + 1000:
+                        feed.campaign(record)
+            if second == 15:  # seven clicks from one IP within a minute: the sixth and seventh are invalid
+                for i in range(7):
+                    feed.event(203, f"imp-203-burst-{i}", "CLICK", now + i * 100, price=DOLLAR, billing="CLICK",
+                               ip="10.9.9.9")
+            if second == 40:
+                feed.producer.produce(topics["events"], key=b"203", value=b"\xc3\x01 not an ad event", timestamp=now)
+                # a campaign record whose id the JVM reads, its body cut short: the bill sends it to the dead letters
+                feed.producer.produce(topics["campaigns"], key=b"204", timestamp=now,
+                                      value=AvroCodec().encode("ServingCampaign", _campaign(204, DOLLAR))[:14])
+            feed.clock(now)
+            if second == 70:  # a click from +20 s reaching the job long after its window closed, then again
+                feed.flush()
+                time.sleep(1.5)
+                late = feed.event(203, "imp-203-late", "CLICK", T0 + 20_000, price=3 * DOLLAR, billing="CLICK",
+                                  ip="10.2.0.9")
+                feed.resend(dict(late, event_id=uuid.uuid4().hex))
+                # a bot's impression from +25 s, as late: tagged by the rule SQL applied before deduplication
+                feed.event(201, "imp-201-late-bot", "IMPRESSION", T0 + 25_000, price=half, billing="IMPRESSION",
+                           agent="Mozilla/5.0 (compatible; Googlebot/2.1)")
+        feed.flush()
+        totals = _wait_billed(platform, topics["billed"], 999, T0 + 80_000)
+        dead = [AvroCodec().decode(m.value()) for m in kafka.read_all(platform.kafka_bootstrap, topics["dead"])]
+    except BaseException:  # a setup that failed leaves no job running on the shared cluster
+        for started in (job_id, archiver_id):
+            if started is not None:
+                deploy.stop(platform.flink_rest_url, started)
+        raise
     yield {"job_id": job_id, "topics": topics, "totals": totals, "dead": dead, "feed": feed, "archive": archive}
     deploy.stop(platform.flink_rest_url, job_id)
     deploy.stop(platform.flink_rest_url, archiver_id)
