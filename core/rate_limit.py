@@ -125,3 +125,32 @@ class RateLimiter:
         keep = self.max_callers - max(1, self.max_callers // 10)
         while len(self._buckets) > keep:
             self._buckets.popitem(last=False)
+
+
+class FailedKeyLimiter:
+    """Guessing keys, slowed per client address, without locking out the keys that work.
+
+    Each client address has a bucket that only failed keys spend (`failed`); an address whose bucket is dry is
+    refused before its key is even looked up (`before_lookup`), except for a key that authenticated lately
+    (`succeeded` remembers the last `remember` of them by digest): behind one ingress address, someone else's
+    guesses never lock an advertiser out, and the lookup still decides, so a revoked key is refused at once."""
+
+    def __init__(self, limit: RateLimit, remember: int = 10_000):
+        self.addresses = RateLimiter(limit)
+        self.remember = remember
+        self._recent: OrderedDict[str, None] = OrderedDict()  # key digests, least recently successful first
+
+    def before_lookup(self, address: str, key_digest: str, now_s: float) -> Decision:
+        """Whether to look the key up at all."""
+        return Decision(True) if key_digest in self._recent else self.addresses.peek(address, now_s)
+
+    def failed(self, address: str, key_digest: str, now_s: float) -> Decision:
+        """A key that did not authenticate: it spends the address's bucket (refused once that is dry)."""
+        self._recent.pop(key_digest, None)
+        return self.addresses.take(address, now_s)
+
+    def succeeded(self, key_digest: str) -> None:
+        self._recent[key_digest] = None
+        self._recent.move_to_end(key_digest)
+        if len(self._recent) > self.remember:
+            self._recent.popitem(last=False)

@@ -47,7 +47,6 @@ import json
 import logging
 import os
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -63,7 +62,7 @@ from core.audiences import (MIN_AUDIENCE_MEMBERS, AudienceSalt, audience_value, 
 from core.campaigns import InvalidField, TooManyBudgetEdits, validate_ad, validate_campaign
 from core.client_address import TRUSTED_PROXIES_ENV, Network, client_address, parse_trusted_proxies
 from core.errors import InvalidSettings
-from core.rate_limit import Decision, RateLimit, RateLimiter
+from core.rate_limit import Decision, FailedKeyLimiter, RateLimit, RateLimiter
 from core.reports import parse_report_query
 from core.settings import describe
 from serving.advertiser.audiences import AudienceMembers, AudienceStore
@@ -74,7 +73,6 @@ LOG = logging.getLogger("adserve.advertiser_api")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
 ADVERTISER = web.RequestKey("advertiser_id", int)
 PUBLIC_PATHS = ("/openapi.json", "/metrics")  # no key, no limit
-RECENT_KEYS = 10_000  # keys remembered as having authenticated lately (hashes only)
 LIMIT_FLAGS = ("rate_per_s", "burst", "unauthenticated_rate_per_s", "unauthenticated_burst")  # settings fields
 
 
@@ -129,12 +127,9 @@ class AdvertiserApi:
         (core.client_address), for the per-address limit."""
         self.store = store
         self.limits, self.clock, self.trusted_proxies = limits, clock, trusted_proxies
-        # hashes of keys that authenticated lately: an address over its limit for bad keys still lets these
-        # through to the lookup (which decides, so a revoked key is refused at once), and nothing else
-        self._recent_keys: OrderedDict[bytes, None] = OrderedDict()
         self.metrics = Metrics()
         self.per_api_key = RateLimiter(limits.per_api_key) if limits else None
-        self.per_address = RateLimiter(limits.unauthenticated) if limits else None
+        self.per_address = FailedKeyLimiter(limits.unauthenticated) if limits else None
         self.audiences = AudienceStore(store)
         self.audience_members = audience_members
 
@@ -168,28 +163,23 @@ class AdvertiserApi:
         key, now_s = bearer_key(request), self.clock()
         address = client_address(request.remote, request.headers.get("X-Forwarded-For"),
                                  self.trusted_proxies) or ""
-        hashed = hash_key(key) if key else b""
-        if self.per_address is not None and hashed not in self._recent_keys:
-            # an address that keeps failing is refused before any lookup, except for a key that worked lately:
-            # behind one ingress address, someone else's bad keys never lock an advertiser out
-            decision = self.per_address.peek(address, now_s)
+        digest = hash_key(key).hex() if key else ""
+        if self.per_address is not None:  # guessing is slowed per address, never a key that works
+            decision = self.per_address.before_lookup(address, digest, now_s)
             if not decision.allowed:
                 return self._too_many(decision, "address")
         advertiser_id = await self.store.advertiser_for_key(key) if key else None
         if advertiser_id is None:
             self.metrics.unauthorized.inc()
-            self._recent_keys.pop(hashed, None)
             if self.per_address is not None:
-                decision = self.per_address.take(address, now_s)
+                decision = self.per_address.failed(address, digest, now_s)
                 if not decision.allowed:
                     return self._too_many(decision, "address")
             return _error(401, "missing or unknown API key: send 'Authorization: Bearer <key>'")
-        self._recent_keys[hashed] = None
-        self._recent_keys.move_to_end(hashed)
-        if len(self._recent_keys) > RECENT_KEYS:
-            self._recent_keys.popitem(last=False)
+        if self.per_address is not None:
+            self.per_address.succeeded(digest)
         if self.per_api_key is not None:
-            decision = self.per_api_key.take(hashed.hex(), now_s)
+            decision = self.per_api_key.take(digest, now_s)
             if not decision.allowed:
                 return self._too_many(decision, "api_key")
         request[ADVERTISER] = advertiser_id

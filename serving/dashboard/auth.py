@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections import OrderedDict
 from typing import Awaitable, Callable
 
 from aiohttp import web
 
 from core.client_address import Network, client_address
 from core.pacing_view import OPERATOR, Viewer
-from core.rate_limit import RateLimit, RateLimiter
+from core.rate_limit import FailedKeyLimiter, RateLimit
 from serving.ops_auth import ops_authorized
 
 FAILED_TOKENS = RateLimit(rate_per_s=1.0, burst=20)  # per client address, as the advertiser API's
-RECENT_KEYS = 10_000
 
 
 def _refusal(status: int, message: str, retry_after_s: int | None = None) -> web.Response:
@@ -40,8 +38,7 @@ class DashboardAuth:
                  close: Callable[[], Awaitable[None]] | None = None):
         self.ops_token, self.advertiser_for_key = ops_token, advertiser_for_key
         self.trusted_proxies, self.clock, self._close = trusted_proxies, clock, close
-        self.failed = RateLimiter(FAILED_TOKENS)
-        self._recent: OrderedDict[str, None] = OrderedDict()
+        self.failed = FailedKeyLimiter(FAILED_TOKENS)
 
     async def viewer(self, request: web.Request) -> tuple[Viewer | None, web.Response | None]:
         """(the viewer, None) for a good token, else (None, the 401 or 429 to answer)."""
@@ -51,27 +48,19 @@ class DashboardAuth:
         key = header[7:].strip() if header.startswith("Bearer ") else ""
         address = client_address(request.remote, request.headers.get("X-Forwarded-For"),
                                  self.trusted_proxies) or ""
-        now_s = self.clock()
-        hashed = hashlib.sha256(key.encode()).hexdigest()
-        if hashed not in self._recent:
-            decision = self.failed.peek(address, now_s)
-            if not decision.allowed:
-                return None, _refusal(429, f"too many failed tokens from this address: retry after "
-                                           f"{decision.retry_after_s} s", decision.retry_after_s)
-        advertiser_id = await self.advertiser_for_key(key) if key and self.advertiser_for_key else None
-        if advertiser_id is None:
-            self._recent.pop(hashed, None)
-            decision = self.failed.take(address, now_s)
-            if not decision.allowed:
-                return None, _refusal(429, f"too many failed tokens from this address: retry after "
-                                           f"{decision.retry_after_s} s", decision.retry_after_s)
-            return None, _refusal(401, "send 'Authorization: Bearer <token>': the operators' token, or your "
-                                       "advertiser API key for your own campaigns")
-        self._recent[hashed] = None
-        self._recent.move_to_end(hashed)
-        if len(self._recent) > RECENT_KEYS:
-            self._recent.popitem(last=False)
-        return Viewer("advertiser", advertiser_id), None
+        now_s, digest = self.clock(), hashlib.sha256(key.encode()).hexdigest()
+        decision = self.failed.before_lookup(address, digest, now_s)
+        if decision.allowed:
+            advertiser_id = await self.advertiser_for_key(key) if key and self.advertiser_for_key else None
+            if advertiser_id is not None:
+                self.failed.succeeded(digest)
+                return Viewer("advertiser", advertiser_id), None
+            decision = self.failed.failed(address, digest, now_s)
+            if decision.allowed:
+                return None, _refusal(401, "send 'Authorization: Bearer <token>': the operators' token, or your "
+                                           "advertiser API key for your own campaigns")
+        return None, _refusal(429, f"too many failed tokens from this address: retry after "
+                                   f"{decision.retry_after_s} s", decision.retry_after_s)
 
     async def close(self) -> None:
         if self._close is not None:

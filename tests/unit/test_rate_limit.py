@@ -76,3 +76,19 @@ def test_the_table_stays_bounded_forgetting_full_buckets_first():
 def test_a_rate_or_burst_out_of_range_is_refused(rate, burst):
     with pytest.raises(InvalidSettings):
         RateLimit(rate, burst)
+
+
+def test_failed_keys_dry_their_address_but_a_key_that_worked_is_still_looked_up():
+    from core.rate_limit import FailedKeyLimiter
+
+    guard = FailedKeyLimiter(RateLimit(rate_per_s=1.0, burst=2), remember=2)
+    guard.succeeded("good")
+    assert [guard.failed("10.0.0.1", f"bad{n}", 0.0).allowed for n in range(3)] == [True, True, False]
+    assert not guard.before_lookup("10.0.0.1", "other", 0.0).allowed  # refused before any lookup
+    assert guard.before_lookup("10.0.0.1", "good", 0.0).allowed
+    assert guard.before_lookup("10.0.0.2", "other", 0.0).allowed  # another address has its own bucket
+    guard.failed("10.0.0.1", "good", 0.0)  # revoked since: forgotten
+    assert not guard.before_lookup("10.0.0.1", "good", 0.0).allowed
+    for n in range(3):
+        guard.succeeded(f"k{n}")
+    assert guard.before_lookup("10.0.0.1", "k2", 0.0).allowed and not guard.before_lookup("10.0.0.1", "k0", 0.0).allowed
