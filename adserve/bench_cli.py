@@ -133,6 +133,11 @@ def _add_faults(bsub) -> None:
                    help="seconds the killed part stays down before its restart")
     f.add_argument("--after-s", type=float, default=bench_faults.Timing.after_s,
                    help="seconds of traffic after the recovery")
+    f.add_argument("--broker-outage-s", type=float, default=bench_faults.Timing.broker_outage_s,
+                   help="seconds the broker stays down (longer than --delivery-timeout-ms, so only the spool and "
+                        "the spend resends keep what the producers held)")
+    f.add_argument("--delivery-timeout-ms", type=int, default=bench_faults.Timing.delivery_timeout_ms,
+                   help="the run's servers' and tracker's producer delivery timeout (librdkafka message.timeout.ms)")
     f.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     f.set_defaults(handler=cmd_bench_faults)
 
@@ -292,7 +297,12 @@ def cmd_bench_faults(args: argparse.Namespace) -> int:
     chosen = bench_faults.SHORT_FAULTS if args.short else bench_faults.FAULTS
     if args.faults:
         chosen = tuple(name.strip() for name in args.faults.split(",") if name.strip())
-    timing = bench_faults.Timing(settle_s=args.settle_s, outage_s=args.outage_s, after_s=args.after_s)
+    if args.broker_outage_s * 1000 <= args.delivery_timeout_ms:
+        print(f"--broker-outage-s {args.broker_outage_s:g} must be longer than --delivery-timeout-ms "
+              f"{args.delivery_timeout_ms}: a shorter outage is covered by the producers' own retries", file=sys.stderr)
+        return 2
+    timing = bench_faults.Timing(settle_s=args.settle_s, outage_s=args.outage_s, after_s=args.after_s,
+                                 broker_outage_s=args.broker_outage_s, delivery_timeout_ms=args.delivery_timeout_ms)
     figures = bench_faults.run(faults=chosen, rate=args.rate, timing=timing, log=log)
     code = _emit(args, figures, bench_faults.render)
     return code if figures["all_held"] else 1

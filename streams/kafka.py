@@ -37,15 +37,25 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient(client_config(bootstrap))
 
 
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    # how long a record may wait for the broker before its delivery fails (then a spool or a resend keeps it)
+    "message.timeout.ms": 30000,
+}
+
+
 def producer(bootstrap: str, **overrides: Any) -> Producer:
-    config = client_config(bootstrap) | {
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "message.timeout.ms": 30000,
-    }
-    config.update(overrides)
-    return Producer(config)
+    """An idempotent producer: PRODUCER_DEFAULTS, under the process's client properties (an operator's
+    [kafka.properties] / ADSERVE_KAFKA_PROPERTIES win over a default, e.g. message.timeout.ms), under the
+    caller's `overrides`."""
+    return Producer(producer_config(bootstrap, **overrides))
+
+
+def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """The configuration `producer` builds a client from."""
+    return PRODUCER_DEFAULTS | client_config(bootstrap) | overrides
 
 
 def consumer(bootstrap: str, group_id: str, **overrides: Any) -> Consumer:

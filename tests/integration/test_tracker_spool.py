@@ -1,11 +1,14 @@
 """The tracker's spool on the real platform: under a steady beacon load spread over two trackers the broker is
-stopped for 60 s; one tracker is killed with SIGKILL in the middle of the outage and started again on its
-spool, the other stays up and reconnects when the broker comes back. Every beacon a tracker answered (204 or
+stopped for 24 s, longer than the trackers' producer delivery timeout (8 s here, an operator's
+ADSERVE_KAFKA_PROPERTIES; 30 s by default), so deliveries fail and only the spool holds them; one tracker is
+killed with SIGKILL after its deliveries failed and started again on its spool, the other stays up and
+reconnects when the broker comes back. Every beacon a tracker answered (204 or
 302) is billed exactly once by the click aggregator, and the billed totals equal the batch recount
 (core.clicks.recount) of what reached the events topic."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import subprocess
@@ -31,9 +34,10 @@ IMPRESSION_PRICE = 10_000  # a CPM campaign: each billed impression
 CLICK_PRICE = 1_000_000  # a CPC campaign: each billed click
 BUDGET = 10_000 * 1_000_000
 BEACONS_PER_S = 4
-CLICK_EVERY_S = 20.0  # one IP (loopback) may click 5 times a minute before its clicks are invalid traffic
-BEFORE_S, OUTAGE_S, AFTER_S = 15.0, 60.0, 15.0
-KILL_TRACKER_AT_S = BEFORE_S + OUTAGE_S / 2  # after the producers' 30 s message timeout failed deliveries
+CLICK_EVERY_S = 15.0  # one IP (loopback) may click 5 times a minute before its clicks are invalid traffic
+DELIVERY_TIMEOUT_S = 8.0  # the trackers' producers fail a delivery after this (librdkafka message.timeout.ms)
+BEFORE_S, OUTAGE_S, AFTER_S = 10.0, 24.0, 10.0
+KILL_TRACKER_AT_S = BEFORE_S + DELIVERY_TIMEOUT_S + 4.0  # once the producers failed the outage's first deliveries
 AGENT = "Mozilla/5.0 (X11; Linux x86_64) spool-test"
 
 TRACKER = """
@@ -77,7 +81,8 @@ class TrackerProcess:
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            environ = os.environ | {"ADSERVE_KAFKA_PROPERTIES": f"message.timeout.ms={DELIVERY_TIMEOUT_S * 1000:.0f}"}
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=environ)
         deadline = time.monotonic() + 60
         while True:
             assert self.proc.poll() is None, f"the tracker exited: {self.log.read_text()[-2000:]}"
@@ -256,7 +261,7 @@ def test_every_beacon_answered_through_a_broker_outage_and_a_tracker_kill_is_bil
         if not broker.running():
             control.up(platform, log=lambda line: None, only=["kafka"])
 
-    assert load.refused == 0  # a 256 MiB spool is never full in 90 s
+    assert load.refused == 0  # a 256 MiB spool is never full in a minute
     assert resent[killed] > 0, "the restarted tracker sent nothing again from its spool"
     assert resent[steady] > 0, "the tracker that stayed up had no delivery to send again: the outage missed it"
     billed = _billed(bootstrap, aggregator["billed"])

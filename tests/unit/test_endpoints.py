@@ -381,3 +381,19 @@ def test_a_job_takes_its_checkpoint_and_savepoint_folders_from_the_jobs_storage_
     args = parser.parse_args(["--settings-file", str(path), "--connector-jar", "connector.jar"])
     settings = settings_from_args(args, "event_counts")
     assert (settings.checkpoints_dir, settings.savepoints_dir) == ("gs://jobs/checkpoints", "gs://jobs/savepoints")
+
+
+def test_an_operators_kafka_property_wins_over_a_producer_default_and_a_callers_override_over_both(monkeypatch):
+    from streams import kafka
+
+    monkeypatch.setenv("ADSERVE_KAFKA_PROPERTIES", "message.timeout.ms=8000,linger.ms=20")
+    loader.forget()
+    try:
+        config = kafka.producer_config("127.0.0.1:19092", **{"linger.ms": 5})
+        assert config["message.timeout.ms"] == "8000"  # the operator's, over the default 30000
+        assert config["linger.ms"] == 5  # the caller's, over the operator's
+        assert config["enable.idempotence"] is True and config["acks"] == "all"
+    finally:
+        loader.forget()
+    monkeypatch.delenv("ADSERVE_KAFKA_PROPERTIES")
+    assert kafka.producer_config("127.0.0.1:19092")["message.timeout.ms"] == 30000
