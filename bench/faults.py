@@ -17,10 +17,9 @@ each beacon the tracker acknowledges (204) is kept with its token's impression, 
 Each fault's phase has four campaigns of its own (CPM, so every acknowledged impression is billable): a capped
 one (a daily cap per user far above what a user sees: only Redis's absence can exclude it), one paused a few
 seconds before the fault, a metered one whose small budget the budget job hands out in slices and which runs out
-during the phase, and an open one. Every phase's campaigns go to the budget job when the run starts: pacing
-starts a new campaign at a low participation probability and raises it step by step, so by its phase each
-serves on most requests. The phase: its ads to the servers (once the budget job has stated each campaign), wait
-until the one to be paused has served (at most 60 s), let them serve (--settle-s), pause one, kill the part, hold
+during the phase, and an open one. The phase: launch its campaigns (their ads reach the servers once the budget
+job has stated each), wait until the one to be paused has served (at most 60 s: pacing starts a new campaign
+metered, at a low participation probability, so it serves once a server holds a slice of it), let them serve (--settle-s), pause one, kill the part, hold
 it down (--outage-s; the broker --broker-outage-s, 40 s, longer than the servers' and tracker's producer
 delivery timeout, --delivery-timeout-ms, 30 s), restart it, wait until every job runs and every server
 is ready (the recovery time, from the restart), serve a while longer (--after-s), pause the phase's campaigns. At
@@ -336,7 +335,7 @@ class World:
 
     def announce(self, index: int) -> None:
         """The phase's campaigns (ACTIVE) and ads to the jobs' topics of the run, once: the budget job states
-        them on its next step. Their ads reach the servers only when the phase starts."""
+        them on its next step. Their ads reach the servers after that."""
         if index not in self.announced and index < len(self.phase_ids):
             self.announced.add(index)
             self.publish([(cid, role, "ACTIVE", 1) for role, cid in self.phase_ids[index].items()], ads=True)
@@ -366,10 +365,6 @@ class World:
                                    str(prediction_port)], prediction_port, "/healthz")
         for name in ("ads-a", "ads-b"):
             self._ad_server(name, f"faults-{self.run_id}-{name}")
-        # Every phase's campaigns go to the budget job now: a new campaign starts at a low participation
-        # probability that its pacing raises step by step, so by its phase each serves on most requests.
-        for index in range(len(self.phase_ids)):
-            self.announce(index)
         self.wait_ready(300, what="the run's jobs and servers to start", required=True)
         self.routable = {n for n in self.children if n.startswith("ads-")}
 

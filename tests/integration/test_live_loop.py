@@ -117,6 +117,11 @@ def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_fai
     since_ms = int(time.time() * 1000) - 1000
     features_dir, models = tmp_path / "features", tmp_path / "models"
 
+    began = time.monotonic()
+
+    def stage(what: str) -> None:  # where the time goes, in the captured output of a failure or with -s
+        print(f"[live loop] {time.monotonic() - began:6.1f} s  {what}", flush=True)
+
     async def scenario():
         api_runner, api_port, store = await start_advertiser_api(platform.postgres_dsn, port=0)
         tracker_runner, tracker_port, _, tracker_producer = await start_tracker(
@@ -159,21 +164,27 @@ def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_fai
             async def send(n: int) -> None:
                 asked.append(n)
                 await traffic.requests(n)
+                stage(f"{n} requests answered")
 
             # No model, no snapshot: the server ranks on priors; the features job makes the first snapshot.
             await send(500)
             tracker_producer.flush(10)
             await asyncio.to_thread(_bounded_job, "features", platform, since_ms, "--snapshot-dir", str(features_dir),
                                     "--registry-topic", registry_topic)
+            stage("features job done")
             await _until(lambda: server.server.state.features_version > 0, "the server applies the snapshot")
             assert server.server.scoring.on_priors  # a snapshot is not a model
 
             # Traffic served with that snapshot, labelled by the training join, trains the first model.
             await send(1500)
             tracker_producer.flush(10)
+            # The rule judges a canary on the traffic served after it was published, so its labelling starts here.
+            canary_since_ms = int(time.time() * 1000)
             await asyncio.to_thread(_bounded_job, "training_join", platform, since_ms, "--examples-topic",
                                     examples_a, "--keep-rate", "1.0")
+            stage("training join done")
             trained = await asyncio.to_thread(_retrain, platform, models, registry_topic, examples_a)
+            stage(f"trained: {trained.get('action')}")
             assert trained["action"] == "full", trained
             candidate = trained["model_version"]
             assert (models / candidate / "evaluation.json").exists()
@@ -182,14 +193,16 @@ def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_fai
 
             # The canary's traffic, labelled, goes through the promotion rule. The rule waits while the canary
             # has too few labelled clicks (how many a phase collects depends on the machine's speed): then the
-            # canary serves more traffic and the whole period is labelled again, into a fresh examples topic.
+            # canary serves more traffic and its whole period is labelled again, into a fresh examples topic.
             verdicts = []
             for examples_b in canary_examples:
                 await send(2000 if not verdicts else 1500)
                 tracker_producer.flush(10)
-                await asyncio.to_thread(_bounded_job, "training_join", platform, since_ms, "--examples-topic",
-                                        examples_b, "--keep-rate", "1.0")
+                await asyncio.to_thread(_bounded_job, "training_join", platform, canary_since_ms,
+                                        "--examples-topic", examples_b, "--keep-rate", "1.0")
+                stage("training join done")
                 judged = await asyncio.to_thread(_retrain, platform, models, registry_topic, examples_b)
+                stage(f"judged: {judged.get('verdict')}")
                 assert judged["action"] == "judge", judged
                 verdicts.append((judged["verdict"], judged["reason"]))
                 if judged["verdict"] != "not enough data":

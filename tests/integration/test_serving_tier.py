@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from infra.platform.process import port_in_use, wait_until
-from tests.integration.test_ad_server import _decoded, _free_port, _ids, _request, publish
+from tests.integration.test_ad_server import _decoded, _ids, _request, publish
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:
@@ -58,9 +59,12 @@ def test_the_command_serves_through_the_gateway_from_forked_workers_and_stops_th
     placement = f"tier-{uuid.uuid4().hex[:8]}"
     base = _ids()
     publish(platform.kafka_bootstrap, placement, [{"id": base, "bid": 5_000_000}])
-    port = _free_port()
-    while any(port_in_use("127.0.0.1", p) for p in (port + 1, port + 2)):
-        port = _free_port()
+    # Three consecutive ports below the kernel's ephemeral range (32768-60999 here), where no outgoing connection
+    # of the tier's own clients can take a worker's port between this check and the worker's bind.
+    rng = random.Random()
+    port = rng.randrange(20_000, 32_000)
+    while any(port_in_use("127.0.0.1", p) for p in (port, port + 1, port + 2)):
+        port = rng.randrange(20_000, 32_000)
     server_id = f"tier-{uuid.uuid4().hex[:6]}"
     log = (tmp_path / "tier.log").open("w")
     tier = subprocess.Popen([sys.executable, "-m", "adserve", "serve", "ads", "--workers", "2", "--port", str(port),
