@@ -13,7 +13,7 @@ sampling keeps to the best ad of each campaign nearly every time. The first mode
 so it sees two of the six ads; it scores the others near their priors (the network is anchored on them), so
 the canary's predicted clicks stay close to its observed ones. The canary runs on half the requests, and the
 promotion's calibration band (0.5-2.0) is wider than production's 0.95-1.05: a test canary has a few hundred
-clicks (+-2/sqrt(n) is +-10 % at 400) and its model is trained on a few thousand requests. The test checks the
+clicks (+-2/sqrt(n) is +-10 % at 400) and its model is trained on 1,500 requests. The test checks the
 loop's mechanics; how well the loop learns is the live-loop benchmark's figure."""
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_fai
             assert server.server.scoring.on_priors  # a snapshot is not a model
 
             # Traffic served with that snapshot, labelled by the training join, trains the first model.
-            await send(1500)
+            await send(1000)
             tracker_producer.flush(10)
             # The rule judges a canary on the traffic served after it was published, so its labelling starts here.
             canary_since_ms = int(time.time() * 1000)
@@ -196,7 +196,7 @@ def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_fai
             # canary serves more traffic and its whole period is labelled again, into a fresh examples topic.
             verdicts = []
             for examples_b in canary_examples:
-                await send(2000 if not verdicts else 1500)
+                await send(1500 if not verdicts else 1000)
                 tracker_producer.flush(10)
                 await asyncio.to_thread(_bounded_job, "training_join", platform, canary_since_ms,
                                         "--examples-topic", examples_b, "--keep-rate", "1.0")
