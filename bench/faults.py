@@ -76,7 +76,8 @@ FRESHNESS_BOUND_S = 10.0  # an advertiser change on every ad server (the design'
 SLOTS = 3
 DOLLAR = 1_000_000
 BIDS_MICROS = {"capped": 9_000_000, "paused": 8_000_000, "metered": 7_000_000, "open": 5_000_000}  # CPM
-# A day's budget far above the run's demand (its pacing only ever raises the participation probability);
+# A day's budget far above the run's demand (pacing still starts each new campaign metered, at a low
+# participation probability);
 # the metered campaign's $0.02 is within the open margin from the start (it spends only from slices) and runs
 # out within a phase.
 BUDGETS_MICROS = {"capped": 50_000 * DOLLAR, "paused": 50_000 * DOLLAR, "metered": 20_000, "open": 50_000 * DOLLAR}
@@ -288,7 +289,6 @@ class World:
                                           f"message.timeout.ms={delivery_timeout_ms}") if p)
         self.env = {**os.environ, **settings.as_env(), "ADSERVE_DEV": "1", "PYTHONUNBUFFERED": "1",
                     "ADSERVE_KAFKA_PROPERTIES": properties}
-        self.announced: set[int] = set()  # the phases whose campaigns the jobs have
         self.stopped = False
         self.start_ms = _now_ms()
         self.feed = Feed(settings.kafka_bootstrap, self.topics["billed"],
@@ -332,13 +332,6 @@ class World:
             kafka.produce_all(self.settings.kafka_bootstrap, topic, records)
         if ads:
             kafka.produce_all(self.settings.kafka_bootstrap, self.topics["ads"], ad_records)
-
-    def announce(self, index: int) -> None:
-        """The phase's campaigns (ACTIVE) and ads to the jobs' topics of the run, once: the budget job states
-        them on its next step. Their ads reach the servers after that."""
-        if index not in self.announced and index < len(self.phase_ids):
-            self.announced.add(index)
-            self.publish([(cid, role, "ACTIVE", 1) for role, cid in self.phase_ids[index].items()], ads=True)
 
     # --- start and stop
 
@@ -454,9 +447,9 @@ class World:
                 savepoint=(from_checkpoints or {}).get(name))
 
     def stop(self) -> None:
-        from jobs import deploy
-
         from concurrent.futures import ThreadPoolExecutor
+
+        from jobs import deploy
 
         def cancel(job_id: str) -> None:
             try:
@@ -631,10 +624,6 @@ class Timing:
     delivery_timeout_ms: int = 30_000
 
 
-def _launch_records(ids: dict[str, int]) -> list[tuple[int, str, str, int]]:
-    return [(cid, role, "ACTIVE", 1) for role, cid in ids.items()]
-
-
 def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timing, log: Log) -> PhaseRecord:
     ids = world.phase_ids[index]
     campaigns = {cid: {"role": role, "budget_micros": BUDGETS_MICROS[role], "capped": role == "capped"}
@@ -642,8 +631,8 @@ def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timin
     record = PhaseRecord(fault, campaigns, recovery_bound_s=RECOVERY_BOUND_S[fault])
     first_answer, first_beacon = len(traffic.answers), len(traffic.beacons)
     log(f"[{fault}] launching campaigns {sorted(campaigns)} ...")
-    launch = _launch_records(ids)
-    world.announce(index)
+    launch = [(cid, role, "ACTIVE", 1) for role, cid in ids.items()]
+    world.publish(launch, ads=True)
     # The ads reach the servers once the budget job has stated every campaign of the phase: before its first
     # state a server meters a new campaign and it gets no slice (docs/faults.md), so a phase would spend its first
     # seconds waiting for the budget job's next step instead of serving around its fault.
