@@ -10,6 +10,8 @@ row. The rules, each the design's promise measured as a count that must be 0:
 - no answer started more than the freshness bound after a campaign's pause serves it;
 - while Redis is down, no answer serves a capped campaign (and some answer serves an uncapped one);
 - no server answers 5xx except 503 under overload;
+- no impression id is served for two requests: the load driver sends every request id twice, and the server
+  makes each winner's impression id itself, so both requests' impressions are billed;
 - the platform is back (every job RUNNING, every server ready) within the fault's stated bound.
 
 Nothing here reads a clock or a socket: bench.faults records, this module judges."""
@@ -21,7 +23,7 @@ from typing import Any, Iterable, Mapping
 from core.clicks import progress_key
 
 COUNTS = ("lost_events", "double_billed_events", "billed_above_budget_micros", "overspend_beyond_slices_micros",
-          "paused_served_after_bound", "capped_served_without_redis", "server_errors")
+          "paused_served_after_bound", "capped_served_without_redis", "server_errors", "shared_impression_ids")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Beacon:
     campaign_id: int
     price_micros: int
     status: int | None
+    request: int = -1  # the load driver's number of the request that served it
 
 
 @dataclass
@@ -126,7 +129,17 @@ def serving_counts(phase: PhaseRecord, freshness_bound_s: float) -> dict[str, in
                  and not (a.status == 503 and a.overloaded))
     errors += sum(1 for b in phase.beacons if b.status is not None and b.status >= 500 and b.status != 503)
     return {"paused_served_after_bound": paused, "capped_served_without_redis": capped,
-            "uncapped_served_without_redis": uncapped, "server_errors": errors + phase.other_errors}
+            "uncapped_served_without_redis": uncapped, "server_errors": errors + phase.other_errors,
+            "shared_impression_ids": shared_impression_ids(phase.beacons)}
+
+
+def shared_impression_ids(beacons: Iterable[Beacon]) -> int:
+    """Impression ids served for more than one request. Billing dedupes on the impression id, so one shared by
+    two requests would leave the second serve unbilled; the load driver reuses each request id once to find it."""
+    requests: dict[str, set[int]] = {}
+    for b in beacons:
+        requests.setdefault(b.impression_id, set()).add(b.request)
+    return sum(1 for seen in requests.values() if len(seen) > 1)
 
 
 def evidence(phase: PhaseRecord) -> dict[str, int]:
@@ -145,7 +158,10 @@ def evidence(phase: PhaseRecord) -> dict[str, int]:
     metered = [cid for cid, role in roles.items() if role == "metered"]
     spent = sum(int(latest[c]["billed_spend_micros"]) + int(latest[c]["absorbed_overspend_micros"])
                 for c in metered if c in latest)
+    served_by = {b.request for b in phase.beacons if b.status == 204}
     return {"paused_served_before_pause": paused_before, "capped_served": capped,
+            # request ids sent twice whose both requests served an acknowledged impression
+            "request_ids_served_twice": sum(1 for seq in served_by if seq % 2 == 0 and seq + 1 in served_by),
             "metered_spend_micros": spent,
             "metered_budget_micros": sum(int(phase.campaigns[c]["budget_micros"]) for c in metered)}
 

@@ -35,10 +35,11 @@ and the prediction service restart on their ports.
 
 Figures (--json names): one row per fault in `rows`, each with fault, recovery_s, recovery_bound_s,
 lost_events, double_billed_events, billed_above_budget_micros, overspend_beyond_slices_micros,
-paused_served_after_bound, capped_served_without_redis, server_errors, uncapped_served_without_redis (the Redis
+paused_served_after_bound, capped_served_without_redis, server_errors, shared_impression_ids (every request id is
+sent twice; an impression id served for two requests would leave one unbilled), uncapped_served_without_redis (the Redis
 row), requests, answered_200, beacons_acknowledged, beacons_refused, slices_at_fault_micros, billed_micros,
 error_answers, held, and the evidence that the phase exercised its rules: paused_served_before_pause,
-capped_served, metered_spend_micros against metered_budget_micros; then all_held, faults, rate, settle_s,
+capped_served, request_ids_served_twice, metered_spend_micros against metered_budget_micros; then all_held, faults, rate, settle_s,
 outage_s, broker_outage_s, delivery_timeout_ms, after_s, freshness_bound_s, wall_s, and machine (with the load average at the start
 and the end). Same-run baseline: the `baseline` row, a phase with no fault, checked the
 same way."""
@@ -204,6 +205,7 @@ class Traffic(threading.Thread):
         self.beacons: list[Beacon] = []
         self.halt = threading.Event()
         self.seq = 0
+        self.request_ids = uuid.uuid4().hex[:12]
 
     def run(self) -> None:
         asyncio.run(self._main())
@@ -219,7 +221,7 @@ class Traffic(threading.Thread):
                 self.seq += 1
                 servers = self.servers()
                 if servers:
-                    task = asyncio.create_task(self._one(http, servers[self.seq % len(servers)]))
+                    task = asyncio.create_task(self._one(http, servers[self.seq % len(servers)], self.seq))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
                 ahead = began + self.seq / self.rate - time.monotonic()
@@ -227,10 +229,11 @@ class Traffic(threading.Thread):
             if pending:
                 await asyncio.wait(pending, timeout=10)
 
-    async def _one(self, http, server: str) -> None:
+    async def _one(self, http, server: str, seq: int) -> None:
         import aiohttp
 
-        body = {"request_id": uuid.uuid4().hex, "user_id": f"fault-user-{random.randrange(10**9)}",
+        # Every request id is sent twice (requests 2k and 2k+1): a client's id is only echoed, so both are billed.
+        body = {"request_id": f"{self.request_ids}-{seq // 2}", "user_id": f"fault-user-{random.randrange(10**9)}",
                 "placement": self.placement, "slots": [{"position": i + 1} for i in range(SLOTS)]}
         sent = time.time()
         try:
@@ -243,9 +246,9 @@ class Traffic(threading.Thread):
         error = str(answer.get("error", "")) if status != 200 else ""
         self.answers.append(Answer(sent, time.time(), server, status, tuple(int(s["campaign_id"]) for s in slots),
                                    status == 503 and error.startswith(OVERLOAD_ANSWERS), error[:120]))
-        await asyncio.gather(*(self._beacon(http, s) for s in slots))
+        await asyncio.gather(*(self._beacon(http, s, seq) for s in slots))
 
-    async def _beacon(self, http, slot: dict[str, Any]) -> None:
+    async def _beacon(self, http, slot: dict[str, Any], seq: int) -> None:
         import aiohttp
 
         claims = self.keys.verify(slot["token"], _now_ms())
@@ -254,7 +257,7 @@ class Traffic(threading.Thread):
                 status = r.status
         except (aiohttp.ClientError, asyncio.TimeoutError):
             status = None
-        self.beacons.append(Beacon(claims.impression_id, claims.campaign_id, claims.price_micros, status))
+        self.beacons.append(Beacon(claims.impression_id, claims.campaign_id, claims.price_micros, status, seq))
 
 
 # ------------------------------------------------------------------ the world: jobs, servers, campaigns
@@ -777,7 +780,7 @@ def run(*, faults: tuple[str, ...] = FAULTS, rate: float = 8.0, timing: Timing =
 def render(f: dict[str, Any]) -> str:
     m = f["machine"]
     head = ("fault", "recovery_s", "bound_s", "lost", "double", "above_budget", "beyond_slices", "paused_served",
-            "capped_no_redis", "5xx", "held")
+            "capped_no_redis", "5xx", "shared_ids", "held")
     lines = [f"machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB; load "
              f"{m['load_average_start'][0]:.1f} at the start, {m['load_average_end'][0]:.1f} at the end",
              f"{f['rate']:g} requests/s; per fault {f['settle_s']:g} s serving, kill, {f['outage_s']:g} s down, "
@@ -787,6 +790,7 @@ def render(f: dict[str, Any]) -> str:
         lines.append(" | ".join(str(v) for v in (
             r["fault"], r["recovery_s"], r["recovery_bound_s"], r["lost_events"], r["double_billed_events"],
             r["billed_above_budget_micros"], r["overspend_beyond_slices_micros"], r["paused_served_after_bound"],
-            r["capped_served_without_redis"], r["server_errors"], "yes" if r["held"] else "NO")))
+            r["capped_served_without_redis"], r["server_errors"], r["shared_impression_ids"],
+            "yes" if r["held"] else "NO")))
     lines.append("every invariant held under every fault" if f["all_held"] else "AN INVARIANT BROKE (rows above)")
     return "\n".join(lines)

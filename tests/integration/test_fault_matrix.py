@@ -54,4 +54,6 @@ def test_the_short_fault_matrix_loses_nothing_bills_nothing_twice_and_recovers_w
     assert sum(r["paused_served_before_pause"] for r in rows.values()) > 0
     assert sum(r["capped_served"] for r in rows.values()) > 0
     assert sum(r["metered_spend_micros"] for r in rows.values()) > 0
+    # every request id went out twice, and both requests of a pair had their impressions billed (no shared ids)
+    assert sum(r["request_ids_served_twice"] for r in rows.values()) > 0
     assert figures["all_held"]

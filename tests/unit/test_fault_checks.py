@@ -98,3 +98,12 @@ def test_the_evidence_counts_what_the_phase_exercised():
     r = row(phase, 10)
     assert (r["paused_served_before_pause"], r["capped_served"]) == (1, 1)
     assert (r["metered_spend_micros"], r["metered_budget_micros"]) == (2_100, 2_000)
+
+
+def test_an_impression_id_served_for_two_requests_is_counted_and_a_resend_of_one_request_is_not():
+    resent = _phase(beacons=[Beacon("i1", 1, 1_000, 204, request=4), Beacon("i1", 1, 1_000, 204, request=4),
+                             Beacon("i2", 1, 1_000, 204, request=5)])
+    shared = _phase(beacons=[Beacon("i1", 1, 1_000, 204, request=4), Beacon("i1", 1, 1_000, 204, request=5)])
+    assert row(resent, 10)["shared_impression_ids"] == 0
+    assert row(resent, 10)["request_ids_served_twice"] == 1  # requests 4 and 5 share a request id; both served
+    assert row(shared, 10)["shared_impression_ids"] == 1 and not row(shared, 10)["held"]
