@@ -10,6 +10,7 @@ import pytest
 
 from infra.platform import PlatformSettings, control
 from infra.platform.topics import TopicSpec, ensure_topics
+from tests.integration.budget_toggles import ApiBudgetToggles
 
 
 # Modules that use the index builder run one after another, where the first of them would, so that one
@@ -86,7 +87,9 @@ class SharedIndexBuilder:
                                job_args=["--bootstrap", platform.kafka_bootstrap,
                                          "--connector-jar", str(flink_connector_jar(platform)),
                                          "--group-id", f"adserve-index-builder-test-{uuid.uuid4().hex[:6]}",
-                                         "--checkpoint-interval-ms", "1000"])
+                                         "--checkpoint-interval-ms", "1000",
+                                         # the click aggregator's module in this group kills the TaskManager
+                                         "--restart-attempts", "50"])
         self.platform, self.job_id = platform, job_id
         self.writer = subprocess.Popen([sys.executable, "-m", "serving.snapshots", "--bootstrap",
                                         platform.kafka_bootstrap, "--dir", str(folder), "--every-s", "3"])
@@ -112,9 +115,23 @@ def snapshot_folder(tmp_path_factory):
     return tmp_path_factory.mktemp("index-builder-snapshots")
 
 
+_API_BUDGET_TOGGLES = ApiBudgetToggles()
+
+
 @pytest.fixture
 def index_builder(platform, snapshot_folder):
     """The index builder's job id: one deployment shared by the modules that use it (they run one after
     another, see pytest_collection_modifyitems), stopped after the last of them so the cluster's slots are free
-    again for the next modules."""
-    yield _SHARED_INDEX_BUILDER.start(platform, snapshot_folder)
+    again for the next modules.
+
+    Its first use also starts the advertiser API's budget toggles (tests/integration/budget_toggles.py) in the
+    background: they take 2 minutes of real time, which pass while the group's modules run."""
+    job_id = _SHARED_INDEX_BUILDER.start(platform, snapshot_folder)
+    _API_BUDGET_TOGGLES.start(platform)
+    yield job_id
+
+
+@pytest.fixture
+def api_budget_toggles(index_builder) -> ApiBudgetToggles:
+    """The budget toggles started with the index builder; `.result()` waits for them and their versions."""
+    return _API_BUDGET_TOGGLES

@@ -1,6 +1,8 @@
 """The click_aggregator Flink job on the real platform: scripted beacons in (duplicates, invalid traffic, a
 late event, a corrupt record, a campaign over its budget), billed totals out, checked against hand-computed
-figures and against the batch recount (core.clicks.recount) of the same events; then a TaskManager kill."""
+figures and against the batch recount (core.clicks.recount) of the same events; then a TaskManager kill; last,
+a budget toggled through the advertiser API around every window end (its versions come from the shared index
+builder, so this module runs in the index builder's group)."""
 from __future__ import annotations
 
 import asyncio
@@ -383,3 +385,69 @@ def test_the_archive_holds_every_record_once_and_the_nightly_recount_finds_no_di
     assert summary["differences"] == 0, (tmp_path / "recount" / "differences.jsonl").read_text()
     assert summary["recount"]["202"]["billed_spend_micros"] == 5 * DOLLAR
     assert summary["absorbed_by_budget_size"]["small"]["absorbed_micros"] == 1 * DOLLAR  # 202's extra click
+
+
+def _billed_days(platform, topic: str, campaign_ids: set[int]) -> dict[tuple[int, str], dict]:
+    """The latest billed totals of each (campaign, budget day)."""
+    codec, latest = AvroCodec(), {}
+    for m in kafka.read_all(platform.kafka_bootstrap, topic):
+        record = codec.decode(m.value())
+        key = (record["campaign_id"], record["budget_day"])
+        if record["campaign_id"] in campaign_ids and (key not in latest
+                                                      or record["event_time"] >= latest[key]["event_time"]):
+            latest[key] = record
+    return latest
+
+
+def test_a_budget_toggled_through_the_advertiser_api_around_every_window_end_bills_what_its_twin_bills(
+        platform, api_budget_toggles, billing):
+    """Runs last. A campaign's budget cut to 0 through the advertiser API a second before each of 12 window ends
+    and put back a second after (tests/integration/budget_toggles.py, started with the index builder), against
+    an untoggled twin: the versions the index builder published for both, and 2 minutes of served impressions
+    and clicks on both at the times of the toggles, go through this module's aggregator. The toggled campaign
+    bills what its twin bills, never above its highest budget, and the recount agrees."""
+    from tests.integration.budget_toggles import BUDGET_MICROS
+
+    toggles = api_budget_toggles.result(timeout_s=300)
+    assert toggles.statuses == [200] * len(toggles.statuses)  # every edit accepted: within the edit limit
+    toggled_id, twin_id = toggles.toggled_id, toggles.twin_id
+    history = toggles.versions[toggled_id]
+    for boundary in toggles.boundaries:  # the premise: the budget in force as each window closed was 0
+        assert clicks.version_at(history, boundary - 1)["daily_budget_micros"] == 0, boundary
+        assert clicks.version_at(history, boundary + 2_000)["daily_budget_micros"] == BUDGET_MICROS, boundary
+
+    feed = Beacons(platform.kafka_bootstrap, billing["topics"])
+    versions = sorted(history + toggles.versions[twin_id], key=lambda r: r["event_time"])
+    start, end = toggles.boundaries[0] - 10_000, toggles.boundaries[-1]
+    for record in (v for v in versions if v["event_time"] < start):
+        feed.campaign(record)
+    for now in range(start, end + 20_000, 1000):
+        for record in (v for v in versions if now <= v["event_time"] < now + 1000):
+            feed.campaign(record)
+        if now < end:
+            for campaign_id in (toggled_id, twin_id):  # the same $0.10 impression each second on both
+                feed.event(campaign_id, f"imp-{campaign_id}-{now}", "IMPRESSION", now + 500, price=100_000,
+                           billing="IMPRESSION", served_ms=now)
+                if (now - start) % 4_000 == 0 and now < end - 5_000:  # and a $0.50 click every 4 s
+                    impression = f"imp-{campaign_id}-click-{now}"
+                    feed.event(campaign_id, impression, "IMPRESSION", now + 200, price=500_000, billing="CLICK",
+                               served_ms=now)
+                    feed.event(campaign_id, impression, "CLICK", now + 3_000, price=500_000, billing="CLICK",
+                               served_ms=now, ip=f"10.7.{(now // 1000) % 250}.{campaign_id % 250}")
+        feed.clock(now)
+    feed.flush()
+    _wait_billed(platform, billing["topics"]["billed"], 999, end)
+    billed = _billed_days(platform, billing["topics"]["billed"], {toggled_id, twin_id})
+
+    def total(campaign_id: int, name: str) -> int:
+        return sum(r[name] for (c, _), r in billed.items() if c == campaign_id)
+    served = sum(e["price_micros"] for e in feed.sent if e["campaign_id"] == twin_id and (
+        e["event_type"] == "CLICK" or e["billing_type"] == "IMPRESSION"))
+    assert total(twin_id, "billed_spend_micros") == served  # 12 windows of every impression and click
+    assert total(toggled_id, "billed_spend_micros") >= 0.99 * total(twin_id, "billed_spend_micros")
+    assert all(r["billed_spend_micros"] <= BUDGET_MICROS for (c, _), r in billed.items() if c == toggled_id)
+    assert total(toggled_id, "absorbed_overspend_micros") == 0
+    recounted = clicks.recount(feed.sent, versions + [_campaign(999, 1_000 * DOLLAR)])  # 999 carries the clock
+    for (campaign_id, day), record in billed.items():
+        for name in ("billed_spend_micros", "billed_impressions", "billed_clicks", "absorbed_overspend_micros"):
+            assert record[name] == recounted[(campaign_id, day)][name], (campaign_id, day, name)
