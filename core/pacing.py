@@ -257,13 +257,18 @@ def slice_amounts(remaining_micros: int, outstanding_micros: int, click_price_mi
                   impression_charge_micros: int, requests: Sequence[SliceRequest]) -> list[tuple[str, int]]:
     """Slices to grant now, in request order: about 10 s of each server's spend and at least one
     impression's charge, only while at least one click price remains, and never more than half of what
-    remains outstanding at once (`remaining_micros` already excludes the expected cost in flight)."""
+    remains outstanding at once (`remaining_micros` already excludes the expected cost in flight).
+
+    Before any impression of the campaign was counted its charge is unknown, and the floor is the click price
+    (the highest per-event price reported, so never below one impression's charge): a slice smaller than what
+    one served event costs would let a server spend past its slice on its first event."""
     if remaining_micros < max(1, click_price_micros):
         return []
     room = int(remaining_micros * SLICE_OUTSTANDING_SHARE) - outstanding_micros
+    floor = max(impression_charge_micros or click_price_micros, 1)
     grants = []
     for request in requests:
-        amount = max(int(request.spend_per_s_micros * SLICE_SPEND_S), impression_charge_micros, 1)
+        amount = max(int(request.spend_per_s_micros * SLICE_SPEND_S), floor)
         if amount > room:
             break
         grants.append((request.server_id, amount))

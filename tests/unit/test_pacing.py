@@ -174,6 +174,14 @@ def test_slices_keep_half_of_what_remains_and_stop_below_one_click():
     assert tiny == [("s", 40_000)]  # at least one impression's charge
 
 
+def test_a_first_slice_covers_one_event_before_any_impression_charge_is_known():
+    """A new metered CPM campaign: no impression counted yet and no spend rate; the server's report named its
+    top per-impression price (5,000 micros). A 1-micro slice would let it serve a 5,000-micro impression."""
+    grants = slice_amounts(20_000, 0, 5_000, 0, [SliceRequest("s1", 0.0), SliceRequest("s2", 0.0)])
+    assert grants == [("s1", 5_000), ("s2", 5_000)]  # half of the 20,000 remaining, a whole impression each
+    assert slice_amounts(9_999, 0, 5_000, 0, [SliceRequest("s1", 0.0)]) == []  # half is less than one event
+
+
 def test_a_budget_lowered_below_todays_spend_stops_the_campaign_at_once():
     state = budget.PacerState(1)
     record = {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE", "daily_budget_micros": 100 * DOLLAR}
