@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from core.pacing import (ANY_PLACEMENT, BID_MULTIPLIER_RANGE, CURVE_END_MINUTE, FORECAST_AFTER_MS, NEW_CAMPAIGN_P,
-                         P_FLOOR, STEP_MS, ControlInput, SliceRequest, SpendPlan, TargetCurve, budget_state_kind,
-                         delivery_limit, forecast_participation, local_day, next_participation, slice_amounts)
+                         P_FLOOR, STEP_MS, ControlInput, RateSums, SliceRequest, SpendPlan, TargetCurve,
+                         budget_state_kind, delivery_limit, forecast_participation, local_day, next_participation,
+                         slice_amounts, update_rate)
 from core.leases import LEASE_LIFETIME_MS
 
 BILLING_SETTLE_MS = 5 * 60_000  # ads served this long before the billed instant may still be billed
@@ -84,6 +85,13 @@ class PacerState:
     ad_bid_micros: int = 0  # the highest bid among its live ads (0: none known)
     forecast_pending: bool = False  # a new campaign's first p waits for a minute of eligible counts
     first_eligible_ms: int = 0  # end of today's first window with eligible requests (0: none yet)
+    # What p = 1 would spend a minute (core.pacing.RateSums), kept across days: the controller's feed-forward
+    rate_spend_micros: float = 0.0
+    rate_served: float = 0.0
+    rate_exposure: float = 0.0
+    rate_fast_spend_micros: float = 0.0
+    rate_fast_served: float = 0.0
+    rate_fast_exposure: float = 0.0
 
     # ---------------------------------------------------------------- derived
 
@@ -131,6 +139,10 @@ class PacerState:
             estimates, _ = self.unsettled_micros()
         settled_level_spend = self.level_spend_micros - round(self.level(estimates) * estimates)
         return self.billed_micros - self.invalid_credit_micros - settled_level_spend
+
+    def rate_sums(self) -> RateSums:
+        return RateSums(self.rate_spend_micros, self.rate_served, self.rate_exposure, self.rate_fast_spend_micros,
+                        self.rate_fast_served, self.rate_fast_exposure)
 
     def remaining_micros(self) -> int:
         return max(0, self.budget_micros - self.committed_micros())
@@ -312,6 +324,7 @@ def step(state: PacerState, now_ms: int, shape: list[float] | None = None,
         _start_day(state, day, 0.0, shape)
     last_minute = _tidy(state, now_ms, billing_clock_ms)
     totals = _last_minute_totals(state, last_minute)
+    _measure_rate(state, last_minute, now_ms)
     plan = state.plan()
     reading = _read_money(state, plan, minute, now_ms)
     forecast = _forecast(state, plan, minute, reading.target_now_micros, now_ms, totals.eligible, market)
@@ -421,7 +434,9 @@ def _control(state: PacerState, plan: SpendPlan, minute: float, reading: _MoneyR
         minutes_to_curve_end=CURVE_END_MINUTE - minute, served_last_minute=totals.served,
         billing_luck_micros=reading.unabsorbed_luck_micros,
         plan_remaining_micros=plan.budget_micros - reading.target_now_micros,
-        cost_per_ad_micros=totals.cost_per_ad_micros, level=reading.level, metered=state.last_state == "METERED")
+        cost_per_ad_micros=totals.cost_per_ad_micros, level=reading.level, metered=state.last_state == "METERED",
+        unthrottled_spend_micros=state.rate_sums().rate() if _measures_rate(state) else 0.0,
+        unthrottled_ads=state.rate_served)
     if state.bid_type == "CPA":  # the system sets CPA bids: steer the bid, keep entering every auction
         low, high = BID_MULTIPLIER_RANGE
         state.bid_multiplier = min(high, max(low, next_participation(controlled)))
@@ -430,6 +445,31 @@ def _control(state: PacerState, plan: SpendPlan, minute: float, reading: _MoneyR
         state.participation_probability = next_participation(controlled)
     state.delivery_limit = delivery_limit(state.participation_probability, totals.spend_micros,
                                           reading.target_minute_micros, totals.served, totals.eligible)
+
+
+def _measures_rate(state: PacerState) -> bool:
+    """The spend of a step measures the unthrottled rate while the campaign is OPEN: p is then all that throttles
+    it. Metered, the slices limit its spend too (a server without one loses the auctions it wins until one
+    comes); a CPA campaign enters every auction with a steered bid."""
+    return state.last_state == "OPEN" and state.status in LIVE_STATUSES and state.bid_type != "CPA"
+
+
+def _measure_rate(state: PacerState, last_minute: list[Window], now_ms: int) -> None:
+    """Take the windows that ended since the last step into the unthrottled rate (`RateSums`), with the p they
+    were served under. Only while the campaign was OPEN: metered, the servers' slices limit its spend, not p;
+    stopped or paused, nothing is served whatever p is."""
+    if not state.last_step_ms or now_ms <= state.last_step_ms:
+        return
+    if not _measures_rate(state):
+        return
+    minutes = min(now_ms - state.last_step_ms, 10 * STEP_MS) / 60_000
+    new = [w for w in last_minute if state.last_step_ms < w.end_ms <= now_ms]
+    sums = update_rate(state.rate_sums(), sum(w.spend_micros for w in new), sum(w.served for w in new),
+                       state.participation_probability, minutes)
+    (state.rate_spend_micros, state.rate_served, state.rate_exposure, state.rate_fast_spend_micros,
+     state.rate_fast_served, state.rate_fast_exposure) = (sums.spend_micros, sums.served, sums.exposure,
+                                                          sums.fast_spend_micros, sums.fast_served,
+                                                          sums.fast_exposure)
 
 
 def _cost_per_ad(state: PacerState) -> int:

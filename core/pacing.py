@@ -43,6 +43,12 @@ VOLUME_HALF_GAIN = 6  # ads served a minute at which the controller acts at half
 STEP_GAIN = 0.15  # share of a small log rate error one step corrects at full volume (step_gain)
 LARGE_ERROR_RATIO = 3.0  # a rate off by this factor is corrected at full gain
 BID_MULTIPLIER_RANGE = (0.1, 1.0)  # CPA campaigns: the controller scales the bid, never above the target
+RATE_MINUTES = 5.0  # the unthrottled spend rate is an average over about five minutes of spend / p ...
+RATE_FAST_MINUTES = 0.5  # ... checked against the last half minute's, which replaces it when traffic jumps
+RATE_MIN_ADS = 5.0  # fewer ads behind the average: no estimate yet (the controller steps on the last minute)
+RATE_JUMP_SIGMAS = 3.0  # a jump: the last half minute's ads this many standard deviations from the average's ...
+RATE_JUMP_RATIO = 1.25  # ... and off by at least this factor (so a busy campaign's small drift is no jump)
+RATE_HOLD_SIGMAS = 0.5  # p holds while the p it should have is within half the estimate's noise (1 / sqrt(ads))
 
 
 @lru_cache(maxsize=1024)
@@ -169,6 +175,8 @@ class ControlInput:
     cost_per_ad_micros: int = 0  # recent expected cost of one served ad (0: not known yet)
     level: float = 1.0  # billed money per micro of expected cost (core.budget.PacerState.level)
     metered: bool = False  # servers spend only from leased slices: an empty minute may be unused slices
+    unthrottled_spend_micros: float = 0.0  # expected cost a minute at p = 1 (`RateSums.rate`; 0: not known)
+    unthrottled_ads: float = 0.0  # the ads behind that estimate (`RateSums.served`): its noise
 
 
 def step_gain(ratio: float) -> float:
@@ -178,10 +186,64 @@ def step_gain(ratio: float) -> float:
     return STEP_GAIN + (1.0 - STEP_GAIN) * size * size
 
 
-def next_participation(step: ControlInput) -> float:
-    """Proportional-integral control of p on the spend rate, in log space (so gains are relative).
+@dataclass(frozen=True)
+class RateSums:
+    """What p = 1 would spend a minute, from exponentially decayed sums: expected cost reported, ads served, and
+    exposure (p x minutes, with the p in force while they were served), over about RATE_MINUTES (the
+    average the controller uses) and about RATE_FAST_MINUTES (the jump check, `update_rate`)."""
 
-    Desired rate = the curve's rate over the last minute (proportional part) + the accumulated gap spread
+    spend_micros: float = 0.0
+    served: float = 0.0
+    exposure: float = 0.0
+    fast_spend_micros: float = 0.0
+    fast_served: float = 0.0
+    fast_exposure: float = 0.0
+
+    def rate(self) -> float:
+        """Expected cost a minute at p = 1, or 0 while fewer than RATE_MIN_ADS ads stand behind the average."""
+        if self.served < RATE_MIN_ADS or self.exposure <= 0:
+            return 0.0
+        return self.spend_micros / self.exposure
+
+
+def update_rate(sums: RateSums, spend_micros: int, served: int, p: float, minutes: float) -> RateSums:
+    """The sums after `minutes` more in which the servers, entering auctions with probability `p`, served `served`
+    ads of `spend_micros` expected cost.
+
+    The average reacts to noise with a fifth of a minute's worth each step, which keeps p still where a
+    one-minute reading would swing it. A real change of traffic (the evening spike, a placement going quiet)
+    shows in the last minute as many more or fewer ads than the average expects, beyond its Poisson noise
+    (RATE_JUMP_SIGMAS) and by at least RATE_JUMP_RATIO: the average then restarts from the last minute, so
+    the controller answers a spike within a minute."""
+    slow, fast = math.exp(-minutes / RATE_MINUTES), math.exp(-minutes / RATE_FAST_MINUTES)
+    exposure = max(0.0, p) * minutes
+    new = RateSums(sums.spend_micros * slow + spend_micros, sums.served * slow + served,
+                   sums.exposure * slow + exposure, sums.fast_spend_micros * fast + spend_micros,
+                   sums.fast_served * fast + served, sums.fast_exposure * fast + exposure)
+    if new.served <= 0 or new.exposure <= 0 or new.fast_exposure <= 0:
+        return new
+    expected = new.served / new.exposure * new.fast_exposure  # ads the average predicts for the last minute
+    seen = new.fast_served
+    jumped = abs(seen - expected) > RATE_JUMP_SIGMAS * math.sqrt(max(expected, 1.0)) and \
+        (seen > RATE_JUMP_RATIO * expected or seen * RATE_JUMP_RATIO < expected)
+    if jumped:
+        return RateSums(new.fast_spend_micros, new.fast_served, new.fast_exposure,
+                        new.fast_spend_micros, new.fast_served, new.fast_exposure)
+    return new
+
+
+def next_participation(step: ControlInput) -> float:
+    """p for the next step: feed-forward on the unthrottled spend rate, with an integral term on the gap.
+
+    With the unthrottled rate known (`unthrottled_spend_micros`, `RateSums`), p is the desired rate over what
+    p = 1 would spend (in billed money, at the level): the curve's rate is met as traffic moves without
+    waiting for an error, and only the accumulated gap (target minus committed, spread over the next ~2
+    hours) corrects what the estimate gets wrong. The last minute's spend is not read at all, so its noise
+    does not move p; p still moves at most +-25 % a step, floored at 0.001 and capped at 1.
+
+    Until enough ads stand behind the estimate (a new campaign; a CPA campaign, whose bid multiplier is
+    steered instead of p), it falls back to proportional-integral control in log space (so gains are
+    relative). Desired rate = the curve's rate over the last minute (proportional part) + the accumulated gap spread
     over the next ~2 hours (integral part: the gap is the integral of the rate error). p is scaled by
     desired / actual, raised to a gain: step_gain (a share of a small error, all of a large one: the last
     minute's spend answers p with a delay, and correcting all of a delayed error each step overshoots)
@@ -200,6 +262,12 @@ def next_participation(step: ControlInput) -> float:
         desired = max(0.0, rate + (step.gap_micros + luck) / close_over)
     else:  # past the curve's end: whatever is left, luck included, closes now
         desired = max(0.0, step.target_last_minute_micros + step.gap_micros / close_over)
+    if step.unthrottled_spend_micros > 0 and p > 0:
+        wanted = desired / (step.unthrottled_spend_micros * step.level)
+        if abs(math.log(max(wanted, 1e-12) / p)) <= RATE_HOLD_SIGMAS / math.sqrt(max(step.unthrottled_ads, 1.0)):
+            return p  # within the estimate's own noise: hold
+        factor = min(1 + P_MAX_CHANGE, max(1 - P_MAX_CHANGE, wanted / p))
+        return min(1.0, max(P_FLOOR, p * factor))
     actual = float(step.spend_last_minute_micros) * step.level  # in the money billing will take for it
     if actual <= 0:
         ratio = (1 + P_MAX_CHANGE) if desired > 0 else (1 - P_MAX_CHANGE)

@@ -7,9 +7,9 @@ import pytest
 
 from core import budget
 from core.budget_events import SpendWindow, apply_held
-from core.pacing import (CURVE_END_MINUTE, LARGE_ERROR_RATIO, NEW_CAMPAIGN_P, P_FLOOR, ControlInput, SliceRequest,
-                         SpendPlan, TargetCurve, budget_state_kind, delivery_limit, local_day, next_participation,
-                         open_margin_micros, slice_amounts, step_gain)
+from core.pacing import (CURVE_END_MINUTE, LARGE_ERROR_RATIO, NEW_CAMPAIGN_P, P_FLOOR, ControlInput, RateSums,
+                         SliceRequest, SpendPlan, TargetCurve, budget_state_kind, delivery_limit, local_day,
+                         next_participation, open_margin_micros, slice_amounts, step_gain, update_rate)
 from tests.pacing_fleet import DAY0_MS, HOUR_S, Campaign, diurnal, run_day
 
 DOLLAR = 1_000_000
@@ -114,6 +114,60 @@ def test_an_empty_minute_raises_p_by_the_evidence_the_desired_rate_expected():
     assert 0.5 < empty(0.2) < 0.5 * 1.25 ** 0.04  # a fifth of an ad asked for: no ad is no news
     assert empty(60) == pytest.approx(0.5 * 1.25 ** (60 / 66), rel=1e-9)  # sixty asked for: nearly the full step
     assert empty(0.2, cost=0) == pytest.approx(0.5 * 1.25)  # no cost seen yet: the full step
+
+
+def _closed_loop(traffic, minutes: int = 120, seed: int = 3, target_per_minute: int = 150_000,
+                 cost_per_ad: int = 2_000, p: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
+    """The controller against Poisson traffic, step by step with no clock: `traffic(minute)` is what p = 1
+    would serve a minute (ads). Returns p after each step and the expected cost served in each step."""
+    rng = np.random.default_rng(seed)
+    sums, committed, ps, spent, recent = RateSums(), 0, [], [], []
+    for i in range(minutes * 6):
+        served = int(rng.poisson(traffic(i / 6) * p / 6))
+        spend = served * cost_per_ad
+        committed += spend
+        recent = (recent + [(spend, served)])[-6:]
+        sums = update_rate(sums, spend, served, p, 1 / 6)
+        p = next_participation(ControlInput(
+            p, sum(x for x, _ in recent), target_per_minute, target_per_minute * (i + 1) // 6 - committed,
+            600, sum(n for _, n in recent), plan_remaining_micros=10**12, unthrottled_spend_micros=sums.rate(),
+            unthrottled_ads=sums.served))
+        ps.append(p)
+        spent.append(spend)
+    return np.array(ps), np.array(spent)
+
+
+def test_the_unthrottled_rate_is_spend_over_exposure_and_waits_for_enough_ads():
+    sums = update_rate(RateSums(), 8_000, 4, 0.5, 1.0)
+    assert sums.rate() == 0.0  # four ads are too few to act on
+    sums = update_rate(sums, 8_000, 4, 0.5, 1.0)
+    assert sums.rate() == pytest.approx((8_000 * np.exp(-1 / 5) + 8_000) / (0.5 * np.exp(-1 / 5) + 0.5))
+
+
+def test_under_pure_noise_p_holds_still_and_the_spend_follows_the_target():
+    # 600 ads a minute at p = 1, the target asks for an eighth of that: one step sees ~12 ads, noisy by ~30 %
+    p, spent = _closed_loop(lambda minute: 600.0)
+    settled = p[60:]  # after the first ten minutes
+    assert np.std(np.log(settled)) < 0.05
+    assert np.abs(np.diff(settled)).sum() / ((len(settled) - 1) / 360) <= 0.25  # |dp| per hour, p ~ 0.125
+    assert spent.sum() == pytest.approx(150_000 * 120, rel=0.03)
+
+
+def test_a_step_change_of_traffic_is_followed_within_minutes_without_overshoot():
+    p, spent = _closed_loop(lambda minute: 600.0 if minute < 60 else 1_200.0)
+    before, after = np.median(p[300:360]), p[360 + 18:]
+    assert after[0] <= 0.65 * before  # traffic doubled: p nearly halved within three minutes
+    assert np.median(after) == pytest.approx(before / 2, rel=0.1)
+    assert after.min() >= 0.35 * before  # no swing below where it settles
+    assert spent[360 + 30:].sum() == pytest.approx(150_000 * 55, rel=0.05)
+
+
+def test_a_threefold_spike_cuts_p_within_a_minute():
+    p, spent = _closed_loop(lambda minute: 600.0 if minute < 60 else 1_800.0)
+    before = np.median(p[300:360])
+    assert p[360 + 6] <= 0.5 * before  # within a minute of the spike
+    assert np.median(p[400:]) == pytest.approx(before / 3, rel=0.1)
+    assert spent[360:366].sum() <= 2.5 * 150_000  # the spike's first minute spends at most 2.5x the target
 
 
 def test_billing_luck_is_absorbed_in_step_with_the_plan_and_fully_by_half_past_eleven():
