@@ -45,7 +45,7 @@ LARGE_ERROR_RATIO = 3.0  # a rate off by this factor is corrected at full gain
 BID_MULTIPLIER_RANGE = (0.1, 1.0)  # CPA campaigns: the controller scales the bid, never above the target
 RATE_MINUTES = 5.0  # the unthrottled spend rate is an average over about five minutes of spend / p ...
 RATE_FAST_MINUTES = 0.5  # ... checked against the last half minute's, which replaces it when traffic jumps
-RATE_MIN_ADS = 5.0  # fewer ads behind the average: no estimate yet (the controller steps on the last minute)
+RATE_MIN_ADS = 20.0  # fewer ads behind the average: no estimate yet (the controller steps on the last minute)
 RATE_JUMP_SIGMAS = 3.0  # a jump: the last half minute's ads this many standard deviations from the average's ...
 RATE_JUMP_RATIO = 1.25  # ... and off by at least this factor (so a busy campaign's small drift is no jump)
 RATE_HOLD_SIGMAS = 0.5  # p holds while the p it should have is within half the estimate's noise (1 / sqrt(ads))
@@ -283,6 +283,21 @@ def next_participation(step: ControlInput) -> float:
     factor = math.exp(gain * math.log(ratio))
     factor = min(1 + P_MAX_CHANGE, max(1 - P_MAX_CHANGE, factor))
     return min(1.0, max(P_FLOOR, p * factor))
+
+
+def p_moves_by_hour(minutes: Sequence[int], ps: Sequence[float]) -> list[float]:
+    """The sum of |change of p| in each hour of the day (24 values), from p at the given minutes of the day
+    (0-1439, in order; a NaN is a minute p was not seen and is skipped): how much the controller moved p. The
+    design's controller moves p with traffic and spikes; one that answers noise walks it up and down all day."""
+    moves = [0.0] * 24
+    last = None
+    for minute, p in zip(minutes, ps):
+        if p != p:  # NaN
+            continue
+        if last is not None:
+            moves[min(23, max(0, int(minute) // 60))] += abs(float(p) - last)
+        last = float(p)
+    return [round(m, 4) for m in moves]
 
 
 def delivery_limit(participation_probability: float, spend_last_minute_micros: int,

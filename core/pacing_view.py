@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from core.errors import InvalidArgument
+from core.pacing import p_moves_by_hour
 
 STATES = ("OPEN", "METERED", "STOPPED")
 PACES = ("under", "on", "over")
@@ -131,7 +132,8 @@ class MinuteSeries:
     def as_json(self) -> dict[str, Any]:
         return {"campaign_id": self.campaign_id, "day": self.day, "minutes": self.minutes,
                 "target": self.target_micros, "committed": self.committed_micros,
-                "p": self.participation_probability, "states": self.states}
+                "p": self.participation_probability, "states": self.states,
+                "p_moves_by_hour": p_moves_by_hour(self.minutes, self.participation_probability)}
 
 
 def pace_ratio(committed_micros: int, target_micros: int) -> float | None:

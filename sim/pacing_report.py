@@ -13,6 +13,7 @@ import numpy as np
 from sim.day_reports import summary_line as reports_line
 from sim.pacing_day import DOLLAR
 from core.billing import SIZE_CLASSES, size_class
+from core.pacing import p_moves_by_hour
 
 
 def _hour_targets(day_pacing, budget_micros: int) -> np.ndarray | None:
@@ -29,6 +30,9 @@ def _special(c) -> str:
     """The scripted change a campaign goes through in the day, if any."""
     return "paused" if c.name == "medium-1" else "lowered" if c.name == "medium-2" else \
         "raised" if c.name == "medium-0" else "launched" if c.launch_s else ""
+
+
+SPIKE_HOUR = 20  # the simulated day's evening spike: p is meant to move then
 
 
 def _campaign_row(campaign_id: int, day, day_pacing) -> dict[str, Any]:
@@ -63,7 +67,9 @@ def _campaign_row(campaign_id: int, day, day_pacing) -> dict[str, Any]:
         **errors, "stopped_after_lower_s": day.stopped_after_lower_s,
         "hourly_expected_micros": [int(v) for v in expected_h],
         "hourly_target_micros": None if targets is None else [int(v) for v in np.diff(targets)],
-        "billed_above_budget_micros": day.bill.billed_above_micros}
+        "billed_above_budget_micros": day.bill.billed_above_micros,
+        "p_moves_by_hour": (moves := p_moves_by_hour(range(len(day.p_by_minute)), day.p_by_minute)),
+        "p_moves_max_per_hour": max(m for h, m in enumerate(moves) if h != SPIKE_HOUR)}
 
 
 def _by_class(per_campaign: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -101,6 +107,8 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         "campaigns_delivering_95_to_102_pct": _pct(sum(1 for r in allowed if 95 <= r["delivery_pct"] <= 102),
                                                    len(allowed)),
         **_curve_errors(paced),
+        "p_moves_max_per_hour_large": max((r["p_moves_max_per_hour"] for r in per_campaign
+                                           if r["class"] == "large" and r["traffic_allowed"]), default=None),
         "lowered_stopped_serving_after_s": lowered[0]["stopped_after_lower_s"] if lowered else None,
         "launched": launched[0] if launched else None, "last_week": result.get("last_week"),
         "billed_by": (result.get("billing") or {}).get("by", "core.billing"),
@@ -190,6 +198,8 @@ def text(f: dict[str, Any]) -> str:
               f"hourly spend-to-curve error (paced, weighted): {_fmt(f['curve_error_pct_hourly'], '%')} "
               f"(in expected cost: {_fmt(f['curve_error_pct_hourly_expected'], '%')}, in clicks billed: "
               f"{_fmt(f['curve_error_pct_hourly_billed'], '%')})",
+              f"p moved, large campaigns: at most {_fmt(f['p_moves_max_per_hour_large'], '')} (sum of |change|) in "
+              f"an hour outside {SPIKE_HOUR}:00-{SPIKE_HOUR + 1}:00",
               reports_line(f),
               f"budget lowered below spend at 16:00: served for {f['lowered_stopped_serving_after_s']} s more"]
     launched = f.get("launched")

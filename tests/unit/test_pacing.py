@@ -9,7 +9,8 @@ from core import budget
 from core.budget_events import SpendWindow, apply_held
 from core.pacing import (CURVE_END_MINUTE, LARGE_ERROR_RATIO, NEW_CAMPAIGN_P, P_FLOOR, ControlInput, RateSums,
                          SliceRequest, SpendPlan, TargetCurve, budget_state_kind, delivery_limit, local_day,
-                         next_participation, open_margin_micros, slice_amounts, step_gain, update_rate)
+                         next_participation, open_margin_micros, p_moves_by_hour, slice_amounts, step_gain,
+                         update_rate)
 from tests.pacing_fleet import DAY0_MS, HOUR_S, Campaign, diurnal, run_day
 
 DOLLAR = 1_000_000
@@ -138,10 +139,10 @@ def _closed_loop(traffic, minutes: int = 120, seed: int = 3, target_per_minute: 
 
 
 def test_the_unthrottled_rate_is_spend_over_exposure_and_waits_for_enough_ads():
-    sums = update_rate(RateSums(), 8_000, 4, 0.5, 1.0)
-    assert sums.rate() == 0.0  # four ads are too few to act on
-    sums = update_rate(sums, 8_000, 4, 0.5, 1.0)
-    assert sums.rate() == pytest.approx((8_000 * np.exp(-1 / 5) + 8_000) / (0.5 * np.exp(-1 / 5) + 0.5))
+    sums = update_rate(RateSums(), 24_000, 12, 0.5, 1.0)
+    assert sums.rate() == 0.0  # twelve ads are too few to act on
+    sums = update_rate(sums, 24_000, 12, 0.5, 1.0)
+    assert sums.rate() == pytest.approx((24_000 * np.exp(-1 / 5) + 24_000) / (0.5 * np.exp(-1 / 5) + 0.5))
 
 
 def test_under_pure_noise_p_holds_still_and_the_spend_follows_the_target():
@@ -168,6 +169,13 @@ def test_a_threefold_spike_cuts_p_within_a_minute():
     assert p[360 + 6] <= 0.5 * before  # within a minute of the spike
     assert np.median(p[400:]) == pytest.approx(before / 3, rel=0.1)
     assert spent[360:366].sum() <= 2.5 * 150_000  # the spike's first minute spends at most 2.5x the target
+
+
+def test_p_moves_sum_each_hours_changes_and_skip_the_minutes_p_was_not_seen():
+    moves = p_moves_by_hour([0, 1, 2, 59, 60, 61, 1439], [0.5, 0.6, float("nan"), 0.4, 0.4, 0.45, 0.05])
+    assert moves[0] == pytest.approx(0.1 + 0.2) and moves[1] == pytest.approx(0.05)
+    assert moves[23] == pytest.approx(0.4) and sum(moves) == pytest.approx(0.75)
+    assert p_moves_by_hour([], []) == [0.0] * 24
 
 
 def test_billing_luck_is_absorbed_in_step_with_the_plan_and_fully_by_half_past_eleven():

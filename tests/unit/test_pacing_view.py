@@ -137,5 +137,6 @@ def test_a_minute_series_is_the_days_points_in_minute_order():
     points = [PacingPoint(601, 30, 28, 0.4, "OPEN"), PacingPoint(600, 20, 25, 0.5, "OPEN")]
     series = minute_series(9, "2026-03-10", points)
     assert series.as_json() == {"campaign_id": 9, "day": "2026-03-10", "minutes": [600, 601], "target": [20, 30],
-                                "committed": [25, 28], "p": [0.5, 0.4], "states": ["OPEN", "OPEN"]}
+                                "committed": [25, 28], "p": [0.5, 0.4], "states": ["OPEN", "OPEN"],
+                                "p_moves_by_hour": [0.0] * 10 + [0.1] + [0.0] * 13}
 

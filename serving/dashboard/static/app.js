@@ -163,6 +163,12 @@
       spendChart.setData(spendData);
       pChart.setData(pData);
     }
+    const moves = series.p_moves_by_hour || [];
+    const busiest = moves.reduce((best, m, h) => (m > moves[best] ? h : best), 0);
+    $("p-moves").textContent = moves.length
+      ? `p moved (sum of |change|) at most ${moves[busiest].toFixed(3)} in an hour (${String(busiest).padStart(2, "0")}:00), ` +
+        `${moves.reduce((a, b) => a + b, 0).toFixed(3)} over the day`
+      : "";
     const row = detail.campaign;
     $("detail-title").textContent = `campaign ${row.campaign_id} (${row.state || "no state"}, ` +
       `${money(row.committed_micros)} of ${money(row.target_micros)} target, forecast ${money(row.forecast_micros)}` +
