@@ -86,10 +86,10 @@ class PacerState:
     forecast_pending: bool = False  # a new campaign's first p waits for a minute of eligible counts
     first_eligible_ms: int = 0  # end of today's first window with eligible requests (0: none yet)
     # What p = 1 would spend a minute (core.pacing.RateSums), kept across days: the controller's feed-forward
-    rate_spend_micros: float = 0.0
+    rate_spend: float = 0.0
     rate_served: float = 0.0
     rate_exposure: float = 0.0
-    rate_fast_spend_micros: float = 0.0
+    rate_fast_spend: float = 0.0
     rate_fast_served: float = 0.0
     rate_fast_exposure: float = 0.0
 
@@ -141,7 +141,7 @@ class PacerState:
         return self.billed_micros - self.invalid_credit_micros - settled_level_spend
 
     def rate_sums(self) -> RateSums:
-        return RateSums(self.rate_spend_micros, self.rate_served, self.rate_exposure, self.rate_fast_spend_micros,
+        return RateSums(self.rate_spend, self.rate_served, self.rate_exposure, self.rate_fast_spend,
                         self.rate_fast_served, self.rate_fast_exposure)
 
     def remaining_micros(self) -> int:
@@ -435,7 +435,7 @@ def _control(state: PacerState, plan: SpendPlan, minute: float, reading: _MoneyR
         billing_luck_micros=reading.unabsorbed_luck_micros,
         plan_remaining_micros=plan.budget_micros - reading.target_now_micros,
         cost_per_ad_micros=totals.cost_per_ad_micros, level=reading.level, metered=state.last_state == "METERED",
-        unthrottled_spend_micros=state.rate_sums().rate() if _measures_rate(state) else 0.0,
+        unthrottled_spend=state.rate_sums().rate() if _measures_rate(state) else 0.0,
         unthrottled_ads=state.rate_served)
     if state.bid_type == "CPA":  # the system sets CPA bids: steer the bid, keep entering every auction
         low, high = BID_MULTIPLIER_RANGE
@@ -466,9 +466,9 @@ def _measure_rate(state: PacerState, last_minute: list[Window], now_ms: int) -> 
     new = [w for w in last_minute if state.last_step_ms < w.end_ms <= now_ms]
     sums = update_rate(state.rate_sums(), sum(w.spend_micros for w in new), sum(w.served for w in new),
                        state.participation_probability, minutes)
-    (state.rate_spend_micros, state.rate_served, state.rate_exposure, state.rate_fast_spend_micros,
-     state.rate_fast_served, state.rate_fast_exposure) = (sums.spend_micros, sums.served, sums.exposure,
-                                                          sums.fast_spend_micros, sums.fast_served,
+    (state.rate_spend, state.rate_served, state.rate_exposure, state.rate_fast_spend,
+     state.rate_fast_served, state.rate_fast_exposure) = (sums.spend, sums.served, sums.exposure,
+                                                          sums.fast_spend, sums.fast_served,
                                                           sums.fast_exposure)
 
 

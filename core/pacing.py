@@ -175,7 +175,7 @@ class ControlInput:
     cost_per_ad_micros: int = 0  # recent expected cost of one served ad (0: not known yet)
     level: float = 1.0  # billed money per micro of expected cost (core.budget.PacerState.level)
     metered: bool = False  # servers spend only from leased slices: an empty minute may be unused slices
-    unthrottled_spend_micros: float = 0.0  # expected cost a minute at p = 1 (`RateSums.rate`; 0: not known)
+    unthrottled_spend: float = 0.0  # expected cost a minute at p = 1 (`RateSums.rate`; 0: not known)
     unthrottled_ads: float = 0.0  # the ads behind that estimate (`RateSums.served`): its noise
 
 
@@ -192,10 +192,10 @@ class RateSums:
     exposure (p x minutes, with the p in force while they were served), over about RATE_MINUTES (the
     average the controller uses) and about RATE_FAST_MINUTES (the jump check, `update_rate`)."""
 
-    spend_micros: float = 0.0
+    spend: float = 0.0
     served: float = 0.0
     exposure: float = 0.0
-    fast_spend_micros: float = 0.0
+    fast_spend: float = 0.0
     fast_served: float = 0.0
     fast_exposure: float = 0.0
 
@@ -203,7 +203,7 @@ class RateSums:
         """Expected cost a minute at p = 1, or 0 while fewer than RATE_MIN_ADS ads stand behind the average."""
         if self.served < RATE_MIN_ADS or self.exposure <= 0:
             return 0.0
-        return self.spend_micros / self.exposure
+        return self.spend / self.exposure
 
 
 def update_rate(sums: RateSums, spend_micros: int, served: int, p: float, minutes: float) -> RateSums:
@@ -212,30 +212,30 @@ def update_rate(sums: RateSums, spend_micros: int, served: int, p: float, minute
 
     The average reacts to noise with a fifth of a minute's worth each step, which keeps p still where a
     one-minute reading would swing it. A real change of traffic (the evening spike, a placement going quiet)
-    shows in the last minute as many more or fewer ads than the average expects, beyond its Poisson noise
-    (RATE_JUMP_SIGMAS) and by at least RATE_JUMP_RATIO: the average then restarts from the last minute, so
+    shows in the last half minute as many more or fewer ads than the average expects, beyond its Poisson noise
+    (RATE_JUMP_SIGMAS) and by at least RATE_JUMP_RATIO: the average then restarts from the fast sums, so
     the controller answers a spike within a minute."""
     slow, fast = math.exp(-minutes / RATE_MINUTES), math.exp(-minutes / RATE_FAST_MINUTES)
     exposure = max(0.0, p) * minutes
-    new = RateSums(sums.spend_micros * slow + spend_micros, sums.served * slow + served,
-                   sums.exposure * slow + exposure, sums.fast_spend_micros * fast + spend_micros,
+    new = RateSums(sums.spend * slow + spend_micros, sums.served * slow + served,
+                   sums.exposure * slow + exposure, sums.fast_spend * fast + spend_micros,
                    sums.fast_served * fast + served, sums.fast_exposure * fast + exposure)
     if new.served <= 0 or new.exposure <= 0 or new.fast_exposure <= 0:
         return new
-    expected = new.served / new.exposure * new.fast_exposure  # ads the average predicts for the last minute
+    expected = new.served / new.exposure * new.fast_exposure  # ads the average predicts for the fast sums
     seen = new.fast_served
     jumped = abs(seen - expected) > RATE_JUMP_SIGMAS * math.sqrt(max(expected, 1.0)) and \
         (seen > RATE_JUMP_RATIO * expected or seen * RATE_JUMP_RATIO < expected)
     if jumped:
-        return RateSums(new.fast_spend_micros, new.fast_served, new.fast_exposure,
-                        new.fast_spend_micros, new.fast_served, new.fast_exposure)
+        return RateSums(new.fast_spend, new.fast_served, new.fast_exposure,
+                        new.fast_spend, new.fast_served, new.fast_exposure)
     return new
 
 
 def next_participation(step: ControlInput) -> float:
     """p for the next step: feed-forward on the unthrottled spend rate, with an integral term on the gap.
 
-    With the unthrottled rate known (`unthrottled_spend_micros`, `RateSums`), p is the desired rate over what
+    With the unthrottled rate known (`unthrottled_spend`, `RateSums`), p is the desired rate over what
     p = 1 would spend (in billed money, at the level): the curve's rate is met as traffic moves without
     waiting for an error, and only the accumulated gap (target minus committed, spread over the next ~2
     hours) corrects what the estimate gets wrong. The last minute's spend is not read at all, so its noise
@@ -262,8 +262,8 @@ def next_participation(step: ControlInput) -> float:
         desired = max(0.0, rate + (step.gap_micros + luck) / close_over)
     else:  # past the curve's end: whatever is left, luck included, closes now
         desired = max(0.0, step.target_last_minute_micros + step.gap_micros / close_over)
-    if step.unthrottled_spend_micros > 0 and p > 0:
-        wanted = desired / (step.unthrottled_spend_micros * step.level)
+    if step.unthrottled_spend > 0 and p > 0:
+        wanted = desired / (step.unthrottled_spend * step.level)
         if abs(math.log(max(wanted, 1e-12) / p)) <= RATE_HOLD_SIGMAS / math.sqrt(max(step.unthrottled_ads, 1.0)):
             return p  # within the estimate's own noise: hold
         factor = min(1 + P_MAX_CHANGE, max(1 - P_MAX_CHANGE, wanted / p))

@@ -131,7 +131,7 @@ def _closed_loop(traffic, minutes: int = 120, seed: int = 3, target_per_minute: 
         sums = update_rate(sums, spend, served, p, 1 / 6)
         p = next_participation(ControlInput(
             p, sum(x for x, _ in recent), target_per_minute, target_per_minute * (i + 1) // 6 - committed,
-            600, sum(n for _, n in recent), plan_remaining_micros=10**12, unthrottled_spend_micros=sums.rate(),
+            600, sum(n for _, n in recent), plan_remaining_micros=10**12, unthrottled_spend=sums.rate(),
             unthrottled_ads=sums.served))
         ps.append(p)
         spent.append(spend)
