@@ -6,7 +6,7 @@ core.budget_events applies them to the job's events. Committed spend, the level 
 docs/pacing.md, "The rules"."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import astuple, dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -43,6 +43,9 @@ class Slice:
     amount_micros: int
     reported_micros: int
     expires_ms: int
+
+
+_RATE_FIELDS = tuple(f"rate_{f.name}" for f in fields(RateSums))  # PacerState keeps RateSums as these fields
 
 
 @dataclass
@@ -141,8 +144,11 @@ class PacerState:
         return self.billed_micros - self.invalid_credit_micros - settled_level_spend
 
     def rate_sums(self) -> RateSums:
-        return RateSums(self.rate_spend, self.rate_served, self.rate_exposure, self.rate_fast_spend,
-                        self.rate_fast_served, self.rate_fast_exposure)
+        return RateSums(*(getattr(self, name) for name in _RATE_FIELDS))
+
+    def keep_rate_sums(self, sums: RateSums) -> None:
+        for name, value in zip(_RATE_FIELDS, astuple(sums)):
+            setattr(self, name, value)
 
     def remaining_micros(self) -> int:
         return max(0, self.budget_micros - self.committed_micros())
@@ -456,20 +462,15 @@ def _measures_rate(state: PacerState) -> bool:
 
 def _measure_rate(state: PacerState, last_minute: list[Window], now_ms: int) -> None:
     """Take the windows that ended since the last step into the unthrottled rate (`RateSums`), with the p they
-    were served under. Only while the campaign was OPEN: metered, the servers' slices limit its spend, not p;
-    stopped or paused, nothing is served whatever p is."""
+    were served under, while `_measures_rate` holds."""
     if not state.last_step_ms or now_ms <= state.last_step_ms:
         return
     if not _measures_rate(state):
         return
     minutes = min(now_ms - state.last_step_ms, 10 * STEP_MS) / 60_000
     new = [w for w in last_minute if state.last_step_ms < w.end_ms <= now_ms]
-    sums = update_rate(state.rate_sums(), sum(w.spend_micros for w in new), sum(w.served for w in new),
-                       state.participation_probability, minutes)
-    (state.rate_spend, state.rate_served, state.rate_exposure, state.rate_fast_spend,
-     state.rate_fast_served, state.rate_fast_exposure) = (sums.spend, sums.served, sums.exposure,
-                                                          sums.fast_spend, sums.fast_served,
-                                                          sums.fast_exposure)
+    state.keep_rate_sums(update_rate(state.rate_sums(), sum(w.spend_micros for w in new),
+                                     sum(w.served for w in new), state.participation_probability, minutes))
 
 
 def _cost_per_ad(state: PacerState) -> int:
