@@ -12,9 +12,9 @@ write increments the served campaigns' fields, drops days older than a week,
 keeps at most MAX_FIELDS fields (oldest evicted) and sets a 7-day TTL, all in
 one server-side script so concurrent writers cannot interleave.
 
-Custom audiences: a read given the request's salted member keys (core.audiences, only with consent) reads the
-sets `audiences:{member_key}` in the same pipeline as the profile, one round trip, and returns the memberships
-in `UserContext.custom_audiences`.
+One read per request, one round trip: the profile hash, the frequency record and, given the request's salted
+member keys (core.audiences, only with consent), the sets `audiences:{member_key}` go out as one pipeline; the
+memberships come back in `UserContext.custom_audiences`.
 
 Reads take a deadline (5 ms by default): a read that misses it returns
 UNAVAILABLE (filters.FREQUENCY_RECORD_UNAVAILABLE) for the frequency record, and the caller excludes capped
@@ -107,10 +107,6 @@ class UserContext:
             return {}
 
 
-async def _nothing() -> dict[str, str]:
-    return {}
-
-
 def _text(raw: dict[Any, Any]) -> dict[str, str]:
     return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in raw.items()}
@@ -127,58 +123,46 @@ class UserStore:
         self.max_fields = max_fields
         self._record = self.redis.register_script(_RECORD_SCRIPT)
 
-    async def _profile_and_audiences(self, user_id: str | None, member_keys: list[str]) -> tuple[dict, list[str]]:
-        """The profile hash and the custom-audience memberships of the member keys: one pipelined round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        if user_id:
-            pipe.hgetall(redis_keys.user_profile(user_id))
-        for key in member_keys:
-            pipe.smembers(redis_keys.audience_member(key))
-        results = await pipe.execute()
-        profile = results.pop(0) if user_id else {}
-        audiences = sorted({(v.decode() if isinstance(v, bytes) else v) for members in results for v in members})
-        return profile, audiences
-
     async def read(self, user_id: str | None, member_keys: list[str] | None = None, *,
                    profile: bool = True) -> UserContext:
-        """Profile (with the custom audiences of `member_keys`, if any) and frequency record in parallel, within
-        the read deadline. profile=False (a request without personalisation consent) reads the frequency record
-        only: no profile signal is even fetched."""
+        """Profile, frequency record and the custom audiences of `member_keys` in one pipelined round trip,
+        within the read deadline. profile=False (a request without personalisation consent) reads the
+        frequency record only: no profile signal is even fetched.
+
+        Fail closed: a read that misses the deadline or fails as a whole leaves the profile unavailable and
+        the frequency record UNAVAILABLE (capped campaigns are then excluded); a failed command of the
+        pipeline spoils only its own part (the profile and the audiences count as one part)."""
+        member_keys = member_keys or []
         if not user_id and not member_keys:
             return UserContext()
-        if member_keys:
-            profile_task = asyncio.ensure_future(self._profile_and_audiences(user_id if profile else None,
-                                                                             member_keys))
-        elif profile:
-            profile_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.user_profile(user_id)))
-        else:
-            profile_task = asyncio.ensure_future(_nothing())
-        tasks = {profile_task}
-        fc_task = None
+        read_profile = bool(user_id) and profile
+        pipe = self.redis.pipeline(transaction=False)
+        if read_profile:
+            pipe.hgetall(redis_keys.user_profile(user_id))
         if user_id:
-            fc_task = asyncio.ensure_future(self.redis.hgetall(redis_keys.frequency_record(user_id)))
-            tasks.add(fc_task)
-        done, pending = await asyncio.wait(tasks, timeout=self.read_timeout_s)
-        for task in pending:
-            task.cancel()
+            pipe.hgetall(redis_keys.frequency_record(user_id))
+        for key in member_keys:
+            pipe.smembers(redis_keys.audience_member(key))
         context = UserContext()
-        if profile_task in done and profile_task.exception() is None:
-            if member_keys:
-                profile, context.custom_audiences = profile_task.result()
-            else:
-                profile = profile_task.result()
-            context.profile = _text(profile)
-        else:
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                results = await pipe.execute(raise_on_error=False)
+        except Exception:  # noqa: BLE001 - the deadline, a lost connection, any failure: fail closed
             context.profile_available = False
-        if fc_task is None:
-            context.frequency = None  # no user id: no record to read
-        elif fc_task in done and fc_task.exception() is None:
-            raw = fc_task.result()
-            context.frequency = parse_record(raw) if raw else None
+            context.frequency = UNAVAILABLE if user_id else None
+            return context
+        profile_raw = results.pop(0) if read_profile else {}
+        frequency_raw = results.pop(0) if user_id else None
+        if isinstance(profile_raw, Exception) or any(isinstance(members, Exception) for members in results):
+            context.profile_available = False
         else:
+            context.profile = _text(profile_raw)
+            context.custom_audiences = sorted({(v.decode() if isinstance(v, bytes) else v)
+                                               for members in results for v in members})
+        if isinstance(frequency_raw, Exception):
             context.frequency = UNAVAILABLE
-        for task in done:
-            task.exception()  # retrieved, so asyncio does not log it as never retrieved
+        elif frequency_raw:
+            context.frequency = parse_record(frequency_raw)
         return context
 
     async def record_served(self, user_id: str, campaign_ids: list[int], today: int) -> int:

@@ -22,6 +22,7 @@ from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.offloop import ServedLog, SpendReporter
 from serving.adserver.state import ServingState
 from serving.frequency_store import UserStore
+from tests.redis_doubles import Pipelined
 
 PLACEMENT = "loop-test"
 GUARD_S = 60.0  # only a guard against a hang; no assertion depends on how long anything takes
@@ -55,7 +56,7 @@ class StuckProducer:
         return type("Meta", (), {"topics": {topic: type("T", (), {"partitions": partitions})()}})()
 
 
-class SilentRedis:
+class SilentRedis(Pipelined):
     """An async Redis stand-in: reads for `stuck_user` wait until `answer` is set; everything else is empty."""
 
     def __init__(self, stuck_user: str) -> None:

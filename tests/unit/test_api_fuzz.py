@@ -22,6 +22,7 @@ from serving.model.service import PredictionService, parse_score_request
 from serving.tracker import Tracker
 from streams.pacing_store import PacingDay, PacingPoint
 from tests.api_fuzz import LiveApp, fuzz
+from tests.redis_doubles import Pipelined
 from tests.tiny_model import tiny_model
 
 PLACEMENT = "fuzz"
@@ -29,7 +30,7 @@ KEYS = TokenKeys({"k1": b"1" * 32}, "k1")
 NOW_MS = 1_800_000_000_000
 
 
-class EmptyRedis:
+class EmptyRedis(Pipelined):
     """The user store's Redis: no profile and no frequency record for anyone."""
 
     async def hgetall(self, key: str) -> dict:

@@ -22,6 +22,7 @@ from serving.adserver.request import parse_ad_request, targeting_terms
 from serving.adserver.state import ServingState
 from serving.frequency_store import UserContext, UserStore
 from tests.factories import ServedLogStandIn
+from tests.redis_doubles import Pipelined
 
 PLACEMENT = "consent-test"
 SALT = AudienceSalt(b"consent-test-audience-salt-0123")
@@ -186,7 +187,7 @@ def test_the_rule_alone_keeps_context_and_drops_the_profile():
 
 
 def test_a_store_read_without_consent_fetches_only_the_frequency_record():
-    class RecordingRedis:
+    class RecordingRedis(Pipelined):
         def __init__(self) -> None:
             self.keys: list[str] = []
 
