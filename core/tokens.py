@@ -26,7 +26,7 @@ import base64
 import hashlib
 import hmac
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Mapping
 
 from core.errors import AdserveError, InvalidArgument, InvalidSettings
@@ -117,7 +117,7 @@ class TokenKeys:
         return f"TokenKeys({self.masked()})"
 
     def _sign(self, claims: TokenClaims | ClickIdClaims) -> str:
-        body = {**asdict(claims), "key_id": self.active}
+        body = {**vars(claims), "key_id": self.active}  # every claim is a scalar: no deep copy (asdict)
         payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
         signature = hmac.new(self.keys[self.active], payload, hashlib.sha256).digest()
         return f"{_b64(payload)}.{_b64(signature)}"
