@@ -16,6 +16,7 @@ import numpy as np
 
 from core.frequency import day_number, is_capped
 from core.schedule import week_slot
+from serving.decision import filter_kernels as fk
 from serving.decision.campaigns import ACTIVE, METERED, OPEN, CampaignTable
 from serving.decision.index import BID_TYPE_CODE
 from serving.decision.index import TargetingIndex
@@ -27,6 +28,8 @@ class _Unavailable:
 
 
 FREQUENCY_RECORD_UNAVAILABLE = _Unavailable()
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_FLAGS = np.zeros(0, dtype=np.bool_)
 
 
 @dataclass
@@ -48,6 +51,52 @@ class Filtered:
 
 def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTable, context: FilterContext,
                   rng: np.random.Generator) -> Filtered:
+    """The candidates that pass every filter, with the p each entered with and why the others left. One compiled
+    pass over the candidates for the checks (serving.decision.filter_kernels), one for the coin and the budget:
+    the same result, counts and random stream as `reference_filters`, the array form of the same rules."""
+    crow = campaigns.rows_of(index.campaign_id.data[rows])
+    hot = campaigns.hot.array
+    now = context.now_ms
+    record = context.frequency_record
+    if record is FREQUENCY_RECORD_UNAVAILABLE:
+        mode, capped = fk.FREQUENCY_UNAVAILABLE, _NO_IDS
+    elif record:
+        mode, capped = fk.FREQUENCY_RECORD, np.sort(_capped_campaigns(record, campaigns, now))
+    else:
+        mode, capped = fk.FREQUENCY_NONE, _NO_IDS
+    hidden = np.sort(np.fromiter(context.hidden_advertisers, dtype=np.int64)) if context.hidden_advertisers \
+        else _NO_IDS
+    daypart_ok = _in_daypart(crow, campaigns, now) if campaigns.dayparts else _NO_FLAGS
+    keep = np.empty(len(rows), dtype=np.bool_)
+    counts = np.zeros(fk.CHECKS, dtype=np.int64)
+    campaign_rows, eligible = fk.static_checks(
+        crow, hot["status"], hot["flight_start"], hot["flight_end"], hot["cap_per_day"], hot["cap_per_week"],
+        hot["campaign_id"], hot["advertiser_id"], daypart_ok, now, ACTIVE, mode, capped, hidden, keep, counts)
+    uniforms = rng.random(len(campaign_rows))  # one coin per campaign per request
+    served, short = np.empty(len(rows), dtype=np.bool_), np.empty(len(rows), dtype=np.bool_)
+    refused_budget, lost_coin = fk.coin_and_budget(crow, keep, campaign_rows, uniforms, hot["participation"],
+                                                   hot["budget_state"], hot["slice_held"], OPEN, METERED, served,
+                                                   short)
+    dropped = {"unknown_campaign": int(counts[fk.UNKNOWN]), "status": int(counts[fk.STATUS]),
+               "flight": int(counts[fk.FLIGHT])}
+    if campaigns.dayparts:
+        dropped["daypart"] = int(counts[fk.DAYPART])
+    if mode == fk.FREQUENCY_UNAVAILABLE:
+        dropped["frequency_unavailable"] = int(counts[fk.FREQUENCY])
+    elif mode == fk.FREQUENCY_RECORD:
+        dropped["frequency_cap"] = int(counts[fk.FREQUENCY])
+    if context.hidden_advertisers:
+        dropped["hidden_advertiser"] = int(counts[fk.HIDDEN])
+    dropped["budget"], dropped["pacing"] = int(refused_budget), int(lost_coin)
+    wanting = _slices_wanted(index, rows[short]) if short.any() else {}
+    served_crow = crow[served]
+    return Filtered(rows[served], served_crow, campaigns.participation.data[served_crow], dropped, eligible, wanting)
+
+
+def reference_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTable, context: FilterContext,
+                      rng: np.random.Generator) -> Filtered:
+    """The filters as whole-array operations: the specification `apply_filters` must equal (rows, p, counts,
+    eligible campaigns, slices wanted and the random numbers drawn), checked by the parity tests."""
     # One gather per candidate: its campaign's hot fields, copied into a compact block that every
     # check below reads (random reads into million-row tables are what costs here, not the checks).
     crow = campaigns.rows_of(index.campaign_id.data[rows])

@@ -1,0 +1,100 @@
+"""Compiled (numba) passes of the candidate filters (serving.decision.filters). Pure: arrays in, arrays out.
+
+`static_checks` runs the per-candidate checks in their order (campaign known, status, flight, daypart, frequency,
+hidden advertiser), counts each candidate once under the first check it fails, and collects the campaigns the
+survivors belong to; `coin_and_budget` then flips the pacing coin (one uniform per campaign, drawn by the caller
+in the order of `static_checks`' campaign rows, so the random stream is the one the array path uses) and applies
+the budget state. Both read the campaign table's hot fields at each candidate's campaign row directly: no gathered
+copy, no temporary array per check."""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+# Indices of the counts `static_checks` returns, in check order.
+UNKNOWN, STATUS, FLIGHT, DAYPART, FREQUENCY, HIDDEN = range(6)
+CHECKS = 6
+FREQUENCY_NONE, FREQUENCY_UNAVAILABLE, FREQUENCY_RECORD = 0, 1, 2
+
+
+@nb.njit(cache=True, nogil=True)
+def _member(sorted_values, value) -> bool:
+    if sorted_values.shape[0] == 0:
+        return False
+    i = np.searchsorted(sorted_values, value)
+    return i < sorted_values.shape[0] and sorted_values[i] == value
+
+
+@nb.njit(cache=True, nogil=True)
+def static_checks(crow, status, flight_start, flight_end, cap_per_day, cap_per_week, campaign_id, advertiser_id,
+                  daypart_ok, now, active, frequency_mode, capped_ids, hidden_ids, keep, counts):
+    """keep[j]: candidate j (campaign row crow[j], -1 if unknown) passes every check; counts[check] += the
+    candidates that failed it first. daypart_ok: per candidate, or empty when no campaign has dayparts.
+    capped_ids / hidden_ids: sorted campaign / advertiser ids. Returns the survivors' distinct campaign rows,
+    ascending (the coin's order), and their distinct campaign ids, ascending (the budget job's eligible set)."""
+    n = crow.shape[0]
+    dayparted = daypart_ok.shape[0] > 0
+    kept = 0
+    for j in range(n):
+        c = crow[j]
+        keep[j] = False
+        if c < 0:
+            counts[UNKNOWN] += 1
+            continue
+        if status[c] != active:
+            counts[STATUS] += 1
+            continue
+        if not (flight_start[c] <= now and now < flight_end[c]):
+            counts[FLIGHT] += 1
+            continue
+        if dayparted and not daypart_ok[j]:
+            counts[DAYPART] += 1
+            continue
+        if frequency_mode == FREQUENCY_UNAVAILABLE:
+            if cap_per_day[c] > 0 or cap_per_week[c] > 0:
+                counts[FREQUENCY] += 1
+                continue
+        elif frequency_mode == FREQUENCY_RECORD and _member(capped_ids, campaign_id[c]):
+            counts[FREQUENCY] += 1
+            continue
+        if _member(hidden_ids, advertiser_id[c]):
+            counts[HIDDEN] += 1
+            continue
+        keep[j] = True
+        kept += 1
+    rows = np.empty(kept, np.int64)
+    ids = np.empty(kept, np.int64)
+    k = 0
+    for j in range(n):
+        if keep[j]:
+            rows[k] = crow[j]
+            ids[k] = campaign_id[crow[j]]
+            k += 1
+    return np.unique(rows), np.unique(ids)
+
+
+@nb.njit(cache=True, nogil=True)
+def coin_and_budget(crow, keep, campaign_rows, uniforms, participation, budget_state, slice_held, open_state,
+                    metered_state, served, short):
+    """For each kept candidate: its campaign's coin (uniforms[i] for campaign_rows[i]) entered with probability
+    p, and its budget state allows serving (OPEN, or METERED with a slice held). served[j]: both; short[j]:
+    entered but METERED without a slice. Returns (candidates the budget refused, those that lost the coin with
+    the budget allowing them)."""
+    refused_budget = 0
+    lost_coin = 0
+    for j in range(crow.shape[0]):
+        served[j] = False
+        short[j] = False
+        if not keep[j]:
+            continue
+        c = crow[j]
+        entered = uniforms[np.searchsorted(campaign_rows, c)] < participation[c]
+        state = budget_state[c]
+        budget_ok = state == open_state or (state == metered_state and slice_held[c])
+        if not budget_ok:
+            refused_budget += 1
+        elif not entered:
+            lost_coin += 1
+        served[j] = entered and budget_ok
+        short[j] = entered and state == metered_state and not slice_held[c]
+    return refused_budget, lost_coin
