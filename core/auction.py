@@ -224,6 +224,11 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _plain_list(values: np.ndarray) -> list[Any]:
+    """Python values of a column (an object column may hold numpy scalars)."""
+    return [_plain(v) for v in values] if values.dtype == object else values.tolist()
+
+
 def _exact(x: float) -> Fraction:
     """The decimal value a prediction was written with (0.015 is 3/200, not the nearest binary fraction)."""
     return Fraction(repr(float(x)))
@@ -309,15 +314,23 @@ def _runner_up(rival: Candidate | None, index: int | None, total: Fraction | Non
             **inputs_of(rival, slots, "runner_up_")}
 
 
-def _loser(columns: CandidateArrays, i: int, value: np.ndarray) -> dict[str, Any]:
-    """A sampled loser as the served log writes it (read from the columns: no Candidate object per loser)."""
-    code = int(columns.bid_code[i])
-    return {"ad_id": _plain(columns.ad_id[i]), "campaign_id": _plain(columns.campaign_id[i]),
-            "pctr": float(columns.pctr[i, 0]), "total_value_micros": math.floor(float(value[i, 0])),
-            "candidate_index": i, "bid_type": BID_TYPES[code], "bid_micros": int(columns.bid_micros[i]),
-            "pctr_by_slot": columns.pctr[i].tolist(), "pcvr": float(columns.pcvr[i]) if code == CPA else None,
-            "quality_micros": int(columns.quality_micros[i]),
-            "exclusion_category": int(columns.exclusion_category[i])}
+def _losers(columns: CandidateArrays, sample: list[int], value: np.ndarray) -> list[dict[str, Any]]:
+    """The sampled losers as the served log writes them, read from the columns a field at a time (no Candidate
+    object and no numpy scalar per loser)."""
+    if not sample:
+        return []
+    at = np.asarray(sample, dtype=np.int64)
+    codes = columns.bid_code[at].tolist()
+    pctr = columns.pctr[at]
+    ad_ids, campaign_ids = (_plain_list(ids[at]) for ids in (columns.ad_id, columns.campaign_id))
+    return [{"ad_id": ad_id, "campaign_id": campaign_id, "pctr": by_slot[0], "total_value_micros": math.floor(total),
+             "candidate_index": i, "bid_type": BID_TYPES[code], "bid_micros": bid, "pctr_by_slot": by_slot,
+             "pcvr": pcvr if code == CPA else None, "quality_micros": quality, "exclusion_category": category}
+            for i, code, ad_id, campaign_id, total, bid, by_slot, pcvr, quality, category in zip(
+                sample, codes, ad_ids, campaign_ids, value[at, 0].tolist(),
+                columns.bid_micros[at].astype(np.int64).tolist(), pctr.tolist(),
+                columns.pcvr[at].astype(np.float64).tolist(), columns.quality_micros[at].astype(np.int64).tolist(),
+                columns.exclusion_category[at].astype(np.int64).tolist())]
 
 
 def reserve_sets_price(c: Candidate, next_total: Fraction, reserve_micros: int, quality_weight: float = 1.0) -> bool:
@@ -476,7 +489,7 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
                                    scores_from_fallback)
     losers = sorted(set(range(len(columns))) - set(won))
     sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
-    sampled = [_loser(columns, i, board.value) for i in sample]
+    sampled = _losers(columns, sample, board.value)
     return AuctionResult(winners, policy is not None, sampled, reserve_micros, len(columns), policy)
 
 
