@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from core.errors import InvalidArgument
+from core.replay import sampled_losers
 
 MINUTES_PER_DAY = 1440
 CURVE_END_MINUTE = 23 * 60 + 30  # the curve reaches the budget at 23:30 local time
@@ -416,7 +417,7 @@ def value_per_bid_samples(record: dict) -> list[tuple[str, float]]:
     loser that names its bid. Their median, by placement and bid type, turns a new campaign's bid into a
     value comparable with the values to beat (`Curves.value`)."""
     out = []
-    for ad in list(record.get("winners") or []) + list(record.get("sampled_losers") or []):
+    for ad in list(record.get("winners") or []) + sampled_losers(record):
         bid, bid_type = ad.get("bid_micros"), ad.get("bid_type")
         if bid and bid_type and ad.get("total_value_micros") is not None:
             value = int(ad["total_value_micros"]) - int(ad.get("quality_micros") or 0)

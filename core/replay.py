@@ -112,6 +112,42 @@ def loser_record(loser: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def loser_columns(losers: Sequence[Mapping[str, Any]], slots: int) -> dict[str, Any]:
+    """A ServedRecord's LoserColumns (version 4) from core.auction's sampled losers: a handful of arrays, which
+    encode at a fraction of the cost of a record per loser. Each loser's pCTR per slot is padded or cut to the
+    request's `slots`, so loser i's rate at slot s is pctr_by_slot[i x slots + s]."""
+    pctr: list[float] = []
+    for loser in losers:
+        by_slot = [float(p) for p in (loser.get("pctr_by_slot") or [loser["pctr"]])[:slots]]
+        pctr.extend(by_slot + [by_slot[-1]] * (slots - len(by_slot)))
+    return {
+        "ad_id": [int(l["ad_id"]) for l in losers], "campaign_id": [int(l["campaign_id"]) for l in losers],
+        "total_value_micros": [int(l["total_value_micros"]) for l in losers],
+        "bid_type": [_symbol(l["bid_type"]) for l in losers], "bid_micros": [int(l["bid_micros"]) for l in losers],
+        "pctr_by_slot": pctr, "pcvr": [float(l.get("pcvr") or 0.0) for l in losers],
+        "quality_micros": [int(l["quality_micros"]) for l in losers],
+        "exclusion_category": [int(l.get("exclusion_category") or 0) for l in losers],
+        "candidate_index": [int(l["candidate_index"]) for l in losers]}
+
+
+def sampled_losers(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sampled losers of a ServedRecord of any version, one Loser dict each (the version-2 form): read from
+    loser_columns when the record has them (version 4), else from sampled_losers."""
+    columns = record.get("loser_columns")
+    if not columns:
+        return list(record.get("sampled_losers") or [])
+    slots = len(record.get("slot_positions") or []) or 1
+    pctr = columns["pctr_by_slot"]
+    return [{"ad_id": ad_id, "campaign_id": campaign_id, "pctr": pctr[i * slots],
+             "total_value_micros": total, "bid_type": bid_type, "bid_micros": bid,
+             "pctr_by_slot": pctr[i * slots:(i + 1) * slots], "pcvr": pcvr if bid_type == "CPA" else None,
+             "quality_micros": quality, "exclusion_category": category, "candidate_index": index}
+            for i, (ad_id, campaign_id, total, bid_type, bid, pcvr, quality, category, index) in enumerate(zip(
+                columns["ad_id"], columns["campaign_id"], columns["total_value_micros"], columns["bid_type"],
+                columns["bid_micros"], columns["pcvr"], columns["quality_micros"], columns["exclusion_category"],
+                columns["candidate_index"]))]
+
+
 def request_replay_fields(reserve_micros: int, slot_positions: Sequence[int], auction_candidates: int | None,
                           quality_floor_micros: int | None = None) -> dict[str, Any]:
     """The top-level replay fields of a ServedRecord (version 2, and the quality floor of version 3)."""
@@ -148,7 +184,7 @@ def replay_gap(record: Record) -> str | None:
         if w.get("runner_up_ad_id") is not None and (
                 not w.get("runner_up_bid_type") or len(w.get("runner_up_pctr_by_slot") or []) != slots):
             return f"the runner-up of {w.get('impression_id')} lacks its inputs"
-    for loser in record.get("sampled_losers") or []:
+    for loser in sampled_losers(record):
         if not loser.get("bid_type") or len(loser.get("pctr_by_slot") or []) != slots:
             return f"sampled loser {loser.get('ad_id')} lacks its inputs"
     return None
@@ -176,7 +212,7 @@ def _logged(record: Record) -> list[tuple[int | None, Candidate]]:
                 w["runner_up_ad_id"], w["runner_up_campaign_id"], w["runner_up_bid_type"],
                 w["runner_up_bid_micros"], w["runner_up_pctr_by_slot"], w.get("runner_up_pcvr"),
                 w["runner_up_quality_micros"], w.get("runner_up_exclusion_category", 0))))
-    for loser in record.get("sampled_losers") or []:
+    for loser in sampled_losers(record):
         found.append((loser.get("candidate_index"), _candidate(
             loser["ad_id"], loser["campaign_id"], loser["bid_type"], loser["bid_micros"], loser["pctr_by_slot"],
             loser.get("pcvr"), loser["quality_micros"], loser.get("exclusion_category", 0))))

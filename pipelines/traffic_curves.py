@@ -33,6 +33,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.pacing import VALUE_QUANTILES, shape_from_counts, value_per_bid_samples, value_per_bid_table, value_to_beat
+from core.replay import sampled_losers
 from pipelines.avro_files import CORRUPT
 from pipelines.unwrap import unwrap_dofn
 from pipelines.options import parse_options, run_as_main
@@ -44,7 +45,7 @@ def hour_keys(record: dict[str, Any], tz: str = "UTC") -> Iterable[tuple[str, in
     yield "*", hour
     yield f"placement:{record['placement']}", hour
     campaigns = {w["campaign_id"] for w in record.get("winners") or []} | \
-        {l["campaign_id"] for l in record.get("sampled_losers") or []}
+        {l["campaign_id"] for l in sampled_losers(record)}
     for campaign_id in sorted(campaigns):
         yield str(campaign_id), hour
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from core.replay import loser_record, request_replay_fields, winner_replay_fields
+from core.replay import loser_columns, request_replay_fields, winner_replay_fields
 
 BILLING_OF = {"cpm": "IMPRESSION", "cpc": "CLICK", "cpa": "CLICK"}
 
@@ -21,7 +21,8 @@ def served_record(decision, *, request_id: str, server_id: str, now_ms: int, pla
                   page: str | None, user_features: Mapping[str, float], snapshot_version: int,
                   reserve_micros: int, slot_positions: Sequence[int],
                   quality_floor_micros: int | None = None) -> dict[str, Any]:
-    """The ServedRecord of one answered request (with what a replay needs: core.replay)."""
+    """The ServedRecord (version 4) of one answered request, with what a replay needs (core.replay); its sampled
+    losers as columns (core.replay.loser_columns)."""
     parts = (location or "").split("/")
     winners = []
     for w in decision.winners:
@@ -51,4 +52,4 @@ def served_record(decision, *, request_id: str, server_id: str, now_ms: int, pla
         "winners": winners,
         **request_replay_fields(reserve_micros, slot_positions, decision.funnel.get("preranked", 0),
                                 quality_floor_micros),
-        "sampled_losers": [loser_record(l) for l in decision.sampled_losers]}
+        "sampled_losers": [], "loser_columns": loser_columns(decision.sampled_losers, len(slot_positions))}

@@ -48,10 +48,28 @@ def test_sampled_losers_carry_their_inputs_and_a_pctr_per_slot():
                      exclusion_category=i % 2) for i in range(1, 5)]
     record = auction_record(ads, [1, 2])
     assert [w["ad_id"] for w in record["winners"]] == [4, 1]  # slot 2: the same pCTR, the best quality
-    [loser] = [l for l in record["sampled_losers"] if l["ad_id"] == 3]
+    assert record["sampled_losers"] == [] and len(record["loser_columns"]["ad_id"]) == 2  # version 4: columns
+    [loser] = [l for l in replay.sampled_losers(record) if l["ad_id"] == 3]
     assert (loser["bid_type"], loser["bid_micros"], loser["pcvr"], loser["quality_micros"]) == \
         ("CPA", 40_000_000, 0.05, -3)
     assert (loser["pctr_by_slot"], loser["exclusion_category"], loser["candidate_index"]) == ([0.013, 0.005], 1, 2)
+
+
+def test_losers_written_as_columns_read_back_as_the_records_a_version_3_writer_wrote():
+    ads = [Candidate(i, 100 + i, ("cpm", "cpc", "cpa")[i % 3], 1_000_000 + i, [0.01 + i / 1000, 0.004],
+                     pcvr=0.04, quality_micros=-i, exclusion_category=i % 4) for i in range(1, 30)]
+    record = auction_record(ads, [1, 3])
+    codec = AvroCodec()
+    v4 = codec.decode(codec.encode("ServedRecord", record), "ServedRecord")
+    losers = replay.sampled_losers(v4)
+    assert len(losers) == 20 and all(l["pcvr"] is None for l in losers if l["bid_type"] != "CPA")
+    # the same losers, one record each, as a version-3 writer wrote them
+    registry = SchemaRegistry.from_directory()
+    v3 = registry.by_fingerprint[registry.register(json.loads((HISTORY_DIR / "ad_served.v3.avsc").read_text()))]
+    as_rows = {**{k: v for k, v in v4.items() if k != "loser_columns"}, "sampled_losers": losers}
+    read_v3 = AvroCodec(registry).decode(AvroCodec(registry).encode(v3, as_rows), "ServedRecord")
+    assert read_v3["loser_columns"] is None and replay.sampled_losers(read_v3) == losers
+    assert replay.replay(read_v3) == replay.replay(v4)
 
 
 def test_a_version_1_record_still_reads_with_the_new_fields_defaults():
