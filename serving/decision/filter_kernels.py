@@ -27,14 +27,18 @@ def _member(sorted_values, value) -> bool:
 
 @nb.njit(cache=True, nogil=True)
 def static_checks(crow, status, flight_start, flight_end, cap_per_day, cap_per_week, campaign_id, advertiser_id,
-                  daypart_ok, now, active, frequency_mode, capped_ids, hidden_ids, keep, counts):
+                  daypart_ok, now, active, frequency_mode, capped_ids, hidden_ids, slot_of, keep, coin, counts):
     """keep[j]: candidate j (campaign row crow[j], -1 if unknown) passes every check; counts[check] += the
     candidates that failed it first. daypart_ok: per candidate, or empty when no campaign has dayparts.
-    capped_ids / hidden_ids: sorted campaign / advertiser ids. Returns the survivors' distinct campaign rows,
-    ascending (the coin's order), and their distinct campaign ids, ascending (the budget job's eligible set)."""
+    capped_ids / hidden_ids: sorted campaign / advertiser ids. coin[j]: for a kept candidate, the position of
+    its campaign among the survivors' distinct campaign rows in ascending order (whose uniform it flips).
+    slot_of: scratch of one int32 per campaign row, -1 on entry and again on return.
+    Returns the survivors' distinct campaign rows, ascending, and their campaign ids, ascending (the budget
+    job's eligible set)."""
     n = crow.shape[0]
     dayparted = daypart_ok.shape[0] > 0
-    kept = 0
+    distinct = np.empty(n, np.int64)
+    found = 0
     for j in range(n):
         c = crow[j]
         keep[j] = False
@@ -61,25 +65,30 @@ def static_checks(crow, status, flight_start, flight_end, cap_per_day, cap_per_w
             counts[HIDDEN] += 1
             continue
         keep[j] = True
-        kept += 1
-    rows = np.empty(kept, np.int64)
-    ids = np.empty(kept, np.int64)
-    k = 0
+        if slot_of[c] < 0:
+            slot_of[c] = found
+            distinct[found] = c
+            found += 1
+    rows = np.sort(distinct[:found])
+    ids = np.empty(found, np.int64)
+    for i in range(found):
+        slot_of[rows[i]] = i
+        ids[i] = campaign_id[rows[i]]
     for j in range(n):
         if keep[j]:
-            rows[k] = crow[j]
-            ids[k] = campaign_id[crow[j]]
-            k += 1
-    return np.unique(rows), np.unique(ids)
+            coin[j] = slot_of[crow[j]]
+    for i in range(found):
+        slot_of[rows[i]] = -1
+    return rows, np.sort(ids)
 
 
 @nb.njit(cache=True, nogil=True)
-def coin_and_budget(crow, keep, campaign_rows, uniforms, participation, budget_state, slice_held, open_state,
+def coin_and_budget(crow, keep, coin, uniforms, participation, budget_state, slice_held, open_state,
                     metered_state, served, short):
-    """For each kept candidate: its campaign's coin (uniforms[i] for campaign_rows[i]) entered with probability
-    p, and its budget state allows serving (OPEN, or METERED with a slice held). served[j]: both; short[j]:
-    entered but METERED without a slice. Returns (candidates the budget refused, those that lost the coin with
-    the budget allowing them)."""
+    """For each kept candidate: its campaign's coin (uniforms[coin[j]]) entered with probability p, and its
+    budget state allows serving (OPEN, or METERED with a slice held). served[j]: both; short[j]: entered but
+    METERED without a slice. Returns (candidates the budget refused, those that lost the coin with the budget
+    allowing them)."""
     refused_budget = 0
     lost_coin = 0
     for j in range(crow.shape[0]):
@@ -88,7 +97,7 @@ def coin_and_budget(crow, keep, campaign_rows, uniforms, participation, budget_s
         if not keep[j]:
             continue
         c = crow[j]
-        entered = uniforms[np.searchsorted(campaign_rows, c)] < participation[c]
+        entered = uniforms[coin[j]] < participation[c]
         state = budget_state[c]
         budget_ok = state == open_state or (state == metered_state and slice_held[c])
         if not budget_ok:

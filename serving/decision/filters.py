@@ -9,6 +9,7 @@ probability p (the p is returned, to be logged). Pure: now and the random
 generator are parameters."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -29,6 +30,7 @@ class _Unavailable:
 
 FREQUENCY_RECORD_UNAVAILABLE = _Unavailable()
 _NO_IDS = np.zeros(0, dtype=np.int64)
+_SCRATCH = threading.local()
 _NO_FLAGS = np.zeros(0, dtype=np.bool_)
 
 
@@ -67,14 +69,15 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     hidden = np.sort(np.fromiter(context.hidden_advertisers, dtype=np.int64)) if context.hidden_advertisers \
         else _NO_IDS
     daypart_ok = _in_daypart(crow, campaigns, now) if campaigns.dayparts else _NO_FLAGS
-    keep = np.empty(len(rows), dtype=np.bool_)
+    keep, coin = np.empty(len(rows), dtype=np.bool_), np.empty(len(rows), dtype=np.int32)
     counts = np.zeros(fk.CHECKS, dtype=np.int64)
     campaign_rows, eligible = fk.static_checks(
         crow, hot["status"], hot["flight_start"], hot["flight_end"], hot["cap_per_day"], hot["cap_per_week"],
-        hot["campaign_id"], hot["advertiser_id"], daypart_ok, now, ACTIVE, mode, capped, hidden, keep, counts)
+        hot["campaign_id"], hot["advertiser_id"], daypart_ok, now, ACTIVE, mode, capped, hidden,
+        _slot_scratch(len(hot)), keep, coin, counts)
     uniforms = rng.random(len(campaign_rows))  # one coin per campaign per request
     served, short = np.empty(len(rows), dtype=np.bool_), np.empty(len(rows), dtype=np.bool_)
-    refused_budget, lost_coin = fk.coin_and_budget(crow, keep, campaign_rows, uniforms, hot["participation"],
+    refused_budget, lost_coin = fk.coin_and_budget(crow, keep, coin, uniforms, hot["participation"],
                                                    hot["budget_state"], hot["slice_held"], OPEN, METERED, served,
                                                    short)
     dropped = {"unknown_campaign": int(counts[fk.UNKNOWN]), "status": int(counts[fk.STATUS]),
@@ -91,6 +94,16 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     wanting = _slices_wanted(index, rows[short]) if short.any() else {}
     served_crow = crow[served]
     return Filtered(rows[served], served_crow, campaigns.participation.data[served_crow], dropped, eligible, wanting)
+
+
+def _slot_scratch(campaign_rows: int) -> np.ndarray:
+    """This thread's scratch of one int32 per campaign row, all -1 (static_checks leaves it so), grown with the
+    campaign table: a request finds its campaigns' coin positions without a search or an allocation per row."""
+    scratch = getattr(_SCRATCH, "slot_of", None)
+    if scratch is None or len(scratch) < campaign_rows:
+        scratch = np.full(max(campaign_rows, 1024), -1, dtype=np.int32)
+        _SCRATCH.slot_of = scratch
+    return scratch
 
 
 def reference_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTable, context: FilterContext,

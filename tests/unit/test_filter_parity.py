@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from core.frequency import day_number
 from core.targeting import compile_targeting
 from serving.decision.campaigns import BUDGET_STATES, CampaignRecord, CampaignTable
+from serving.decision import filters
 from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE, FilterContext, apply_filters, reference_filters
 from serving.decision.index import AdRecord, TargetingIndex
 
@@ -62,6 +63,7 @@ def test_the_compiled_filters_equal_the_array_specification(seed, campaigns_n, a
     assert got.eligible_campaigns.tolist() == want.eligible_campaigns.tolist()
     assert got.slices_wanted == want.slices_wanted
     assert compiled_rng.random() == reference_rng.random()  # the same numbers were drawn
+    assert (filters._slot_scratch(campaigns.size) == -1).all()  # the scratch is left as found
 
 
 def test_the_parity_test_sees_a_difference_in_the_coin():
