@@ -50,22 +50,89 @@ def features(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray,
                      affinity)
 
 
+class _Inputs:
+    """One request's candidates as the features read them, each intermediate computed once, on first use."""
+
+    def __init__(self, hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
+                 placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None) -> None:
+        self.hot, self.participation, self.user_embedding = hot, participation, user_embedding
+        self.multiplier, self.slot_count, self.affinity = placement_ctr_multiplier, slot_count, affinity
+        self.n = len(hot)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        cache = self.__dict__["_cache"]
+        if name not in cache:
+            cache[name] = getattr(type(self), "_" + name)(self)
+        return cache[name]
+
+    def _ctr(self) -> np.ndarray:
+        return self.hot["ctr_prior"].astype(np.float32)
+
+    def _bid(self) -> np.ndarray:
+        return self.hot["bid_micros"].astype(np.float32)
+
+    def _quality(self) -> np.ndarray:
+        return self.hot["quality_micros"].astype(np.float32)
+
+    def _emb(self) -> np.ndarray:
+        return self.hot["embedding"].astype(np.float32)
+
+    def _dot(self) -> np.ndarray:
+        return self.emb @ self.user_embedding.astype(np.float32)
+
+
+# Each feature's column, in FEATURES order, from the request's inputs (bools and float64 columns become float32
+# in the matrix, as every column does).
+_COLUMNS = {
+    "ctr_prior": lambda i: i.ctr, "log_bid": lambda i: np.log1p(i.bid), "is_cpm": lambda i: i.hot["bid_type"] == 0,
+    "is_cpc": lambda i: i.hot["bid_type"] == 1, "is_cpa": lambda i: i.hot["bid_type"] == 2,
+    "quality": lambda i: i.quality / 1e4, "embedding_dot": lambda i: i.dot,
+    "static_score": lambda i: i.hot["static_score"], "participation": lambda i: i.participation,
+    "log_ctr_prior": lambda i: np.log(np.maximum(i.ctr, 1e-6)), "bid_x_ctr": lambda i: i.bid * i.ctr / 1e6,
+    "emb_norm": lambda i: np.linalg.norm(i.emb, axis=1),
+    "user_emb_norm": lambda i: np.full(i.n, np.linalg.norm(i.user_embedding)),
+    "placement_ctr_mult": lambda i: np.full(i.n, i.multiplier), "slot_count": lambda i: np.full(i.n, i.slot_count),
+    "category_set": lambda i: i.hot["exclusion_category"] > 0,
+    "quality_positive": lambda i: np.maximum(i.quality, 0) / 1e4,
+    "quality_negative": lambda i: np.minimum(i.quality, 0) / 1e4, "dot_x_ctr": lambda i: i.dot * i.ctr,
+    "bias": lambda i: np.ones(i.n), "model_affinity": lambda i: np.zeros(i.n) if i.affinity is None else i.affinity,
+}
+assert tuple(_COLUMNS) == FEATURES
+
+
 def _features(hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
               placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None) -> np.ndarray:
-    ctr = hot["ctr_prior"].astype(np.float32)
-    bid = hot["bid_micros"].astype(np.float32)
-    code = hot["bid_type"]
-    quality = hot["quality_micros"].astype(np.float32)
-    emb = hot["embedding"].astype(np.float32)
-    dot = emb @ user_embedding.astype(np.float32)
-    n = len(hot)
-    return np.column_stack([
-        ctr, np.log1p(bid), code == 0, code == 1, code == 2, quality / 1e4, dot, hot["static_score"],
-        participation, np.log(np.maximum(ctr, 1e-6)), bid * ctr / 1e6, np.linalg.norm(emb, axis=1),
-        np.full(n, np.linalg.norm(user_embedding)), np.full(n, placement_ctr_multiplier), np.full(n, slot_count),
-        hot["exclusion_category"] > 0, np.maximum(quality, 0) / 1e4, np.minimum(quality, 0) / 1e4,
-        dot * ctr, np.ones(n), np.zeros(n) if affinity is None else affinity,
-    ]).astype(np.float32)
+    inputs = _Inputs(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity)
+    return np.column_stack([column(inputs) for column in _COLUMNS.values()]).astype(np.float32)
+
+
+def _exact_few(weights: np.ndarray) -> np.ndarray | None:
+    """The features a weighted sum needs when it can skip the rest exactly: one weight, or two that are powers of
+    two (the default weights: 0.5 on embedding_dot and 1 on model_affinity). Each product is then exact (or the
+    only rounding) and the sum one rounding in any order, so the sum of those columns alone equals the matrix
+    product x @ weights bit for bit. None otherwise: the whole matrix is built."""
+    used = np.flatnonzero(weights)
+    if len(used) > 2:
+        return None
+    if len(used) == 2 and not np.all(np.abs(np.frexp(weights[used].astype(np.float64))[0]) == 0.5):
+        return None
+    return used
+
+
+def _adjustment(hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
+                placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None,
+                weights: np.ndarray) -> np.ndarray:
+    """x @ weights (float32): from the columns that weigh when the weights allow it exactly (_exact_few), else
+    from the whole feature matrix."""
+    used = _exact_few(weights)
+    if used is None:
+        return _features(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity) @ weights
+    inputs = _Inputs(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity)
+    total = np.zeros(len(hot), dtype=np.float32)
+    for f in used:
+        total = total + np.asarray(_COLUMNS[FEATURES[f]](inputs)).astype(np.float32) * weights[f]
+    return total
 
 
 def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, *, user_embedding: np.ndarray,
@@ -78,8 +145,8 @@ def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, 
         empty = np.empty(0, dtype=np.float32)
         return Preranked(rows, empty, empty)
     hot = index.hot.gather(rows)  # one gather per candidate; every feature reads this compact copy
-    x = _features(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity)
-    adjustment = np.clip(x @ weights, -3.0, 3.0)
+    adjustment = np.clip(_adjustment(hot, participation, user_embedding, placement_ctr_multiplier, slot_count,
+                                     affinity, weights), -3.0, 3.0)
     pctr = np.clip(hot["ctr_prior"] * placement_ctr_multiplier * np.exp(adjustment), 1e-6, 0.99)
     bid = hot["bid_micros"].astype(np.float64)
     code = hot["bid_type"]
