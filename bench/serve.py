@@ -63,8 +63,10 @@ P99_LIMIT_MS = 100.0
 MAX_NON_200 = 0.01
 
 
-def _tier_process(n: int, baseline: bool, workers: int, ports: Any) -> None:
-    """The tier's parent: synthetic ads, then `workers` forked ad servers; each reports (worker, pid, port)."""
+def _tier_process(n: int, baseline: bool, workers: int, ports: Any, ops_token: str) -> None:
+    """The tier's parent: synthetic ads, then `workers` forked ad servers answering /debug/timings to
+    `ops_token` (passed in: a spawned process imports this module afresh, with a token of its own); each
+    reports (worker, pid, port)."""
     from sim.synthetic import synthesize, targeting_of
     from core.targeting import matches
     from infra.platform import PlatformSettings
@@ -90,7 +92,7 @@ def _tier_process(n: int, baseline: bool, workers: int, ports: Any) -> None:
         from serving.decision.engine import DecisionEngine
 
         server_id = worker_server_id("bench-serve", worker)
-        config = ServerConfig(server_id=server_id, max_in_flight=256, engine=EngineConfig(), ops_token=OPS_TOKEN)
+        config = ServerConfig(server_id=server_id, max_in_flight=256, engine=EngineConfig(), ops_token=ops_token)
         engine = DecisionEngine(index, campaigns, config=config.engine, retrieve=retrieve) if baseline else None
 
         async def main() -> None:
@@ -149,7 +151,10 @@ async def _stage_p99(bases: list[str]) -> dict[str, float]:
         for base in bases:
             async with session.get(f"{base}/debug/timings?clear=1",
                                    headers={"Authorization": f"Bearer {OPS_TOKEN}"}) as r:
-                rows.extend(await r.json())
+                body = await r.json()
+                if r.status != 200:
+                    raise RuntimeError(f"{base}/debug/timings answered {r.status}: {body}")
+                rows.extend(body)
     stages = sorted({k for row in rows for k in row})
     return {s: round(float(np.percentile([row[s] for row in rows if s in row], 99)), 3) for s in stages if rows}
 
@@ -172,7 +177,8 @@ class _Tier:
 
         ctx = mp.get_context("spawn")
         ports = ctx.Queue()
-        self.parent = ctx.Process(target=_tier_process, args=(n, baseline, workers, ports), daemon=True)
+        self.parent = ctx.Process(target=_tier_process, args=(n, baseline, workers, ports, OPS_TOKEN),
+                                  daemon=True)
         self.parent.start()
         found = sorted(ports.get(timeout=1800) for _ in range(workers))
         self.worker_pids = [pid for _, pid, _ in found]
