@@ -49,10 +49,10 @@ class Backend:
 class GatewayOptions:
     """How the gateway admits, waits and checks. Times in milliseconds."""
 
-    # Requests one worker has in flight at most; the next ones wait in its queue. Six at ~7 ms each (1 M ads) stay
-    # under a worker's own admission limit (half the 100 ms deadline), so overload is refused here, at once,
-    # rather than by the worker after the wait.
-    server_maxconn: int = 6
+    # Requests one worker has in flight at most; the next ones wait in its queue. Twelve at ~3 ms of CPU each
+    # (1 M ads) stay under a worker's own admission limit (half the 100 ms deadline), so overload is refused here,
+    # at once, rather than by the worker after the wait; fewer refuse the bursts of a rate the tier holds.
+    server_maxconn: int = 12
     server_maxqueue: int = 1  # requests waiting for one worker at most; one more is refused at once
     queue_timeout_ms: int = 1  # the longest a request waits for a connection slot before its 503
     frontend_maxconn: int = 4096  # client connections the gateway holds open
