@@ -146,6 +146,8 @@ async def _stage_p99(bases: list[str]) -> dict[str, float]:
     """Per funnel stage, the p99 over every worker's latest requests (their buffers cleared after reading)."""
     import aiohttp
 
+    from core.errors import RunFailed
+
     rows: list[dict[str, float]] = []
     async with aiohttp.ClientSession() as session:
         for base in bases:
@@ -153,7 +155,7 @@ async def _stage_p99(bases: list[str]) -> dict[str, float]:
                                    headers={"Authorization": f"Bearer {OPS_TOKEN}"}) as r:
                 body = await r.json()
                 if r.status != 200:
-                    raise RuntimeError(f"{base}/debug/timings answered {r.status}: {body}")
+                    raise RunFailed(f"{base}/debug/timings answered {r.status}: {body}")
                 rows.extend(body)
     stages = sorted({k for row in rows for k in row})
     return {s: round(float(np.percentile([row[s] for row in rows if s in row], 99)), 3) for s in stages if rows}
