@@ -128,6 +128,9 @@ def _canary_arguments(p: argparse.ArgumentParser, min_clicks: int) -> None:
     p.add_argument("--min-clicks", type=int, default=min_clicks,
                    help=f"labelled clicks the candidate needs before a verdict (default {min_clicks:,}: +-5 %% "
                         f"calibration)")
+    p.add_argument("--min-segment-clicks", type=int, default=min_clicks,
+                   help="clicks from which a segment's (placement, country, billing type) calibration is judged too "
+                        f"(default {min_clicks:,})")
 
 
 def _log(line: str) -> None:
@@ -262,10 +265,12 @@ def render_evaluation(r: dict[str, Any]) -> str:
         lines.append(f"  against the true probabilities (predicted / expected clicks): overall "
                      f"{_fmt(r['calibration_expected'], '.3f')}, per segment min "
                      f"{_fmt(r['calibration_expected_min'], '.3f')} max {_fmt(r['calibration_expected_max'], '.3f')}")
-    lines.append("  segment (placement/country/billing)        impressions   clicks  predicted/observed")
+    lines.append("  segment (placement/country/billing)        impressions   clicks  predicted/observed  "
+                 "calibrated by (* judged)")
     for s in r["segments"]:
         key = "/".join(v or "-" for v in s["segment"].values())
-        lines.append(f"    {key:<42} {s['impressions']:>11,.0f} {s['clicks']:>8,}  {_fmt(s['ratio'], '.3f')}")
+        lines.append(f"    {key:<42} {s['impressions']:>11,.0f} {s['clicks']:>8,}  {_fmt(s['ratio'], '.3f'):>18}  "
+                     f"{s['calibrated_by']}{' *' if s['judged'] else ''}")
     c = r.get("conversion")
     if c is None:
         lines.append("  pCVR: no conversion examples here, or the model has no conversion model (constant prior)")
@@ -354,7 +359,8 @@ def cmd_model_promote(args: argparse.Namespace) -> int:
         print(f"adserve model promote: the service at {service} has no canary model to promote "
               f"(GET /v1/model answered {status}: {json.dumps(described)[:300]})", file=sys.stderr)
         return 1
-    rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks)
+    rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks,
+                         min_segment_clicks=args.min_segment_clicks)
     report = canary_report(served, examples, current=described["model_version"],
                            candidate=described["canary"]["model_version"], rule=rule)
     answer: Any = None
@@ -390,7 +396,8 @@ def cmd_model_canary_report(args: argparse.Namespace) -> int:
     except AdserveError as exc:
         print(f"adserve model canary-report: {exc}", file=sys.stderr)
         return 2
-    rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks)
+    rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks,
+                         min_segment_clicks=args.min_segment_clicks)
     report = canary_report(served, examples, current=args.current, candidate=args.candidate, rule=rule)
     print(json.dumps(report) if args.json else render_report(report))
     return 0 if report["verdict"] == PROMOTE else 1

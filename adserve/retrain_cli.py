@@ -60,6 +60,9 @@ def register(msub) -> None:
                    help="event time a canary may wait for a verdict before it is taken off (default 6h)")
     p.add_argument("--min-clicks", type=int, default=rule.min_clicks,
                    help=f"labelled clicks of the canary before its verdict (default {rule.min_clicks:,})")
+    p.add_argument("--min-segment-clicks", type=int, default=rule.min_segment_clicks,
+                   help="clicks from which a segment's (placement, country, billing type) calibration is judged "
+                        f"too (default {rule.min_segment_clicks:,})")
     p.add_argument("--tolerance", type=float, default=rule.revenue_tolerance,
                    help="how far below the current's revenue per request the canary's may be (default 0.02)")
     p.add_argument("--epochs", type=int, default=10, help="most epochs of a full training (default 10)")
@@ -132,6 +135,7 @@ class Retrainer:
         except ValueError:
             raise AdserveError(f"--calibration-band: expected LOW,HIGH, got {args.calibration_band!r}") from None
         self.rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks,
+                                  min_segment_clicks=args.min_segment_clicks,
                                   calibration_low=low, calibration_high=high)
         t = _topics()
         self.examples_topic = args.examples_topic or t.TRAINING_EXAMPLES

@@ -5,7 +5,9 @@ From served records (model_version, winners' impression ids and expected cost) j
 TrainingExamples by impression id, `canary_report` computes per model version requests, revenue per request
 (the winners' expected cost over the requests, micros) and calibration (predicted over observed clicks, sum of
 logged pCTR x weight over sum of label x weight) overall and per (placement, country, billing type), then a
-verdict: "promote", "hold" (with the reasons) or "not enough data" (with how many clicks are needed).
+verdict: "promote", "hold" (with the reasons) or "not enough data" (with how many clicks are needed). The
+calibration band holds overall and in every segment of the candidate with at least min_segment_clicks clicks;
+the report names the segments judged and their clicks (`segments_judged`).
 Conversion bids are judged too: over the CONVERSION examples of CPA winners, predicted conversions (the logged
 pCVR of each clicked impression) over observed ones; once the candidate has min_conversions of them, a
 conversion calibration outside its band holds the candidate, and before that the report says it was not
@@ -29,6 +31,9 @@ class PromotionRule:
     revenue_tolerance: float = 0.02  # the candidate's revenue per request may be this much below the current's
     # A ratio of predicted over observed clicks over n clicks is good to about +-2/sqrt(n): +-5 % needs 1,600.
     min_clicks: int = 1_600
+    # Each (placement, country, billing type) of the candidate with at least this many clicks is held to the
+    # same band: a model calibrated overall can still be off in a segment (its own overestimates win there).
+    min_segment_clicks: int = 1_600
     # pCVR of conversion bids: predicted over observed conversions, judged from 400 conversions (+-10 %)
     conversion_low: float = 0.9
     conversion_high: float = 1.1
@@ -159,6 +164,11 @@ def verdict(current: Mapping[str, Any] | None, candidate: Mapping[str, Any] | No
         reasons.append(f"calibration {calibration} (predicted {candidate['predicted_clicks']:,.0f} clicks for "
                        f"{candidate['clicks']:,} observed) is outside {rule.calibration_low:g}-"
                        f"{rule.calibration_high:g}")
+    judged = judged_segments(candidate, rule)
+    for s in judged:
+        if s["calibration"] is None or not rule.calibration_low <= s["calibration"] <= rule.calibration_high:
+            reasons.append(f"calibration {s['calibration']} in {_segment_name(s)} over {s['clicks']:,} clicks is "
+                           f"outside {rule.calibration_low:g}-{rule.calibration_high:g}")
     # revenue per request, compared exactly: candidate / its requests >= current / its requests x (1 - tolerance)
     ours = Fraction(candidate["revenue_micros"], candidate["requests"])
     theirs = Fraction(current["revenue_micros"], current["requests"])
@@ -180,8 +190,18 @@ def verdict(current: Mapping[str, Any] | None, candidate: Mapping[str, Any] | No
     if reasons:
         return HOLD, reasons
     return PROMOTE, [f"calibration {calibration} within {rule.calibration_low:g}-{rule.calibration_high:g} over "
-                     f"{candidate['clicks']:,} clicks; revenue per request {candidate['revenue_per_request_micros']:,} "
+                     f"{candidate['clicks']:,} clicks, and in each of {len(judged)} segments with at least "
+                     f"{rule.min_segment_clicks:,} clicks; revenue per request {candidate['revenue_per_request_micros']:,} "
                      f"micros against {current['revenue_per_request_micros']:,} ({change:+.1f} %); {conversion_note}"]
+
+
+def judged_segments(arm: Mapping[str, Any], rule: PromotionRule) -> list[Mapping[str, Any]]:
+    """The arm's segments with enough clicks for the rule to judge their calibration."""
+    return [s for s in arm.get("segments", []) if s["clicks"] >= rule.min_segment_clicks]
+
+
+def _segment_name(s: Mapping[str, Any]) -> str:
+    return "/".join(str(s[k] or "-") for k in ("placement", "country", "billing_type"))
 
 
 def canary_report(served: Iterable[Mapping[str, Any]], examples: Iterable[Mapping[str, Any]], *,
@@ -191,7 +211,10 @@ def canary_report(served: Iterable[Mapping[str, Any]], examples: Iterable[Mappin
     figures, other = arm_figures(served, examples)
     current, candidate = _pick_arms(figures, current, candidate)
     outcome, reasons = verdict(figures.get(current or ""), figures.get(candidate or ""), (current, candidate), rule)
+    judged = judged_segments(figures.get(candidate or "", {}), rule)
     return {"current": current, "candidate": candidate, "verdict": outcome, "reasons": reasons,
+            "segments_judged": [{"segment": _segment_name(s), "clicks": s["clicks"], "calibration": s["calibration"]}
+                                for s in judged],
             "versions": figures, **other, "rule": asdict(rule)}
 
 

@@ -179,7 +179,10 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
     baseline = metrics.summary(y, priors_baseline(examples, snapshots), w)
     logged = metrics.summary(y, examples.logged_pctr, w)
     segments = metrics.calibration_by_segment(y, predicted, w, {n: getattr(examples, n) for n in SEGMENTS})
-    judged = [s["ratio"] for s in segments if s["clicks"] >= min_segment_clicks]
+    for s in segments:  # what calibrates the segment: its own fit, or a parent's when it had too few clicks
+        s["calibrated_by"] = model.calibration.fitted_level(s["segment"])
+        s["judged"] = s["clicks"] >= min_segment_clicks
+    judged = [s["ratio"] for s in segments if s["judged"]]
     result: dict[str, Any] = {
         "model_version": model.version, "examples": len(examples), "clicks": examples.positives,
         "weighted_impressions": round(float(w.sum()), 1), "base_rate": metrics.base_rate(y, w),
@@ -191,6 +194,7 @@ def evaluate_click_model(model: ClickModel, records: Sequence[dict[str, Any]],
         "ne_oracle": None, "auc_oracle": None,
         "calibration_min": min(judged) if judged else None, "calibration_max": max(judged) if judged else None,
         "calibration_segments_judged": len(judged), "min_segment_clicks": min_segment_clicks,
+        "segments_on_parent_calibration": sum(s["calibrated_by"] != "segment" for s in segments),
         "segments": segments, "conversion": None}
     if conversion_records and model.conversion is not None:
         converted = ExampleTable.from_records(conversion_records)

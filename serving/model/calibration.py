@@ -82,6 +82,14 @@ class SegmentCalibration:
                 return platt
         return IDENTITY
 
+    def fitted_level(self, values: dict[str, str]) -> str:
+        """Which fit `resolve` gives this segment: "segment" (its own), "placement, billing_type" (its parent:
+        too few clicks of its own), "global", or "identity" (nothing fitted)."""
+        for level in range(len(LEVELS)):
+            if (level, tuple(values[n] for n in LEVELS[level])) in self.coefficients:
+                return "segment" if level == 0 else ", ".join(LEVELS[level]) or "global"
+        return "identity"
+
     def apply(self, probabilities, placement, country, billing_type) -> np.ndarray:
         """Calibrated probabilities for arrays of segment values (one per probability; scalars broadcast)."""
         q = np.asarray(probabilities, dtype=np.float64)

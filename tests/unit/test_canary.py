@@ -178,6 +178,29 @@ def test_calibration_is_reported_per_placement_country_and_billing_type():
     assert figures["calibration"] == pytest.approx(1.0)  # (0.5 + 0.1 x 5) / 1 click
 
 
+def test_a_candidate_calibrated_overall_but_off_in_a_segment_with_enough_clicks_is_held():
+    current = arm("click-v1", "a", requests=900, clicks=40, kept_non_clicks=76, pctr=0.05)
+    # the candidate's 80 clicks: half in feed/US at 0.07 (predicts 1.4 x), half in video/GB at 0.03 (0.6 x)
+    records = current[0] + [served(f"b{i}", "click-v2") for i in range(1_600)]
+    examples = list(current[1])
+    for offset, (placement, country, pctr) in enumerate((("feed", "US", 0.07), ("video", "GB", 0.03))):
+        ids = [f"b{offset * 800 + i}" for i in range(800)]
+        examples += [example(r, 1, pctr, placement=placement, country=country) for r in ids[:40]]
+        examples += [example(r, 0, pctr, placement=placement, country=country) for r in ids[40:116]]
+    overall_only = canary_report(records, examples, current="click-v1", candidate="click-v2",
+                                 rule=PromotionRule(min_clicks=40, min_segment_clicks=1_000))
+    assert overall_only["versions"]["click-v2"]["calibration"] == pytest.approx(1.0)
+    assert overall_only["verdict"] == PROMOTE and overall_only["segments_judged"] == []
+    per_segment = canary_report(records, examples, current="click-v1", candidate="click-v2",
+                                rule=PromotionRule(min_clicks=40, min_segment_clicks=40))
+    assert per_segment["verdict"] == HOLD
+    assert per_segment["segments_judged"] == [
+        {"segment": "feed/US/CLICK", "clicks": 40, "calibration": pytest.approx(1.4)},
+        {"segment": "video/GB/CLICK", "clicks": 40, "calibration": pytest.approx(0.6)}]
+    assert sum("feed/US/CLICK over 40 clicks" in r for r in per_segment["reasons"]) == 1
+    assert sum("video/GB/CLICK over 40 clicks" in r for r in per_segment["reasons"]) == 1
+
+
 def test_fallback_requests_and_repeats_judge_no_model():
     records = [served("a1", "click-v1", 500), served("a1", "click-v1", 500), served("f1", None, 9_000),
                served("b1", "click-v2", 700)]

@@ -51,6 +51,14 @@ def test_every_segment_with_enough_clicks_is_calibrated_within_a_quarter(evaluat
     assert evaluation["calibration_expected_max"] <= 1.25
 
 
+def test_each_segment_of_the_evaluation_says_what_calibrates_it(evaluation):
+    by = [s["calibrated_by"] for s in evaluation["segments"]]
+    assert set(by) <= {"segment", "placement, billing_type", "global", "identity"}
+    assert "segment" in by  # a 60,000-request day fits some segments of its own
+    assert evaluation["segments_on_parent_calibration"] == sum(b != "segment" for b in by)
+    assert all(s["judged"] == (s["clicks"] >= evaluation["min_segment_clicks"]) for s in evaluation["segments"])
+
+
 def test_the_pre_ranker_keeps_the_models_winner_over_95_percent_of_the_time(trained):
     # A world of 6,000 ads, so the filters leave ~3,000 candidates for the pre-ranker's 200, served by the
     # model in process; the recall monitor scores every candidate of half the requests after the response.

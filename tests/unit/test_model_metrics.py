@@ -159,6 +159,13 @@ def test_a_segment_below_the_minimum_count_uses_the_coarser_one():
     # an unseen placement falls through to the global fit, an empty calibration to the identity
     assert calibration.lookup("podcast", "FR", "IMPRESSION") == calibration.coefficients[(2, ())]
     assert SegmentCalibration({}).lookup("feed", "US", "CLICK") == Platt(1.0, 0.0)
+    # and says which fit it used, as the evaluation reports it per segment
+    assert calibration.fitted_level({"placement": "feed", "country": "US", "billing_type": "CLICK"}) == "segment"
+    assert calibration.fitted_level({"placement": "video", "country": "DE", "billing_type": "CLICK"}) == \
+        "placement, billing_type"
+    assert calibration.fitted_level({"placement": "podcast", "country": "FR", "billing_type": "X"}) == "global"
+    assert SegmentCalibration({}).fitted_level({"placement": "feed", "country": "US", "billing_type": "CLICK"}) == \
+        "identity"
 
 
 def test_calibration_round_trips_through_json():
