@@ -31,7 +31,11 @@ TaskManager restart in place (`adserve up`'s own launch); the local Flink cluste
 killed JobManager restarts empty and the run's jobs are submitted again from their latest retained checkpoint
 (`flink run -s`: the checkpoint files outlive the JobManager); a killed ad server is replaced by a new one with a
 new server id (its spend sequence starts again at 1 and must not collide with the dead server's); the tracker
-and the prediction service restart on their ports.
+and the prediction service restart on their ports. Two faults fail the jobs in place, the TaskManager left up:
+`python_worker` SIGKILLs the TaskManager's Python workers (every job's), `task_failure` arms each job's tripwire
+(jobs.tripwire: its stateful operator raises on its next record); Flink restarts each job from its latest
+checkpoint in the same TaskManager, and the phase waits until every job's exception history shows the failure
+before it measures the recovery (from the fault, with nothing held down).
 
 Figures (--json names): one row per fault in `rows`, each with fault, recovery_s, recovery_bound_s,
 lost_events, double_billed_events, billed_above_budget_micros, overspend_beyond_slices_micros,
@@ -66,12 +70,16 @@ from infra.platform.errors import PlatformError
 from infra.platform.process import ManagedProcess, reap, wait_until
 from schemas import topics as topic_names
 
-FAULTS = ("kafka", "taskmanager", "jobmanager", "redis", "postgres", "connect", "ad_server", "tracker",
-          "prediction")
-SHORT_FAULTS = ("kafka", "taskmanager", "redis", "ad_server", "tracker")
+FAULTS = ("kafka", "taskmanager", "python_worker", "task_failure", "jobmanager", "redis", "postgres", "connect",
+          "ad_server", "tracker", "prediction")
+SHORT_FAULTS = ("kafka", "taskmanager", "task_failure", "redis", "ad_server", "tracker")
+# Faults a job recovers from inside the TaskManager that stays up (a restart in place): nothing is held down
+# or restarted by the matrix; Flink restarts the jobs from their latest checkpoint.
+IN_PLACE = ("python_worker", "task_failure")
 # The stated bound per fault: kill to every job RUNNING and every server ready again. Each is the part's own
 # restart plus what must follow it, with room for a loaded 2-core machine (docs/faults.md gives the reasons).
-RECOVERY_BOUND_S = {"baseline": 30.0, "kafka": 90.0, "taskmanager": 120.0, "jobmanager": 180.0, "redis": 30.0,
+RECOVERY_BOUND_S = {"baseline": 30.0, "kafka": 90.0, "taskmanager": 120.0, "python_worker": 60.0,
+                    "task_failure": 60.0, "jobmanager": 180.0, "redis": 30.0,
                     "postgres": 60.0, "connect": 120.0, "ad_server": 60.0, "tracker": 30.0, "prediction": 60.0}
 FRESHNESS_BOUND_S = 10.0  # an advertiser change on every ad server (the design's SLO)
 SLOTS = 3
@@ -283,6 +291,7 @@ class World:
         self.keys = TokenKeys.from_spec(DEVELOPMENT_TOKEN_KEYS)
         self.topics = {n: f"bench.faults.{n}.{self.run_id}" for n in ("campaigns", "ads", "billed", "dead")}
         self.job_ids: dict[str, str] = {}
+        self.failures_before: dict[str, int] = {}  # each job's failures when an in-place fault struck
         self.children: dict[str, Child] = {}
         self.replacements = 0
         self.routable: set[str] = set()  # the ad servers traffic goes to: a balancer adds a server once ready
@@ -426,6 +435,10 @@ class World:
                 # nine faults in a few minutes: more restarts than a job's default three
                 "--restart-attempts", "100"]
 
+    def tripwire(self, job: str) -> Path:
+        """The job's jobs.tripwire file: written by the task_failure fault, removed by the job as it fails."""
+        return self.folder / f"tripwire.{job}"
+
     def _job_specs(self) -> dict[str, list[str]]:
         t = self.topics
         return {
@@ -434,10 +447,11 @@ class World:
                               "--ads-topic", t["ads"], "--billed-topic", t["billed"],
                               "--state-topic", topic_names.BUDGET_STATE, "--leases-topic", topic_names.BUDGET_LEASES,
                               "--dead-letter-topic", t["dead"], "--redis-url", self.settings.redis_url,
-                              "--heartbeat-ms", "10000"],
+                              "--heartbeat-ms", "10000", "--tripwire-file", str(self.tripwire("budget_pacing"))],
             "click_aggregator": [*self._job_args(f"faults-billing-{self.run_id}"),
                                  "--events-topic", topic_names.AD_EVENTS, "--campaigns-topic", t["campaigns"],
-                                 "--billed-topic", t["billed"], "--dead-letter-topic", t["dead"]]}
+                                 "--billed-topic", t["billed"], "--dead-letter-topic", t["dead"],
+                                 "--tripwire-file", str(self.tripwire("click_aggregator"))]}
 
     def _deploy_jobs(self, from_checkpoints: dict[str, str] | None = None) -> None:
         from infra.platform.services import Flink
@@ -525,6 +539,8 @@ class World:
                 _kill_group(process)
         elif fault == "taskmanager":
             Flink(self.settings).kill_taskmanager()
+        elif fault in IN_PLACE:
+            self._fail_in_place(fault)
         elif fault == "jobmanager":
             _kill_group(Flink(self.settings).processes()[0])
         elif fault == "ad_server":
@@ -543,6 +559,8 @@ class World:
             control.up(self.settings, log=quiet, only=[fault])
         elif fault == "taskmanager":
             Flink(self.settings).start_taskmanager()
+        elif fault in IN_PLACE:
+            self._until_failed_over(fault)
         elif fault == "jobmanager":
             self._restart_jobmanager()
         elif fault == "ad_server":
@@ -552,6 +570,43 @@ class World:
             self._ad_server("ads-b", f"faults-{self.run_id}-ads-b-r{self.replacements}")
         elif fault in ("tracker", "prediction"):
             self.children[fault].start(self.env)
+
+    def _fail_in_place(self, fault: str) -> None:
+        """python_worker: SIGKILL every Python worker of the TaskManager (each job's), the TaskManager's JVM left
+        running; task_failure: arm each job's tripwire, so its stateful operator raises on its next record."""
+        from infra.platform.services import Flink
+        from jobs import deploy
+
+        self.failures_before = {name: deploy.failures(self.settings.flink_rest_url, job_id)
+                                for name, job_id in self.job_ids.items()}
+        if fault == "task_failure":
+            for name in self.job_ids:
+                self.tripwire(name).write_text("1")
+            return
+        workers = Flink(self.settings).python_workers()
+        if not workers:
+            raise RunFailed("python_worker: the TaskManager runs no Python worker to kill")
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.log(f"[{fault}] killed Python workers {workers}")
+
+    def _until_failed_over(self, fault: str) -> None:
+        """Until every job has failed since the fault (its exception history grew) and a task_failure's
+        tripwires are gone: the evidence the fault hit each job. RunFailed when one did not within its bound."""
+        from jobs import deploy
+
+        def failed_over() -> bool:
+            try:
+                return all(deploy.failures(self.settings.flink_rest_url, job_id) > self.failures_before[name]
+                           and not self.tripwire(name).exists() for name, job_id in self.job_ids.items())
+            except deploy.DeployError:
+                return False
+
+        wait_until(failed_over, timeout_s=RECOVERY_BOUND_S[fault], interval_s=0.2,
+                   what=f"every job failing over after {fault}")
 
     def _restart_jobmanager(self) -> None:
         """No HA: the JobManager comes back empty; the run's jobs are submitted again from their latest retained
@@ -651,9 +706,10 @@ def _phase(world: World, traffic: Traffic, index: int, fault: str, timing: Timin
     time.sleep(timing.pause_lead_s)
     killed_s = time.time()
     record.slices_at_fault_micros = world.feed.outstanding_micros(set(campaigns), int(killed_s * 1000))
-    log(f"[{fault}] SIGKILL ({record.slices_at_fault_micros} micros of slices outstanding)")
+    log(f"[{fault}] {'failing the jobs in place' if fault in IN_PLACE else 'SIGKILL'} "
+        f"({record.slices_at_fault_micros} micros of slices outstanding)")
     world.kill(fault)
-    time.sleep(timing.broker_outage_s if fault == "kafka" else timing.outage_s)
+    time.sleep(0 if fault in IN_PLACE else timing.broker_outage_s if fault == "kafka" else timing.outage_s)
     restarting_s = time.time()
     if fault == "redis":
         record.redis_down = (killed_s + 0.5, restarting_s)

@@ -141,6 +141,12 @@ def job_state(rest_url: str, job_id: str) -> tuple[str, list[str]]:
     return detail["state"], [v["status"] for v in detail.get("vertices", [])]  # type: ignore[index]
 
 
+def failures(rest_url: str, job_id: str) -> int:
+    """How many failures the job has had (its exception history, as Flink keeps it: the newest 16 by default)."""
+    detail = _rest(f"{rest_url}/jobs/{job_id}/exceptions?maxExceptions=100")
+    return len(detail.get("exceptionHistory", {}).get("entries", []))  # type: ignore[union-attr]
+
+
 def wait_running(rest_url: str, job_id: str, timeout_s: float = 120.0) -> float:
     """Seconds until the job and every one of its tasks runs; raises if it fails or times out."""
     start = time.monotonic()

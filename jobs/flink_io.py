@@ -67,6 +67,7 @@ class KafkaJobSettings:
     # (empty: the cluster's execution.checkpointing.dir and savepoint-dir)
     checkpoints_dir: str = ""
     savepoints_dir: str = ""
+    tripwire_file: str = ""  # jobs.tripwire: an injected task failure, for restart tests; empty (off) in deployments
 
     def kafka_client_options(self) -> dict[str, str]:
         """The `properties.*` options of the Kafka connector for the endpoint's security: the CA inline as PEM
@@ -121,6 +122,11 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
                              "checkpoint only seals the log, instead of writing the whole state every "
                              "checkpoint (needs `state.changelog.storage: filesystem` on the cluster, as `adserve "
                              f"up` configures it; default {'on' if state_changelog else 'off'} for this job)")
+    parser.add_argument("--tripwire-file", default="",
+                        help="testing only: once this file appears, the stateful operator fails its task on the "
+                             "N-th record it then processes (N: the file's content, default 1) and removes the "
+                             "file, so the job restarts in place once (jobs/tripwire.py; the fault matrix's "
+                             "task_failure row)")
 
 
 def job_endpoints(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Endpoints:
@@ -151,7 +157,8 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
                             checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism,
                             restart_attempts=args.restart_attempts,
                             bundle_time_ms=args.bundle_time_ms, watermark_interval_ms=args.watermark_interval_ms,
-                            buffer_timeout_ms=args.buffer_timeout_ms, state_changelog=args.state_changelog)
+                            buffer_timeout_ms=args.buffer_timeout_ms, state_changelog=args.state_changelog,
+                            tripwire_file=args.tripwire_file)
 
 
 def platform_home(environ: Mapping[str, str] = os.environ) -> Path:

@@ -615,6 +615,34 @@ class Flink(Service):
             reap(pid)  # when this process started it, collect the zombie
             tm.pid_path.unlink(missing_ok=True)
 
+    def python_workers(self) -> list[int]:
+        """The TaskManager's Python workers (PyFlink's process mode: one per running Python operator chain),
+        found among the TaskManager's descendants by their `pyflink.fn_execution` command line."""
+        tm = self.processes()[1].pid()
+        if tm is None:
+            return []
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+        workers, pending = [], list(children.get(tm, []))
+        while pending:
+            pid = pending.pop()
+            pending.extend(children.get(pid, []))
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"pyflink.fn_execution" in command:
+                workers.append(pid)
+        return sorted(workers)
+
     def start_taskmanager(self) -> None:
         tm = self.processes()[1]
         if tm.pid() is None:

@@ -23,6 +23,7 @@ from core.spend import report_key, spend_items
 from jobs.budget_pacing import state as pacer_state
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards, dead_letter_row
 from jobs.side_files import read_side_file
+from jobs.tripwire import Tripwire
 
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
@@ -45,6 +46,7 @@ class PacerSettings:
     heartbeat_ms: int = budget.HEARTBEAT_MS
     curves_path: str = ""
     redis_url: str = ""
+    tripwire_file: str = ""  # jobs.tripwire (restart tests only)
 
 
 CURVES_SETTING = "--curves / ADSERVE_CURVES"
@@ -150,11 +152,13 @@ class Pace(KeyedProcessFunction):
         self.points = PointBuffer(self.settings.redis_url)
         self.cache: dict[int, budget.PacerState] = {}  # decoded states; Flink state stays the truth
         self.members: dict[Any, set[int]] = {}  # shard -> its campaigns, read from state once per run
+        self.tripwire = Tripwire(self.settings.tripwire_file)
 
     def close(self):
         self.points.close()
 
     def process_element(self, row, ctx):
+        self.tripwire.step()
         campaign_id, event_ms = row.campaign_id, ctx.timestamp()
         now_ms = change_instant_ms(event_ms, ctx.timer_service().current_watermark())
         members = self._campaigns(ctx.get_current_key())

@@ -51,7 +51,8 @@ def build(t_env, settings: BudgetPacingSettings) -> None:
     # JVM cannot read pass through Route.
     routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), row_type(), settings.shards,
                                       Route(), "decode late and unreadable records")
-    pacer = PacerSettings(settings.shards, settings.heartbeat_ms, settings.curves, settings.redis_url)
+    pacer = PacerSettings(settings.shards, settings.heartbeat_ms, settings.curves, settings.redis_url,
+                          settings.kafka.tripwire_file)
     paced = keyed.process(Pace(pacer), output_type=bytes_row_type()).name("pace campaigns").uid("pace-campaigns")
     statements = t_env.create_statement_set()
     statements.add_insert("state_out", t_env.from_data_stream(paced))

@@ -12,6 +12,7 @@ from core import clicks
 from jobs.click_aggregator import state as bill_state
 from jobs.click_aggregator.views import EVENT_FIELDS, REDUCED_FIELDS
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards
+from jobs.tripwire import Tripwire
 from schemas.codec import AvroCodec
 
 JOB_NAME = "click_aggregator"
@@ -55,8 +56,9 @@ class Bill(KeyedProcessFunction):
     event-time order; the cumulative BilledSpend totals out. A shard's changes go back to the JVM in one round
     trip per bundle, where a key per campaign would cost one per campaign."""
 
-    def __init__(self, shards: int = SHARDS):
+    def __init__(self, shards: int = SHARDS, tripwire_file: str = ""):
         self.shards = shards
+        self.tripwire = Tripwire(tripwire_file)  # jobs.tripwire (restart tests only)
 
     def open(self, runtime_context: RuntimeContext):
         self.codec = AvroCodec()
@@ -74,6 +76,7 @@ class Bill(KeyedProcessFunction):
         self.cache: dict[int, clicks.CampaignBill] = {}
 
     def process_element(self, row, ctx):
+        self.tripwire.step()
         self._check_shard(ctx.get_current_key())
         event, dead = self._input(row, ctx.timestamp())
         if dead is not None:

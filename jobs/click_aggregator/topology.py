@@ -32,7 +32,7 @@ def build(t_env, settings: ClickAggregatorSettings) -> None:
     # campaign record cannot overtake it on the way to the bill; only rows Route decodes may come a bundle later.
     routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), reduced_row_type(),
                                       settings.shards, Route(), "decode campaign and other records")
-    billed = (keyed.process(Bill(settings.shards), output_type=timed_bytes_row_type()).name("bill campaigns")
+    billed = (keyed.process(Bill(settings.shards, settings.kafka.tripwire_file), output_type=timed_bytes_row_type()).name("bill campaigns")
               .uid("bill-campaigns"))
     corrupt = routed.get_side_output(DEAD_LETTERS).union(billed.get_side_output(DEAD_LETTERS))
     statements = t_env.create_statement_set()

@@ -20,6 +20,7 @@ from core.dead_letters import dead_letter
 from core.feature_windows import UNKNOWN_CELL, ServedSlot, WindowRules
 from jobs.features import snapshot, state
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row, timed_bytes_row_type
+from jobs.tripwire import Tripwire
 from schemas.codec import AvroCodec
 
 JOB_NAME = "features"
@@ -140,8 +141,9 @@ class AdWindow(KeyedProcessFunction):
     attributes when they changed) to the publisher. Late beacons are counted (`late_records`); expired ones go
     to dead letters (`expired_records`)."""
 
-    def __init__(self, rules: WindowRules = WindowRules()):
+    def __init__(self, rules: WindowRules = WindowRules(), tripwire_file: str = ""):
         self.rules = rules
+        self.tripwire = Tripwire(tripwire_file)  # jobs.tripwire (restart tests only)
 
     def open(self, runtime_context: RuntimeContext):
         self.codec = AvroCodec()
@@ -154,6 +156,7 @@ class AdWindow(KeyedProcessFunction):
         self.late, self.expired = metrics.counter("late_records"), metrics.counter("expired_records")
 
     def process_element(self, row, ctx):
+        self.tripwire.step()
         watermark = ctx.timer_service().current_watermark()
         self._note_campaign(row.campaign_id)
         if row.kind == feature_inputs.ATTRIBUTES:

@@ -55,7 +55,7 @@ def build(t_env, settings: FeaturesSettings) -> None:
     decoded = (t_env.to_data_stream(raw).process(Decode(user_features), output_type=state.AD_INPUT)
                .name("decode served log, beacons, conversions, feedback, ads, campaigns"))
     windows = (decoded.key_by(lambda r: r.ad_id, key_type=Types.LONG())
-               .process(AdWindow(settings.windows), output_type=state.PUBLISH_INPUT).name("window per ad")
+               .process(AdWindow(settings.windows, settings.kafka.tripwire_file), output_type=state.PUBLISH_INPUT).name("window per ad")
                .uid("window-per-ad"))
     published = (windows.union(decoded.get_side_output(CAMPAIGNS)).key_by(lambda r: 0, key_type=Types.INT())
                  .process(Publish(settings.estimates, settings.windows, settings.snapshot_dir,

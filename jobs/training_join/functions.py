@@ -14,6 +14,7 @@ from core import privacy, training
 from core.monitoring import calibration_counts
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type
 from jobs.training_join import state as join_state
+from jobs.tripwire import Tripwire
 from schemas.codec import AvroCodec
 
 JOB_NAME = "training_join"
@@ -82,8 +83,9 @@ class Label(KeyedBroadcastProcessFunction):
     side keeps the deletion requests (join_state.deletions_state); a deleted user's served records and
     examples are dropped (counted, `erased_records`, `erased_examples`)."""
 
-    def __init__(self, rules: training.JoinRules = training.JoinRules()):
+    def __init__(self, rules: training.JoinRules = training.JoinRules(), tripwire_file: str = ""):
         self.rules = rules
+        self.tripwire = Tripwire(tripwire_file)  # jobs.tripwire (restart tests only)
 
     def open(self, runtime_context: RuntimeContext):
         self.codec = AvroCodec()
@@ -105,6 +107,7 @@ class Label(KeyedBroadcastProcessFunction):
         yield from ()  # the broadcast side emits nothing
 
     def process_element(self, row, ctx):
+        self.tripwire.step()
         record = join_record(row)
         deletions = _deletions(ctx)
         if record.kind == "served" and deletions.erases_user(record.user_id, record.served_ms):

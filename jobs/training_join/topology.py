@@ -42,7 +42,7 @@ def build(t_env, settings: TrainingJoinSettings) -> None:
                  .name("decode deletion requests"))
     examples = (split.key_by(lambda r: r.impression_id, key_type=Types.STRING())
                 .connect(deletions.broadcast(join_state.deletions_state()))
-                .process(Label(settings.rules), output_type=timed_bytes_row_type())
+                .process(Label(settings.rules, settings.kafka.tripwire_file), output_type=timed_bytes_row_type())
                 .name("label impressions, drop deleted users").uid("label-impressions"))
     statements = t_env.create_statement_set()
     statements.add_insert("examples_out", timed_table(t_env, examples))

@@ -1,6 +1,8 @@
 """The fault matrix's short version on the real platform (`adserve bench faults --short`): the Kafka broker, the
 Flink TaskManager, Redis, an ad server holding slices and the tracker, each killed with SIGKILL under live
-traffic and restarted, one at a time, after a baseline phase with no fault. One run of the matrix serves the
+traffic and restarted, one at a time, after a baseline phase with no fault; and an exception injected into both
+jobs' stateful operators (`task_failure`, jobs.tripwire), from which each job restarts in place, inside the same
+TaskManager and Python worker. One run of the matrix serves the
 whole module: a test per phase checks what the phase shows at once (traffic measured, recovery within its
 bound, no paused campaign served past the freshness bound, no capped campaign without Redis, no server error),
 and the last test closes the day's billing and checks every row's every count, billing included.

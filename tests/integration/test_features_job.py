@@ -84,8 +84,12 @@ def test_the_job_publishes_a_snapshot_its_rows_and_the_registry_entry(platform, 
              key=lambda c: c["campaign_id"])
 
     folder = tmp_path / "features"
+    # One injected exception halfway through (jobs.tripwire): the job restarts in place, in the same Python
+    # worker, and must still publish exactly what the records say.
+    tripwire = tmp_path / "tripwire"
+    tripwire.write_text(str(len(served_log) // 2))
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.features", "--bounded", "--startup-mode", "earliest-offset",
+        [sys.executable, "-m", "jobs.features", "--bounded", "--tripwire-file", str(tripwire), "--startup-mode", "earliest-offset",
          "--bootstrap", bootstrap, "--checkpoint-interval-ms", "1000", "--group-id", f"g-{topics['served']}",
          "--window-ms", "3600000", "--tick-ms", str(TICK_MS), "--snapshot-dir", str(folder),
          "--redis-url", platform.redis_url,
@@ -93,6 +97,7 @@ def test_the_job_publishes_a_snapshot_its_rows_and_the_registry_entry(platform, 
          "--dead-letter-topic", topics["dead"]],
         capture_output=True, text=True, timeout=900, env=os.environ | platform.as_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not tripwire.exists(), "the injected failure never fired"
 
     snapshot = ad_features.load(folder)
     assert sorted(snapshot.ad_id.tolist()) == [GOOD, MEDIOCRE, NEW_GOOD, HIDDEN, NEW_POOR, NEW_UNKNOWN]

@@ -40,14 +40,19 @@ def test_streaming_join_equals_the_batch_backfill_and_dead_letters_a_corrupt_rec
     _produce(platform.kafka_bootstrap, conversions_topic, "AdConversion", day.conversions,
              key=lambda c: c["impression_id"], extra=[(b"x", b"\xc3\x01 truncated", corrupt_ms)])
 
+    # One injected exception halfway through (jobs.tripwire): the job restarts in place, in the same Python
+    # worker, and must still give exactly the reference's examples.
+    tripwire = tmp_path / "tripwire"
+    tripwire.write_text(str(len(served) // 2))
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.training_join", "--bounded", "--startup-mode", "earliest-offset",
+        [sys.executable, "-m", "jobs.training_join", "--bounded", "--tripwire-file", str(tripwire), "--startup-mode", "earliest-offset",
          "--bootstrap", platform.kafka_bootstrap, "--checkpoint-interval-ms", "1000", "--group-id",
          f"g-{served_topic}", "--served-topic", served_topic, "--events-topic", events_topic,
          "--conversions-topic", conversions_topic,
          "--examples-topic", examples_topic, "--dead-letter-topic", dead_topic, "--keep-rate", str(KEEP_RATE)],
         capture_output=True, text=True, timeout=900, env=os.environ | platform.as_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not tripwire.exists(), "the injected failure never fired"
 
     messages = kafka.read_all(platform.kafka_bootstrap, examples_topic, timeout_s=60)
     streaming = sorted((CODEC.decode(m.value(), "TrainingExample") for m in messages), key=training.example_order)
