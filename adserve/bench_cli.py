@@ -192,9 +192,11 @@ def _add_live_loop(bsub) -> None:
     g.add_argument("--advertisers", type=int, default=20, help="advertisers of the world, 5 campaigns of 4 ads each "
                                                                "(default 20: 400 ads)")
     g.add_argument("--users", type=int, default=20_000, help="users of the world (default 20,000)")
+    g.add_argument("--processes", type=int, default=2,
+                   help="client processes sending the simulated users' requests and beacons (default 2)")
     g.add_argument("--concurrency", type=int, default=3,
-                   help="simulated users in flight, each waiting for its answer and beacons (default 3: a load one "
-                        "ad-server process scoring with the model in process holds on two shared cores)")
+                   help="simulated users in flight per client process, each waiting for its answer and beacons "
+                        "(default 3)")
     g.add_argument("--canary-share", type=float, default=0.5,
                    help="share of requests the first model scores as a canary (default 0.5)")
     g.add_argument("--new-ad-share", type=float, default=0.1,
@@ -244,7 +246,8 @@ def cmd_bench_live_loop(args: argparse.Namespace) -> int:
 
     try:
         figures = live_loop.run(requests=args.requests, seed=args.seed, advertisers=args.advertisers,
-                                users=args.users, concurrency=args.concurrency, canary_share=args.canary_share,
+                                users=args.users, concurrency=args.concurrency, processes=args.processes,
+                                canary_share=args.canary_share,
                                 new_ad_share=args.new_ad_share, feature_tick_ms=args.feature_tick_ms, log=_log(args))
     except (AdserveError, ValueError, RuntimeError, TimeoutError) as exc:
         print(f"adserve bench live-loop: {exc}", file=sys.stderr)

@@ -12,18 +12,25 @@ waits an hour of event time, which a streaming join would only reach an hour lat
   priors   (40 %): no model exists, the server ranks on priors (learned ctr_prior once a snapshot exists);
   canary   (35 %): the first trained model on --canary-share of requests (default half: a bench needs its
            verdict within the run, production canaries 1-5 %), judged by the promotion rule over at least 400
-           of its clicks with the calibration band 0.9-1.1 (+-2/sqrt(n) is +-10 % at 400 clicks; the model's
+           of its clicks with the calibration band 0.9-1.1 (+-2/sqrt(n) is +-10 % at 400 clicks), overall and in
+           each (placement, country, billing type) with at least 400 of its clicks (canary_clicks,
+           canary_calibration, canary_segments_judged: each judged segment's clicks and ratio; the model's
            calibration against the truth is reported on its own below);
   learned  (25 %): after the promotion.
 
 Some of the world's ads (--new-ad-share) join part-way through the priors phase: new ads.
+
+The simulated users run in --processes client processes (bench.live_traffic), --concurrency requests in flight
+each; every impression is appended to the client's file in the run's folder (`work_dir`) as it happens, and the
+figures read those files and the served log once, streaming, at the end.
 
 Figures (--json names):
   ne_served_priors, ne_served_learned, ne_oracle: normalised entropy of the served top-slot pCTR (the served
     log's) against the clicks, in the priors phase, the learned phase, and of the true probabilities of the
     learned phase's impressions; targets ne_served_learned <= 1.05 x ne_oracle and < 0.9 x ne_served_priors;
   calibration_min, calibration_max: the learned phase's predicted over true expected clicks per segment
-    (placement, country, slot position) with at least 100 expected clicks;
+    (placement, country) of its top-slot impressions, over segments with at least 100 expected clicks
+    (calibration_segments says how many);
   feature_snapshot_age_p99_s: request time minus the version (event-time cut) of the snapshot it was served
     with, p99 over requests served with one; target <= 600;
   hot_swap_failed_requests: answers other than 200 over the whole run (snapshot, canary and model swaps
@@ -46,35 +53,19 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections import deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
+
+from bench.live_traffic import Clients, Tally, WorldSpec, impressions
 
 from core.errors import RunFailed
 from infra.platform import PlatformSettings
 
 PHASES = (("priors", 0.4), ("canary", 0.35), ("learned", 0.25))
-
-
-@dataclass
-class Impression:
-    phase: str
-    ad_id: int
-    placement: str
-    country: str
-    position: int
-    true_p: float
-    clicked: bool
-
-
-@dataclass
-class Run:
-    impressions: dict[str, Impression] = field(default_factory=dict)
-    statuses: dict[int, int] = field(default_factory=dict)
-    failures: dict[str, int] = field(default_factory=dict)  # "status body" -> count
-    requests: int = 0
+MIN_SEGMENT_EXPECTED_CLICKS = 100  # a segment's calibration is judged on at least this many expected clicks
 
 
 def _ne(p: np.ndarray, y: np.ndarray) -> float | None:
@@ -153,73 +144,6 @@ async def _wait_http(url: str, check: Callable[[dict], bool], timeout_s: float, 
             await asyncio.sleep(0.5)
 
 
-async def _traffic(world, run: Run, phase: str, n: int, server: str, concurrency: int, rng: np.random.Generator,
-                   progress: Callable[[int], None], joined: Callable[[], np.ndarray], suffix: str) -> None:
-    """n requests with their users' beacons, `concurrency` at a time."""
-    import aiohttp
-
-    from sim.live_world import pick_placement
-
-    connector = aiohttp.TCPConnector(limit=concurrency * 3)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=concurrency * 4)
-
-        async def one(user: int, placement: str, country: str) -> None:
-            body = {"request_id": uuid.uuid4().hex, "user_id": f"live-u{user}", "placement": placement + suffix,
-                    "location": country, "consent": {"personalization": True},
-                    "slots": [{"position": p} for p in (1, 2)]}
-            try:
-                async with http.post(f"{server}/v1/ads", json=body) as r:
-                    run.statuses[r.status] = run.statuses.get(r.status, 0) + 1
-                    if r.status != 200:
-                        reason = f"{phase}: {r.status} {(await r.text())[:60]}"
-                        run.failures[reason] = run.failures.get(reason, 0) + 1
-                        return
-                    answer = await r.json()
-            except (asyncio.TimeoutError, aiohttp.ClientError):
-                run.statuses[-1] = run.statuses.get(-1, 0) + 1
-                return
-            for slot in answer["slots"]:
-                if not slot.get("ad_id"):
-                    continue
-                row = int(np.searchsorted(world.ad_id, slot["ad_id"]))
-                p = float(world.true_ctr(user, np.array([row]), placement, int(slot["position"]))[0])
-                clicked = bool(rng.random() < p)
-                run.impressions[slot["impression_id"]] = Impression(phase, int(slot["ad_id"]), placement, country,
-                                                                    int(slot["position"]), p, clicked)
-                try:
-                    async with http.get(slot["impression_url"]) as b:
-                        await b.read()
-                    if clicked:
-                        async with http.get(slot["click_url"], allow_redirects=False) as c:
-                            await c.read()
-                except (asyncio.TimeoutError, aiohttp.ClientError):
-                    run.failures["beacon not delivered"] = run.failures.get("beacon not delivered", 0) + 1
-
-        async def worker() -> None:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    return
-                try:
-                    await one(*item)
-                except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:  # counted, never fatal
-                    reason = f"client {type(exc).__name__}"
-                    run.failures[reason] = run.failures.get(reason, 0) + 1
-
-        workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
-        for i in range(n):
-            user = int(rng.integers(world.users))
-            await queue.put((user, pick_placement(rng), str(world.user_country[user])))
-            run.requests += 1
-            if i % 500 == 0:
-                progress(i)
-                joined()
-        for _ in workers:
-            await queue.put(None)
-        await asyncio.gather(*workers)
-
-
 def _job(job: str, settings: PlatformSettings, since_ms: int, *extra: str) -> None:
     done = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--bounded", "--startup-mode", "timestamp",
                            "--start-timestamp-ms", str(since_ms), "--bootstrap", settings.kafka_bootstrap,
@@ -240,12 +164,13 @@ def _retrain(settings: PlatformSettings, models: Path, registry: str, examples: 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _served(settings: PlatformSettings, server_id: str, since_ms: int) -> list[dict]:
+def _served(settings: PlatformSettings, server_id: str, since_ms: int) -> Iterator[dict]:
+    """The run's served records, one at a time (a 200 k-request run's log is not held)."""
     from schemas import topics
-    from streams.kafka import read_records
+    from streams.kafka import iter_records
 
-    return [r for r in read_records(settings.kafka_bootstrap, topics.AD_SERVED, "ServedRecord", since_ms)
-            if r["server_id"] == server_id]
+    return (r for r in iter_records(settings.kafka_bootstrap, topics.AD_SERVED, "ServedRecord", since_ms)
+            if r["server_id"] == server_id)
 
 
 def _new_ad_figures(world, features_dir: Path, users: np.ndarray) -> dict[str, Any]:
@@ -276,7 +201,7 @@ def _new_ad_figures(world, features_dir: Path, users: np.ndarray) -> dict[str, A
 
 
 def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: int = 20_000,
-        concurrency: int = 3, canary_share: float = 0.5, new_ad_share: float = 0.1,
+        concurrency: int = 3, processes: int = 2, canary_share: float = 0.5, new_ad_share: float = 0.1,
         feature_tick_ms: int = 300_000, log: Callable[[str], None] = print) -> dict[str, Any]:
     from bench.common import machine
     from infra.platform import control
@@ -290,8 +215,9 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
 
     settings = PlatformSettings.from_env()
     control.up(settings, log=lambda line: None)
-    world, placement_of = make_live_world(seed, advertisers=advertisers, users=users, new_ad_share=new_ad_share,
-                                          id_base=7_000_000 + (int(time.time()) % 1000) * 10_000)
+    spec = WorldSpec(seed, advertisers, users, new_ad_share, id_base=7_000_000 + (int(time.time()) % 1000) * 10_000)
+    world, placement_of = make_live_world(spec.seed, advertisers=advertisers, users=users,
+                                          new_ad_share=new_ad_share, id_base=spec.id_base)
     suffix = uuid.uuid4().hex[:6]
     registry, examples_a, examples_b = (f"bench.live.{n}.{suffix}" for n in ("registry", "examples-a", "examples-b"))
     ensure_topics(settings.kafka_bootstrap, (TopicSpec(registry, key="role", schema="", partitions=1),
@@ -312,9 +238,11 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
     server_port, tracker_port = 18_580, 18_581
     server_id = f"live-{suffix}"
     job_id = None
-    run_state = Run()
+    tally = Tally({}, {})
+    clients = Clients(processes, work)
     figures: dict[str, Any] = {"machine": machine(), "requests": requests, "ads": world.ads, "users": world.users,
-                               "feature_tick_s": feature_tick_ms / 1000}
+                               "feature_tick_s": feature_tick_ms / 1000, "client_processes": processes,
+                               "concurrency_per_process": concurrency}
     try:
         procs.start(["serve", "tracker", "--dev", "--port", str(tracker_port)], work / "tracker.log", env)
         procs.start(["serve", "ads", "--dev", "--workers", "0", "--port", str(server_port), "--server-id", server_id,
@@ -331,30 +259,31 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
         deploy.wait_running(settings.flink_rest_url, job_id)
         asyncio.run(_wait_http(f"{server}/ready", lambda b: b.get("ready") and b.get("ads", 0) >= len(initial),
                                300, "the ad server is ready with the world's ads"))
-        rng = np.random.default_rng(seed + 1)
         pending_new = sorted(set(np.flatnonzero(world.joins_at > 0).tolist()), key=lambda r: world.joins_at[r])
-        total = requests
 
-        def joined() -> np.ndarray:
+        def joined(sent: int) -> None:
             """Publish the new ads whose time has come (their share of the run's requests)."""
-            share = run_state.requests / total
-            due = [r for r in pending_new if world.joins_at[r] <= share]
+            due = [r for r in pending_new if world.joins_at[r] <= sent / requests]
             if due:
                 for r in due:
                     pending_new.remove(r)
                 _publish_world(settings.kafka_bootstrap,
                                world.serving_records(placement_of, int(time.time() * 1000), np.array(due),
                                                      suffix=placement_suffix))
-            return np.array(due)
 
         phase_s: dict[str, float] = {}
         verdict, candidate = None, None
-        for phase, share in PHASES:
+        for index, (phase, share) in enumerate(PHASES):
             n = int(requests * share)
             began = time.monotonic()
             bar = Progress(f"{phase} phase", n)
-            asyncio.run(_traffic(world, run_state, phase, n, server, concurrency, rng, bar.update, joined,
-                                 placement_suffix))
+            before = clients.sent.value
+
+            def tick(sent: int, bar=bar, before=before) -> None:
+                bar.update(sent - before)
+                joined(sent)
+
+            tally.add(clients.phase(spec, server, placement_suffix, phase, n, concurrency, seed + 1 + index, tick))
             bar.close()
             phase_s[phase] = round(time.monotonic() - began, 1)
             if phase == "priors":
@@ -371,8 +300,14 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
             elif phase == "canary" and candidate:
                 _job("training_join", settings, since_ms, "--examples-topic", examples_b)
                 judged = _retrain(settings, models, registry, examples_b,
-                                  ["--min-clicks", "400", "--calibration-band", "0.9,1.1"])
+                                  ["--min-clicks", "400", "--min-segment-clicks", "400",
+                                   "--calibration-band", "0.9,1.1"])
                 verdict = judged.get("verdict")
+                report = (judged.get("figures") or {}).get("canary_report") or {}
+                arm = (report.get("versions") or {}).get(candidate) or {}
+                figures.update(canary_clicks=arm.get("clicks"), canary_calibration=arm.get("calibration"),
+                               canary_segments_judged=report.get("segments_judged"),
+                               canary_reasons=report.get("reasons"))
                 log(f"canary verdict: {verdict} {judged.get('reason', '')}")
                 if verdict == "promote":
                     asyncio.run(_wait_http(f"{server}/ready",
@@ -380,6 +315,7 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
                                            600, "the ad server promotes the model"))
         figures.update(phase_seconds=phase_s, verdict=verdict, model_version=candidate)
     finally:
+        clients.close()
         procs.stop()
         _publish_world(settings.kafka_bootstrap, world.serving_records(  # the run's ads retired again
             placement_of, int(time.time() * 1000), suffix=placement_suffix, removed=True))
@@ -389,29 +325,41 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
             except Exception as exc:  # noqa: BLE001 - the figures still come out; the job is named
                 log(f"could not stop the features job {job_id}: {exc}")
 
-    served = _served(settings, server_id, since_ms)
-    figures.update(_figures(world, run_state, served, candidate))
+    newest: deque = deque(maxlen=RESERVE_SAMPLE)
+    figures.update(_figures(impressions(clients.files()), tally, _served(settings, server_id, since_ms), candidate,
+                            newest))
     figures.update(_new_ad_figures(world, features_dir, np.random.default_rng(seed).choice(world.users, 2000)))
-    figures["reserve_revenue_per_mille_gain_pct"] = _reserve_gain(served)
+    figures["reserve_revenue_per_mille_gain_pct"] = _reserve_gain(list(newest))
     figures["snapshots"] = len(list(features_dir.glob("ad-features-v*.npz")))
     figures["work_dir"] = str(work)
     return figures
 
 
-def _figures(world, run_state: Run, served: list[dict], candidate: str | None) -> dict[str, Any]:
+def _figures(impression_rows: Iterable[tuple], tally: Tally, served: Iterable[dict], candidate: str | None,
+             newest: deque | None = None) -> dict[str, Any]:
+    """The run's figures from its impression lines (bench.live_traffic.impressions), its answers and its served
+    records, each read once; `newest` keeps the newest served records for the reserve replay."""
     by_impression = {}
     ages = []
+    served_records = 0
     for r in served:
+        served_records += 1
+        if newest is not None:
+            newest.append(r)
         if r["ad_snapshot_version"]:
             ages.append((r["event_time"] - r["ad_snapshot_version"]) / 1000)
         for w in r["winners"]:
             by_impression[w["impression_id"]] = (w["pctr"], r.get("model_version"))
     rows = []
-    for impression_id, imp in run_state.impressions.items():
-        if imp.position != 1 or impression_id not in by_impression:
+    impressions_seen = clicks = 0
+    for impression_id, phase, _ad, placement, country, position, true_p, clicked in impression_rows:
+        impressions_seen += 1
+        clicks += clicked
+        if position != 1 or impression_id not in by_impression:
             continue
         pctr, version = by_impression[impression_id]
-        rows.append((imp.phase, version, pctr, imp.true_p, imp.clicked, imp.placement, imp.country))
+        rows.append((phase, version, pctr, true_p, clicked, placement, country))
+
     def pick(phase: str, version: str | None):
         chosen = [r for r in rows if r[0] == phase and (version is None or r[1] == version)]
         return (np.array([r[2] for r in chosen]), np.array([r[3] for r in chosen]),
@@ -423,12 +371,11 @@ def _figures(world, run_state: Run, served: list[dict], candidate: str | None) -
         seg = segments.setdefault((placement, country), [0.0, 0.0])
         seg[0] += p
         seg[1] += t
-    ratios = [a / b for a, b in segments.values() if b >= 100 * 0.01 * 10]  # >= ~10 expected clicks
-    return {"impressions": len(run_state.impressions),
-            "clicks": sum(1 for i in run_state.impressions.values() if i.clicked),
-            "hot_swap_failed_requests": sum(n for status, n in run_state.statuses.items() if status != 200),
-            "statuses": {str(k): v for k, v in run_state.statuses.items()},
-            "failures": dict(sorted(run_state.failures.items(), key=lambda kv: -kv[1])[:5]),
+    ratios = [a / b for a, b in segments.values() if b >= MIN_SEGMENT_EXPECTED_CLICKS]
+    return {"impressions": impressions_seen, "clicks": clicks,
+            "hot_swap_failed_requests": sum(n for status, n in tally.statuses.items() if status != 200),
+            "statuses": {str(k): v for k, v in tally.statuses.items()},
+            "failures": dict(sorted(tally.failures.items(), key=lambda kv: -kv[1])[:5]),
             "ne_served_priors": _ne(p0, y0), "ne_served_learned": _ne(p1, y1) if len(y1) else None,
             "ne_oracle": _ne(t1, y1) if len(y1) else _ne(t0, y0),
             "ne_oracle_priors_phase": _ne(t0, y0),
@@ -436,7 +383,7 @@ def _figures(world, run_state: Run, served: list[dict], candidate: str | None) -
             "calibration_max": round(max(ratios), 3) if ratios else None,
             "calibration_segments": len(ratios),
             "feature_snapshot_age_p99_s": round(float(np.percentile(ages, 99)), 1) if ages else None,
-            "requests_served_with_a_snapshot": len(ages), "served_records": len(served)}
+            "requests_served_with_a_snapshot": len(ages), "served_records": served_records}
 
 
 RESERVE_SAMPLE = 10_000  # the newest served records the reserve replay reads (it replays each one per candidate)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -97,6 +97,14 @@ def read_all(bootstrap: str, topic: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
 
     Stops once `expected` records arrived, or after `idle_s` without a new one
     once the end of every partition was reached; raises past `timeout_s`."""
+    return list(iter_all(bootstrap, topic, timeout_s=timeout_s, expected=expected, idle_s=idle_s,
+                         start_offsets=start_offsets))
+
+
+def iter_all(bootstrap: str, topic: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+             expected: int | None = None, idle_s: float = 2.0,
+             start_offsets: dict[int, int] | None = None) -> Iterator[Any]:
+    """read_all one message at a time, none kept: for topics too large to hold."""
     cons = consumer(bootstrap, group_id=f"adserve-reader-{time.monotonic_ns()}",
                     **{"enable.partition.eof": True})
     try:
@@ -106,15 +114,15 @@ def read_all(bootstrap: str, topic: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
         partitions = list(metadata.topics[topic].partitions)
         starts = start_offsets or {}
         cons.assign([TopicPartition(topic, p, starts.get(p, 0)) for p in partitions])
-        records: list[Any] = []
+        count = 0
         at_eof: set[int] = set()
         deadline = time.monotonic() + timeout_s
         last_new = time.monotonic()
         while time.monotonic() < deadline:
-            if expected is not None and len(records) >= expected:
-                return records
+            if expected is not None and count >= expected:
+                return
             if expected is None and len(at_eof) == len(partitions) and time.monotonic() - last_new > idle_s:
-                return records
+                return
             msg = cons.poll(0.2)
             if msg is None:
                 continue
@@ -124,11 +132,11 @@ def read_all(bootstrap: str, topic: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
                     continue
                 raise KafkaException(msg.error())
             at_eof.discard(msg.partition())
-            records.append(msg)
+            count += 1
             last_new = time.monotonic()
+            yield msg
         if expected is not None:
-            raise KafkaCallTimeout(f"read {len(records)} of {expected} records from {topic} in {timeout_s:.0f} s")
-        return records
+            raise KafkaCallTimeout(f"read {count} of {expected} records from {topic} in {timeout_s:.0f} s")
     finally:
         cons.close()
 
@@ -167,6 +175,12 @@ def read_records(bootstrap: str, topic: str, record_type: str, since_ms: int = 0
     """The records of a topic whose Kafka timestamp (their event time) is at or after `since_ms`, decoded as
     `record_type`; undecodable ones are skipped and counted in one log line (the jobs that write the project's
     topics dead-letter their own)."""
+    return list(iter_records(bootstrap, topic, record_type, since_ms, log))
+
+
+def iter_records(bootstrap: str, topic: str, record_type: str, since_ms: int = 0,
+                 log=LOG.warning) -> Iterator[dict[str, Any]]:
+    """read_records one record at a time, none kept: for topics too large to hold."""
     from core.errors import CorruptRecord
     from schemas.codec import AvroCodec
 
@@ -181,13 +195,11 @@ def read_records(bootstrap: str, topic: str, record_type: str, since_ms: int = 0
             start.update({p: 1 << 62 for p in partitions if p not in start})  # nothing that recent there
         finally:
             cons.close()
-    codec, records, corrupt = AvroCodec(), [], 0
-    for msg in read_all(bootstrap, topic, timeout_s=600, idle_s=1.0, start_offsets=start):
+    codec, corrupt = AvroCodec(), 0
+    for msg in iter_all(bootstrap, topic, timeout_s=600, idle_s=1.0, start_offsets=start):
         try:
-            records.append(codec.decode(msg.value(), record_type, topic=topic, partition=msg.partition(),
-                                        offset=msg.offset()))
+            yield codec.decode(msg.value(), record_type, topic=topic, partition=msg.partition(), offset=msg.offset())
         except CorruptRecord:
             corrupt += 1
     if corrupt:
         log(f"{corrupt:,} undecodable records of {topic} skipped")
-    return records

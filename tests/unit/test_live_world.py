@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.live_loop import Impression, Run, _figures, _ne
+from bench.live_loop import _figures, _ne
+from bench.live_traffic import Tally, impressions
 from core.ad_content import content_embedding
 from schemas.codec import AvroCodec
 from sim.live_world import make_live_world
@@ -48,18 +49,24 @@ def test_normalised_entropy_is_one_for_the_base_rate_and_lower_for_knowledge():
 
 
 def test_figures_join_the_served_log_to_the_users_clicks_by_impression():
-    run = Run()
-    served = []
-    for i in range(200):
-        phase, version = ("priors", "prior-baseline-1") if i < 100 else ("learned", "click-v1")
+    rows, served = [], []
+    for i in range(800):
+        phase, version = ("priors", "prior-baseline-1") if i < 400 else ("learned", "click-v1")
         clicked = i % 4 == 0
-        run.impressions[f"r{i}:0"] = Impression(phase, 1, "feed", "US", 1, 0.25, clicked)
-        served.append({"event_time": 10_000, "ad_snapshot_version": 4_000 if i >= 100 else 0,
+        rows.append((f"r{i}:0", phase, 1, "feed", "US", 1, 0.25, clicked))
+        served.append({"event_time": 10_000, "ad_snapshot_version": 4_000 if i >= 400 else 0,
                        "model_version": version,
-                       "winners": [{"impression_id": f"r{i}:0", "pctr": 0.25 if i >= 100 else 0.01}]})
-    run.statuses = {200: 199, 503: 1}
-    f = _figures(None, run, served, "click-v1")
+                       "winners": [{"impression_id": f"r{i}:0", "pctr": 0.25 if i >= 400 else 0.01}]})
+    f = _figures(iter(rows), Tally({200: 799, 503: 1}, {}), iter(served), "click-v1")
     assert f["ne_served_learned"] == 1.0 and f["ne_served_priors"] > 1.0
     assert f["hot_swap_failed_requests"] == 1
-    assert f["feature_snapshot_age_p99_s"] == 6.0 and f["requests_served_with_a_snapshot"] == 100
-    assert f["calibration_min"] == f["calibration_max"] == 1.0
+    assert f["feature_snapshot_age_p99_s"] == 6.0 and f["requests_served_with_a_snapshot"] == 400
+    assert f["calibration_min"] == f["calibration_max"] == 1.0 and f["calibration_segments"] == 1  # 100 expected
+    assert (f["impressions"], f["clicks"], f["served_records"]) == (800, 200, 800)
+
+
+def test_impression_lines_read_back_typed_and_a_cut_line_is_skipped(tmp_path):
+    path = tmp_path / "impressions-0.tsv"
+    path.write_text("r1:0\tpriors\t7\tfeed\tUS\t1\t0.0125\t1\nr2:0\tpriors\t8\tvideo\tGB\t2\t0.5\t0\nr3:0\tpri")
+    assert list(impressions([path, tmp_path / "absent.tsv"])) == [
+        ("r1:0", "priors", 7, "feed", "US", 1, 0.0125, True), ("r2:0", "priors", 8, "video", "GB", 2, 0.5, False)]
