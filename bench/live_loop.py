@@ -7,7 +7,9 @@ are their profiles in Redis. Then everything is the platform's: requests over HT
 the world's true probability), the `features` job deployed on the Flink cluster publishing a snapshot every 5
 minutes of event time, `training_join` labelling the traffic (bounded runs over the bench's period: a label
 waits an hour of event time, which a streaming join would only reach an hour later) and `adserve model retrain
---once` training, canarying and judging. Three phases of the --requests:
+--once` training, canarying and judging. The budget job must run on the platform (`adserve jobs deploy
+budget_pacing`): an ad server that hears nothing from it for 60 s meters every campaign, and a metered campaign
+without a slice fills nothing. Three phases of the --requests:
 
   priors   (40 %): no model exists, the server ranks on priors (learned ctr_prior once a snapshot exists);
   canary   (35 %): the first trained model on --canary-share of requests (default half: a bench needs its
