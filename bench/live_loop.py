@@ -7,9 +7,10 @@ are their profiles in Redis. Then everything is the platform's: requests over HT
 the world's true probability), the `features` job deployed on the Flink cluster publishing a snapshot every 5
 minutes of event time, `training_join` labelling the traffic (bounded runs over the bench's period: a label
 waits an hour of event time, which a streaming join would only reach an hour later) and `adserve model retrain
---once` training, canarying and judging. The budget job must run on the platform (`adserve jobs deploy
-budget_pacing`): an ad server that hears nothing from it for 60 s meters every campaign, and a metered campaign
-without a slice fills nothing. Three phases of the --requests:
+--once` training, canarying and judging. The budget job runs too: an ad server that hears nothing from it for
+60 s meters every campaign, and a metered campaign without a slice fills nothing; the bench deploys
+`budget_pacing` with the platform's defaults (as `adserve jobs deploy budget_pacing` does) when none runs, and
+stops it again at the end. Three phases of the --requests:
 
   priors   (40 %): no model exists, the server ranks on priors (learned ctr_prior once a snapshot exists);
   canary   (35 %): the first trained model on --canary-share of requests (default half: a bench needs its
@@ -157,6 +158,26 @@ def _job(job: str, settings: PlatformSettings, since_ms: int, *extra: str) -> No
         raise RunFailed(f"{job} failed: {' | '.join(causes[-6:])[-3000:]}")
 
 
+def _ensure_budget_job(settings: PlatformSettings, log: Callable[[str], None]) -> str | None:
+    """Deploy `budget_pacing` with the platform's defaults unless one runs; the id of the job started, or None
+    when one was already running (that one is left as it is)."""
+    from infra.platform.jars import flink_connector_jar
+    from infra.platform.services import Flink
+    from jobs import deploy
+
+    if any(j.name == "budget_pacing" and j.state not in deploy.ENDED_STATES
+           for j in deploy.list_jobs(settings.flink_rest_url)):
+        log("budget_pacing already runs on the platform: the bench uses it")
+        return None
+    job_id = deploy.deploy("budget_pacing", jobmanager=f"{settings.host}:{settings.flink_rest_port}",
+                           conf_dir=Flink(settings).conf_dir,
+                           job_args=["--bootstrap", settings.kafka_bootstrap,
+                                     "--connector-jar", str(flink_connector_jar(settings))])
+    deploy.wait_running(settings.flink_rest_url, job_id)
+    log(f"budget_pacing deployed for the run ({job_id})")
+    return job_id
+
+
 def _retrain(settings: PlatformSettings, models: Path, registry: str, examples: str, args: list[str]) -> dict:
     done = subprocess.run([sys.executable, "-m", "adserve", "model", "retrain", "--once", "--json", "--models",
                            str(models), "--registry-topic", registry, "--examples-topic", examples, *args],
@@ -239,7 +260,7 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
     procs = Processes()
     server_port, tracker_port = 18_580, 18_581
     server_id = f"live-{suffix}"
-    job_id = None
+    job_id = budget_job_id = None
     tally = Tally({}, {})
     clients = Clients(processes, work)
     figures: dict[str, Any] = {"machine": machine(), "requests": requests, "ads": world.ads, "users": world.users,
@@ -259,6 +280,7 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
                                          "--snapshot-dir", str(features_dir), "--registry-topic", registry,
                                          "--tick-ms", str(feature_tick_ms)])
         deploy.wait_running(settings.flink_rest_url, job_id)
+        budget_job_id = _ensure_budget_job(settings, log)
         asyncio.run(_wait_http(f"{server}/ready", lambda b: b.get("ready") and b.get("ads", 0) >= len(initial),
                                300, "the ad server is ready with the world's ads"))
         pending_new = sorted(set(np.flatnonzero(world.joins_at > 0).tolist()), key=lambda r: world.joins_at[r])
@@ -321,11 +343,13 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
         procs.stop()
         _publish_world(settings.kafka_bootstrap, world.serving_records(  # the run's ads retired again
             placement_of, int(time.time() * 1000), suffix=placement_suffix, removed=True))
-        if job_id is not None:
+        for name, started in (("features", job_id), ("budget_pacing", budget_job_id)):
+            if started is None:
+                continue
             try:
-                deploy.stop(settings.flink_rest_url, job_id)
+                deploy.stop(settings.flink_rest_url, started)
             except Exception as exc:  # noqa: BLE001 - the figures still come out; the job is named
-                log(f"could not stop the features job {job_id}: {exc}")
+                log(f"could not stop the {name} job {started}: {exc}")
 
     newest: deque = deque(maxlen=RESERVE_SAMPLE)
     figures.update(_figures(impressions(clients.files()), tally, _served(settings, server_id, since_ms), candidate,
