@@ -39,6 +39,7 @@ class MissingJar(AdserveError):
 
 
 TOLERABLE_CHECKPOINT_FAILURES = 3
+RESTART_STRATEGIES = ("fixed-delay", "exponential-delay")  # the --restart-strategy choices (restart_options)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class KafkaJobSettings:
     parallelism: int = 1
     transaction_timeout_ms: int = 600_000
     restart_attempts: int = 3
+    restart_strategy: str = "fixed-delay"  # RESTART_STRATEGIES: fixed-delay (then FAILED) or exponential-delay
     bundle_time_ms: int = 1000  # how long a Python operator may buffer records before it processes them
     watermark_interval_ms: int = 200  # how often sources emit watermarks
     buffer_timeout_ms: int = 100  # longest a network buffer waits to fill before it is sent downstream
@@ -108,7 +110,12 @@ def add_common_arguments(parser: argparse.ArgumentParser, job_name: str, bundle_
     parser.add_argument("--checkpoint-interval-ms", type=int, default=5000, help="checkpoint interval")
     parser.add_argument("--parallelism", type=int, default=1, help="operator parallelism")
     parser.add_argument("--restart-attempts", type=int, default=3,
-                        help="restarts from the latest checkpoint before the job fails for good (default 3)")
+                        help="with --restart-strategy fixed-delay: restarts from the latest checkpoint, 2 s apart, "
+                             "before the job fails for good (default 3)")
+    parser.add_argument("--restart-strategy", choices=RESTART_STRATEGIES, default="fixed-delay",
+                        help="fixed-delay (default: a bug fails the job visibly after --restart-attempts) or "
+                             "exponential-delay (a cluster: restarts without limit, 1 s doubling to 2 min, the "
+                             "backoff reset after an hour of running; a broker roll never leaves a job dead)")
     parser.add_argument("--watermark-interval-ms", type=int, default=200,
                         help="how often sources emit watermarks: lower moves event-time results sooner")
     parser.add_argument("--buffer-timeout-ms", type=int, default=100,
@@ -155,7 +162,7 @@ def settings_from_args(args: argparse.Namespace, job_name: str) -> KafkaJobSetti
                             start_timestamp_ms=args.start_timestamp_ms,
                             bounded=args.bounded,
                             checkpoint_interval_ms=args.checkpoint_interval_ms, parallelism=args.parallelism,
-                            restart_attempts=args.restart_attempts,
+                            restart_attempts=args.restart_attempts, restart_strategy=args.restart_strategy,
                             bundle_time_ms=args.bundle_time_ms, watermark_interval_ms=args.watermark_interval_ms,
                             buffer_timeout_ms=args.buffer_timeout_ms, state_changelog=args.state_changelog,
                             tripwire_file=args.tripwire_file)
@@ -228,6 +235,28 @@ def by_campaign_shard(rows, row_type, shards: int, route, route_name: str):
     return routed, KeyedStream(keyed_rows.keyBy(get_gateway().jvm.KeyByKeySelector(), key_type), row_type, routed)
 
 
+def restart_options(settings: KafkaJobSettings) -> dict[str, str]:
+    """The job's restart strategy as Flink configuration. Pure.
+
+    fixed-delay (the default, and what tests and a laptop want): a bug fails the job visibly after
+    `restart_attempts` restarts 2 s apart. exponential-delay (a cluster's, deploy/k8s): restarts without limit,
+    the delay doubling from 1 s to 2 minutes with 10 % jitter and reset once the job has run an hour, so an outage
+    of any length (a broker roll, an object store down) ends with the job running again."""
+    if settings.restart_strategy == "exponential-delay":
+        return {"restart-strategy.type": "exponential-delay",
+                "restart-strategy.exponential-delay.initial-backoff": "1 s",
+                "restart-strategy.exponential-delay.max-backoff": "2 min",
+                "restart-strategy.exponential-delay.backoff-multiplier": "2.0",
+                "restart-strategy.exponential-delay.reset-backoff-threshold": "1 h",
+                "restart-strategy.exponential-delay.jitter-factor": "0.1",
+                "restart-strategy.exponential-delay.attempts-before-reset-backoff": str(2**31 - 1)}
+    if settings.restart_strategy != "fixed-delay":
+        raise InvalidSettings(f"restart strategy {settings.restart_strategy!r}: one of {', '.join(RESTART_STRATEGIES)}")
+    return {"restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": str(settings.restart_attempts),
+            "restart-strategy.fixed-delay.delay": "2 s"}
+
+
 def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = ()):
     """A StreamExecutionEnvironment and its table environment, checkpointed exactly-once; `extra_jars`
     (the project's own JVM functions) are shipped with the job beside the Kafka connector."""
@@ -243,10 +272,8 @@ def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = 
     config.set_string("pipeline.name", settings.job_name)
     config.set_string("pipeline.auto-watermark-interval", f"{settings.watermark_interval_ms} ms")
     config.set_string("execution.buffer-timeout.interval", f"{settings.buffer_timeout_ms} ms")
-    # A bug must fail the job visibly, not restart it forever.
-    config.set_string("restart-strategy.type", "fixed-delay")
-    config.set_string("restart-strategy.fixed-delay.attempts", str(settings.restart_attempts))
-    config.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    for key, value in restart_options(settings).items():
+        config.set_string(key, value)
     if settings.state_changelog:
         config.set_string("state.changelog.enabled", "true")
     if settings.checkpoints_dir:

@@ -35,10 +35,9 @@ DEBEZIUM = JarGroup("debezium", "connect-plugins/debezium-postgres", "debezium-c
 FLINK_CONNECTORS = JarGroup("flink", "flink", "flink-sql-connector-kafka-")
 FLINK_FORMATS = JarGroup("flink-formats", "flink-formats", "flink-sql-avro-")
 FLINK_METRICS = JarGroup("flink-metrics", "flink-metrics", "flink-metrics-prometheus-")
-FLINK_OPERATOR_API = JarGroup("flink-operator", "flink-operator", "flink-kubernetes-operator-api-")
 # the Prometheus JMX exporter's agent, which the Kafka Connect worker loads to export its connector metrics
 CONNECT_METRICS = JarGroup("connect-metrics", "connect-metrics", "jmx_prometheus_javaagent-")
-ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS, FLINK_FORMATS, FLINK_METRICS, FLINK_OPERATOR_API, CONNECT_METRICS)
+ALL_GROUPS = (KAFKA, DEBEZIUM, FLINK_CONNECTORS, FLINK_FORMATS, FLINK_METRICS, CONNECT_METRICS)
 
 
 def fetch(settings: PlatformSettings, groups: tuple[JarGroup, ...] = ALL_GROUPS,
@@ -92,12 +91,6 @@ def flink_prometheus_reporter_jar(settings: PlatformSettings) -> Path:
     """Flink's Prometheus metrics reporter jar (a plugin of the platform's cluster); raises if it has not been
     fetched."""
     return _fetched_jar(settings, FLINK_METRICS, "Flink Prometheus reporter")
-
-
-def flink_operator_api_jar(settings: PlatformSettings) -> Path:
-    """The Flink Kubernetes Operator's API jar, whose CRDs (META-INF/fabric8/) validate deploy/k8s; raises if it
-    has not been fetched."""
-    return _fetched_jar(settings, FLINK_OPERATOR_API, "Flink Kubernetes Operator API")
 
 
 def connect_metrics_agent(settings: PlatformSettings) -> Path:

@@ -1,13 +1,18 @@
-"""The jobs' shared settings plumbing: jar defaults follow the platform's layout, secrets never printed."""
+"""The jobs' shared settings plumbing: jar defaults follow the platform's layout, secrets never printed, the
+restart strategy a job runs with."""
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
 
 from core.settings import describe
 from infra.platform.jars import FLINK_CONNECTORS, FLINK_FORMATS
-from jobs.flink_io import FETCHED_JARS, MissingJar, fetched_jar, jars_dir
+from core.errors import InvalidSettings
+from jobs.flink_io import (FETCHED_JARS, KafkaJobSettings, MissingJar, add_common_arguments, fetched_jar,
+                           jars_dir, restart_options)
 
 
 def test_the_jobs_look_for_fetched_jars_where_the_platform_fetches_them():
@@ -46,3 +51,33 @@ def test_printed_settings_mask_secrets_and_url_passwords():
     text = describe(_Outer(_Inner("redis://user:hunter2@db:6379/0", "s3cr3t"), "ad.events"))
     assert "hunter2" not in text and "s3cr3t" not in text
     assert "redis://user:***@db:6379/0" in text and "topic=ad.events" in text
+
+
+def _kafka_settings(**changes) -> KafkaJobSettings:
+    return dataclasses.replace(KafkaJobSettings(job_name="j", bootstrap="b", group_id="g", connector_jar="c.jar"),
+                               **changes)
+
+
+def test_a_job_fails_after_its_fixed_restarts_by_default():
+    assert restart_options(_kafka_settings(restart_attempts=5)) == {
+        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "5",
+        "restart-strategy.fixed-delay.delay": "2 s"}
+
+
+def test_a_job_on_a_cluster_restarts_without_limit_its_delay_bounded():
+    options = restart_options(_kafka_settings(restart_strategy="exponential-delay", restart_attempts=5))
+    assert options["restart-strategy.type"] == "exponential-delay"
+    assert int(options["restart-strategy.exponential-delay.attempts-before-reset-backoff"]) == 2**31 - 1
+    assert options["restart-strategy.exponential-delay.max-backoff"] == "2 min"
+    assert not any("fixed-delay" in key for key in options)
+
+
+def test_the_restart_strategy_flag_reaches_the_settings_and_refuses_others():
+    parser = argparse.ArgumentParser()
+    add_common_arguments(parser, "j")
+    assert parser.parse_args([]).restart_strategy == "fixed-delay"
+    assert parser.parse_args(["--restart-strategy", "exponential-delay"]).restart_strategy == "exponential-delay"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--restart-strategy", "forever"])
+    with pytest.raises(InvalidSettings, match="restart strategy 'forever'"):
+        restart_options(_kafka_settings(restart_strategy="forever"))

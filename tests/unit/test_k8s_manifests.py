@@ -3,9 +3,9 @@ claim and to the commands, images and routes of this project.
 
 Each overlay (and the base) is rendered with kustomize, as `kubectl apply -k` renders it. Every built-in object is
 validated strictly (unknown fields are errors) against Kubernetes' own API schema of K8S_VERSION; every
-FlinkDeployment against the openAPIV3Schema of the Flink Kubernetes Operator's CRD, read from the operator's API
-jar (infra/maven/flink-operator, fetched by `adserve fetch`), with unknown fields refused as the API server's
-strict field validation refuses them. Then what no schema says: every job of jobs.deploy.JOBS runs as a
+FlinkDeployment against the openAPIV3Schema of the Flink Kubernetes Operator's CRD of the release docs/deploy.md
+installs (OPERATOR_CRD, a fixture: its source and licence are in its folder's README), with unknown fields refused
+as the API server's strict field validation refuses them. Then what no schema says: every job of jobs.deploy.JOBS runs as a
 FlinkDeployment that upgrades through a savepoint, every server's command parses with `adserve`'s own parser,
 its readinessProbe is /ready (every server's; 503 while it drains) and its grace period covers its drain,
 every image named is built by a Dockerfile here, and the settings file parses for every process kind.
@@ -15,8 +15,11 @@ check that guards it to name the problem."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+import gzip
 import hashlib
+import importlib
 import importlib.metadata
 import json
 import os
@@ -24,7 +27,6 @@ import re
 import shutil
 import subprocess
 import tomllib
-import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,8 +38,9 @@ import yaml
 from adserve.cli import build_parser
 from core.errors import AdserveError
 from core.endpoints import PROCESS_KINDS, layered, parse, secret_files
-from infra.platform import PlatformSettings, jars
+from infra.platform import PlatformSettings
 from jobs.deploy import JOBS
+from jobs.flink_io import KafkaJobSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO_ROOT / "deploy" / "k8s"
@@ -49,6 +52,10 @@ OBJECT_STORAGE = ("s3://", "gs://")
 PYTHON_DRIVER = "org.apache.flink.client.python.PythonDriver"
 SECRETS_DIR = "/etc/adserve/secrets/"
 FLINK_VERSION = importlib.metadata.version("apache-flink")
+IMAGE_FLINK_VERSION = "v" + "_".join(FLINK_VERSION.split(".")[:2])  # the operator's name of it: v2_2
+# The FlinkDeployment CRD of the operator release docs/deploy.md installs (Apache-2.0; see the folder's README).
+OPERATOR_CRD = REPO_ROOT / "tests" / "fixtures" / "flink-kubernetes-operator-1.15.0" / \
+    "flinkdeployments.flink.apache.org-v1.yml.gz"
 # The module whose aiohttp app each `adserve serve` command runs: a readinessProbe must be one of its GET routes.
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
@@ -94,22 +101,23 @@ def name_of(doc: dict[str, Any]) -> str:
 @functools.cache
 def operator_crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> the operator CRD's openAPIV3Schema, strict: no field the CRD does not name."""
-    jar = jars.flink_operator_api_jar(PlatformSettings.from_env())
+    crd = yaml.safe_load(gzip.decompress(OPERATOR_CRD.read_bytes()))
     schemas = {}
-    with zipfile.ZipFile(jar) as archive:
-        for entry in archive.namelist():
-            if not (entry.startswith("META-INF/fabric8/") and entry.endswith("-v1.yml")):
-                continue  # the -v1beta1.yml files are the same CRDs for the old apiextensions API
-            crd = yaml.safe_load(archive.read(entry))
-            for version in crd["spec"]["versions"]:
-                api_version = f"{crd['spec']['group']}/{version['name']}"
-                kind = crd["spec"]["names"]["kind"]
-                schema = strict(version["schema"]["openAPIV3Schema"])
-                # The fields every object has, which the API server checks itself and a CRD does not list.
-                schema["properties"] = {"apiVersion": {"const": api_version}, "kind": {"const": kind},
-                                        "metadata": {"type": "object"}, **schema["properties"]}
-                schemas[(api_version, kind)] = schema
+    for version in crd["spec"]["versions"]:
+        api_version = f"{crd['spec']['group']}/{version['name']}"
+        kind = crd["spec"]["names"]["kind"]
+        schema = strict(version["schema"]["openAPIV3Schema"])
+        # The fields every object has, which the API server checks itself and a CRD does not list.
+        schema["properties"] = {"apiVersion": {"const": api_version}, "kind": {"const": kind},
+                                "metadata": {"type": "object"}, **schema["properties"]}
+        schemas[(api_version, kind)] = schema
     return schemas
+
+
+def operator_flink_versions() -> list[str]:
+    """The values of spec.flinkVersion the operator's CRD lists."""
+    schema = operator_crd_schemas()[("flink.apache.org/v1beta1", "FlinkDeployment")]
+    return list(schema["properties"]["spec"]["properties"]["flinkVersion"]["enum"])
 
 
 def strict(schema: Any) -> Any:
@@ -203,6 +211,47 @@ def job_problems(docs: Docs) -> list[str]:
             problems.append(f"{where}: no state.backend.type")
         if not str(config.get("metrics.reporter.prom.factory.class", "")).endswith("PrometheusReporterFactory"):
             problems.append(f"{where}: no Prometheus reporter (metrics.reporter.prom.factory.class)")
+        if doc["spec"].get("flinkVersion") != IMAGE_FLINK_VERSION:
+            problems.append(f"{where}: flinkVersion {doc['spec'].get('flinkVersion')!r}, want {IMAGE_FLINK_VERSION} "
+                            f"(the image's Flink {FLINK_VERSION}: the operator writes that version's config file)")
+        if _value_after(args, "--restart-strategy") != "exponential-delay":
+            problems.append(f"{where}: args {args} lack --restart-strategy exponential-delay (a job on a cluster "
+                            f"restarts without limit)")
+        if str(config.get("kubernetes.operator.job.restart.failed")).lower() != "true":
+            problems.append(f"{where}: kubernetes.operator.job.restart.failed is not true (the operator redeploys "
+                            f"a job that ends FAILED)")
+        if _state_changelog(spec.module, args[args.index(spec.module) + 1:] if spec.module in args else []):
+            problems += _changelog_problems(where, config)
+    return problems
+
+
+def _state_changelog(module: str, job_args: list[str]) -> bool:
+    """Whether the job checkpoints through the changelog state backend with these arguments (its own parser's
+    --state-changelog, default included); False for arguments it refuses (the flag check names those)."""
+    main = importlib.import_module(module if module.endswith(".main") else f"{module}.main")
+    try:
+        if hasattr(main, "parser"):
+            return bool(main.parser().parse_args(job_args).state_changelog)
+        settings = main.parse_settings(job_args)
+    except SystemExit:
+        return False
+    return any(getattr(settings, f.name).state_changelog for f in dataclasses.fields(settings)
+               if isinstance(getattr(settings, f.name), KafkaJobSettings))
+
+
+def _changelog_problems(where: str, config: dict[str, Any]) -> list[str]:
+    """A changelog job needs the changelog's storage on object storage, and restores that claim the snapshot."""
+    problems = []
+    if config.get("state.changelog.storage") != "filesystem":
+        problems.append(f"{where}: state.changelog.storage {config.get('state.changelog.storage')!r}, want "
+                        f"'filesystem' (the job runs with the changelog state backend)")
+    if not str(config.get("state.changelog.dstl.dfs.base-path", "")).startswith(OBJECT_STORAGE):
+        problems.append(f"{where}: state.changelog.dstl.dfs.base-path "
+                        f"{config.get('state.changelog.dstl.dfs.base-path')!r} is not on object storage")
+    if config.get("execution.state-recovery.claim-mode") != "CLAIM":
+        problems.append(f"{where}: execution.state-recovery.claim-mode "
+                        f"{config.get('execution.state-recovery.claim-mode')!r}, want CLAIM (the changelog "
+                        f"restores only a snapshot the job owns)")
     return problems
 
 
@@ -498,7 +547,21 @@ BREAKAGES: dict[str, tuple[Callable[[Docs], None], str, str]] = {
         lambda d: _find(d, "FlinkDeployment", "budget-pacing")["spec"]["job"].update(upgradeMod="savepoint"),
         "schema", "upgradeMod"),
     "a Flink version the operator's CRD does not list": (
-        lambda d: _find(d, "FlinkDeployment", "archiver")["spec"].update(flinkVersion="v2_2"), "schema", "v2_2"),
+        lambda d: _find(d, "FlinkDeployment", "archiver")["spec"].update(flinkVersion="v3_0"), "schema", "v3_0"),
+    "a Flink version other than the image's": (
+        lambda d: _find(d, "FlinkDeployment", "archiver")["spec"].update(flinkVersion="v1_20"), "jobs", "v1_20"),
+    "a job that stops restarting": (
+        lambda d: _find(d, "FlinkDeployment", "training-join")["spec"]["job"].update(
+            args=["-pym", "jobs.training_join.main", "--parallelism", "2"]), "jobs", "--restart-strategy"),
+    "failed jobs left failed": (
+        lambda d: _find(d, "FlinkDeployment", "features")["spec"]["flinkConfiguration"].update(
+            {"kubernetes.operator.job.restart.failed": "false"}), "jobs", "kubernetes.operator.job.restart.failed"),
+    "a changelog job restoring without claiming its snapshot": (
+        lambda d: _find(d, "FlinkDeployment", "click-aggregator")["spec"]["flinkConfiguration"].pop(
+            "execution.state-recovery.claim-mode"), "jobs", "claim-mode"),
+    "a changelog job without the changelog's storage": (
+        lambda d: _find(d, "FlinkDeployment", "click-aggregator")["spec"]["flinkConfiguration"].pop(
+            "state.changelog.dstl.dfs.base-path"), "jobs", "state.changelog.dstl.dfs.base-path"),
     "a field Kubernetes does not know": (
         lambda d: _container(d, "Deployment", "adserver").update(readinessprobe={}), "schema", "readinessprobe"),
     "a port Kubernetes refuses": (
