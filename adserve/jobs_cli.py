@@ -1,10 +1,15 @@
-"""`adserve jobs deploy|upgrade|list|cancel`: the streaming jobs on a Flink session cluster, through jobs.deploy
-(the local platform's cluster by default, any cluster with --jobmanager)."""
+"""`adserve jobs deploy|upgrade|list|cancel`: the streaming jobs on a Flink session cluster, through jobs.deploy.
+
+The cluster is the settings' `flink.rest_url` (ADSERVE_FLINK_REST_URL, or [flink] of the settings file; the local
+platform's by default), called with its credentials (flink.token, or flink.username and flink.password: the
+proxy in front of the REST API), its CA file (flink.ca_file, for https://) and flink.timeout_s a call;
+--jobmanager host:port names another cluster (plain http, no credentials)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from urllib.parse import urlparse
 
 from infra.platform import PlatformSettings
 
@@ -18,8 +23,9 @@ def register(sub) -> None:
 
     p = jsub.add_parser("deploy", help="submit a job with `flink run` (detached)",
                         description="Submit a job to a Flink session cluster with `flink run`, as on any cluster. "
-                                    "Defaults target the local platform; for your own cluster pass --jobmanager, "
-                                    "--python and the job's flags after `--` (e.g. -- --bootstrap kafka:9092).")
+                                    "The cluster is the settings' flink.rest_url (ADSERVE_FLINK_REST_URL; the local "
+                                    "platform's by default) or --jobmanager; for your own cluster pass --python "
+                                    "and the job's flags after `--` (e.g. -- --bootstrap kafka:9092).")
     p.add_argument("name", choices=sorted(JOBS))
     _deploy_options(p)
     p.add_argument("job_args", nargs=argparse.REMAINDER,
@@ -39,7 +45,7 @@ def register(sub) -> None:
 
     p = jsub.add_parser("list", help="show the jobs on the cluster and their state",
                         description="List the jobs of a Flink cluster over its REST API.")
-    p.add_argument("--jobmanager", help="REST address host:port (default: the local platform's)")
+    p.add_argument("--jobmanager", help="REST address host:port (default: the settings' flink.rest_url)")
     p.add_argument("--all", action="store_true", help="include finished, failed and cancelled jobs")
     p.set_defaults(handler=cmd_jobs_list)
 
@@ -49,16 +55,36 @@ def register(sub) -> None:
     p.add_argument("job", help="a Flink job id, or a job name such as event_counts")
     p.add_argument("--hard", action="store_true",
                    help="cancel without a savepoint (can kill the TaskManager of a Python job in PyFlink 2.2)")
-    p.add_argument("--jobmanager", help="REST address host:port (default: the local platform's)")
+    p.add_argument("--jobmanager", help="REST address host:port (default: the settings' flink.rest_url)")
+    _stop_timeout(p)
     p.set_defaults(handler=cmd_jobs_cancel)
 
 
-def _rest_url(args: argparse.Namespace, settings: PlatformSettings) -> str:
-    return f"http://{args.jobmanager}" if args.jobmanager else settings.flink_rest_url
+def _rest(args: argparse.Namespace):
+    """The cluster's REST API: --jobmanager's, else the settings' flink section (jobs.deploy.FlinkRest)."""
+    from jobs.deploy import FlinkRest
+    from streams.endpoints import load
+
+    if args.jobmanager:
+        return FlinkRest(f"http://{args.jobmanager}")
+    return FlinkRest.of(load("tools").flink)
+
+
+def _address(rest) -> str:
+    """host:port of a REST URL (what `flink run -m` takes)."""
+    parsed = urlparse(rest.url)
+    return f"{parsed.hostname}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
+
+
+def _stop_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stop-timeout-s", type=float, default=120.0,
+                   help="how long the savepoint of a stop may take before the command gives up (default 120; "
+                        "a job with large state needs more)")
 
 
 def _submit_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobmanager", help="REST address host:port of the cluster (default: the local platform's)")
+    p.add_argument("--jobmanager", help="REST address host:port of the cluster (default: the settings' "
+                                        "flink.rest_url)")
     p.add_argument("--python", default=sys.executable,
                    help="Python interpreter on the TaskManagers with this project's requirements (default: this one)")
     p.add_argument("--allow-non-restored-state", action="store_true",
@@ -82,6 +108,7 @@ def _upgrade_options(p: argparse.ArgumentParser) -> None:
     _submit_options(p)
     p.add_argument("--savepoint-dir", help="where the savepoint goes (default: the cluster's "
                                            "execution.checkpointing.savepoint-dir)")
+    _stop_timeout(p)
 
 
 def _own_options_after_name(args: argparse.Namespace, options) -> None:
@@ -113,9 +140,10 @@ def _submission(args: argparse.Namespace) -> tuple[str, object, list[str]]:
         job_args += ["--bootstrap", settings.kafka_bootstrap]
     if "--connector-jar" not in job_args:
         job_args += ["--connector-jar", str(flink_connector_jar(settings))]
+    jobmanager = args.jobmanager or _address(_rest(args))
     local_conf = Flink(settings).conf_dir
-    conf_dir = local_conf if local_conf.exists() and not args.jobmanager else pyflink_home() / "conf"
-    jobmanager = args.jobmanager or f"{settings.host}:{settings.flink_rest_port}"
+    is_local = jobmanager == f"{settings.host}:{settings.flink_rest_port}"
+    conf_dir = local_conf if local_conf.exists() and is_local else pyflink_home() / "conf"
     return jobmanager, conf_dir, job_args
 
 
@@ -131,7 +159,7 @@ def cmd_jobs_deploy(args: argparse.Namespace) -> int:
                            allow_non_restored_state=args.allow_non_restored_state, claim_mode=args.claim_mode)
     print(f"submitted {args.name}: job id {job_id}")
     if not args.no_wait:
-        waited = deploy.wait_running(f"http://{jobmanager}", job_id)
+        waited = deploy.wait_running(_rest(args), job_id)
         print(f"{args.name} is RUNNING ({waited:.1f} s after submission)")
     return 0
 
@@ -141,12 +169,12 @@ def cmd_jobs_upgrade(args: argparse.Namespace) -> int:
 
     _own_options_after_name(args, _upgrade_options)
     jobmanager, conf_dir, job_args = _submission(args)
-    rest = f"http://{jobmanager}"
-    print(f"upgrading {args.name} on {jobmanager}: stop with a savepoint, then `flink run -s` ...")
+    rest = _rest(args)
+    print(f"upgrading {args.name} on {rest}: stop with a savepoint, then `flink run -s` ...")
     done = deploy.upgrade(args.name, rest_url=rest, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args,
                           python=args.python, allow_non_restored_state=args.allow_non_restored_state,
-                          claim_mode=args.claim_mode,
-                          savepoint_dir=args.savepoint_dir)
+                          claim_mode=args.claim_mode, savepoint_dir=args.savepoint_dir,
+                          stop_timeout_s=args.stop_timeout_s)
     print(f"stopped {args.name} ({done.stopped_job_id}); savepoint {done.savepoint}")
     print(f"submitted {args.name} from the savepoint: job id {done.job_id}")
     waited = deploy.wait_running(rest, done.job_id)
@@ -157,7 +185,7 @@ def cmd_jobs_upgrade(args: argparse.Namespace) -> int:
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     from jobs import deploy
 
-    jobs = deploy.list_jobs(_rest_url(args, PlatformSettings.from_env()))
+    jobs = deploy.list_jobs(_rest(args))
     shown = [j for j in jobs if args.all or j.state not in ("FINISHED", "CANCELED", "FAILED")]
     if not shown:
         print("no jobs" + ("" if args.all else " running (--all shows ended ones)"))
@@ -169,7 +197,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
     from jobs import deploy
 
-    rest = _rest_url(args, PlatformSettings.from_env())
+    rest = _rest(args)
     targets = [j for j in deploy.list_jobs(rest)
                if (j.job_id == args.job or j.name == args.job) and j.state not in deploy.ENDED_STATES]
     if not targets:
@@ -180,6 +208,6 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
             deploy.cancel(rest, j.job_id)
             print(f"cancelled {j.name} ({j.job_id})")
         else:
-            location = deploy.stop(rest, j.job_id)
+            location = deploy.stop(rest, j.job_id, args.stop_timeout_s)
             print(f"stopped {j.name} ({j.job_id}); savepoint {location}")
     return 0

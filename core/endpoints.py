@@ -16,6 +16,7 @@ Every error names the setting as a user writes it, in the file and in the enviro
 (`kafka.security_protocol (ADSERVE_KAFKA_SECURITY_PROTOCOL)`). Pure: no file, socket or clock is touched."""
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -33,10 +34,11 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "schemas": ("contracts_dir",),
     "redis": ("url", "password", "ssl_ca_file", "sentinels", "sentinel_master", "cluster_nodes"),
     "postgres": ("dsn",),
-    "flink": ("rest_url",),
+    "flink": ("rest_url", "token", "username", "password", "ca_file", "timeout_s"),
     "storage": ("snapshots", "curves", "models", "savepoints", "checkpoints"),
 }
-SECRET_KEYS = {("kafka", "password"), ("redis", "password"), ("postgres", "dsn")}
+SECRET_KEYS = {("kafka", "password"), ("redis", "password"), ("postgres", "dsn"), ("flink", "token"),
+               ("flink", "password")}
 _JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -259,13 +261,41 @@ class PostgresEndpoint:
 
 @dataclass(frozen=True)
 class FlinkEndpoint:
-    """The JobManager's REST API, which deploys, stops and upgrades jobs."""
+    """The JobManager's REST API, which deploys, stops and upgrades jobs: its URL (https:// with `ca_file` when
+    the cluster's certificate is not one the system trusts), a bearer `token` or a `username` and `password`
+    for the proxy in front of it (Flink's REST API has no authentication of its own), and how long one call may
+    take."""
 
     rest_url: str
+    token: Secret = Secret("")
+    username: str = ""
+    password: Secret = Secret("")
+    ca_file: str = ""
+    timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.rest_url.startswith(("http://", "https://")):
             raise InvalidSettings(f"{setting_name('flink', 'rest_url')}: an http(s):// URL, got {self.rest_url!r}")
+        if self.token.value and (self.username or self.password.value):
+            raise InvalidSettings(f"{setting_name('flink', 'token')}: a bearer token or a username and password "
+                                  f"({setting_name('flink', 'username')}), not both")
+        if bool(self.username) != bool(self.password.value):
+            raise InvalidSettings(f"{setting_name('flink', 'username')} and {setting_name('flink', 'password')}: "
+                                  f"basic authentication needs both")
+        if self.ca_file and not self.rest_url.startswith("https://"):
+            raise InvalidSettings(f"{setting_name('flink', 'ca_file')}: only for an https:// "
+                                  f"{setting_name('flink', 'rest_url')}, got {self.rest_url!r}")
+        if not self.timeout_s > 0:
+            raise InvalidSettings(f"{setting_name('flink', 'timeout_s')}: seconds above 0, got {self.timeout_s!r}")
+
+    def authorization(self) -> str:
+        """The Authorization header's value for a call, or "" without credentials."""
+        if self.token.value:
+            return f"Bearer {self.token.value}"
+        if self.username:
+            pair = base64.b64encode(f"{self.username}:{self.password.value}".encode()).decode()
+            return f"Basic {pair}"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -363,6 +393,19 @@ def secret_files(merged: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, str
             if merged.get(section, {}).get(f"{key}_file")}
 
 
+def _flink(merged: Mapping[str, Mapping[str, Any]], secrets: Mapping[tuple[str, str], str]) -> FlinkEndpoint:
+    f = merged["flink"]
+    timeout = f.get("timeout_s", 10.0)
+    try:
+        timeout_s = float(timeout)
+    except (TypeError, ValueError):
+        raise InvalidSettings(f"{setting_name('flink', 'timeout_s')}: seconds, got {timeout!r}") from None
+    return FlinkEndpoint(_text("flink", "rest_url", f["rest_url"]), token=_secret(merged, secrets, "flink", "token"),
+                         username=_text("flink", "username", f.get("username", "")),
+                         password=_secret(merged, secrets, "flink", "password"),
+                         ca_file=_text("flink", "ca_file", f.get("ca_file", "")), timeout_s=timeout_s)
+
+
 def _list(section: str, key: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return tuple(item.strip() for item in value.split(",") if item.strip())
@@ -439,7 +482,7 @@ def parse(document: Mapping[str, Any], kind: str, environ: Mapping[str, str],
                               for key in SECTION_KEYS["storage"]})
     return Endpoints(kind=kind, kafka=kafka, redis=redis,
                      postgres=PostgresEndpoint(_secret(merged, secrets, "postgres", "dsn")),
-                     flink=FlinkEndpoint(_text("flink", "rest_url", merged["flink"]["rest_url"])),
+                     flink=_flink(merged, secrets),
                      storage=storage,
                      schemas=SchemaContracts(_text("schemas", "contracts_dir",
                                                    merged["schemas"].get("contracts_dir", ""))))

@@ -2,15 +2,18 @@
 a user deploys to their own cluster, and reading what runs there over Flink's
 REST API. `adserve jobs deploy|upgrade|list|cancel` are thin shells over this.
 
-Against your own cluster: pass --jobmanager host:port (its REST address),
+Against your own cluster: set flink.rest_url (ADSERVE_FLINK_REST_URL) with its
+credentials and CA file (FlinkRest), or pass --jobmanager host:port, and pass
 --python (an interpreter on the cluster's TaskManagers with this project's
 requirements installed) and the job's own flags (--bootstrap ...). The code of
 core/, schemas/ and jobs/ is shipped with the job (-pyfs), the Kafka connector
 jar with pipeline.jars."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from core.endpoints import FlinkEndpoint
 from core.errors import AdserveError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -119,35 +123,75 @@ def _path_env() -> str:
     return os.environ.get("PATH", "/usr/bin:/bin")
 
 
-def _rest(url: str, method: str = "GET") -> object:
-    request = urllib.request.Request(url, method=method)
+@dataclass(frozen=True)
+class FlinkRest:
+    """A Flink cluster's REST API as this module calls it: the URL, the Authorization header's value (a bearer
+    token or basic credentials of the proxy in front of the API; "" for none), the CA file of an https:// URL
+    whose certificate the system does not trust, and how long one call may take. Every function here takes one,
+    or a bare URL (no credentials, HTTP_TIMEOUT_S)."""
+
+    url: str
+    authorization: str = dataclasses.field(default="", repr=False)
+    ca_file: str = ""
+    timeout_s: float = HTTP_TIMEOUT_S
+
+    @classmethod
+    def of(cls, endpoint: FlinkEndpoint) -> FlinkRest:
+        """The REST API the settings name (flink.rest_url, its credentials, CA file and timeout)."""
+        return cls(endpoint.rest_url.rstrip("/"), endpoint.authorization(), endpoint.ca_file, endpoint.timeout_s)
+
+    def __str__(self) -> str:
+        return self.url
+
+
+def _client(rest: str | FlinkRest) -> FlinkRest:
+    return rest if isinstance(rest, FlinkRest) else FlinkRest(str(rest).rstrip("/"))
+
+
+def _call(rest: str | FlinkRest, path: str, method: str = "GET", body: dict | None = None) -> object:
+    client = _client(rest)
+    url = f"{client.url}{path}"
+    headers = {"Authorization": client.authorization} if client.authorization else {}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(), method=method,
+                                     headers=headers)
+    context = ssl.create_default_context(cafile=client.ca_file) if client.ca_file else None
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310 - configured cluster
-            body = resp.read().decode()
+        with urllib.request.urlopen(request, timeout=client.timeout_s,  # noqa: S310 - the configured cluster
+                                    context=context) as resp:
+            text = resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        refused = " (refused: check flink.token or flink.username/password)" if exc.code in (401, 403) else ""
+        raise DeployError(f"Flink REST call {method} {url} failed: HTTP {exc.code}{refused}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise DeployError(f"Flink REST call {method} {url} failed: {exc}") from exc
-    return json.loads(body) if body else {}
+    return json.loads(text) if text else {}
 
 
-def list_jobs(rest_url: str) -> list[RunningJob]:
-    overview = _rest(f"{rest_url}/jobs/overview")
+def _rest(rest: str | FlinkRest, path: str, method: str = "GET") -> object:
+    return _call(rest, path, method)
+
+
+def list_jobs(rest_url: str | FlinkRest) -> list[RunningJob]:
+    overview = _rest(rest_url, "/jobs/overview")
     return [RunningJob(j["jid"], j["name"], j["state"], j["start-time"], j["duration"])
             for j in overview.get("jobs", [])]  # type: ignore[union-attr]
 
 
-def job_state(rest_url: str, job_id: str) -> tuple[str, list[str]]:
+def job_state(rest_url: str | FlinkRest, job_id: str) -> tuple[str, list[str]]:
     """The job's state and the states of its vertices."""
-    detail = _rest(f"{rest_url}/jobs/{job_id}")
+    detail = _rest(rest_url, f"/jobs/{job_id}")
     return detail["state"], [v["status"] for v in detail.get("vertices", [])]  # type: ignore[index]
 
 
-def failures(rest_url: str, job_id: str) -> int:
+def failures(rest_url: str | FlinkRest, job_id: str) -> int:
     """How many failures the job has had (its exception history, as Flink keeps it: the newest 16 by default)."""
-    detail = _rest(f"{rest_url}/jobs/{job_id}/exceptions?maxExceptions=100")
+    detail = _rest(rest_url, f"/jobs/{job_id}/exceptions?maxExceptions=100")
     return len(detail.get("exceptionHistory", {}).get("entries", []))  # type: ignore[union-attr]
 
 
-def wait_running(rest_url: str, job_id: str, timeout_s: float = 120.0) -> float:
+def wait_running(rest_url: str | FlinkRest, job_id: str, timeout_s: float = 120.0) -> float:
     """Seconds until the job and every one of its tasks runs; raises if it fails or times out."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
@@ -160,7 +204,7 @@ def wait_running(rest_url: str, job_id: str, timeout_s: float = 120.0) -> float:
     raise DeployError(f"job {job_id} not running after {timeout_s:.0f} s")
 
 
-def stop(rest_url: str, job_id: str, timeout_s: float = 120.0, target_directory: str | None = None) -> str:
+def stop(rest_url: str | FlinkRest, job_id: str, timeout_s: float = 120.0, target_directory: str | None = None) -> str:
     """Stop a job gracefully with a savepoint (into `target_directory`, else the cluster's
     execution.checkpointing.savepoint-dir); returns its location. When the savepoint fails Flink keeps the
     job running, and this raises DeployError saying so.
@@ -172,11 +216,11 @@ def stop(rest_url: str, job_id: str, timeout_s: float = 120.0, target_directory:
     body: dict[str, object] = {"drain": False}
     if target_directory:
         body["targetDirectory"] = target_directory
-    trigger = _rest_json(f"{rest_url}/jobs/{job_id}/stop", body)
+    trigger = _rest_json(rest_url, f"/jobs/{job_id}/stop", body)
     request_id = trigger["request-id"]  # type: ignore[index]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        status = _rest(f"{rest_url}/jobs/{job_id}/savepoints/{request_id}")
+        status = _rest(rest_url, f"/jobs/{job_id}/savepoints/{request_id}")
         if status["status"]["id"] == "COMPLETED":  # type: ignore[index]
             operation = status.get("operation", {})  # type: ignore[union-attr]
             if "failure-cause" in operation:
@@ -189,17 +233,11 @@ def stop(rest_url: str, job_id: str, timeout_s: float = 120.0, target_directory:
     raise DeployError(f"job {job_id} did not stop within {timeout_s:.0f} s")
 
 
-def _rest_json(url: str, body: dict) -> object:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310 - configured cluster
-            return json.loads(resp.read().decode() or "{}")
-    except (urllib.error.URLError, OSError) as exc:
-        raise DeployError(f"Flink REST call POST {url} failed: {exc}") from exc
+def _rest_json(rest: str | FlinkRest, path: str, body: dict) -> object:
+    return _call(rest, path, "POST", body)
 
 
-def _wait_ended(rest_url: str, job_id: str, deadline: float) -> str:
+def _wait_ended(rest_url: str | FlinkRest, job_id: str, deadline: float) -> str:
     while time.monotonic() < deadline:
         state, _ = job_state(rest_url, job_id)
         if state in ("CANCELED", "FAILED", "FINISHED"):
@@ -208,9 +246,9 @@ def _wait_ended(rest_url: str, job_id: str, deadline: float) -> str:
     raise DeployError(f"job {job_id} did not end in time")
 
 
-def cancel(rest_url: str, job_id: str, timeout_s: float = 60.0) -> None:
+def cancel(rest_url: str | FlinkRest, job_id: str, timeout_s: float = 60.0) -> None:
     """Cancel a job at once (no savepoint) and wait until it is cancelled."""
-    _rest(f"{rest_url}/jobs/{job_id}?mode=cancel", method="PATCH")
+    _rest(rest_url, f"/jobs/{job_id}?mode=cancel", method="PATCH")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state, _ = job_state(rest_url, job_id)
@@ -230,7 +268,7 @@ class Upgrade:
     job_id: str
 
 
-def running_job(rest_url: str, name: str) -> RunningJob:
+def running_job(rest_url: str | FlinkRest, name: str) -> RunningJob:
     """The one running (or starting) job of that name; DeployError when there is none or more than one."""
     running = [j for j in list_jobs(rest_url) if j.name == name and j.state not in ENDED_STATES]
     if not running:
@@ -242,7 +280,7 @@ def running_job(rest_url: str, name: str) -> RunningJob:
     return running[0]
 
 
-def upgrade(name: str, *, rest_url: str, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
+def upgrade(name: str, *, rest_url: str | FlinkRest, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
             python: str = sys.executable, allow_non_restored_state: bool = False, claim_mode: str = "claim",
             savepoint_dir: str | None = None, stop_timeout_s: float = 120.0) -> Upgrade:
     """Stop the running job `name` with a savepoint and submit this checkout's code of it from that savepoint.
