@@ -255,6 +255,48 @@ def _changelog_problems(where: str, config: dict[str, Any]) -> list[str]:
     return problems
 
 
+# The keys of adserve-secrets a Flink pod may see: the Kafka and Redis credentials of the jobs' settings.
+FLINK_SECRET_KEYS = frozenset({"kafka-password", "kafka-ca.pem", "redis-password", "redis-ca.pem"})
+
+
+def flink_pod_problems(docs: Docs) -> list[str]:
+    """Every FlinkDeployment's pods see only FLINK_SECRET_KEYS of adserve-secrets (listed as items), every Kafka or
+    Redis secret the settings give the jobs is among them, and the pods share the servers' fsGroup, so what a job
+    writes to the shared volume the servers read."""
+    problems = []
+    server_groups = {d["spec"]["template"]["spec"].get("securityContext", {}).get("fsGroup")
+                     for d in of_kind(docs, *WORKLOAD_KINDS)} - {None}
+    settings = [tomllib.loads(d["data"]["settings.toml"]) for d in of_kind(docs, "ConfigMap")
+                if "settings.toml" in d.get("data", {})]
+    named = set()
+    for document in settings:
+        merged = layered(document, "jobs", {})
+        for section in ("kafka", "redis"):
+            for key in ("password_file", "ssl_ca_file"):
+                path = str(merged[section].get(key, ""))
+                if path.startswith(SECRETS_DIR):
+                    named.add(path.removeprefix(SECRETS_DIR))
+    for key in sorted(named - FLINK_SECRET_KEYS):
+        problems.append(f"settings.toml gives the jobs secret {key!r}, which no Flink pod mounts")
+    for doc in of_kind(docs, "FlinkDeployment"):
+        pod = doc["spec"].get("podTemplate", {}).get("spec", {})
+        for volume in pod.get("volumes", []):
+            secret = volume.get("secret", {})
+            if secret.get("secretName") != "adserve-secrets":
+                continue
+            items = {item["key"] for item in secret.get("items", [])}
+            if not items:
+                problems.append(f"{name_of(doc)}: mounts every key of adserve-secrets (list the Kafka and Redis "
+                                f"ones as items)")
+            for key in sorted(items - FLINK_SECRET_KEYS):
+                problems.append(f"{name_of(doc)}: mounts secret {key!r}, which no job needs")
+        group = pod.get("securityContext", {}).get("fsGroup")
+        if server_groups and group not in server_groups:
+            problems.append(f"{name_of(doc)}: fsGroup {group!r}, not the servers' {sorted(server_groups)} (the "
+                            f"shared volume)")
+    return problems
+
+
 def _value_after(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
 
@@ -502,6 +544,7 @@ def bootstrap_problems(docs: Docs) -> list[str]:
 
 CHECKS: dict[str, Callable[[Docs], list[str]]] = {
     "schema": schema_problems, "jobs": job_problems, "servers": server_problems, "images": image_problems,
+    "flink-pods": flink_pod_problems,
     "settings": settings_problems, "shared": shared_folder_problems,
     "bootstrap": bootstrap_problems}
 
@@ -538,6 +581,12 @@ def _set_settings(docs: Docs, replace: Callable[[str], str]) -> None:
     config["data"]["settings.toml"] = replace(config["data"]["settings.toml"])
 
 
+def _secrets_volume(docs: Docs, name: str) -> dict[str, Any]:
+    """The adserve-secrets volume source of FlinkDeployment `name`'s pods."""
+    volumes = _find(docs, "FlinkDeployment", name)["spec"]["podTemplate"]["spec"]["volumes"]
+    return next(v["secret"] for v in volumes if v.get("secret", {}).get("secretName") == "adserve-secrets")
+
+
 def _replace_arg(container: dict[str, Any], old: str, new: str) -> None:
     container["args"] = [new if a == old else a for a in container["args"]]
 
@@ -562,6 +611,14 @@ BREAKAGES: dict[str, tuple[Callable[[Docs], None], str, str]] = {
     "a changelog job without the changelog's storage": (
         lambda d: _find(d, "FlinkDeployment", "click-aggregator")["spec"]["flinkConfiguration"].pop(
             "state.changelog.dstl.dfs.base-path"), "jobs", "state.changelog.dstl.dfs.base-path"),
+    "every secret in a Flink pod": (
+        lambda d: _secrets_volume(d, "archiver").pop("items"), "flink-pods", "every key of adserve-secrets"),
+    "the token keys in a Flink pod": (
+        lambda d: _secrets_volume(d, "archiver")["items"].append(
+            {"key": "token-keys", "path": "token-keys"}), "flink-pods", "token-keys"),
+    "a Flink pod outside the servers' group": (
+        lambda d: _find(d, "FlinkDeployment", "features")["spec"]["podTemplate"]["spec"]["securityContext"].update(
+            fsGroup=9999), "flink-pods", "fsGroup 9999"),
     "a field Kubernetes does not know": (
         lambda d: _container(d, "Deployment", "adserver").update(readinessprobe={}), "schema", "readinessprobe"),
     "a port Kubernetes refuses": (
