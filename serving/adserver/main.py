@@ -130,7 +130,9 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
     follower = TopicFollower(bootstrap, deliver, start_offsets=start_offsets)
 
     def ready() -> bool:
-        return follower.ready() or (follower.loaded.is_set() and state.commit_lag_s <= COMMIT_LAG_READY_S)
+        # a follower that stopped on an error leaves the state to go stale (a pause never arrives): never ready
+        return follower.error is None and (
+            follower.ready() or (follower.loaded.is_set() and state.commit_lag_s <= COMMIT_LAG_READY_S))
 
     server = AdServer(config, state, UserStore(redis_host, redis_port,
                                                read_timeout_s=config.user_read_timeout_ms / 1000),

@@ -294,7 +294,9 @@ class TopicFollower(threading.Thread):
         return max(behind, default=0.0)
 
     def ready(self) -> bool:
-        return self.loaded.is_set() and self.lag_s() <= READY_LAG_S
+        """Loaded, within READY_LAG_S of the heads, and still reading: a follower that stopped on an error
+        serves what it had, which goes stale, so it is never ready again."""
+        return self.error is None and self.loaded.is_set() and self.lag_s() <= READY_LAG_S
 
     def stop(self) -> None:
         self._halt.set()

@@ -106,14 +106,16 @@ def panel_series(panel: Panel, answer: dict[str, Any]) -> list[dict[str, Any]]:
 
 class DashboardServer:
     """The routes over a PacingBoard; `read_day(campaign_id)` reads a pacing day from Redis (blocking: run in a
-    worker thread), `ready()` says whether the follower has read its topics to their heads."""
+    worker thread), `ready()` says whether the follower has read its topics to their heads and still reads them,
+    `failure()` why the follower stopped (None while it runs: the pod is live)."""
 
     def __init__(self, board: PacingBoard, read_day: Callable[[int], PacingDay | None], *,
-                 ready: Callable[[], bool] = lambda: True, prometheus_url: str | None = None,
+                 ready: Callable[[], bool] = lambda: True, failure: Callable[[], str | None] = lambda: None,
+                 prometheus_url: str | None = None,
                  clock: Callable[[], float] = time.time, auth: DashboardAuth | None = None):
         """auth: who may read the /v1 API (bearer tokens: the operators' token, advertisers' API keys); None: an
         open dashboard, every reader an operator (a local simulated day, in-process tests)."""
-        self.board, self.read_day, self.is_ready = board, read_day, ready
+        self.board, self.read_day, self.is_ready, self.failure = board, read_day, ready, failure
         self.prometheus_url = prometheus_url.rstrip("/") if prometheus_url else None
         self.clock = clock
         self.auth = auth
@@ -126,7 +128,8 @@ class DashboardServer:
                         web.get("/v1/pacing/campaigns/{campaign_id}", self.handle_campaign),
                         web.get("/v1/fleet", self.handle_fleet), web.get("/", self.handle_page),
                         web.get("/openapi.json", self.handle_openapi), web.get("/metrics", self.handle_metrics),
-                        web.get("/ready", self.handle_ready), web.static("/static", STATIC)])
+                        web.get("/ready", self.handle_ready), web.get("/live", self.handle_live),
+                        web.static("/static", STATIC)])
         app.on_cleanup.append(self._close)
         return app
 
@@ -142,7 +145,7 @@ class DashboardServer:
     @web.middleware
     async def _authenticate(self, request: web.Request, handler):
         """The /v1 API answers a known bearer token only (when the dashboard has auth); the page, its static
-        files, /openapi.json, /metrics and /ready are public. The viewer goes with the request."""
+        files, /openapi.json, /metrics, /ready and /live are public. The viewer goes with the request."""
         if not request.path.startswith("/v1/"):
             return await handler(request)
         if self.auth is None:
@@ -226,6 +229,14 @@ class DashboardServer:
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 
+    async def handle_live(self, request: web.Request) -> web.Response:
+        """200 while the topic follower runs; 503 naming its error once it stopped (the rows would only go stale:
+        the liveness probe restarts the pod)."""
+        failure = self.failure()
+        if failure is None:
+            return web.json_response({"live": True})
+        return web.json_response({"live": False, "error": failure}, status=503)
+
     async def handle_ready(self, request: web.Request) -> web.Response:
         ready = self.is_ready()
         body = {"ready": ready, "campaigns": len(self.board.rows), "records_applied": self.board.applied,
@@ -251,7 +262,9 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
                              job="dashboard", state_topics=(state_topic, campaigns_topic), lease_topic=None)
     follower.start()
     store = PacingStore(redis_url)
-    server = DashboardServer(board, store.read, ready=follower.ready, prometheus_url=prometheus_url, auth=auth)
+    server = DashboardServer(board, store.read, ready=follower.ready,
+                             failure=lambda: None if follower.error is None else repr(follower.error),
+                             prometheus_url=prometheus_url, auth=auth)
     app = server.app()
 
     async def stop_sources(app: web.Application) -> None:

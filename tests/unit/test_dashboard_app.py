@@ -131,6 +131,27 @@ def test_the_page_openapi_metrics_and_ready_answer():
     assert status == 503 and ready["campaigns"] == 2
 
 
+def test_a_stopped_follower_makes_the_dashboard_unready_and_not_live():
+    server = DashboardServer(board(), read_day, ready=lambda: True, failure=lambda: None)
+    assert call(server, "/live") == (200, {"live": True})
+    stopped = DashboardServer(board(), read_day, ready=lambda: False,
+                              failure=lambda: "KafkaException('broker gone')")
+    status, body = call(stopped, "/live")
+    assert status == 503 and body == {"live": False, "error": "KafkaException('broker gone')"}
+    assert call(stopped, "/ready")[0] == 503
+
+
+def test_a_topic_follower_that_stopped_on_an_error_is_never_ready_again():
+    from serving.adserver.state import TopicFollower
+
+    follower = TopicFollower("127.0.0.1:9", lambda batch: None, job="dashboard", state_topics=("t",),
+                             lease_topic=None)
+    follower.loaded.set()
+    assert follower.ready()  # loaded, nothing behind
+    follower.error = RuntimeError("consumer closed")
+    assert not follower.ready()
+
+
 def test_an_older_budget_state_or_campaign_version_does_not_replace_the_newer():
     b = board()
     b.apply([("budget.state", state(1, 1, 40_000_000, event_time=500), 0),
