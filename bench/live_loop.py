@@ -147,12 +147,18 @@ async def _wait_http(url: str, check: Callable[[dict], bool], timeout_s: float, 
             await asyncio.sleep(0.5)
 
 
-def _job(job: str, settings: PlatformSettings, since_ms: int, *extra: str) -> None:
+def _job(job: str, settings: PlatformSettings, since_ms: int, work: Path, *extra: str) -> None:
+    """Run `job` bounded over the run's records in a local Flink mini-cluster. Its checkpoints go to a folder of
+    the run (storage.checkpoints): without one a local cluster keeps them in the JobManager's memory, which
+    refuses a snapshot over 5 MB, and the join's state of a long run's pending labels is larger."""
+    checkpoints = work / "checkpoints" / job
+    checkpoints.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--bounded", "--startup-mode", "timestamp",
                            "--start-timestamp-ms", str(since_ms), "--bootstrap", settings.kafka_bootstrap,
                            "--group-id", f"bench-live-{job}-{uuid.uuid4().hex[:6]}",
                            "--checkpoint-interval-ms", "30000", *extra],
-                          capture_output=True, text=True, env=os.environ | settings.as_env())
+                          capture_output=True, text=True,
+                          env=os.environ | settings.as_env() | {"ADSERVE_STORAGE_CHECKPOINTS": checkpoints.as_uri()})
     if done.returncode != 0:
         causes = [line for line in done.stderr.splitlines() if "Caused by" in line or "Exception:" in line]
         raise RunFailed(f"{job} failed: {' | '.join(causes[-6:])[-3000:]}")
@@ -311,7 +317,7 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
             bar.close()
             phase_s[phase] = round(time.monotonic() - began, 1)
             if phase == "priors":
-                _job("training_join", settings, since_ms, "--examples-topic", examples_a)
+                _job("training_join", settings, since_ms, work, "--examples-topic", examples_a)
                 trained = _retrain(settings, models, registry, examples_a,
                                    ["--canary-share", str(canary_share), "--min-clicks", "400",
                                     "--min-examples", "1000"])
@@ -322,7 +328,7 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
                                            lambda b: (b.get("scoring") or {}).get("canary_version") == candidate,
                                            600, "the ad server canaries the model"))
             elif phase == "canary" and candidate:
-                _job("training_join", settings, since_ms, "--examples-topic", examples_b)
+                _job("training_join", settings, since_ms, work, "--examples-topic", examples_b)
                 judged = _retrain(settings, models, registry, examples_b,
                                   ["--min-clicks", "400", "--min-segment-clicks", "400",
                                    "--calibration-band", "0.9,1.1"])
