@@ -231,7 +231,7 @@ class DashboardServer:
 
     async def handle_live(self, request: web.Request) -> web.Response:
         """200 while the topic follower runs; 503 naming its error once it stopped (the rows would only go stale:
-        the liveness probe restarts the pod)."""
+        the pod's liveness check restarts it)."""
         failure = self.failure()
         if failure is None:
             return web.json_response({"live": True})
