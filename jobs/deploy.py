@@ -169,25 +169,21 @@ def _call(rest: str | FlinkRest, path: str, method: str = "GET", body: dict | No
     return json.loads(text) if text else {}
 
 
-def _rest(rest: str | FlinkRest, path: str, method: str = "GET") -> object:
-    return _call(rest, path, method)
-
-
 def list_jobs(rest_url: str | FlinkRest) -> list[RunningJob]:
-    overview = _rest(rest_url, "/jobs/overview")
+    overview = _call(rest_url, "/jobs/overview")
     return [RunningJob(j["jid"], j["name"], j["state"], j["start-time"], j["duration"])
             for j in overview.get("jobs", [])]  # type: ignore[union-attr]
 
 
 def job_state(rest_url: str | FlinkRest, job_id: str) -> tuple[str, list[str]]:
     """The job's state and the states of its vertices."""
-    detail = _rest(rest_url, f"/jobs/{job_id}")
+    detail = _call(rest_url, f"/jobs/{job_id}")
     return detail["state"], [v["status"] for v in detail.get("vertices", [])]  # type: ignore[index]
 
 
 def failures(rest_url: str | FlinkRest, job_id: str) -> int:
     """How many failures the job has had (its exception history, as Flink keeps it: the newest 16 by default)."""
-    detail = _rest(rest_url, f"/jobs/{job_id}/exceptions?maxExceptions=100")
+    detail = _call(rest_url, f"/jobs/{job_id}/exceptions?maxExceptions=100")
     return len(detail.get("exceptionHistory", {}).get("entries", []))  # type: ignore[union-attr]
 
 
@@ -216,11 +212,11 @@ def stop(rest_url: str | FlinkRest, job_id: str, timeout_s: float = 120.0, targe
     body: dict[str, object] = {"drain": False}
     if target_directory:
         body["targetDirectory"] = target_directory
-    trigger = _rest_json(rest_url, f"/jobs/{job_id}/stop", body)
+    trigger = _call(rest_url, f"/jobs/{job_id}/stop", "POST", body)
     request_id = trigger["request-id"]  # type: ignore[index]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        status = _rest(rest_url, f"/jobs/{job_id}/savepoints/{request_id}")
+        status = _call(rest_url, f"/jobs/{job_id}/savepoints/{request_id}")
         if status["status"]["id"] == "COMPLETED":  # type: ignore[index]
             operation = status.get("operation", {})  # type: ignore[union-attr]
             if "failure-cause" in operation:
@@ -231,10 +227,6 @@ def stop(rest_url: str | FlinkRest, job_id: str, timeout_s: float = 120.0, targe
             return str(operation.get("location", ""))
         time.sleep(0.3)
     raise DeployError(f"job {job_id} did not stop within {timeout_s:.0f} s")
-
-
-def _rest_json(rest: str | FlinkRest, path: str, body: dict) -> object:
-    return _call(rest, path, "POST", body)
 
 
 def _wait_ended(rest_url: str | FlinkRest, job_id: str, deadline: float) -> str:
@@ -248,7 +240,7 @@ def _wait_ended(rest_url: str | FlinkRest, job_id: str, deadline: float) -> str:
 
 def cancel(rest_url: str | FlinkRest, job_id: str, timeout_s: float = 60.0) -> None:
     """Cancel a job at once (no savepoint) and wait until it is cancelled."""
-    _rest(rest_url, f"/jobs/{job_id}?mode=cancel", method="PATCH")
+    _call(rest_url, f"/jobs/{job_id}?mode=cancel", "PATCH")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state, _ = job_state(rest_url, job_id)
