@@ -181,10 +181,16 @@ def job_state(rest_url: str | FlinkRest, job_id: str) -> tuple[str, list[str]]:
     return detail["state"], [v["status"] for v in detail.get("vertices", [])]  # type: ignore[index]
 
 
-def failures(rest_url: str | FlinkRest, job_id: str) -> int:
-    """How many failures the job has had (its exception history, as Flink keeps it: the newest 16 by default)."""
+def exception_history(rest_url: str | FlinkRest, job_id: str) -> list[dict]:
+    """The job's failures, newest first, as Flink keeps them (exceptionName, stacktrace, timestamp, ...; the
+    newest 16 by default)."""
     detail = _call(rest_url, f"/jobs/{job_id}/exceptions?maxExceptions=100")
-    return len(detail.get("exceptionHistory", {}).get("entries", []))  # type: ignore[union-attr]
+    return list(detail.get("exceptionHistory", {}).get("entries", []))  # type: ignore[union-attr]
+
+
+def failures(rest_url: str | FlinkRest, job_id: str) -> int:
+    """How many failures the job has had (the length of its exception history)."""
+    return len(exception_history(rest_url, job_id))
 
 
 def wait_running(rest_url: str | FlinkRest, job_id: str, timeout_s: float = 120.0) -> float:

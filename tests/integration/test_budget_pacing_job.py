@@ -127,7 +127,28 @@ def pacing(platform, tmp_path_factory):
                                      "--billed-topic", topics["billed"], "--state-topic", topics["state"],
                                      "--leases-topic", topics["leases"], "--dead-letter-topic", topics["dead"],
                                      "--redis-url", platform.redis_url, "--curves", str(curves)])
-    deploy.wait_running(platform.flink_rest_url, job_id)
+    try:
+        deploy.wait_running(platform.flink_rest_url, job_id)
+        outputs = _play_scenario(platform, topics, job_id)
+    except BaseException as failure:
+        # a scenario that fails must not leave its job holding a slot for the tests after it
+        diagnosis = _job_diagnosis(platform, job_id)
+        deploy.cancel(platform.flink_rest_url, job_id)
+        raise AssertionError(f"{failure}; the job: {diagnosis}") from failure
+    yield outputs
+    deploy.stop(platform.flink_rest_url, job_id)
+
+
+def _job_diagnosis(platform, job_id: str) -> str:
+    """The job's state, restarts and latest exceptions, for a failure message."""
+    state, vertices = deploy.job_state(platform.flink_rest_url, job_id)
+    history = deploy.exception_history(platform.flink_rest_url, job_id)
+    causes = [f"{e.get('exceptionName', '')}: {str(e.get('stacktrace', ''))[:600]}" for e in history[:3]]
+    return f"{state} (tasks {sorted(set(vertices))}), {len(history)} failures, latest first: {causes}"
+
+
+def _play_scenario(platform, topics: dict[str, str], job_id: str) -> dict:
+    """Feed the scripted stretch of event time and collect what the job wrote once its last states are out."""
     feed = Feed(platform.kafka_bootstrap, topics)
     expected = {101: 0, 107: 0, 108: 0}
     feed.campaign(_campaign(101, 10_000 * DOLLAR))  # paced, far from its limit
@@ -212,8 +233,7 @@ def pacing(platform, tmp_path_factory):
     outputs["leases"] = [r for _, r in _records(platform, topics["leases"])]
     outputs["dead"] = [r for _, r in _records(platform, topics["dead"])]
     outputs["pacing"] = PacingStore(platform.redis_url).read(101)
-    yield outputs
-    deploy.stop(platform.flink_rest_url, job_id)
+    return outputs
 
 
 def _records(platform, topic: str) -> list[tuple[bytes, dict]]:
