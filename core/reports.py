@@ -11,6 +11,8 @@ record, the one the nightly recount compares with, so report and recount agree b
 Never reads a clock or a database: the landing job and the advertiser API bring the rows."""
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from operator import itemgetter
 from dataclasses import dataclass, field
@@ -30,6 +32,9 @@ MAX_DAILY_RANGE_DAYS = 732  # a daily report at most two years
 # that carries the same budget day's previous cumulative totals lies within this much before it.
 LOOKBACK_MS = 48 * HOUR_MS
 MAX_CAMPAIGN_IDS = 500
+FORMATS = ("json", "csv")
+DEFAULT_PAGE_ROWS = 10_000  # a JSON page's rows when `limit` is not given; CSV streams the whole range
+MAX_PAGE_ROWS = 100_000
 METRICS = ("billed_impressions", "billed_clicks", "conversions", "billed_spend_micros")
 BILLED_METRICS = ("billed_impressions", "billed_clicks", "billed_spend_micros")
 # Every cumulative BilledSpend field the landing keeps (the report shows BILLED_METRICS of them).
@@ -41,6 +46,7 @@ BILLED_HOURLY_TABLE = "report_billed_hourly"
 BILLED_DAILY_TABLE = "report_billed_daily"
 CONVERSIONS_TABLE = "report_conversions"
 CONVERSIONS_HOURLY_TABLE = "report_conversions_hourly"
+HOURLY_REPORT_TABLE = "report_hourly"  # (campaign, hour) -> the hour's figures, as hourly_rows computes them
 OFFSETS_TABLE = "report_landing_offsets"
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -58,6 +64,9 @@ class ReportRequest:
     from_ms: int
     to_ms: int
     campaign_ids: tuple[int, ...] = ()
+    format: str = "json"  # FORMATS
+    limit: int = DEFAULT_PAGE_ROWS  # rows a JSON page holds at most
+    after: tuple[int, int] | None = None  # the page starts after this (campaign id, bucket start ms): `cursor`
 
     @property
     def from_day(self) -> str:
@@ -137,7 +146,60 @@ def parse_report_query(query: Mapping[str, str]) -> ReportRequest:
     if to_ms - from_ms > limit_days * DAY_MS:
         kind = "an hourly" if granularity == "hour" else "a daily"
         raise InvalidField("to", f"the range spans more than {limit_days} days, the most {kind} report covers")
-    return ReportRequest(granularity, from_ms, to_ms, _campaign_ids(query.get("campaign_id")))
+    report_format = (query.get("format") or "json").strip()
+    if report_format not in FORMATS:
+        raise InvalidField("format", f"{report_format!r} is not one of {', '.join(FORMATS)}")
+    return ReportRequest(granularity, from_ms, to_ms, _campaign_ids(query.get("campaign_id")), report_format,
+                         _limit(query.get("limit")), decode_cursor(query.get("cursor")))
+
+
+def _limit(text: str | None) -> int:
+    if text is None or not text.strip():
+        return DEFAULT_PAGE_ROWS
+    text = text.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 7) or not 1 <= int(text) <= MAX_PAGE_ROWS:
+        raise InvalidField("limit", f"{text!r}: rows per page, an integer from 1 to {MAX_PAGE_ROWS:,}")
+    return int(text)
+
+
+# ------------------------------------------------------------------------------------------ pages
+def encode_cursor(campaign_id: int, bucket_ms: int) -> str:
+    """The opaque `cursor` of the page after the row (campaign id, bucket start ms): URL-safe base64 of
+    "campaign:bucket"; the client hands back what `next_cursor` said and never builds one."""
+    return base64.urlsafe_b64encode(f"{campaign_id}:{bucket_ms}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(text: str | None) -> tuple[int, int] | None:
+    """(campaign id, bucket start ms) of a `cursor` (None when absent); InvalidField("cursor") for anything
+    `encode_cursor` did not write."""
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    try:
+        if len(text) > 64 or not text.isascii():
+            raise ValueError
+        campaign, bucket = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii").split(":")
+        if not (campaign.isdigit() and bucket.lstrip("-").isdigit()):
+            raise ValueError
+        after = (int(campaign), int(bucket))
+        if not (0 < after[0] < 1 << 63 and -(1 << 63) <= after[1] < 1 << 63):
+            raise ValueError
+        return after
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise InvalidField("cursor", f"{text[:80]!r} is not a cursor this API gave (pass next_cursor as it "
+                                     "came)") from None
+
+
+def page_campaigns(campaign_ids: Sequence[int], after: tuple[int, int] | None, with_rows: Sequence[int],
+                   last: tuple[int, int] | None) -> list[int]:
+    """The campaigns a page lists, in id order: `campaign_ids` (sorted) from the cursor's campaign to the page's
+    last row's (`last`, None when the page ends the report), the cursor's own only when rows of it continue on
+    this page (`with_rows`). A campaign with nothing in the range is listed once, on the page its id falls in,
+    with zero totals and no rows."""
+    start = after[0] if after else 0
+    end = last[0] if last else 1 << 63
+    rows = set(with_rows)
+    return [c for c in campaign_ids if start < c <= end or (c == start and c in rows)]
 
 
 # ------------------------------------------------------------------------------------------ buckets

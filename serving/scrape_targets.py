@@ -1,7 +1,7 @@
 """A server's announcement to Prometheus: one file per running server in the folder that
 ADSERVE_SCRAPE_TARGETS_DIR names, in Prometheus' file-based discovery format, written once the server has
 bound its port and removed when it stops. Prometheus (infra/platform/prometheus.py) reads `<kind>-*.json`
-of that folder for each kind (adserver, tracker, prediction, dashboard), so servers on any port are scraped
+of that folder for each kind (adserver, tracker, prediction, dashboard, advertiser), so servers on any port are scraped
 without a restart. Without the variable nothing is written: a server outside the platform is not
 announced.
 
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from core.errors import InvalidSettings
 
 TARGETS_DIR_ENV = "ADSERVE_SCRAPE_TARGETS_DIR"
-KINDS = ("adserver", "tracker", "prediction", "dashboard")
+KINDS = ("adserver", "tracker", "prediction", "dashboard", "advertiser")
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")  # a server bound to every interface is scraped on loopback
 
 

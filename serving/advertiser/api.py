@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from redis.exceptions import RedisError
 
@@ -68,6 +68,7 @@ from core.settings import describe
 from serving.advertiser.audiences import AudienceMembers, AudienceStore
 from serving.advertiser.store import CampaignStore, hash_key, to_json, with_ms_times
 from serving.body_limits import ADVERTISER_API_MAX_BODY_BYTES, application
+from serving.scrape_targets import announce
 
 LOG = logging.getLogger("adserve.advertiser_api")
 OPENAPI = Path(__file__).with_name("openapi.yaml")
@@ -109,6 +110,10 @@ class Metrics:
                                     registry=self.registry)
         self.unauthorized = Counter("adserve_advertiser_api_unauthorized", "Requests without a valid API key",
                                     registry=self.registry)
+        self.latency = Histogram("adserve_advertiser_api_request_seconds", "Time to answer a request, by method, "
+                                 "route (its template, e.g. /v1/campaigns/{id}) and status class (2xx, 4xx, 5xx)",
+                                 ["method", "route", "status"], registry=self.registry,
+                                 buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
 
 
 def bearer_key(request: web.Request) -> str:
@@ -134,7 +139,7 @@ class AdvertiserApi:
         self.audience_members = audience_members
 
     def app(self) -> web.Application:
-        app = application(ADVERTISER_API_MAX_BODY_BYTES, middlewares=[self._auth])
+        app = application(ADVERTISER_API_MAX_BODY_BYTES, middlewares=[self._observe, self._auth])
         app.add_routes([
             web.get("/openapi.json", self.openapi), web.get("/metrics", self.metrics_text),
             web.get("/v1/campaigns", self.list_campaigns), web.post("/v1/campaigns", self.create_campaign),
@@ -155,6 +160,24 @@ class AdvertiserApi:
                 await members.close()
             app.on_cleanup.append(close_members)
         return app
+
+    @web.middleware
+    async def _observe(self, request: web.Request, handler):
+        """Each answered request's time in adserve_advertiser_api_request_seconds (an unknown path counts under
+        route "unmatched", so a scan of random paths adds no series)."""
+        start, status = time.perf_counter(), 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            info = request.match_info.route.resource
+            route = info.canonical if info is not None else "unmatched"
+            self.metrics.latency.labels(request.method, route, f"{status // 100}xx").observe(
+                time.perf_counter() - start)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
@@ -291,11 +314,24 @@ class AdvertiserApi:
         await self._check_audiences(request[ADVERTISER], fields)
         return self._found(await self.store.update_ad(request[ADVERTISER], self._id(request), fields), "ad")
 
-    async def reports(self, request: web.Request) -> web.Response:
-        report = await self.store.report(request[ADVERTISER], parse_report_query(request.query))
+    async def reports(self, request: web.Request) -> web.StreamResponse:
+        query = parse_report_query(request.query)
+        if query.format == "csv":
+            response = web.StreamResponse(headers={
+                "Content-Type": "text/csv; charset=utf-8",
+                "Content-Disposition": f'attachment; filename="report-{query.granularity}-{query.from_day}.csv"'})
+
+            async def start() -> web.StreamResponse:
+                await response.prepare(request)
+                return response
+            if not await self.store.report_csv(request[ADVERTISER], query, start):
+                return _error(404, "no such campaign for this advertiser", "campaign_id")
+            await response.write_eof()
+            return response
+        report = await self.store.report(request[ADVERTISER], query)
         if report is None:
             return _error(404, "no such campaign for this advertiser", "campaign_id")
-        return web.json_response(report)
+        return web.Response(body=report, content_type="application/json")
 
     async def list_audiences(self, request: web.Request) -> web.Response:
         return web.json_response([advertiser_view(r) for r in await self.audiences.list(request[ADVERTISER])])
@@ -416,8 +452,12 @@ async def start_advertiser_api(dsn: str, host: str = "127.0.0.1", port: int = 80
     without `limits` requests are not rate limited."""
     store = await CampaignStore(dsn).open()
     api = AdvertiserApi(store, audience_members, limits=limits, trusted_proxies=trusted_proxies)
-    runner = web.AppRunner(api.app(), access_log=None)
+    app = api.app()
+    target = announce(app, "advertiser")
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    return runner, site._server.sockets[0].getsockname()[1], store  # type: ignore[union-attr]
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    target.publish(host, bound)
+    return runner, bound, store

@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import secrets
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,9 +27,9 @@ from psycopg.types.json import Jsonb
 
 from core.campaigns import (BUDGET_EDIT_WINDOW_S, InvalidField, check_budget_edit, check_cpa_bid,
                             review_after_change, review_decision)
-from core.reports import (BILLED_DAILY_TABLE, BILLED_HOURLY_TABLE, CONVERSIONS_HOURLY_TABLE,
-                          HOURLY_BILLED_COLUMNS, LOOKBACK_MS, ReportRequest, daily_rows, hourly_rows, report_body)
+from core.reports import MAX_PAGE_ROWS, ReportRequest, decode_cursor
 from core.reserves import ANY, merged_rule
+from serving.advertiser.report_queries import report_csv, report_page
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 TIME_COLUMNS = ("flight_start", "flight_end")
@@ -397,10 +398,25 @@ class CampaignStore:
         return await self._run(tx)
 
     # ---------------------------------------------------------------- reports
-    async def report(self, advertiser_id: int, request: ReportRequest) -> dict[str, Any] | None:
-        """The advertiser's report (`report_of`); None when a campaign asked for is not the advertiser's."""
+    async def report(self, advertiser_id: int, request: ReportRequest) -> bytes | None:
+        """A page of the advertiser's report as JSON (`report_of`); None when a campaign asked for is not the
+        advertiser's."""
         async def tx(conn):
             return await report_of(conn, advertiser_id, request)
+        return await self._run(tx)
+
+    async def report_csv(self, advertiser_id: int, request: ReportRequest, start) -> bool:
+        """Stream the advertiser's whole report as CSV (report_queries.report_csv): `start()` is awaited once the
+        campaigns are known to be the advertiser's and returns the writer the chunks go to (`await
+        writer.write(chunk)`). False, with nothing started, when a campaign asked for is not the advertiser's."""
+        async def tx(conn):
+            ids = await owned_report_campaigns(conn, advertiser_id, request)
+            if ids is None:
+                return False
+            writer = await start()
+            async for chunk in report_csv(conn, ids, request):
+                await writer.write(chunk)
+            return True
         return await self._run(tx)
 
     # ---------------------------------------------------------------- bulk
@@ -438,48 +454,44 @@ class CampaignStore:
 
 
 # ------------------------------------------------------------------------------------------ reports
-_BILLED = "billed_impressions, billed_clicks, billed_spend_micros"
-
-
-async def report_of(conn: psycopg.AsyncConnection, advertiser_id: int, request: ReportRequest
-                    ) -> dict[str, Any] | None:
-    """An advertiser's report from the landing tables (migrations/004_reports.sql):
-    `core.reports.report_body` for the campaigns asked for (all of the advertiser's when none is named), or None
-    when one asked for is not the advertiser's. Each query is a range scan of one primary key or index, leading
-    with the campaign id: an hourly report reads its hours plus core.reports.LOOKBACK_MS before them, a daily one
-    one row per campaign and day."""
+async def owned_report_campaigns(conn: psycopg.AsyncConnection, advertiser_id: int, request: ReportRequest
+                                 ) -> list[int] | None:
+    """The campaigns a report of the advertiser covers (those asked for, else all of the advertiser's), sorted;
+    None when one asked for is not the advertiser's."""
     owned = [r[0] for r in await (await conn.cursor(row_factory=tuple_row).execute(
         "SELECT campaign_id FROM campaigns WHERE advertiser_id = %s ORDER BY campaign_id",
         (advertiser_id,))).fetchall()]
     if request.campaign_ids and not set(request.campaign_ids) <= set(owned):
         return None
-    return await campaigns_report(conn, list(request.campaign_ids or owned), request)
+    return list(request.campaign_ids or owned)
+
+
+async def report_of(conn: psycopg.AsyncConnection, advertiser_id: int, request: ReportRequest) -> bytes | None:
+    """A page of the advertiser's report as JSON (serving.advertiser.report_queries.report_page), or None when a
+    campaign asked for is not the advertiser's. Each query is a range scan of one primary key, leading with the
+    campaign id."""
+    ids = await owned_report_campaigns(conn, advertiser_id, request)
+    return None if ids is None else await report_page(conn, ids, request)
 
 
 async def campaigns_report(conn: psycopg.AsyncConnection, ids: list[int], request: ReportRequest
                            ) -> dict[str, Any]:
-    """The report of these campaigns, whoever owns them (`report_of` checks the owner first; operators, the
-    simulated day and the benchmarks call this directly; `request.campaign_ids` is not read)."""
-    if request.granularity == "hour":
-        cursor = conn.cursor(row_factory=tuple_row)  # tens of thousands of rows: tuples cost half of dicts
-        await cursor.execute(
-            f"SELECT {', '.join(HOURLY_BILLED_COLUMNS)} FROM {BILLED_HOURLY_TABLE} "
-            "WHERE campaign_id = ANY(%s) AND hour_start_ms >= %s AND hour_start_ms < %s",
-            (ids, request.from_ms - LOOKBACK_MS, request.to_ms))
-        billed = await cursor.fetchall()
-        await cursor.execute(
-            f"SELECT campaign_id, hour_start_ms, sum(conversions)::bigint FROM {CONVERSIONS_HOURLY_TABLE} "
-            "WHERE campaign_id = ANY(%s) AND hour_start_ms >= %s AND hour_start_ms < %s GROUP BY 1, 2",
-            (ids, request.from_ms, request.to_ms))
-        rows = hourly_rows(billed, await cursor.fetchall(), request.from_ms, request.to_ms)
-    else:
-        days, cursor = (ids, request.from_day, request.to_day), conn.cursor(row_factory=dict_row)
-        billed = await (await cursor.execute(
-            f"SELECT campaign_id, budget_day, {_BILLED} FROM {BILLED_DAILY_TABLE} "
-            "WHERE campaign_id = ANY(%s) AND budget_day >= %s::date AND budget_day < %s::date", days)).fetchall()
-        conversions = await (await cursor.execute(
-            f"SELECT campaign_id, budget_day, sum(conversions) AS conversions FROM {CONVERSIONS_HOURLY_TABLE} "
-            "WHERE campaign_id = ANY(%s) AND budget_day >= %s::date AND budget_day < %s::date GROUP BY 1, 2",
-            days)).fetchall()
-        rows = daily_rows(billed, conversions)
-    return report_body(request, ids, rows)
+    """The whole report of these campaigns as one `GET /v1/reports` body, every page read and joined (operators,
+    the simulated day and the benchmarks call this; `request.campaign_ids` is not read, and no owner is
+    checked)."""
+    ids, report, request = sorted(ids), None, replace(request, after=None, limit=MAX_PAGE_ROWS)
+    while True:
+        page = json.loads(await report_page(conn, ids, request))
+        if report is None:
+            report = page
+        else:
+            by_id = {c["campaign_id"]: c for c in report["campaigns"]}
+            for campaign in page["campaigns"]:
+                if campaign["campaign_id"] in by_id:
+                    by_id[campaign["campaign_id"]]["rows"].extend(campaign["rows"])
+                else:
+                    report["campaigns"].append(campaign)
+        if page["next_cursor"] is None:
+            report["next_cursor"] = None
+            return report
+        request = replace(request, after=decode_cursor(page["next_cursor"]))

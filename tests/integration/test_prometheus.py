@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from infra.platform.errors import PlatformError
 from infra.platform.process import wait_until
 from infra.platform.services import Prometheus
+from serving.advertiser.api import start_advertiser_api
 from serving.dashboard.app import start_dashboard
 from serving.model.predictor import ModelPredictor
 from serving.model.service import PredictionService, ServiceThread
@@ -43,19 +44,32 @@ async def dashboard(platform, fresh_topics):
         await runner.cleanup()
 
 
+@asynccontextmanager
+async def advertiser_api(platform):
+    """The advertiser API on the platform's PostgreSQL, any free port; yields its port."""
+    runner, port, store = await start_advertiser_api(platform.postgres_dsn, port=0)
+    try:
+        yield port
+    finally:
+        await runner.cleanup()
+        await store.close()
+
+
 def test_prometheus_scrapes_every_server_of_the_platform_and_the_flink_cluster(platform, fresh_topics, monkeypatch):
     monkeypatch.setenv(TARGETS_DIR_ENV, str(platform.prometheus_targets_dir))
     model, snapshot = tiny_model("click-prometheus-1")
     host = platform.host
 
     async def scenario():
-        async with Services(platform) as services, dashboard(platform, fresh_topics) as dashboard_port:
+        async with Services(platform) as services, dashboard(platform, fresh_topics) as dashboard_port, \
+                advertiser_api(platform) as advertiser_port:
             with ServiceThread(PredictionService(ModelPredictor(model, snapshot))) as prediction:
                 wanted = {
                     ("adserver", f"127.0.0.1:{services.server.port}"): "up",
                     ("tracker", f"127.0.0.1:{services.tracker_runner.addresses[0][1]}"): "up",
                     ("prediction", f"127.0.0.1:{prediction._running.port}"): "up",
                     ("dashboard", f"127.0.0.1:{dashboard_port}"): "up",
+                    ("advertiser", f"127.0.0.1:{advertiser_port}"): "up",
                     ("flink", f"{host}:{platform.flink_jobmanager_metrics_port}"): "up",
                     ("flink", f"{host}:{platform.flink_taskmanager_metrics_port}"): "up",
                 }
@@ -79,6 +93,7 @@ def test_prometheus_scrapes_every_server_of_the_platform_and_the_flink_cluster(p
     assert any(name.startswith("tracker-") for name in announced)
     assert any(name.startswith("prediction-") for name in announced)
     assert any(name.startswith("dashboard-") for name in announced)
+    assert any(name.startswith("advertiser-") for name in announced)
 
 
 def test_servers_withdraw_their_target_files_when_they_stop(platform, fresh_topics, monkeypatch):

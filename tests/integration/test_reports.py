@@ -5,13 +5,19 @@ core.clicks.recount of the same beacons; landing them again, or the same records
 from __future__ import annotations
 
 import asyncio
+import csv
 import dataclasses
+import io
+import re
 import subprocess
 import sys
 import uuid
+from datetime import date, datetime
+from decimal import Decimal
 
 import aiohttp
 import psycopg
+import psycopg.rows
 import pytest
 
 from core import clicks, reports
@@ -156,6 +162,100 @@ def test_hourly_rows_add_up_to_the_recount_and_count_each_converting_impression_
     assert sum(c["totals"]["conversions"] for c in body["campaigns"]) > 0
 
 
+def _reference_report(platform, ids: list[int], query: dict) -> dict:
+    """The report as core.reports' Python statement of the rules computes it from the landing tables."""
+    request = reports.parse_report_query(query)
+    with psycopg.connect(platform.postgres_dsn) as conn:
+        if request.granularity == "hour":
+            billed = conn.execute(
+                f"SELECT {', '.join(reports.HOURLY_BILLED_COLUMNS)} FROM {reports.BILLED_HOURLY_TABLE} "
+                "WHERE campaign_id = ANY(%s) AND hour_start_ms >= %s AND hour_start_ms < %s",
+                (ids, request.from_ms - reports.LOOKBACK_MS, request.to_ms)).fetchall()
+            conversions = conn.execute(
+                f"SELECT campaign_id, hour_start_ms, sum(conversions) FROM {reports.CONVERSIONS_HOURLY_TABLE} "
+                "WHERE campaign_id = ANY(%s) GROUP BY 1, 2", (ids,)).fetchall()
+            rows = reports.hourly_rows(billed, conversions, request.from_ms, request.to_ms)
+        else:
+            conn.row_factory = psycopg.rows.dict_row
+            billed = conn.execute(f"SELECT * FROM {reports.BILLED_DAILY_TABLE} WHERE campaign_id = ANY(%s) "
+                                  "AND budget_day >= %s::date AND budget_day < %s::date",
+                                  (ids, request.from_day, request.to_day)).fetchall()
+            conversions = conn.execute(
+                f"SELECT campaign_id, budget_day, sum(conversions) AS conversions FROM "
+                f"{reports.CONVERSIONS_HOURLY_TABLE} WHERE campaign_id = ANY(%s) AND budget_day >= %s::date "
+                "AND budget_day < %s::date GROUP BY 1, 2", (ids, request.from_day, request.to_day)).fetchall()
+            rows = reports.daily_rows([{**r, "budget_day": r["budget_day"].isoformat()} for r in billed],
+                                      [{**r, "budget_day": r["budget_day"].isoformat()} for r in conversions])
+    return reports.report_body(request, ids, rows)
+
+
+def test_the_databases_report_equals_the_python_statement_of_the_rules(platform, world):
+    queries = [*_daily_queries(world), HOURLY, {"from": "2026-03-09", "to": "2026-03-12"},
+               {"from": "2026-03-10T03:00:00Z", "to": "2026-03-10T05:00:00Z", "granularity": "hour"}]
+    for query, (status, body) in zip(queries, _reports(platform, world["mine"], queries)):
+        assert status == 200, body
+        assert body.pop("next_cursor") is None
+        assert body == _reference_report(platform, _mine(world), query), query
+
+
+def test_a_long_report_comes_in_pages_whose_rows_join_to_the_whole_report(platform, world):
+    (status, whole), = _reports(platform, world["mine"], [HOURLY])
+    assert status == 200 and whole["next_cursor"] is None
+    joined: dict[int, dict] = {}
+    query, pages = {**HOURLY, "limit": "4"}, 0
+    while True:
+        (status, page), = _reports(platform, world["mine"], [query])
+        assert status == 200, page
+        pages += 1
+        assert sum(len(c["rows"]) for c in page["campaigns"]) <= 4
+        for campaign in page["campaigns"]:
+            mine = joined.setdefault(campaign["campaign_id"], {**campaign, "rows": []})
+            assert campaign["totals"] == mine["totals"]  # the whole range's totals on every page
+            mine["rows"] += campaign["rows"]
+        if page["next_cursor"] is None:
+            break
+        query = {**query, "cursor": page["next_cursor"]}
+    assert pages >= sum(len(c["rows"]) for c in whole["campaigns"]) / 4
+    assert list(joined.values()) == whole["campaigns"]
+    answers = _reports(platform, world["mine"], [{**HOURLY, "cursor": "bm90IGEgY3Vyc29y"}, {**HOURLY, "limit": "0"},
+                                                 {**HOURLY, "format": "xml"}])
+    assert [(s, b.get("field")) for s, b in answers] == [(400, "cursor"), (400, "limit"), (400, "format")]
+
+
+def _csv(platform, auth, query: dict) -> tuple[int, str, str]:
+    async def run():
+        async with Api(platform) as api:
+            async with api.http.get(api.base + "/v1/reports", headers=auth, params={**query, "format": "csv"}) as r:
+                return r.status, r.headers.get("Content-Type", ""), await r.text()
+    return asyncio.run(run())
+
+
+def test_a_csv_report_has_a_header_iso_dates_and_money_in_currency_units(platform, world):
+    for query, label in ((HOURLY, "hour_utc"), ({"from": "2026-03-09", "to": "2026-03-12"}, "day")):
+        (_, body), = _reports(platform, world["mine"], [query])
+        status, content_type, text = _csv(platform, world["mine"], query)
+        assert status == 200 and content_type.startswith("text/csv"), text[:300]
+        table = list(csv.DictReader(io.StringIO(text)))
+        assert list(table[0]) == ["campaign_id", label, "currency", "billed_impressions", "billed_clicks",
+                                  "conversions", "billed_spend"]
+        expected = [(c["campaign_id"], r) for c in body["campaigns"] for r in c["rows"]]
+        assert len(table) == len(expected) > 0
+        for line, (campaign_id, row) in zip(table, expected):
+            when = line[label]
+            if label == "day":
+                assert date.fromisoformat(when).isoformat() == row["day"]
+            else:  # "2026-03-10 13:00:00", UTC: what spreadsheets read as a date and time
+                assert datetime.fromisoformat(when + "+00:00").strftime("%Y-%m-%dT%H:%M:%SZ") == row["hour"]
+            assert int(line["campaign_id"]) == campaign_id and line["currency"] == "USD"
+            assert Decimal(line["billed_spend"]) * 1_000_000 == row["billed_spend_micros"]
+            assert re.fullmatch(r"\d+\.\d{6}", line["billed_spend"]), line["billed_spend"]
+            for name in ("billed_impressions", "billed_clicks", "conversions"):
+                assert int(line[name]) == row[name]
+    foreign = world["campaigns"][3]["campaign_id"]
+    status, _, text = _csv(platform, world["mine"], {**HOURLY, "campaign_id": str(foreign)})
+    assert status == 404 and "campaign_id" in text
+
+
 def test_landing_again_or_the_same_records_sent_twice_gives_the_same_reports(platform, world):
     queries = [*_daily_queries(world), HOURLY]
     before = _reports(platform, world["mine"], queries)
@@ -197,6 +297,8 @@ def test_the_report_queries_read_through_an_index(platform, world):
     with psycopg.connect(platform.postgres_dsn) as conn:
         conn.execute("SET enable_seqscan = off")
         plans = [" ".join(r[0] for r in conn.execute("EXPLAIN " + sql, args).fetchall()) for sql, args in (
+            (f"SELECT * FROM {reports.HOURLY_REPORT_TABLE} WHERE campaign_id = ANY(%s) AND hour_start_ms >= %s "
+             "AND hour_start_ms < %s", (_mine(world), START_MS, START_MS + 30 * reports.DAY_MS)),
             (f"SELECT * FROM {reports.BILLED_HOURLY_TABLE} WHERE campaign_id = ANY(%s) AND hour_start_ms >= %s "
              "AND hour_start_ms < %s", (_mine(world), START_MS, START_MS + 30 * reports.DAY_MS)),
             (f"SELECT * FROM {reports.CONVERSIONS_HOURLY_TABLE} WHERE campaign_id = ANY(%s) AND hour_start_ms >= %s "

@@ -113,6 +113,40 @@ def test_an_hour_shows_what_its_budget_day_grew_by_since_the_previous_hour():
          "billed_spend_micros": 200}]}
 
 
+# ------------------------------------------------------------------------------------------ pages and formats
+def test_a_report_is_json_in_pages_of_ten_thousand_rows_unless_asked_otherwise():
+    request = reports.parse_report_query({"from": "2026-03-10", "to": "2026-03-12"})
+    assert (request.format, request.limit, request.after) == ("json", reports.DEFAULT_PAGE_ROWS, None)
+    request = reports.parse_report_query({"from": "2026-03-10", "to": "2026-03-12", "format": "csv", "limit": "7"})
+    assert (request.format, request.limit) == ("csv", 7)
+
+
+@pytest.mark.parametrize("query, field", [
+    ({"format": "xlsx"}, "format"), ({"limit": "0"}, "limit"), ({"limit": "-3"}, "limit"),
+    ({"limit": str(reports.MAX_PAGE_ROWS + 1)}, "limit"), ({"limit": "1e3"}, "limit"), ({"limit": "²"}, "limit"),
+    ({"cursor": "bm90IGEgY3Vyc29y"}, "cursor"), ({"cursor": "%%%"}, "cursor"), ({"cursor": "MDo1"}, "cursor"),
+    ({"cursor": "x" * 100}, "cursor"), ({"cursor": "é"}, "cursor")])
+def test_a_wrong_format_limit_or_cursor_is_refused_naming_it(query, field):
+    assert _field_of({"from": "2026-03-10", "to": "2026-03-12", **query}) == field
+
+
+def test_a_cursor_reads_back_as_the_row_it_was_made_after():
+    for after in ((1, 0), (12, 1_773_100_800_000), (2**63 - 1, -5)):
+        cursor = reports.encode_cursor(*after)
+        assert cursor.isascii() and "=" not in cursor
+        assert reports.decode_cursor(cursor) == after
+        assert reports.parse_report_query({"from": "2026-03-10", "to": "2026-03-12", "cursor": cursor}).after == after
+
+
+def test_a_page_lists_each_campaign_once_where_its_id_falls_and_the_cursors_only_while_its_rows_go_on():
+    ids = [3, 5, 8, 13]
+    assert reports.page_campaigns(ids, None, [3, 8], None) == ids  # one page: everyone
+    assert reports.page_campaigns(ids, None, [3], (3, 100)) == [3]  # 3's rows go on after this page
+    assert reports.page_campaigns(ids, (3, 100), [3, 8], (8, 50)) == [3, 5, 8]  # 5 has no rows: listed once here
+    assert reports.page_campaigns(ids, (8, 50), [], None) == [13]  # 8 ended exactly on the last page
+    assert reports.page_campaigns(ids, (8, 50), [8], None) == [8, 13]
+
+
 def test_the_first_hour_of_a_budget_day_counts_from_zero():
     rows = [(1, day, feed.T0 + h * HOUR, 0, 0, spend) for day, h, spend in (("2026-03-10", 0, 300),
                                                                             ("2026-03-09", -1, 800))]
