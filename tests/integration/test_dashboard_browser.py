@@ -84,6 +84,64 @@ def test_the_page_shows_the_apis_campaigns_and_plots_the_selected_campaigns_seri
     assert console_errors(browser) == []
 
 
+LAYOUT = """
+const spend = window.adserveCharts.spend, axis = spend.axes[1];
+spend.ctx.font = axis.font[0];
+const labels = axis._values || [];
+const widest = Math.max(0, ...labels.map(v => spend.ctx.measureText(v).width / devicePixelRatio));
+const box = spend.root.getBoundingClientRect(), plot = spend.over.getBoundingClientRect();
+const panel = document.getElementById("campaigns-panel").getBoundingClientRect();
+const table = document.getElementById("campaigns");
+const lastHead = document.querySelector("#campaigns thead th:last-child"), last = lastHead.getBoundingClientRect();
+const cells = Array.from(document.querySelectorAll("#campaigns tbody tr"), r => [
+  Number(r.dataset.campaignId), r.querySelector('td:nth-child(4)').textContent]);
+return {labels, widest, labels_left: plot.left - axis.ticks.size - axis.gap - widest, box_left: box.left,
+        panel_right: panel.right, last_right: last.right, last_text: lastHead.textContent,
+        scroll: [table.parentElement.scrollWidth, table.parentElement.clientWidth], window_width: window.innerWidth,
+        p_cells: Object.fromEntries(cells)};
+"""
+
+
+def test_at_1280_px_the_axis_labels_sit_inside_their_chart_and_the_table_fits_its_panel(world, browser):
+    from tests.integration.dashboard_world import DAY, T0_MS
+
+    # a whole day of a $15,000 campaign whose p swings every minute, as a flapping controller's does
+    big = 15_000 * 1_000_000
+    world.store.write({"campaign_id": world.audience, "budget_day": DAY, "minute": m, "budget_micros": big,
+                       "state": "OPEN", "participation_probability": 0.9 if m % 2 else 0.1,
+                       "target_micros": big * m // 1439, "committed_micros": big * m // 1500,
+                       "billed_micros": big * m // 1600, "event_time": T0_MS + m * 60_000} for m in range(1440))
+    browser.set_window_size(1280, 900)
+    browser.get(world.url + "/")
+    wait_until(browser, "a first poll with the charts drawn",
+               lambda: browser.execute_script("return !!window.adserveCharts && window.adserveDashboard.polls >= 1"))
+    browser.execute_script("document.querySelector(arguments[0]).click();",
+                           f'#campaigns tbody tr[data-campaign-id="{world.audience}"]')
+    wait_until(browser, "the selected campaign's series", lambda: drawn_series(browser, world.audience))
+    layout = browser.execute_script(LAYOUT)
+    assert layout["window_width"] <= 1280
+    assert any(label.startswith("$1") and label.endswith("k") for label in layout["labels"]), layout["labels"]
+    assert layout["labels_left"] >= layout["box_left"], layout  # the longest label starts inside the chart's box
+    assert layout["last_text"] == "why under" and layout["last_right"] <= layout["panel_right"], layout
+    assert layout["scroll"][0] <= layout["scroll"][1], layout  # nothing to scroll to
+    # p is blank where the campaign enters no auction: STOPPED, or PAUSED in the store
+    assert layout["p_cells"][str(world.spent)] == "" and layout["p_cells"][str(world.paused)] == ""
+    assert layout["p_cells"][str(world.on_pace)] != ""
+    # the p chart draws the minutes in buckets: each bucket's mean, lowest and highest of the API's p
+    state = page_state(browser)["series"]
+    band, api = state["p_band"], api_series(world, world.audience)
+    assert 60 <= len(band["minutes"]) < 1440  # a day of minutes in buckets
+    size = band["minutes"][1] - band["minutes"][0] if len(band["minutes"]) > 1 else len(api["minutes"])
+    for i, start in enumerate(band["minutes"]):
+        ps = [p for m, p in zip(api["minutes"], api["p"]) if start <= m < start + size]
+        assert band["low"][i] == min(ps) and band["high"][i] == max(ps)
+        assert abs(band["mean"][i] - sum(ps) / len(ps)) < 1e-9
+    legend = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#spend-chart .u-legend .u-value'), e => e.textContent);")
+    assert legend and all(value for value in legend), legend  # the latest point's values, with no pointer on it
+    assert console_errors(browser) == []
+
+
 def test_sorting_and_filtering_on_the_page_list_what_the_api_lists(world, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select

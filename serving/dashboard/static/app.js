@@ -1,20 +1,30 @@
 // The pacing dashboard page: polls the API every 2 s and draws the campaign table, the selected campaign's
 // spend-vs-target and p charts, and the fleet panels. Plain JS, no build step; charts with the vendored uPlot.
-// What the charts draw is exposed on window.adserveDashboard (the arrays handed to uPlot), for tests.
+// What the charts draw is exposed on window.adserveDashboard (the arrays handed to uPlot), and the charts
+// themselves on window.adserveCharts, for tests.
 "use strict";
 
 (function () {
   const POLL_MS = 2000;
   const PAGE = 100;
+  // The table answers "who is off pace, and why": the rest of a campaign (budget, billed, remaining, forecast)
+  // is in its panel. Each header says what its column means (title, shown on hover).
   const COLUMNS = [
-    ["campaign_id", "campaign", "int"], ["advertiser_id", "advertiser", "int"], ["status", "status", "text"],
-    ["state", "state", "text"], ["participation_probability", "p", "p"], ["daily_budget_micros", "budget", "money"],
-    ["target_micros", "target", "money"], ["committed_micros", "committed", "money"],
-    ["billed_micros", "billed", "money"], ["remaining_micros", "remaining", "money"],
-    ["forecast_micros", "forecast", "money"], ["pace_ratio", "pace ratio", "ratio"], ["pace", "pace", "text"],
-    ["under_delivery", "why under", "text"],
+    ["campaign_id", "campaign", "int", "campaign id"],
+    ["advertiser_id", "adv.", "int", "advertiser id"],
+    ["state", "budget state", "state",
+     "the budget job's state today: OPEN (paced by p), METERED (near its limit: spends only through slices), " +
+     "STOPPED (its budget is spent). A status other than ACTIVE in the campaign store is named after it: such a " +
+     "campaign enters no auction whatever its budget state"],
+    ["participation_probability", "p", "p",
+     "participation probability: the share of eligible auctions the campaign enters; blank where it enters none " +
+     "(STOPPED, or not ACTIVE in the store)"],
+    ["committed_micros", "committed", "money", "billed spend plus served spend not billed yet"],
+    ["target_micros", "target now", "money", "what the pacing curve asks for by now"],
+    ["pace_ratio", "pace", "ratio", "committed / target now"],
+    ["pace", "", "text", "under, on or over pace (within 5 %)"],
+    ["under_delivery", "why under", "text", "why the campaign delivers less than its target, when it does"],
   ];
-
   const view = {
     campaigns: [], total: 0, query: { sort: "campaign_id", order: "asc", offset: 0 },
     selected: null, campaign: null, series: null, fleet: null, fleetRefused: null, polls: 0, error: null,
@@ -30,6 +40,21 @@
   function money(micros) {
     if (micros === null || micros === undefined) return "";
     return "$" + (micros / 1e6).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  }
+
+  // Whether the campaign enters auctions at all: p means nothing for one that does not.
+  function inAuctions(campaign) {
+    return campaign.state !== "STOPPED" && (campaign.status === null || campaign.status === undefined ||
+                                            campaign.status === "ACTIVE");
+  }
+
+  function cellText(campaign, name, kind) {
+    if (kind === "state") {
+      const state = campaign.state || "no state";
+      return campaign.status && campaign.status !== "ACTIVE" ? `${state} \u00b7 ${campaign.status.toLowerCase()}` : state;
+    }
+    if (kind === "p" && !inAuctions(campaign)) return "";
+    return cell(campaign[name], kind);
   }
 
   function cell(value, kind) {
@@ -95,11 +120,12 @@
   function renderHead() {
     const row = document.querySelector("#campaigns thead tr");
     row.textContent = "";
-    for (const [name, title, kind] of COLUMNS) {
+    for (const [name, title, kind, meaning] of COLUMNS) {
       const th = document.createElement("th");
       th.textContent = title;
+      th.title = meaning;
       th.dataset.column = name;
-      if (kind === "text") th.className = "text";
+      if (kind === "text" || kind === "state") th.className = "text";
       if (view.query.sort === name) th.classList.add("sorted-" + view.query.order);
       th.addEventListener("click", () => {
         const q = view.query;
@@ -122,9 +148,10 @@
       if (campaign.campaign_id === view.selected) tr.className = "selected";
       for (const [name, , kind] of COLUMNS) {
         const td = document.createElement("td");
-        td.textContent = cell(campaign[name], kind);
-        if (kind === "text") td.className = "text";
+        td.textContent = cellText(campaign, name, kind);
+        if (kind === "text" || kind === "state") td.className = "text";
         if (name === "pace") td.classList.add("pace-" + campaign.pace);
+        if (name === "under_delivery") td.classList.add("why");
         tr.appendChild(td);
       }
       tr.addEventListener("click", () => { view.selected = campaign.campaign_id; refresh(); });
@@ -135,49 +162,110 @@
     $("total").textContent = view.total ? `${q.offset + 1}-${last} of ${view.total}` : "no campaigns";
   }
 
-  function chartOptions(title, series, axisValues) {
+  // Axis labels: compact money ($850, $15k, $1.2M) and p with two decimals; the axis is as wide as its longest
+  // label, so no label is cut at the chart's edge.
+  function compactMoney(micros) {
+    const dollars = micros / 1e6, size = Math.abs(dollars);
+    if (size >= 1e6) return "$" + +(dollars / 1e6).toFixed(2) + "M";
+    if (size >= 1e3) return "$" + +(dollars / 1e3).toFixed(1) + "k";
+    return "$" + +dollars.toFixed(2);
+  }
+
+  function axisSize(u, values, axisIdx, cycleNum) {
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size; // settled: uPlot asks until the size stops changing
+    u.ctx.font = axis.font[0];
+    const widest = (values || []).reduce((w, v) => Math.max(w, u.ctx.measureText(v).width / devicePixelRatio), 0);
+    return Math.ceil(widest) + (axis.ticks.size || 10) + (axis.gap || 5) + 8;
+  }
+
+  // With the pointer off the chart its legend shows the latest point's values, not empty ones.
+  function legendAtLatest(u) {
+    if (u.cursor.idx === null || u.cursor.idx === undefined) {
+      const last = u.data[0].length - 1;
+      if (last >= 0) u.setLegend({ idx: last }, false);
+    }
+  }
+
+  function chartOptions(title, series, axisValues, extra) {
     const width = Math.max(300, $("detail").clientWidth - 24);
-    return {
+    return Object.assign({
       title, width, height: 200,
       scales: { x: { time: false } },
-      axes: [{ values: (u, ticks) => ticks.map(clock), incrs: [15, 30, 60, 120, 180, 240, 360] },
-             { values: axisValues, size: 70 }],
+      axes: [{ label: "local time", values: (u, ticks) => ticks.map(clock), incrs: [15, 30, 60, 120, 180, 240, 360] },
+             { values: axisValues, size: axisSize }],
       series: [{ label: "minute", value: (u, v) => (v === null ? "" : clock(v)) }, ...series],
-    };
+      hooks: { setCursor: [legendAtLatest], setData: [legendAtLatest] },
+    }, extra || {});
+  }
+
+  // p every minute swings with each 10 s step; drawn minute by minute over a day it fills the chart. The chart
+  // draws it in buckets of whole minutes (as many as keep a bucket a few pixels wide): the bucket's mean as the
+  // line, its lowest and highest minute as the band around it.
+  function pBuckets(minutes, ps, width) {
+    const n = minutes.length;
+    const size = Math.max(1, Math.ceil(n / Math.max(30, Math.floor(width / 4))));
+    const out = { minutes: [], mean: [], low: [], high: [], bucket_minutes: size };
+    for (let i = 0; i < n; i += size) {
+      let sum = 0, count = 0, low = Infinity, high = -Infinity;
+      for (let j = i; j < Math.min(n, i + size); j++) {
+        const p = ps[j];
+        if (p === null || p === undefined) continue;
+        sum += p; count += 1; low = Math.min(low, p); high = Math.max(high, p);
+      }
+      out.minutes.push(minutes[i]);
+      out.mean.push(count ? sum / count : null);
+      out.low.push(count ? low : null);
+      out.high.push(count ? high : null);
+    }
+    return out;
   }
 
   function renderDetail(detail) {
     const series = detail.series || { minutes: [], target: [], committed: [], p: [] };
     const spendData = [series.minutes.slice(), series.target.slice(), series.committed.slice()];
-    const pData = [series.minutes.slice(), series.p.slice()];
+    const band = pBuckets(series.minutes, series.p, Math.max(300, $("detail").clientWidth - 24));
+    const pData = [band.minutes, band.mean, band.low, band.high];
+    const p4 = (u, v) => (v === null || v === undefined ? "" : v.toFixed(4));
     if (spendChart === null) {
-      const moneyAxis = (u, ticks) => ticks.map(money);
-      spendChart = new uPlot(chartOptions("spend vs target", [
-        { label: "target", stroke: "#7a869a", width: 1.5, dash: [6, 4], value: (u, v) => money(v) },
+      const moneyAxis = (u, ticks) => ticks.map(compactMoney);
+      spendChart = new uPlot(chartOptions("spend vs target (USD)", [
+        { label: "target (pacing curve)", stroke: "#7a869a", width: 1.5, dash: [6, 4], value: (u, v) => money(v) },
         { label: "committed", stroke: "#1f6feb", width: 2, value: (u, v) => money(v) },
       ], moneyAxis), spendData, $("spend-chart"));
       pChart = new uPlot(chartOptions("participation probability p", [
-        { label: "p", stroke: "#2da44e", width: 2, value: (u, v) => (v === null ? "" : v.toFixed(4)) },
-      ], (u, ticks) => ticks.map((t) => t.toFixed(2))), pData, $("p-chart"));
+        { label: "p (mean)", stroke: "#2da44e", width: 2, value: p4 },
+        { label: "lowest", stroke: "rgba(45,164,78,0.35)", width: 1, value: p4 },
+        { label: "highest", stroke: "rgba(45,164,78,0.35)", width: 1, value: p4 },
+      ], (u, ticks) => ticks.map((t) => t.toFixed(2)),
+      { bands: [{ series: [3, 2], fill: "rgba(45,164,78,0.15)" }], scales: { x: { time: false }, y: { range: [0, 1] } } }),
+      pData, $("p-chart"));
+      window.adserveCharts = { spend: spendChart, p: pChart }; // the uPlot objects, for tests (not serialisable)
     } else {
       spendChart.setData(spendData);
       pChart.setData(pData);
     }
     const moves = series.p_moves_by_hour || [];
     const busiest = moves.reduce((best, m, h) => (m > moves[best] ? h : best), 0);
-    $("p-moves").textContent = moves.length
-      ? `p moved (sum of |change|) at most ${moves[busiest].toFixed(3)} in an hour (${String(busiest).padStart(2, "0")}:00), ` +
-        `${moves.reduce((a, b) => a + b, 0).toFixed(3)} over the day`
-      : "";
+    $("p-moves").textContent = (band.bucket_minutes > 1 ? `p in ${band.bucket_minutes}-minute buckets. ` : "") +
+      (moves.length
+        ? `p moved (sum of |change|) at most ${moves[busiest].toFixed(3)} in an hour (${String(busiest).padStart(2, "0")}:00), ` +
+          `${moves.reduce((a, b) => a + b, 0).toFixed(3)} over the day`
+        : "");
     const row = detail.campaign;
-    $("detail-title").textContent = `campaign ${row.campaign_id} (${row.state || "no state"}, ` +
-      `${money(row.committed_micros)} of ${money(row.target_micros)} target, forecast ${money(row.forecast_micros)}` +
-      (row.under_delivery ? `, under: ${row.under_delivery}` : "") + ")" +
+    $("detail-title").textContent = `campaign ${row.campaign_id}: ${row.state || "no state"}` +
+      (row.status && row.status !== "ACTIVE" ? `, ${row.status.toLowerCase()} in the store` : "") +
+      (row.under_delivery ? ` (under: ${row.under_delivery})` : "") +
       (detail.series_error ? ` - ${detail.series_error}` : "");
+    $("spend-caption").textContent = `budget ${money(row.daily_budget_micros)} \u00b7 target now ` +
+      `${money(row.target_micros)} \u00b7 committed ${money(row.committed_micros)} \u00b7 billed ` +
+      `${money(row.billed_micros)} \u00b7 remaining ${money(row.remaining_micros)} \u00b7 forecast at day end ` +
+      `${money(row.forecast_micros)}`;
     view.campaign = row;
     view.series = {
       campaign_id: row.campaign_id, minutes: spendChart.data[0], target: spendChart.data[1],
-      committed: spendChart.data[2], p: pChart.data[1],
+      committed: spendChart.data[2], p: series.p.slice(),
+      p_band: { minutes: pChart.data[0], mean: pChart.data[1], low: pChart.data[2], high: pChart.data[3] },
     };
   }
 
