@@ -43,8 +43,10 @@ class DayDashboard:
 
     def __init__(self, *, bootstrap: str, redis_url: str, prometheus_url: str | None, state_topic: str,
                  campaigns_topic: str, host: str, port: int):
+        # the day's records carry simulated times: readiness and state age follow them, not the wall clock
         self.options = dict(bootstrap=bootstrap, redis_url=redis_url, prometheus_url=prometheus_url,
-                            state_topic=state_topic, campaigns_topic=campaigns_topic, host=host, port=port)
+                            state_topic=state_topic, campaigns_topic=campaigns_topic, host=host, port=port,
+                            event_time=True)
         self.host, self.port = host, port
         self.loop: asyncio.AbstractEventLoop | None = None
         self.runner = None

@@ -268,14 +268,18 @@ class TopicFollower(threading.Thread):
     def __init__(self, bootstrap: str, deliver: Callable[[list[tuple[str, dict, int]]], None], *,
                  job: str = "adserver", clock: Callable[[], float] = time.time,
                  start_offsets: dict[str, dict[int, int]] | None = None,
-                 state_topics: tuple[str, ...] = STATE_TOPICS, lease_topic: str | None = LEASE_TOPIC):
+                 state_topics: tuple[str, ...] = STATE_TOPICS, lease_topic: str | None = LEASE_TOPIC,
+                 event_time: bool = False):
         """start_offsets: per topic and partition where to begin (a snapshot's offsets); default 0.
         state_topics: the compacted topics read from the start; lease_topic: the leases, read from the instant
-        the follower began (None: none; a dashboard follows only budget.state and serving.campaigns)."""
+        the follower began (None: none; a dashboard follows only budget.state and serving.campaigns).
+        event_time: measure the lag against the newest record time read instead of `clock`, for streams whose
+        timestamps are not the wall clock's (a simulated or replayed day)."""
         super().__init__(name="adserve-topic-follower", daemon=True)
         self.state_topics, self.lease_topic = state_topics, lease_topic
         self.start_offsets = start_offsets or {}
         self.bootstrap, self.deliver, self.job, self.clock = bootstrap, deliver, job, clock
+        self.event_time = event_time
         self.codec = AvroCodec()
         self.corrupt_records = 0
         self.loaded = threading.Event()
@@ -287,11 +291,21 @@ class TopicFollower(threading.Thread):
         self.error: Exception | None = None
 
     def lag_s(self) -> float:
-        """How far behind the heads of the state topics (0 when every partition is at its end)."""
+        """How far behind the heads of the state topics (0 when every partition is at its end): the clock (or,
+        with event_time, the newest record time read) minus the time of the last record read from each
+        partition still short of its end."""
+        if self.event_time:
+            now = self.newest_record_s()
+            behind = [now - self._last_ts.get(tp, now) for tp, at_end in self._at_end.items() if not at_end]
+            return max(behind, default=0.0)
         now = self.clock()
         behind = [now - self._last_ts.get(tp, self._began) for tp, at_end in self._at_end.items()
                   if not at_end]
         return max(behind, default=0.0)
+
+    def newest_record_s(self) -> float:
+        """The newest record time read from any partition (epoch seconds); the clock's time before the first."""
+        return max(self._last_ts.values(), default=self._began)
 
     def ready(self) -> bool:
         """Loaded, within READY_LAG_S of the heads, and still reading: a follower that stopped on an error

@@ -80,7 +80,8 @@ class Metrics:
         Gauge("adserve_dashboard_campaigns", "Campaigns the dashboard holds", registry=r).set_function(
             lambda: len(board.rows))
         Gauge("adserve_dashboard_budget_state_age_seconds",
-              "Wall clock minus the event time of the newest budget state (0 before any)", registry=r).set_function(
+              "Wall clock (on a simulated day: the newest record time read) minus the event time of the newest "
+              "budget state (0 before any)", registry=r).set_function(
             lambda: max(0.0, clock() - board.newest_state_ms / 1000) if board.newest_state_ms else 0.0)
         Gauge("adserve_dashboard_committed_spend_micros", "Committed spend today over all campaigns",
               registry=r).set_function(lambda: board.committed_and_unbilled_micros()[0])
@@ -246,23 +247,26 @@ class DashboardServer:
 
 async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str | None = None,
                           state_topic: str = topics.BUDGET_STATE, campaigns_topic: str = topics.SERVING_CAMPAIGNS,
-                          host: str = "127.0.0.1", port: int = DEFAULT_PORT, auth: DashboardAuth | None = None
-                          ) -> tuple[web.AppRunner, int, DashboardServer, Any]:
+                          host: str = "127.0.0.1", port: int = DEFAULT_PORT, auth: DashboardAuth | None = None,
+                          event_time: bool = False) -> tuple[web.AppRunner, int, DashboardServer, Any]:
     """Start the dashboard: a follower of the two topics (on its thread, applying batches on this event loop),
     the Redis pacing store and the HTTP server (port 0: any free port), announced to Prometheus as a `dashboard`
     scrape target once bound (serving.scrape_targets; only where ADSERVE_SCRAPE_TARGETS_DIR is set). Returns
     (runner, bound port, server, follower); `await runner.cleanup()` stops the follower, closes the store and
-    withdraws the target too."""
+    withdraws the target too. event_time: the topics carry another clock's times (a simulated day): readiness
+    and the budget state's age are measured against the newest record time read, not the wall clock."""
     from serving.adserver.state import TopicFollower
     from streams.pacing_store import PacingStore
 
     loop = asyncio.get_running_loop()
     board = PacingBoard(state_topic=state_topic, campaigns_topic=campaigns_topic)
     follower = TopicFollower(bootstrap, lambda batch: loop.call_soon_threadsafe(board.apply, batch),
-                             job="dashboard", state_topics=(state_topic, campaigns_topic), lease_topic=None)
+                             job="dashboard", state_topics=(state_topic, campaigns_topic), lease_topic=None,
+                             event_time=event_time)
     follower.start()
     store = PacingStore(redis_url)
     server = DashboardServer(board, store.read, ready=follower.ready,
+                             clock=follower.newest_record_s if event_time else time.time,
                              failure=lambda: None if follower.error is None else repr(follower.error),
                              prometheus_url=prometheus_url, auth=auth)
     app = server.app()

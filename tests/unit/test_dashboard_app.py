@@ -152,6 +152,26 @@ def test_a_topic_follower_that_stopped_on_an_error_is_never_ready_again():
     assert not follower.ready()
 
 
+def test_on_a_simulated_day_the_follower_measures_its_lag_in_the_days_own_time():
+    from serving.adserver.state import TopicFollower
+
+    day_s = 1_773_100_800.0  # a simulated day, months before the wall clock
+    for event_time, ready in ((False, False), (True, True)):
+        follower = TopicFollower("127.0.0.1:9", lambda batch: None, job="dashboard", state_topics=("t",),
+                                 lease_topic=None, event_time=event_time)
+        follower.loaded.set()
+        # partition 0 is still being read, 3 s of the day behind partition 1, which is at its end
+        follower._at_end.update({("t", 0): False, ("t", 1): True})
+        follower._last_ts.update({("t", 0): day_s, ("t", 1): day_s + 3})
+        assert follower.ready() is ready
+        if event_time:
+            assert follower.lag_s() == 3.0 and follower.newest_record_s() == day_s + 3
+            follower._last_ts[("t", 1)] = day_s + 60  # a minute of the day ahead: behind, not ready
+            assert follower.lag_s() == 60.0 and not follower.ready()
+        else:
+            assert follower.lag_s() > 86_400  # the day's times read against the wall clock
+
+
 def test_an_older_budget_state_or_campaign_version_does_not_replace_the_newer():
     b = board()
     b.apply([("budget.state", state(1, 1, 40_000_000, event_time=500), 0),
