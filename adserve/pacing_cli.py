@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from infra.platform import PlatformSettings
+from serving.scrape_targets import TARGETS_DIR_ENV
 from sim.day_watch import DayWatch
 
 DEFAULT_REQUESTS = 60_000  # the default day: every figure and check of the full-size one in ~60 % of its time
@@ -95,6 +97,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     requests, servers = day_size(args)
     settings = PlatformSettings.from_env()
+    # the day's dashboard announces itself to the platform's Prometheus, as the simulated fleet does
+    os.environ.setdefault(TARGETS_DIR_ENV, str(settings.prometheus_targets_dir))
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     watch: DayWatch | None = None
     try:

@@ -96,18 +96,11 @@ def feedback_record(claims: TokenClaims, kind: str, event_id: str, now_ms: int) 
             "ad_id": claims.ad_id, "user_id": None, "token_key_id": claims.key_id}
 
 
-class Tracker:
-    def __init__(self, keys: TokenKeys, produce: Callable[[str, bytes, bytes], None],
-                 clock: Callable[[], float] = time.time, events_topic: str = topics.AD_EVENTS,
-                 trusted_proxies: tuple[Network, ...] = (), guard: BeaconGuard | None = None):
-        """produce(topic, key, value) keeps one record (ad.events, ad.conversions or ad.feedback) for the broker,
-        or raises (SpoolFull when the spool is full): the answer goes out only after it returned.
-        trusted_proxies: the proxies whose X-Forwarded-For names the client (core.client_address); none: the
-        connection's peer is the client. guard: the replay guard (core.beacon_guard), one per tracker."""
-        self.keys, self.produce, self.clock, self.events_topic = keys, produce, clock, events_topic
-        self.trusted_proxies = trusted_proxies
-        self.guard = guard if guard is not None else BeaconGuard()
-        self.codec = AvroCodec()
+class TrackerMetrics:
+    """What a tracker exports on /metrics (one registry per tracker; the simulated day's tracker exports the
+    same)."""
+
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.events = Counter("adserve_tracker_events", "Accepted events by type", ["type"], registry=self.registry)
         self.rejected = Counter("adserve_tracker_rejected_tokens", "Rejected tokens by reason", ["reason"],
@@ -126,6 +119,25 @@ class Tracker:
                                  registry=self.registry)
         self.spool_pending = Gauge("adserve_tracker_spool_pending_records",
                                    "Accepted records the broker has not acknowledged yet", registry=self.registry)
+
+
+class Tracker:
+    def __init__(self, keys: TokenKeys, produce: Callable[[str, bytes, bytes], None],
+                 clock: Callable[[], float] = time.time, events_topic: str = topics.AD_EVENTS,
+                 trusted_proxies: tuple[Network, ...] = (), guard: BeaconGuard | None = None):
+        """produce(topic, key, value) keeps one record (ad.events, ad.conversions or ad.feedback) for the broker,
+        or raises (SpoolFull when the spool is full): the answer goes out only after it returned.
+        trusted_proxies: the proxies whose X-Forwarded-For names the client (core.client_address); none: the
+        connection's peer is the client. guard: the replay guard (core.beacon_guard), one per tracker."""
+        self.keys, self.produce, self.clock, self.events_topic = keys, produce, clock, events_topic
+        self.trusted_proxies = trusted_proxies
+        self.guard = guard if guard is not None else BeaconGuard()
+        self.codec = AvroCodec()
+        self.metrics = TrackerMetrics()
+        m = self.metrics
+        self.registry, self.events, self.rejected = m.registry, m.events, m.rejected
+        self.delivery_failures, self.spool_rejections, self.replays = m.delivery_failures, m.spool_rejections, m.replays
+        self.spool_resent, self.spool_bytes, self.spool_pending = m.spool_resent, m.spool_bytes, m.spool_pending
 
     def watch_spool(self, spool) -> None:
         """Read the spool's bytes and pending records at each scrape."""

@@ -266,8 +266,11 @@ def last_week(campaigns: list[SimCampaign], bootstrap: str, spend_topic: str, *,
 
 class SimServer:
     def __init__(self, server_id: str, campaigns: list[SimCampaign], bootstrap: str, spend_topic: str,
-                 seed: int, now_ms: int):
+                 seed: int, now_ms: int, export: Any = None):
+        """export: the fleet's sim.fleet_export.FleetExport, which serves this server's metrics (None: kept,
+        not served)."""
         from core.spend import SpendAccumulator
+        from serving.adserver.app import Metrics
         from serving.adserver.offloop import SpendReporter
         from serving.adserver.state import ServingState
         from core.reserves import ReserveBook
@@ -289,6 +292,10 @@ class SimServer:
         self.reporter = SpendReporter(self.spend, bootstrap, self.state.lease_ids, topic=spend_topic,
                                       producer_overrides={"linger.ms": 0})
         self.rng, self.np_rng = random.Random(seed), np.random.default_rng(seed)
+        self.metrics = Metrics()  # the ad server's own, served to Prometheus by `export`
+        self.metrics.index_lag.set(0)  # the state is applied in process, at the instant it changes
+        self.export = export
+        self.export_port = export.serve("adserver", self.metrics.registry) if export is not None else None
 
     def decide(self, request_id: str, placement: str, country: str, now_ms: int):
         from serving.decision.engine import RequestContext
@@ -300,16 +307,21 @@ class SimServer:
                                   rng=self.rng, np_rng=self.np_rng)
 
     def serve(self, request_id: str, placement: str, country: str, now_ms: int):
-        from serving.adserver.app import account_served
+        from serving.adserver.app import account_served, count_served
 
+        began = time.perf_counter()
         decision = self.decide(request_id, placement, country, now_ms)
         account_served(self.spend, self.state, decision, now_ms)
+        self.metrics.latency.observe(time.perf_counter() - began)
+        count_served(self.metrics, len(SLOTS), len(decision.winners), decision.scored_by_fallback)
         return decision
 
     def second(self, now_ms: int) -> None:
         self.reporter.tick(now_ms)
         self.state.expire_leases(now_ms)
         self.state.check_budget_silence(now_ms)
+        self.metrics.commit_lag.set(self.state.commit_lag_s)
+        self.metrics.ads.set(len(self.state.index))
 
 
 # ------------------------------------------------------------------ what comes back from the job
@@ -442,6 +454,7 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
     from jobs import deploy
     from schemas.codec import AvroCodec
     from sim import day_reports
+    from sim.fleet_export import FleetExport
     from streams import kafka
 
     run = uuid.uuid4().hex[:8]
@@ -472,13 +485,14 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
     job_id, billing_id = _deploy_jobs(platform, topics, run, curves_path, parallelism)
     feed = BudgetFeed(platform.kafka_bootstrap, [topics["state"], topics["leases"], topics["billed"]])
     feed.start()
+    export = FleetExport(platform.prometheus_targets_dir)  # the fleet's /metrics, up until the day's end
     try:
         deploy.wait_running(platform.flink_rest_url, job_id)
         deploy.wait_running(platform.flink_rest_url, billing_id)
         on_end = on_start(topics, platform.redis_url) if on_start is not None else None
         result = _simulate(platform, campaigns, by_id, events, topics, requests=requests, seed=seed,
                            servers=servers, lead_s=lead_s, feed=feed, producer=producer, codec=codec,
-                           progress=progress, log=log)
+                           progress=progress, log=log, export=export)
         result.update(run=run, topics=topics, job_id=job_id, billing_job_id=billing_id, last_week=market,
                       budget_scale=budget_scale)
         log("landing the day's billed totals into the campaign store's reports and comparing each campaign's "
@@ -488,6 +502,7 @@ def run_day(platform, *, requests: int, seed: int, servers: int, lead_s: int, ou
         if callable(on_end):
             on_end(result)
     finally:
+        export.close()
         feed.halt.set()
         _stop_jobs(platform, job_id, billing_id)
     return result
@@ -557,6 +572,7 @@ class _Traffic:
     codec: Any
     events_topic: str
     true_ctr_factor: dict[int, float]
+    export: Any = None  # sim.fleet_export.FleetExport: counts the beacons as the tracker's metrics
     beacons: list[dict[str, Any]] = field(default_factory=list)
     clicks: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # heap of (at ms, seq, beacon)
     served_requests: int = 0
@@ -566,6 +582,8 @@ class _Traffic:
     def beacon(self, event: dict[str, Any]) -> None:
         """One ad.events record, as the tracker writes it (keyed by campaign, timestamp = event time)."""
         self.beacons.append(event)
+        if self.export is not None:
+            self.export.beacon(event["event_type"])
         self.producer.produce(self.events_topic, key=str(event["campaign_id"]).encode(),
                               timestamp=event["event_time"], value=self.codec.encode("AdEvent", event))
 
@@ -635,17 +653,17 @@ def _end_of_second(second: int, traffic_state: _Traffic, lowered: dict[int, int]
 
 
 def _simulate(platform, campaigns, by_id, events, topics, *, requests, seed, servers, lead_s, feed, producer,
-              codec, progress, log) -> dict[str, Any]:
+              codec, progress, log, export=None) -> dict[str, Any]:
     from streams.pacing_store import PacingStore
 
     rng = np.random.default_rng(seed)
-    fleet = [SimServer(f"sim-s{i}", campaigns, platform.kafka_bootstrap, topics["spend"], seed + i, DAY0_MS)
-             for i in range(servers)]
+    fleet = [SimServer(f"sim-s{i}", campaigns, platform.kafka_bootstrap, topics["spend"], seed + i, DAY0_MS,
+                       export=export) for i in range(servers)]
     days = {c.campaign_id: CampaignDay(c, [(0, c.budget_micros)]) for c in campaigns}
     versions = [c.record(DAY0_MS - 60_000) for c in campaigns if not c.launch_s]  # for the recount
     true_ctr_factor = {ad["ad_id"]: float(np.exp(rng.normal(0, 0.15) - 0.15 ** 2 / 2))
                        for c in campaigns for ad in c.ad_records(DAY0_MS)}
-    day_traffic = _Traffic(rng, fleet, days, producer, codec, topics["events"], true_ctr_factor)
+    day_traffic = _Traffic(rng, fleet, days, producer, codec, topics["events"], true_ctr_factor, export)
     rate_scale = requests / sum(traffic(s) for s in range(0, 86_400, 10)) / 10
     pending_events = list(events)
     waited_s = 0.0
@@ -786,8 +804,10 @@ def _apply_event(event: Event, by_id, days, fleet, producer, codec, topics, plat
         # The server dies with its unreported second and its slices; a replacement boots with the catalog
         # and the budget states it reads from the compacted topic (here: the survivors' view).
         dead = fleet.pop()
+        if dead.export is not None:  # a dead server's /metrics goes with it
+            dead.export.stop(dead.export_port)
         replacement = SimServer(f"{dead.server_id}-replacement", campaigns, platform.kafka_bootstrap,
-                                topics["spend"], seed + 99, now_ms)
+                                topics["spend"], seed + 99, now_ms, export=dead.export)
         for campaign_id, (state, p) in fleet[0].state.budget.items():
             replacement.state.budget[campaign_id] = (state, p)
             replacement.state._apply_budget(campaign_id, now_ms)

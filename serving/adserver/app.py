@@ -126,6 +126,16 @@ class Metrics:
                                           "Wall clock now minus the applied ad-feature snapshot's cut", registry=r)
 
 
+def count_served(m: Metrics, slots_asked: int, filled: int, fallback: bool) -> None:
+    """A served request in the metrics: its outcome, its filled and empty slots, and whether its auction ran on
+    the pre-ranker's scores (the simulated day's servers count theirs the same way)."""
+    m.requests.labels("served").inc()
+    m.slots.labels("filled").inc(filled)
+    m.slots.labels("empty").inc(slots_asked - filled)
+    if fallback:
+        m.fallbacks.inc()
+
+
 class AdServer:
     """The request path and the post-response work; I/O parts are injected (see serving.adserver.main)."""
 
@@ -352,12 +362,8 @@ class AdServer:
     def _observe(self, decision, ad_request, answer: dict[str, Any], user_context_s: float) -> None:
         """Request, slot, fallback and stage metrics of one served decision."""
         m = self.metrics
-        filled = sum(1 for s in answer["slots"] if "token" in s)
-        m.requests.labels("served").inc()
-        m.slots.labels("filled").inc(filled)
-        m.slots.labels("empty").inc(len(ad_request.positions) - filled)
-        if decision.scored_by_fallback:
-            m.fallbacks.inc()
+        count_served(m, len(ad_request.positions), sum(1 for s in answer["slots"] if "token" in s),
+                     decision.scored_by_fallback)
         m.stage.labels("user_context").observe(user_context_s)
         for stage, ms in decision.timings_ms.items():
             m.stage.labels(stage).observe(ms / 1000)
