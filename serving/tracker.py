@@ -133,8 +133,7 @@ class Tracker:
         self.trusted_proxies = trusted_proxies
         self.guard = guard if guard is not None else BeaconGuard()
         self.codec = AvroCodec()
-        self.metrics = TrackerMetrics()
-        m = self.metrics
+        m = TrackerMetrics()
         self.registry, self.events, self.rejected = m.registry, m.events, m.rejected
         self.delivery_failures, self.spool_rejections, self.replays = m.delivery_failures, m.spool_rejections, m.replays
         self.spool_resent, self.spool_bytes, self.spool_pending = m.spool_resent, m.spool_bytes, m.spool_pending
