@@ -294,6 +294,8 @@ class SimServer:
         self.rng, self.np_rng = random.Random(seed), np.random.default_rng(seed)
         self.metrics = Metrics()  # the ad server's own, served to Prometheus by `export`
         self.metrics.index_lag.set(0)  # the state is applied in process, at the instant it changes
+        for outcome in ("overloaded", "not_ready", "deadline"):  # a simulated server refuses nothing: say 0
+            self.metrics.requests.labels(outcome)
         self.export = export
         self.export_port = export.serve("adserver", self.metrics.registry) if export is not None else None
 

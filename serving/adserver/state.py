@@ -273,8 +273,9 @@ class TopicFollower(threading.Thread):
         """start_offsets: per topic and partition where to begin (a snapshot's offsets); default 0.
         state_topics: the compacted topics read from the start; lease_topic: the leases, read from the instant
         the follower began (None: none; a dashboard follows only budget.state and serving.campaigns).
-        event_time: measure the lag against the newest record time read instead of `clock`, for streams whose
-        timestamps are not the wall clock's (a simulated or replayed day)."""
+        event_time: measure a partition's lag against the newest record time read from its topic instead of
+        `clock`, for streams whose timestamps are not the wall clock's (a simulated or replayed day, whose
+        topics may each carry another writer's clock)."""
         super().__init__(name="adserve-topic-follower", daemon=True)
         self.state_topics, self.lease_topic = state_topics, lease_topic
         self.start_offsets = start_offsets or {}
@@ -292,20 +293,19 @@ class TopicFollower(threading.Thread):
 
     def lag_s(self) -> float:
         """How far behind the heads of the state topics (0 when every partition is at its end): the clock (or,
-        with event_time, the newest record time read) minus the time of the last record read from each
-        partition still short of its end."""
+        with event_time, the newest record time read from the same topic) minus the time of the last record read
+        from each partition still short of its end."""
         if self.event_time:
-            now = self.newest_record_s()
-            behind = [now - self._last_ts.get(tp, now) for tp, at_end in self._at_end.items() if not at_end]
+            newest: dict[str, float] = {}
+            for (topic, _), ts in self._last_ts.items():
+                newest[topic] = max(newest.get(topic, ts), ts)
+            behind = [newest[tp[0]] - self._last_ts[tp] for tp, at_end in self._at_end.items()
+                      if not at_end and tp in self._last_ts]
             return max(behind, default=0.0)
         now = self.clock()
         behind = [now - self._last_ts.get(tp, self._began) for tp, at_end in self._at_end.items()
                   if not at_end]
         return max(behind, default=0.0)
-
-    def newest_record_s(self) -> float:
-        """The newest record time read from any partition (epoch seconds); the clock's time before the first."""
-        return max(self._last_ts.values(), default=self._began)
 
     def ready(self) -> bool:
         """Loaded, within READY_LAG_S of the heads, and still reading: a follower that stopped on an error

@@ -80,8 +80,8 @@ class Metrics:
         Gauge("adserve_dashboard_campaigns", "Campaigns the dashboard holds", registry=r).set_function(
             lambda: len(board.rows))
         Gauge("adserve_dashboard_budget_state_age_seconds",
-              "Wall clock (on a simulated day: the newest record time read) minus the event time of the newest "
-              "budget state (0 before any)", registry=r).set_function(
+              "Wall clock (on a simulated day: the newest event time applied) minus the event time of the "
+              "newest budget state (0 before any)", registry=r).set_function(
             lambda: max(0.0, clock() - board.newest_state_ms / 1000) if board.newest_state_ms else 0.0)
         Gauge("adserve_dashboard_committed_spend_micros", "Committed spend today over all campaigns",
               registry=r).set_function(lambda: board.committed_and_unbilled_micros()[0])
@@ -254,7 +254,8 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
     scrape target once bound (serving.scrape_targets; only where ADSERVE_SCRAPE_TARGETS_DIR is set). Returns
     (runner, bound port, server, follower); `await runner.cleanup()` stops the follower, closes the store and
     withdraws the target too. event_time: the topics carry another clock's times (a simulated day): readiness
-    and the budget state's age are measured against the newest record time read, not the wall clock."""
+    measures how far each partition trails the newest record read from its topic, and the budget state's age is
+    taken against the newest event time applied, not the wall clock."""
     from serving.adserver.state import TopicFollower
     from streams.pacing_store import PacingStore
 
@@ -266,7 +267,7 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
     follower.start()
     store = PacingStore(redis_url)
     server = DashboardServer(board, store.read, ready=follower.ready,
-                             clock=follower.newest_record_s if event_time else time.time,
+                             clock=(lambda: board.newest_event_ms / 1000) if event_time else time.time,
                              failure=lambda: None if follower.error is None else repr(follower.error),
                              prometheus_url=prometheus_url, auth=auth)
     app = server.app()

@@ -22,6 +22,7 @@ class PacingBoard:
     rows: dict[int, CampaignRow] = field(default_factory=dict)
     versions: dict[int, int] = field(default_factory=dict)  # serving record version applied, by campaign
     newest_state_ms: int = 0  # event time of the newest budget state applied (0: none yet)
+    newest_event_ms: int = 0  # the newest event time of any record applied: a simulated day's clock
     applied: int = 0
 
     def apply(self, batch: Iterable[tuple[str, dict[str, Any], int]]) -> None:
@@ -45,6 +46,7 @@ class PacingBoard:
                     changed.add(word.campaign_id)
             else:
                 continue
+            self.newest_event_ms = max(self.newest_event_ms, int(record.get("event_time") or 0))
             self.applied += 1
         for campaign_id in changed:
             self.rows[campaign_id] = campaign_row(campaign_id, self.campaigns.get(campaign_id),

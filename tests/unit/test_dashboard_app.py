@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import generate_latest
 
 from serving.dashboard.app import NO_PROMETHEUS, DashboardServer, panel_series
 from serving.dashboard.board import PacingBoard
@@ -156,20 +157,32 @@ def test_on_a_simulated_day_the_follower_measures_its_lag_in_the_days_own_time()
     from serving.adserver.state import TopicFollower
 
     day_s = 1_773_100_800.0  # a simulated day, months before the wall clock
+    wall_s = 1_796_000_000.0  # the budget job's topic carries its writer's clock
     for event_time, ready in ((False, False), (True, True)):
-        follower = TopicFollower("127.0.0.1:9", lambda batch: None, job="dashboard", state_topics=("t",),
+        follower = TopicFollower("127.0.0.1:9", lambda batch: None, job="dashboard", state_topics=("c", "s"),
                                  lease_topic=None, event_time=event_time)
         follower.loaded.set()
-        # partition 0 is still being read, 3 s of the day behind partition 1, which is at its end
-        follower._at_end.update({("t", 0): False, ("t", 1): True})
-        follower._last_ts.update({("t", 0): day_s, ("t", 1): day_s + 3})
+        # the campaigns topic's partition 0 is still being read, 3 s of the day behind its partition 1 (at its
+        # end); the state topic, at its end, carries wall-clock times
+        follower._at_end.update({("c", 0): False, ("c", 1): True, ("s", 0): True})
+        follower._last_ts.update({("c", 0): day_s, ("c", 1): day_s + 3, ("s", 0): wall_s})
         assert follower.ready() is ready
         if event_time:
-            assert follower.lag_s() == 3.0 and follower.newest_record_s() == day_s + 3
-            follower._last_ts[("t", 1)] = day_s + 60  # a minute of the day ahead: behind, not ready
+            assert follower.lag_s() == 3.0
+            follower._last_ts[("c", 1)] = day_s + 60  # a minute of the day ahead: behind, not ready
             assert follower.lag_s() == 60.0 and not follower.ready()
         else:
             assert follower.lag_s() > 86_400  # the day's times read against the wall clock
+
+
+def test_on_a_simulated_day_the_budget_state_age_is_taken_in_the_days_own_time():
+    b = PacingBoard()
+    b.apply([("serving.campaigns", {**campaign(1, 10), "event_time": 5_000}, 0),
+             ("budget.state", state(1, 1, 40_000_000, event_time=3_000), 0)])
+    assert (b.newest_state_ms, b.newest_event_ms) == (3_000, 5_000)
+    server = DashboardServer(b, lambda campaign_id: None, clock=lambda: b.newest_event_ms / 1000)
+    page = generate_latest(server.metrics.registry).decode()
+    assert "adserve_dashboard_budget_state_age_seconds 2.0" in page
 
 
 def test_an_older_budget_state_or_campaign_version_does_not_replace_the_newer():
