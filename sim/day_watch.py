@@ -123,6 +123,10 @@ def screenshot(url: str, path: Path, campaign_id: int | None, *, wait_s: float =
                                   f'#campaigns tbody tr[data-campaign-id="{campaign_id}"]')
             wait.until(lambda d: _drawn(d.execute_script(view), campaign_id),
                        message=f"campaign {campaign_id}'s series on the page")
+        wait.until(lambda d: (d.execute_script(view) or {}).get("fleet") is not None, message="the fleet panels")
+        # the whole page, fleet panels included: the window as tall as the document
+        height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+        driver.set_window_size(WINDOW[0], max(WINDOW[1], height + 40))
         path.parent.mkdir(parents=True, exist_ok=True)
         if not driver.save_screenshot(str(path)):
             return f"Chromium could not write {path}"
@@ -131,6 +135,21 @@ def screenshot(url: str, path: Path, campaign_id: int | None, *, wait_s: float =
     finally:
         driver.quit()
     return None
+
+
+def fleet_panels(dashboard: DayDashboard) -> dict[str, Any]:
+    """The fleet panels at the end of the day: `fleet_with_data` and `fleet_without_data` (panel names), or
+    `fleet_error` when the dashboard could not evaluate them (no Prometheus)."""
+    try:
+        status, fleet = dashboard.get("/v1/fleet")
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return {"fleet_error": f"{type(error).__name__}: {error}"}
+    if status != 200 or not isinstance(fleet, dict) or fleet.get("reason"):
+        return {"fleet_error": (fleet or {}).get("reason") if isinstance(fleet, dict) else f"HTTP {status}"}
+    panels = fleet.get("panels", [])
+    return {"fleet_with_data": [p["name"] for p in panels if any(s.get("value") is not None for s in p["series"])],
+            "fleet_without_data": [p["name"] for p in panels
+                                   if not any(s.get("value") is not None for s in p["series"])]}
 
 
 def _drawn(view: Mapping[str, Any] | None, campaign_id: int) -> bool:
@@ -169,7 +188,8 @@ class DayWatch:
         if dashboard is None:
             return
         found: dict[str, Any] = {"url": dashboard.url, "state_topic": dashboard.options["state_topic"],
-                                 "campaigns_topic": dashboard.options["campaigns_topic"], **dashboard.check()}
+                                 "campaigns_topic": dashboard.options["campaigns_topic"], **dashboard.check(),
+                                 **fleet_panels(dashboard)}
         budgets = {campaign_id: day.campaign.budget_micros for campaign_id, day in result.get("days", {}).items()}
         found["selected_campaign"] = showcase_campaign(budgets)
         path = self.out_dir / SCREENSHOT_NAME

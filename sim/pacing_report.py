@@ -142,7 +142,14 @@ def dashboard_lines(dashboard: dict[str, Any] | None) -> list[str]:
               if dashboard.get("answered") else f"did not answer at the end of the day ({dashboard.get('error')})")
     shot = (f"screenshot: {dashboard['screenshot']} (campaign {dashboard.get('selected_campaign')} selected)"
             if dashboard.get("screenshot") else f"no screenshot: {dashboard.get('screenshot_error')}")
-    return [f"pacing dashboard: {dashboard['url']} (live while the day ran; {listed})", f"  {shot}"]
+    lines = [f"pacing dashboard: {dashboard['url']} (live while the day ran; {listed})", f"  {shot}"]
+    if dashboard.get("fleet_error"):
+        lines.append(f"  fleet panels: not evaluated ({dashboard['fleet_error']})")
+    elif "fleet_with_data" in dashboard:
+        with_data, without = dashboard["fleet_with_data"], dashboard.get("fleet_without_data") or []
+        lines.append(f"  fleet panels: {len(with_data)} of {len(with_data) + len(without)} with data"
+                     + (f"; none for {', '.join(without)}" if without else ""))
+    return lines
 
 
 def _launched(day, row: dict[str, Any]) -> dict[str, Any]:

@@ -85,6 +85,11 @@ def test_the_dashboard_lines_give_its_address_and_screenshot_or_why_not():
     assert dashboard_lines(no_chromium)[1] == "  no screenshot: /usr/bin/chromium is missing: no screenshot"
     assert dashboard_lines(None) == ["pacing dashboard: not started (--no-dashboard)"]
     assert dashboard_lines({"url": None, "error": "port taken"}) == ["pacing dashboard: not served (port taken)"]
+    fleet = {**served, "fleet_with_data": ["requests_per_second", "fill_rate"],
+             "fleet_without_data": ["calibration_ratio"]}
+    assert dashboard_lines(fleet)[2] == "  fleet panels: 2 of 3 with data; none for calibration_ratio"
+    assert dashboard_lines({**served, "fleet_error": "no Prometheus"})[2] == \
+        "  fleet panels: not evaluated (no Prometheus)"
 
 
 def test_the_dashboard_serves_on_the_platforms_port_unless_told_otherwise():
