@@ -124,9 +124,13 @@ def screenshot(url: str, path: Path, campaign_id: int | None, *, wait_s: float =
             wait.until(lambda d: _drawn(d.execute_script(view), campaign_id),
                        message=f"campaign {campaign_id}'s series on the page")
         wait.until(lambda d: (d.execute_script(view) or {}).get("fleet") is not None, message="the fleet panels")
-        # the whole page, fleet panels included: the window as tall as the document
-        height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-        driver.set_window_size(WINDOW[0], max(WINDOW[1], height + 40))
+        # the whole page, fleet panels included: the window grown until its viewport holds the document
+        for _ in range(3):
+            short = int(driver.execute_script(
+                "return document.documentElement.scrollHeight - window.innerHeight"))
+            if short <= 0:
+                break
+            driver.set_window_size(WINDOW[0], driver.get_window_size()["height"] + short + 16)
         path.parent.mkdir(parents=True, exist_ok=True)
         if not driver.save_screenshot(str(path)):
             return f"Chromium could not write {path}"
