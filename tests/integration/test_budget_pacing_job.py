@@ -160,6 +160,13 @@ def _play_scenario(platform, topics: dict[str, str], job_id: str) -> dict:
     feed.campaign(_campaign(108, 10_000 * DOLLAR))
     feed.campaign(_campaign(109, 20 * DOLLAR))  # metered: d1 drains holding a slice and hands it back, d2 keeps its
     feed.ad(_ad(10_601, 106, None, T0 - 1000))  # a $2 CPC bid: worth 2 % of it, 40,000 a view
+    # The campaigns and ads are side inputs: until their source has read them it holds the job's clock back
+    # only for its idle timeout (2 s), so on a loaded machine spend could reach the pacer first and a slice
+    # asked for before its campaign was known would never come. Spend starts once the job has read them
+    # (their offsets committed by the job's consumer group at a checkpoint).
+    feed.flush()
+    for name in ("campaigns", "ads"):
+        _wait_read(platform, f"adserve-pacing-test-{job_id_suffix(topics)}", topics[name])
     sequence = {"s1": 0, "s2": 0, "b1": 0, "b2": 0, "d1": 0, "d2": 0}
     released_lease = None
     for second in range(1, LAST_SECOND + 1):
@@ -234,6 +241,32 @@ def _play_scenario(platform, topics: dict[str, str], job_id: str) -> dict:
     outputs["dead"] = [r for _, r in _records(platform, topics["dead"])]
     outputs["pacing"] = PacingStore(platform.redis_url).read(101)
     return outputs
+
+
+def job_id_suffix(topics: dict[str, str]) -> str:
+    """The run's suffix (the fixture's group id ends with it): the last part of any of its topic names."""
+    return topics["spend"].rsplit(".", 1)[1]
+
+
+def _wait_read(platform, group: str, topic: str, timeout_s: float = 120) -> None:
+    """Until `group` has committed offsets at the end of every partition of `topic`."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": platform.kafka_bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        partitions = [TopicPartition(topic, p) for p in metadata.partitions]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=10)}
+            ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions}
+            if all(committed[p] >= ends[p] for p in ends):
+                return
+            assert time.monotonic() < deadline, f"the job read {topic} to {committed}, not to its end {ends}"
+            time.sleep(0.5)
+    finally:
+        consumer.close()
 
 
 def _records(platform, topic: str) -> list[tuple[bytes, dict]]:
