@@ -150,10 +150,9 @@ def fleet_panels(dashboard: DayDashboard) -> dict[str, Any]:
         return {"fleet_error": f"{type(error).__name__}: {error}"}
     if status != 200 or not isinstance(fleet, dict) or fleet.get("reason"):
         return {"fleet_error": (fleet or {}).get("reason") if isinstance(fleet, dict) else f"HTTP {status}"}
-    panels = fleet.get("panels", [])
-    return {"fleet_with_data": [p["name"] for p in panels if any(s.get("value") is not None for s in p["series"])],
-            "fleet_without_data": [p["name"] for p in panels
-                                   if not any(s.get("value") is not None for s in p["series"])]}
+    has_data = {p["name"]: any(s.get("value") is not None for s in p["series"]) for p in fleet.get("panels", [])}
+    return {"fleet_with_data": [name for name, data in has_data.items() if data],
+            "fleet_without_data": [name for name, data in has_data.items() if not data]}
 
 
 def _drawn(view: Mapping[str, Any] | None, campaign_id: int) -> bool:

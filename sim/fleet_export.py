@@ -45,9 +45,7 @@ class FleetExport:
     def stop(self, port: int) -> None:
         """Stop serving the registry on `port` and withdraw its target (a server that died)."""
         for served in [x for x in self._served if x[0].server_address[1] == port]:
-            served[1].withdraw()
-            served[0].shutdown()
-            served[0].server_close()
+            self._end(served)
             self._served.remove(served)
 
     def beacon(self, event_type: str) -> None:
@@ -55,8 +53,13 @@ class FleetExport:
         self.tracker.events.labels(event_type).inc()
 
     def close(self) -> None:
-        for server, target in self._served:
-            target.withdraw()
-            server.shutdown()
-            server.server_close()
+        for served in self._served:
+            self._end(served)
         self._served.clear()
+
+    @staticmethod
+    def _end(served: tuple[Any, ScrapeTarget]) -> None:
+        server, target = served
+        target.withdraw()
+        server.shutdown()
+        server.server_close()

@@ -47,7 +47,6 @@ _DAILY_BUCKETS = f"""
         FROM parts GROUP BY campaign_id, bucket)"""
 # A bucket's label from its epoch ms by arithmetic and the date's ISO output (to_char per row costs several times
 # more): "YYYY-MM-DDTHH:00:00Z" for an hour, "YYYY-MM-DD" for a budget day.
-_DAY_TEXT = f"to_char(DATE '1970-01-01' + (bucket / {DAY_MS})::integer, 'YYYY-MM-DD')"
 _LABEL = {"hour": f"(DATE '1970-01-01' + (bucket / {DAY_MS})::integer)::text || 'T' || "
                   f"lpad((bucket %% {DAY_MS} / 3600000)::text, 2, '0') || ':00:00Z'",
           "day": f"(DATE '1970-01-01' + (bucket / {DAY_MS})::integer)::text"}
@@ -126,7 +125,7 @@ def _csv_sql(granularity: str) -> str:
     hourly = granularity == "hour"
     columns = CSV_COLUMNS[granularity]
     text = ("to_char(to_timestamp(bucket / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')" if hourly
-            else _DAY_TEXT)  # per row: COPY streams rows as they come, so no join to a label table
+            else _LABEL["day"])
     return f"""COPY (
 WITH {_HOURLY_BUCKETS if hourly else _DAILY_BUCKETS}
 SELECT b.campaign_id AS {columns[0]}, {text} AS {columns[1]}, c.currency AS {columns[2]},

@@ -129,7 +129,7 @@ def pacing(platform, tmp_path_factory):
                                      "--redis-url", platform.redis_url, "--curves", str(curves)])
     try:
         deploy.wait_running(platform.flink_rest_url, job_id)
-        outputs = _play_scenario(platform, topics, job_id)
+        outputs = {**_play_scenario(platform, topics, f"adserve-pacing-test-{suffix}"), "job_id": job_id}
     except BaseException as failure:
         # a scenario that fails must not leave its job holding a slot for the tests after it
         diagnosis = _job_diagnosis(platform, job_id)
@@ -147,7 +147,7 @@ def _job_diagnosis(platform, job_id: str) -> str:
     return f"{state} (tasks {sorted(set(vertices))}), {len(history)} failures, latest first: {causes}"
 
 
-def _play_scenario(platform, topics: dict[str, str], job_id: str) -> dict:
+def _play_scenario(platform, topics: dict[str, str], group: str) -> dict:
     """Feed the scripted stretch of event time and collect what the job wrote once its last states are out."""
     feed = Feed(platform.kafka_bootstrap, topics)
     expected = {101: 0, 107: 0, 108: 0}
@@ -166,7 +166,7 @@ def _play_scenario(platform, topics: dict[str, str], job_id: str) -> dict:
     # (their offsets committed by the job's consumer group at a checkpoint).
     feed.flush()
     for name in ("campaigns", "ads"):
-        _wait_read(platform, f"adserve-pacing-test-{job_id_suffix(topics)}", topics[name])
+        _wait_read(platform, group, topics[name])
     sequence = {"s1": 0, "s2": 0, "b1": 0, "b2": 0, "d1": 0, "d2": 0}
     released_lease = None
     for second in range(1, LAST_SECOND + 1):
@@ -230,7 +230,7 @@ def _play_scenario(platform, topics: dict[str, str], job_id: str) -> dict:
             expected[107] += 555
             expected[108] += 666
     feed.flush()
-    outputs = {"job_id": job_id, "topics": topics, "expected": expected, "released_lease": released_lease}
+    outputs = {"topics": topics, "expected": expected, "released_lease": released_lease}
     # The last spend window closes at +70 s of event time, the late reports come at +100 s; heartbeats carry event
     # time to +150 s, so steps run to +140 s. A state leaves when it changes or 30 s after the last one, so each
     # campaign has one at +110 s or later, after everything above.
@@ -241,11 +241,6 @@ def _play_scenario(platform, topics: dict[str, str], job_id: str) -> dict:
     outputs["dead"] = [r for _, r in _records(platform, topics["dead"])]
     outputs["pacing"] = PacingStore(platform.redis_url).read(101)
     return outputs
-
-
-def job_id_suffix(topics: dict[str, str]) -> str:
-    """The run's suffix (the fixture's group id ends with it): the last part of any of its topic names."""
-    return topics["spend"].rsplit(".", 1)[1]
 
 
 def _wait_read(platform, group: str, topic: str, timeout_s: float = 120) -> None:
