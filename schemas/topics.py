@@ -33,11 +33,12 @@ CDC_DEAD_LETTERS = "cdc.dead_letters"
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """One topic: its name, record key, value schema file and config."""
+    """One topic: its name, record key, value schema file, the Avro record type of its values, and config."""
 
     name: str
     key: str
     schema: str  # file under schemas/; empty for Debezium's JSON change streams
+    record_type: str = ""  # the schema's record name, which schemas.codec decodes by; empty without a schema
     partitions: int = 4
     compacted: bool = False
     config: dict[str, str] = field(default_factory=dict)
@@ -60,26 +61,29 @@ class TopicSpec:
 CDC_RECORD_LIMIT = {"max.message.bytes": str(8 * 1024 * 1024)}
 
 TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec(SERVING_ADS, key="ad id", schema="serving_ad.avsc", compacted=True),
-    TopicSpec(SERVING_CAMPAIGNS, key="campaign id", schema="serving_campaign.avsc", compacted=True),
-    TopicSpec(SERVING_RESERVES, key="placement|country", schema="serving_reserve.avsc", partitions=1,
+    TopicSpec(SERVING_ADS, key="ad id", schema="serving_ad.avsc", record_type="ServingAd", compacted=True),
+    TopicSpec(SERVING_CAMPAIGNS, key="campaign id", schema="serving_campaign.avsc", record_type="ServingCampaign",
               compacted=True),
-    TopicSpec(AD_SERVED, key="request id", schema="ad_served.avsc"),
-    TopicSpec(AD_EVENTS, key="campaign id", schema="ad_event.avsc"),
-    TopicSpec(AD_CONVERSIONS, key="impression id", schema="ad_conversion.avsc"),
-    TopicSpec(AD_FEEDBACK, key="impression id", schema="ad_feedback.avsc"),
-    TopicSpec(BUDGET_SPEND, key="campaign id", schema="spend_report.avsc"),
-    TopicSpec(BUDGET_STATE, key="campaign id", schema="budget_state.avsc", compacted=True),
-    TopicSpec(BUDGET_LEASES, key="server id", schema="budget_lease.avsc"),
-    TopicSpec(BILLED_SPEND, key="campaign id", schema="billed_spend.avsc"),
-    TopicSpec(TRAINING_EXAMPLES, key="impression id", schema="training_example.avsc"),
-    TopicSpec(FEATURES_ADS, key="ad id", schema="ad_features.avsc", compacted=True),
-    TopicSpec(MODEL_REGISTRY, key="role", schema="registry_entry.avsc", partitions=1, compacted=True),
-    TopicSpec(DEAD_LETTERS, key="job name", schema="dead_letter.avsc", partitions=1),
-    TopicSpec(EVENT_COUNTS, key="campaign id", schema="event_count.avsc"),
+    TopicSpec(SERVING_RESERVES, key="placement|country", schema="serving_reserve.avsc", record_type="ServingReserve",
+              partitions=1, compacted=True),
+    TopicSpec(AD_SERVED, key="request id", schema="ad_served.avsc", record_type="ServedRecord"),
+    TopicSpec(AD_EVENTS, key="campaign id", schema="ad_event.avsc", record_type="AdEvent"),
+    TopicSpec(AD_CONVERSIONS, key="impression id", schema="ad_conversion.avsc", record_type="AdConversion"),
+    TopicSpec(AD_FEEDBACK, key="impression id", schema="ad_feedback.avsc", record_type="AdFeedback"),
+    TopicSpec(BUDGET_SPEND, key="campaign id", schema="spend_report.avsc", record_type="SpendReport"),
+    TopicSpec(BUDGET_STATE, key="campaign id", schema="budget_state.avsc", record_type="BudgetState", compacted=True),
+    TopicSpec(BUDGET_LEASES, key="server id", schema="budget_lease.avsc", record_type="BudgetLease"),
+    TopicSpec(BILLED_SPEND, key="campaign id", schema="billed_spend.avsc", record_type="BilledSpend"),
+    TopicSpec(TRAINING_EXAMPLES, key="impression id", schema="training_example.avsc", record_type="TrainingExample"),
+    TopicSpec(FEATURES_ADS, key="ad id", schema="ad_features.avsc", record_type="AdFeatures", compacted=True),
+    TopicSpec(MODEL_REGISTRY, key="role", schema="registry_entry.avsc", record_type="RegistryEntry",
+              partitions=1, compacted=True),
+    TopicSpec(DEAD_LETTERS, key="job name", schema="dead_letter.avsc", record_type="DeadLetter", partitions=1),
+    TopicSpec(EVENT_COUNTS, key="campaign id", schema="event_count.avsc", record_type="EventCount"),
     # Compacted: the newest request per user is the set of deletions in force, which every consumer
     # (core.privacy) reads from the beginning.
-    TopicSpec(PRIVACY_DELETIONS, key="user id", schema="user_deletion.avsc", partitions=1, compacted=True),
+    TopicSpec(PRIVACY_DELETIONS, key="user id", schema="user_deletion.avsc", record_type="UserDeletion",
+              partitions=1, compacted=True),
     # Debezium's change streams of the campaign store (JSON envelopes, see infra/platform/cdc.py); created
     # here so they are compacted (the latest row per key survives, so the index builder can start over).
     # They take records up to 8 MiB, twice the size above which the connector dead-letters a change.
@@ -93,3 +97,8 @@ TOPICS: tuple[TopicSpec, ...] = (
 )
 
 TOPICS_BY_NAME = {t.name: t for t in TOPICS}
+
+
+def record_type(topic: str) -> str:
+    """The Avro record type of `topic`'s values, as its TopicSpec names it."""
+    return TOPICS_BY_NAME[topic].record_type

@@ -4,6 +4,7 @@ from a production DSN, printed with the password masked."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from adserve.cli import build_parser, main
 from infra.platform import cdc
 from infra.platform.errors import PlatformError
 from infra.platform.topics import TopicPlan, UnderPartitioned, plan_topics
+from schemas import topics as topics_module
 from schemas.topics import TOPICS, TopicSpec
 
 SPECS = (TopicSpec("a", key="k", schema="", partitions=4), TopicSpec("b", key="k", schema="", partitions=1),
@@ -23,6 +25,15 @@ def test_an_empty_cluster_gets_every_topic() -> None:
     plan = plan_topics({}, TOPICS)
     assert [t.name for t in plan.create] == [t.name for t in TOPICS]
     assert plan.present == () and plan.under_partitioned == ()
+
+
+def test_each_avro_topic_names_the_record_type_of_its_schema() -> None:
+    for spec in TOPICS:
+        if spec.schema:
+            schema = json.loads((Path(topics_module.__file__).parent / spec.schema).read_text())
+            assert spec.record_type == schema["name"], spec.name
+        else:
+            assert spec.record_type == "", spec.name
 
 
 def test_present_topics_are_left_and_under_partitioned_ones_reported() -> None:
