@@ -132,7 +132,7 @@ def _add_ads(ssub) -> None:
                                                     "needs --ad-features), fixed: the registry is not followed")
     scoring.add_argument("--priors", action="store_true",
                          help="rank on priors only and do not follow the model registry")
-    a.add_argument("--registry-topic", default="model.registry",
+    a.add_argument("--registry-topic", default=topics.MODEL_REGISTRY,
                    help="the model registry's topic (default model.registry; benchmarks use their own)")
     a.add_argument("--ad-features", type=Path, help="the ad-feature snapshot folder for --model or --prerank-model "
                                                     "(newest version)")
