@@ -6,7 +6,8 @@ record key is the request id, so only that request's records are decoded). It sh
 predicted click (and conversion) rate at its position, its quality term and total value, the runner-up's
 total or the reserve that set the price, and the arithmetic of the price. The price is recomputed from
 the logged inputs with the auction's own pricing (core.replay.explain_winner over core.auction) and
-checked against the logged price. This module only finds the record and renders the explanation.
+checked against the logged price. The look-up is streams.served_lookup's (the topic) and
+pipelines.served_archive's (the archive); this module only parses the command and renders the explanation.
 
     adserve explain 4f2a9c...:1                                   # the local platform's ad.served topic
     adserve explain 4f2a9c...:1 --archive .platform/archive --day 2026-03-10 --json
@@ -16,123 +17,19 @@ Exit status: 0 when the recomputed price equals the logged one, 1 when it does n
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import sys
-import time
 from datetime import datetime, timezone
 from fractions import Fraction
-from pathlib import Path
-from typing import Any, Generator, Iterable, Mapping
+from typing import Any, Mapping
 
 from core.auction import charge_per_event
-from core.errors import AdserveError, CorruptRecord, InvalidArgument
+from core.errors import AdserveError
 from core.replay import explain_winner
 from schemas import topics
+from streams.served_lookup import find_in_records, request_id_of, topic_records
 
 UNIT = {"cpm": "per thousand impressions", "cpc": "per click", "cpa": "per conversion"}
-
-
-class ServedLogUnavailable(AdserveError):
-    """The served log could not be read (no archive folder, no topic, broker down)."""
-
-
-# finding the record ---------------------------------------------------------------------------------------
-
-def request_id_of(impression_id: str) -> str:
-    """The request part of an impression id ("{request_id}:{slot}"); raises ValueError for another shape."""
-    request_id, sep, slot = impression_id.rpartition(":")
-    if not sep or not request_id or not (slot.isascii() and slot.isdigit() and len(slot) <= 9):
-        raise InvalidArgument(f"{impression_id!r} is not an impression id (expected REQUEST_ID:SLOT, e.g. 4f2a...:1)")
-    return request_id
-
-
-def has_impression(record: Mapping[str, Any], impression_id: str) -> bool:
-    return any(w.get("impression_id") == impression_id for w in record.get("winners") or [])
-
-
-def find_in_records(records: Iterable[Mapping[str, Any]], impression_id: str) -> Mapping[str, Any] | None:
-    return next((r for r in records if has_impression(r, impression_id)), None)
-
-
-def _archive_files(archive: str, topic: str, days: list[str]) -> list[str]:
-    from pipelines.avro_files import archive_pattern
-
-    patterns = [archive_pattern(archive, topic, day) for day in (days or ["*"])]
-    if "://" in archive:
-        from apache_beam.io.filesystems import FileSystems
-
-        return sorted(m.path for result in FileSystems.match(patterns) for m in result.metadata_list)
-    if not Path(archive).is_dir():
-        raise ServedLogUnavailable(f"no archive folder {archive}")
-    return sorted(path for pattern in patterns for path in glob.glob(pattern))
-
-
-def _open(path: str):
-    if "://" in path:
-        from apache_beam.io.filesystems import FileSystems
-
-        return FileSystems.open(path)
-    return open(path, "rb")
-
-
-def archived_records(archive: str, request_id: str, *, topic: str = topics.AD_SERVED,
-                     days: list[str] | None = None) -> Generator[Mapping[str, Any], None, None]:
-    """The archived served records of one request (envelopes with another key are skipped undecoded)."""
-    import fastavro
-
-    from pipelines.avro_files import is_envelope, unwrap
-    from schemas.codec import AvroCodec
-
-    codec, key = AvroCodec(), request_id.encode()
-    for path in _archive_files(archive, topic, days or []):
-        with _open(path) as stream:
-            for row in fastavro.reader(stream):
-                if is_envelope(row) and row.get("k") is not None and bytes(row["k"]) != key:
-                    continue
-                try:
-                    yield unwrap(row, codec)
-                except CorruptRecord:
-                    continue  # another request's corrupt value cannot hold this impression
-
-
-def topic_records(bootstrap: str, request_id: str, *, topic: str = topics.AD_SERVED,
-                  timeout_s: float = 30.0) -> Generator[Mapping[str, Any], None, None]:
-    """The served records of one request on the topic, read from the beginning of every partition."""
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-    from schemas.codec import AvroCodec
-    from streams import kafka
-
-    codec, key = AvroCodec(), request_id.encode()
-    consumer = kafka.consumer(bootstrap, group_id=f"adserve-explain-{time.monotonic_ns()}",
-                              **{"enable.partition.eof": True})
-    try:
-        metadata = consumer.list_topics(topic, timeout=min(timeout_s, 10.0))
-        if topic not in metadata.topics or metadata.topics[topic].error is not None:
-            raise ServedLogUnavailable(f"no topic {topic} at {bootstrap}")
-        partitions = list(metadata.topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        at_end: set[int] = set()
-        deadline = time.monotonic() + timeout_s
-        while len(at_end) < len(partitions):
-            if time.monotonic() > deadline:
-                raise ServedLogUnavailable(f"read {topic} for {timeout_s:.0f} s without reaching its end")
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                    continue
-                raise ServedLogUnavailable(str(KafkaException(msg.error())))
-            if msg.key() == key:
-                yield codec.decode(msg.value(), "ServedRecord", topic=topic, partition=msg.partition(),
-                                   offset=msg.offset())
-    except KafkaException as exc:
-        raise ServedLogUnavailable(f"cannot read {topic} at {bootstrap}: {exc}") from exc
-    finally:
-        consumer.close()
 
 
 # rendering ------------------------------------------------------------------------------------------------
@@ -310,6 +207,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         request_id = request_id_of(args.impression_id)
         if args.archive:
+            from pipelines.served_archive import archived_records
+
             records = archived_records(args.archive, request_id, topic=args.topic, days=args.day)
             where = f"the archive {args.archive}"
         else:

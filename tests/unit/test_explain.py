@@ -9,10 +9,11 @@ import fastavro
 import pytest
 
 from adserve.cli import main
-from adserve.explain import find_in_records, money, render, request_id_of
+from adserve.explain import money, render
 from core.auction import Candidate
 from core.replay import ImpressionNotFound, explain_winner
 from schemas.codec import AvroCodec
+from streams.served_lookup import find_in_records, request_id_of
 from tests.served_records import T0, auction_record, design_example
 from tests.unit.test_auction_replay import ENVELOPE
 
