@@ -286,7 +286,7 @@ async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, A
         began = time.monotonic()
         folder = write_files(Path(tmp), int(time.time() * 1000), records, offsets)
         write_s = time.monotonic() - began
-        log(f"snapshot of {len(records['serving.ads']):,} ads written in {write_s:.1f} s "
+        log(f"snapshot of {len(records[SERVING_ADS]):,} ads written in {write_s:.1f} s "
             f"({sum(f.stat().st_size for f in folder.iterdir()) / 2**20:.0f} MiB)")
         del records
         server = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,

@@ -104,13 +104,14 @@ class Processes:
 
 
 def _publish_world(bootstrap: str, records: list[tuple[str, dict]]) -> None:
+    from schemas import topics
     from schemas.codec import AvroCodec
     from streams import kafka
 
     codec, now = AvroCodec(), int(time.time() * 1000)
-    kinds = {"serving.campaigns": ("ServingCampaign", "campaign_id"), "serving.ads": ("ServingAd", "ad_id")}
-    for topic in ("serving.campaigns", "serving.ads"):
-        name, key = kinds[topic]
+    keys = {topics.SERVING_CAMPAIGNS: "campaign_id", topics.SERVING_ADS: "ad_id"}
+    for topic, key in keys.items():
+        name = topics.record_type(topic)
         kafka.produce_all(bootstrap, topic, [(str(r[key]).encode(), codec.encode(name, r), now)
                                              for t, r in records if t == topic])
 

@@ -107,7 +107,7 @@ def run(settings: PlatformSettings, *, events: int = 50_000, corrupt: int = 5, s
     report.produce_s = _produce(bootstrap, simulated, corrupt)
     archive = settings.state_dir / "archive" / f"demo-{run_id}"
     archive.mkdir(parents=True, exist_ok=True)
-    with open(archive / "ad.events-000.avro", "wb") as out:
+    with open(archive / f"{AD_EVENTS}-000.avro", "wb") as out:
         fastavro.writer(out, fastavro.parse_schema(schema_json("ad_event.avsc")), simulated)
     report.archive = str(archive)
     _run_flink_job(settings, report, start_events, log)
@@ -180,7 +180,7 @@ def _beam_windows(archive) -> dict[tuple[int, int], rules.Counts]:
     from pipelines import event_counts as beam_event_counts
 
     out_prefix = archive / "beam" / "event_counts"
-    beam_event_counts.run([f"--input={archive}/ad.events-*.avro", f"--output={out_prefix}",
+    beam_event_counts.run([f"--input={archive}/{AD_EVENTS}-*.avro", f"--output={out_prefix}",
                            "--runner=DirectRunner"], save_main_session=False)
     windows: dict[tuple[int, int], rules.Counts] = {}
     for path in sorted(out_prefix.parent.glob("event_counts*.avro")):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from core.ad_content import EMBEDDING_DIM, content_embedding
+from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
 from serving.decision.prediction import position_effect
 from sim.learning_day import _logit, _sigmoid
 
@@ -92,13 +93,13 @@ class LiveWorld:
             campaign = int(self.campaign_id[row])
             if campaign not in seen:
                 seen.add(campaign)
-                out.append(("serving.campaigns", {
+                out.append((SERVING_CAMPAIGNS, {
                     "campaign_id": campaign, "advertiser_id": int(self.advertiser_id[row]), "version": now_ms,
                     "event_time": now_ms, "status": "ACTIVE", "bid_type": "CPC",
                     "daily_budget_micros": 10 ** 15, "currency": "USD", "timezone": "UTC", "flight_start": None,
                     "flight_end": None, "dayparts": [], "cap_per_day": None, "cap_per_week": None,
                     "cpa_target_micros": None}))
-            out.append(("serving.ads", {
+            out.append((SERVING_ADS, {
                 "ad_id": int(self.ad_id[row]), "campaign_id": campaign, "advertiser_id": int(self.advertiser_id[row]),
                 "version": now_ms, "event_time": now_ms, "removed": removed, "bid_type": "CPC",
                 "bid_micros": int(self.bid_micros[row]), "quality_prior": 0.0, "creative_ref": self.creative_ref[row],
