@@ -24,6 +24,7 @@ def register(sub) -> None:
     _add_dashboard(bsub)
     _add_faults(bsub)
     _add_soak(bsub)
+    _add_table(bsub)
 
 
 def _add_platform(bsub) -> None:
@@ -253,6 +254,39 @@ def cmd_bench_live_loop(args: argparse.Namespace) -> int:
         print(f"adserve bench live-loop: {exc}", file=sys.stderr)
         return 2
     return _emit(args, figures, live_loop.render)
+
+
+def _add_table(bsub) -> None:
+    from bench import targets
+
+    t = bsub.add_parser("table", help="the targets table (markdown) from the benchmarks' latest JSON; --write "
+                                      "puts it into the README",
+                        description=targets.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--benchmarks", type=Path, default=Path("benchmarks"),
+                   help="the folder of the benchmarks' JSON (default benchmarks)")
+    t.add_argument("--write", type=Path, metavar="README",
+                   help="replace the table between the README's markers instead of printing it")
+    t.set_defaults(handler=cmd_bench_table)
+
+
+def cmd_bench_table(args: argparse.Namespace) -> int:
+    from bench import targets
+    from core.errors import AdserveError
+
+    try:
+        table = targets.render(targets.load_figures(args.benchmarks))
+        if args.write is None:
+            print(table)
+            return 0
+        readme = args.write.read_text()
+        updated = targets.with_table(readme, table)
+    except AdserveError as exc:
+        print(f"adserve bench table: {exc}", file=sys.stderr)
+        return 2
+    if updated != readme:
+        args.write.write_text(updated)
+    print(f"{args.write}: targets table {'updated' if updated != readme else 'already current'}")
+    return 0
 
 
 def _log(args: argparse.Namespace):
