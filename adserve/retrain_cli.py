@@ -1,6 +1,7 @@
 """`adserve model retrain` and `adserve model registry`: the click model learned continuously from the platform's
-own streams, and the registry that names what the fleet scores with (the shell around learning.retrain and
-serving.model.registry: reads the topics, writes the model folders, publishes registry entries)."""
+own streams, and the registry that names what the fleet scores with: the flags, the log lines and the loop's
+pace around learning.retrainer (which reads the topics, writes the model folders and publishes registry
+entries) and serving.model.registry."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.errors import AdserveError
+
+if TYPE_CHECKING:
+    from learning.retrainer import RetrainSettings
 
 RETRAIN_HELP = """Runs continuously (or once with --once): each run reads the training join's output (topic
 training.examples) and the registry (topic model.registry), then judges the canary, trains a new model, refits
@@ -117,174 +121,28 @@ def _home_models() -> Path:
     return PlatformSettings.from_env(platform_environ()).home / "models"
 
 
-class Retrainer:
-    """One `adserve model retrain` process: its settings, its state file and its runs."""
-
-    def __init__(self, args: argparse.Namespace, bootstrap: str):
-        from learning.canary import PromotionRule
-        from learning.retrain import RetrainPolicy, RetrainState
-
-        self.args, self.bootstrap = args, bootstrap
-        self.models: Path = args.models or _home_models()
-        self.policy = RetrainPolicy(every_s=args.every, full_every_s=args.full_every, window_s=args.window,
-                                    update_window_s=args.update_window, min_examples=args.min_examples,
-                                    min_clicks=args.min_train_clicks, canary_share=args.canary_share,
-                                    canary_max_age_s=args.canary_max_age)
-        try:
-            low, high = (float(x) for x in args.calibration_band.split(","))
-        except ValueError:
-            raise AdserveError(f"--calibration-band: expected LOW,HIGH, got {args.calibration_band!r}") from None
-        self.rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks,
-                                  min_segment_clicks=args.min_segment_clicks,
-                                  calibration_low=low, calibration_high=high)
-        t = _topics()
-        self.examples_topic = args.examples_topic or t.TRAINING_EXAMPLES
-        self.served_topic = args.served_topic or t.AD_SERVED
-        self.registry_topic = args.registry_topic or t.MODEL_REGISTRY
-        self.state_file = self.models / "retrain-state.json"
-        self.state = RetrainState(**json.loads(self.state_file.read_text())) if self.state_file.exists() \
-            else RetrainState()
-
-    def save_state(self) -> None:
-        self.models.mkdir(parents=True, exist_ok=True)
-        partial = self.state_file.with_suffix(".partial")
-        partial.write_text(json.dumps(self.state.as_dict()))
-        partial.replace(self.state_file)
-
-    def run(self):
-        from learning import retrain
-        from streams.kafka import read_records
-        from serving.model.registry import read_registry
-
-        registry = read_registry(self.bootstrap, topic=self.registry_topic)
-        since = 0
-        if self.state.last_full_ms:
-            since = int(min(self.state.last_full_ms, self.state.canary_since_ms or self.state.last_full_ms)
-                        - max(self.policy.window_s, self.policy.canary_max_age_s) * 1000)
-        examples = read_records(self.bootstrap, self.examples_topic, "TrainingExample", max(0, since))
-        newest = max((int(r["served_time"]) for r in examples), default=0)
-        action = retrain.next_action(self.state, has_current=registry.current is not None,
-                                     has_canary=registry.canary is not None, newest_event_ms=newest,
-                                     policy=self.policy)
-        report = retrain.RunReport(action, newest)
-        if action == retrain.JUDGE:
-            self._judge(registry, examples, report)
-        elif action in (retrain.FULL, retrain.UPDATE):
-            self._train(action, registry, examples, newest, report)
-        self.state.runs += 1
-        self.save_state()
-        return report
-
-    def _snapshots(self, registry, records):
-        from serving.model import ad_features
-
-        folder = self.args.ad_features or (Path(registry.features.directory) if registry.features else None)
-        if folder is None:
-            return {}, None
-        available = set(ad_features.versions(folder))
-        needed = {int(r["ad_snapshot_version"]) for r in records} & available
-        return {v: ad_features.load(folder, v) for v in sorted(needed)}, folder
-
-    def _train(self, action: str, registry, examples, newest: int, report) -> None:
-        from learning import retrain
-        from learning.dataset import harmonise_keep_rate
-        from serving.model.click_model import ClickModel, save_versioned
-        from serving.model.registry import CANARY, model_entry, model_refusal, publish
-
-        window = self.policy.window_s if action == retrain.FULL else self.policy.update_window_s
-        records = retrain.in_window(examples, newest, window)
-        snapshots, folder = self._snapshots(registry, records)
-        records, report.examples_without_snapshot = retrain.with_snapshots(records, set(snapshots))
-        report.examples = len(records)
-        too_few = retrain.trainable(records, self.policy)
-        if too_few is not None:
-            report.action, report.reason = retrain.WAIT, f"not trained: {too_few}"
-            return
-        began = time.monotonic()
-        if action == retrain.FULL:
-            from learning.network import TrainConfig
-            from learning.trainer import train_click_model
-
-            records, keep_rate = harmonise_keep_rate([records])
-            model = train_click_model(records, snapshots, keep_rate, TrainConfig(epochs=self.args.epochs),
-                                      log=_log)
-            report.figures = {"validation_metrics": model.metadata["validation_metrics"]}
-        else:
-            model = ClickModel.load(Path(registry.current.directory))
-            report.figures = retrain.recalibrate(model, records, snapshots)
-            model.metadata["validation_metrics"] = {**model.metadata.get("validation_metrics", {}),
-                                                    "model": report.figures["model"]}
-            model.metadata["updated_from"] = registry.current.version
-        model.metadata.update(trained_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), retrain_kind=action,
-                              training_seconds=round(time.monotonic() - began, 1), newest_event_ms=newest)
-        directory = save_versioned(model, self.models, export_saved_model=False)
-        report.model_version = directory.name
-        (directory / "evaluation.json").write_text(json.dumps(
-            {"kind": action, "examples": report.examples, "examples_without_snapshot": report.examples_without_snapshot,
-             "newest_event_ms": newest, "ad_features": str(folder), **report.figures}, indent=1))
-        refusal = model_refusal(directory)
-        if refusal is not None:
-            report.reason = f"not published: {refusal}"
-            return
-        publish(self.bootstrap, model_entry(CANARY, directory.name, directory, share=self.policy.canary_share,
-                                            reason=f"{action} retrain on {report.examples:,} examples"),
-                topic=self.registry_topic)
-        report.published.append(f"CANARY {directory.name} on {self.policy.canary_share:.1%}")
-        self.state.canary_since_ms = newest
-        self.state.last_trained_ms = newest
-        if action == retrain.FULL:
-            self.state.last_full_ms = newest
-
-    def _judge(self, registry, examples, report) -> None:
-        from learning.canary import canary_report
-        from serving.decision.prediction import PriorPredictor
-        from serving.model.canary import HOLD, NOT_ENOUGH_DATA, PROMOTE
-        from serving.model.registry import CANARY, CURRENT, model_entry, publish
-        from streams.kafka import read_records
-
-        candidate = registry.canary.version
-        current = registry.current.version if registry.current else PriorPredictor.version
-        since = self.state.canary_since_ms
-        served = [r for r in read_records(self.bootstrap, self.served_topic, "ServedRecord", since)
-                  if r.get("model_version") in (candidate, current)]
-        judged = [r for r in examples if int(r["served_time"]) >= since]
-        verdict = canary_report(served, judged, current=current, candidate=candidate, rule=self.rule)
-        report.model_version, report.verdict = candidate, verdict["verdict"]
-        report.figures = {"canary_report": verdict}
-        newest = report.newest_event_ms
-        if verdict["verdict"] == PROMOTE:
-            publish(self.bootstrap, model_entry(CURRENT, candidate, registry.canary.directory,
-                                                reason=f"promoted over {current}: canary verdict promote"),
-                    topic=self.registry_topic)
-            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} promoted"),
-                    topic=self.registry_topic)
-            report.published += [f"CURRENT {candidate}", "CANARY none"]
-            self._record_verdict(registry.canary.directory, verdict)
-        elif verdict["verdict"] == HOLD or (verdict["verdict"] == NOT_ENOUGH_DATA and since
-                                            and newest - since > self.policy.canary_max_age_s * 1000):
-            why = "; ".join(verdict.get("reasons") or []) or "no verdict within the canary's time"
-            publish(self.bootstrap, model_entry(CANARY, None, None, reason=f"{candidate} held: {why}"),
-                    topic=self.registry_topic)
-            report.published.append("CANARY none")
-            report.reason = f"{candidate} taken off ({current} stays): {why}"
-            self._record_verdict(registry.canary.directory, verdict)
-        else:
-            report.reason = f"waiting for canary traffic: {verdict.get('reasons') or verdict['verdict']}"
-
-    @staticmethod
-    def _record_verdict(directory: str, verdict: dict[str, Any]) -> None:
-        path = Path(directory) / "evaluation.json"
-        try:
-            evaluation = json.loads(path.read_text()) if path.exists() else {}
-            evaluation["canary_report"] = verdict
-            path.write_text(json.dumps(evaluation, indent=1))
-        except (OSError, ValueError) as exc:
-            _log(f"could not add the canary report to {path}: {exc}")
-
-
-def _topics():
+def retrain_settings(args: argparse.Namespace) -> RetrainSettings:
+    """The retraining process's settings from the command's flags (the models under $ADSERVE_HOME by default)."""
+    from learning.canary import PromotionRule
+    from learning.retrain import RetrainPolicy
+    from learning.retrainer import RetrainSettings
     from schemas import topics
-    return topics
+
+    models: Path = args.models or _home_models()
+    policy = RetrainPolicy(every_s=args.every, full_every_s=args.full_every, window_s=args.window,
+                           update_window_s=args.update_window, min_examples=args.min_examples,
+                           min_clicks=args.min_train_clicks, canary_share=args.canary_share,
+                           canary_max_age_s=args.canary_max_age)
+    try:
+        low, high = (float(x) for x in args.calibration_band.split(","))
+    except ValueError:
+        raise AdserveError(f"--calibration-band: expected LOW,HIGH, got {args.calibration_band!r}") from None
+    rule = PromotionRule(revenue_tolerance=args.tolerance, min_clicks=args.min_clicks,
+                         min_segment_clicks=args.min_segment_clicks, calibration_low=low, calibration_high=high)
+    return RetrainSettings(models, policy, rule, ad_features=args.ad_features, epochs=args.epochs,
+                           examples_topic=args.examples_topic or topics.TRAINING_EXAMPLES,
+                           served_topic=args.served_topic or topics.AD_SERVED,
+                           registry_topic=args.registry_topic or topics.MODEL_REGISTRY)
 
 
 def _say(report, as_json: bool) -> None:
@@ -306,8 +164,11 @@ def _say(report, as_json: bool) -> None:
 
 
 def cmd_model_retrain(args: argparse.Namespace) -> int:
+    from learning.retrainer import Retrainer
+
     try:
-        retrainer = Retrainer(args, _bootstrap())
+        bootstrap = _bootstrap()
+        retrainer = Retrainer(retrain_settings(args), bootstrap, log=_log)
     except (AdserveError, OSError, ValueError) as exc:
         print(f"adserve model retrain: {exc}", file=sys.stderr)
         return 2

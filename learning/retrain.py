@@ -1,8 +1,8 @@
 """Scheduled retraining (design: "retrains the click and conversion models daily with hourly updates, and fits a
 calibration layer per segment ... ships nothing until a canary passes"): what each run of `adserve model retrain`
 does, decided from the registry and the event time of the newest labelled example, and the training steps it
-runs. The command (adserve.retrain_cli) reads the topics, writes the model folders and publishes the registry
-entries; everything here is pure or works on records already read.
+runs. The retraining process (learning.retrainer) reads the topics, writes the model folders and publishes the
+registry entries; everything here is pure or works on records already read.
 
 One run is one of:
 - judge: a canary is on the registry. Its served traffic since it was published, joined with its labelled
@@ -50,7 +50,8 @@ class RetrainPolicy:
 
 @dataclass
 class RetrainState:
-    """What the runs remember (the command keeps it as retrain-state.json beside the models): event times, ms."""
+    """What the runs remember (learning.retrainer keeps it as retrain-state.json beside the models): event
+    times, ms."""
 
     last_full_ms: int = 0
     last_trained_ms: int = 0
