@@ -1,9 +1,9 @@
 """The Flink functions of `features`. Decode turns records into the windows' inputs (core.feature_inputs);
 AdWindow keeps one ad's buckets and served slots (core.feature_windows) and sends its window to Publish at
-every tick; Publish (one key) estimates every ad (core.ad_stats) and writes the snapshot, the features.ads rows
-and the registry entry; UserWindow keeps one consented user's window and writes their features to Redis. The
-methods load state, call the rule, store and emit what it returns. A deletion request (core.privacy) makes
-UserWindow forget the user's window at once."""
+every tick; Publish (one key) stages the windows and estimates every ad at each tick (core.feature_events) and
+writes the snapshot, the features.ads rows and the registry entry; UserWindow keeps one consented user's
+window and writes their features to Redis. The methods load state, call the rule, store and emit what it
+returns. A deletion request (core.privacy) makes UserWindow forget the user's window at once."""
 from __future__ import annotations
 
 import logging
@@ -14,13 +14,14 @@ from typing import Any, Callable
 from pyflink.common import Row
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
 
-from core import ad_stats, feature_inputs, privacy, user_activity
+from core import ad_stats, feature_events, feature_inputs, privacy, user_activity
 from core import feature_windows as windows
 from core.dead_letters import dead_letter
 from core.feature_windows import UNKNOWN_CELL, ServedSlot, WindowRules
 from jobs.features import snapshot, state
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row, timed_bytes_row_type
 from jobs.tripwire import Tripwire
+from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "features"
@@ -29,9 +30,10 @@ DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 CAMPAIGNS = OutputTag("campaigns", state.PUBLISH_INPUT)
 USERS = OutputTag("users", state.USER_INPUT)
 REGISTRY = OutputTag("registry", timed_bytes_row_type())
-RECORD_TYPES = {"served": "ServedRecord", "event": "AdEvent", "conversion": "AdConversion",
-                "feedback": "AdFeedback", "ad": "ServingAd", "campaign": "ServingCampaign",
-                "deletion": "UserDeletion"}
+TOPIC_OF_KIND = {"served": topics.AD_SERVED, "event": topics.AD_EVENTS, "conversion": topics.AD_CONVERSIONS,
+                 "feedback": topics.AD_FEEDBACK, "ad": topics.SERVING_ADS, "campaign": topics.SERVING_CAMPAIGNS,
+                 "deletion": topics.PRIVACY_DELETIONS}  # the contract each source's records follow
+RECORD_TYPES = {kind: topics.record_type(topic) for kind, topic in TOPIC_OF_KIND.items()}
 
 
 class Decode(ProcessFunction):
@@ -188,8 +190,7 @@ class AdWindow(KeyedProcessFunction):
 
     def _attributes(self, row, ctx, watermark: int) -> None:
         held = state.attributes_from_row(self.attributes.value())
-        new = state.attributes_from_row(row.attributes)
-        if held is None or new.version > held.version:
+        if feature_events.newer_attributes(held, state.attributes_from_row(row.attributes)):
             self.attributes.update(row.attributes)
             self._update_status(attributes_changed=True)
             _tick_at(ctx, row.event_ms, watermark, self.rules)
@@ -219,21 +220,20 @@ class AdWindow(KeyedProcessFunction):
 
 class Publish(KeyedProcessFunction):
     """One key for the whole platform: every ad's latest window (staged per tick, so a tick sees exactly the
-    windows of that tick); at each tick the estimates of every ad (core.ad_stats.published_records), then the
+    windows of that tick); at each tick the estimates of every ad (core.feature_events.apply), then the
     snapshot file, the features.ads rows of the ads whose row changed, and the registry entry naming the file
     (`snapshots_published`, gauge `ads_in_last_snapshot`). A tick without a listed ad publishes nothing."""
 
     def __init__(self, rules: ad_stats.EstimateRules, window_rules: WindowRules, snapshot_dir: str,
                  keep_snapshots: int):
-        self.rules, self.window_rules = rules, window_rules
+        self.rules = feature_events.PublishRules(rules, window_rules)
         self.folder, self.keep = Path(snapshot_dir), keep_snapshots
 
     def open(self, runtime_context: RuntimeContext):
         self.codec = AvroCodec()
         descriptors = state.publisher_descriptors()
-        self.ads, self.staged = (runtime_context.get_map_state(descriptors[n]) for n in ("ads", "staged"))
-        self.advertisers = runtime_context.get_map_state(descriptors["advertisers"])
-        self.published_rows = runtime_context.get_map_state(descriptors["published_rows"])
+        self.maps = {name: runtime_context.get_map_state(descriptors[name])
+                     for name in ("ads", "staged", "advertisers", "published_rows")}
         self.version = runtime_context.get_state(descriptors["version"])
         metrics = runtime_context.get_metrics_group()
         self.published = metrics.counter("snapshots_published")
@@ -242,60 +242,33 @@ class Publish(KeyedProcessFunction):
 
     def process_element(self, row, ctx):
         if row.kind == state.CAMPAIGN:
-            if self.advertisers.get(row.campaign_id) != row.advertiser_id:
-                self.advertisers.put(row.campaign_id, row.advertiser_id)
-            return
-        watermark = ctx.timer_service().current_watermark()
-        tick = row.tick if row.tick > watermark else windows.next_tick(watermark, self.window_rules)
-        key = state.staged_key(tick, row.ad_id)
-        held = self.staged.get(key)
-        if held is not None and row.attributes is None and held.attributes is not None:
-            row = state.window_row(row.ad_id, tick, row.campaign_id, state.attributes_from_row(held.attributes),
-                                   state.cells_from_rows(row.cells))
-        self.staged.put(key, row)
-        ctx.timer_service().register_event_time_timer(tick)
+            event = feature_events.CampaignSeen(row.campaign_id, row.advertiser_id)
+        else:
+            event = feature_events.WindowIn(state.tick_window_from_row(row), ctx.timer_service().current_watermark())
+        yield from self._apply(event, ctx)
 
     def on_timer(self, timestamp: int, ctx):
-        known = self._apply_staged(timestamp)
-        last = self.version.value()
-        if last is not None and timestamp <= last:
-            return
-        records = ad_stats.published_records(known, dict(self.advertisers.items()), timestamp, self.rules)
-        if not records:
-            return
-        snapshot.write_snapshot(timestamp, list(records.values()), self.folder, self.keep)
-        self.version.update(timestamp)
+        yield from self._apply(feature_events.Tick(timestamp), ctx)
+
+    def _apply(self, event: feature_events.Event, ctx):
+        _, outputs = feature_events.apply(state.publisher_state(self.maps, self.version.value()), event, self.rules)
+        for output in outputs:
+            if isinstance(output, feature_events.TimerAt):
+                ctx.timer_service().register_event_time_timer(output.at_ms)
+            else:
+                yield from self._publish(output)
+
+    def _publish(self, published: feature_events.Published):
+        """Write the snapshot, then emit the changed rows and the registry entry naming the snapshot."""
+        version = published.version_ms
+        snapshot.write_snapshot(version, published.records, self.folder, self.keep)
+        self.version.update(version)
         self.published.inc()
-        self.ads_in_last_snapshot = len(records)
-        for ad_id, record in records.items():
-            fingerprint = ad_stats.row_fingerprint(record)
-            if self.published_rows.get(ad_id) != fingerprint:
-                self.published_rows.put(ad_id, fingerprint)
-                yield Row(str(ad_id).encode(), self.codec.encode("AdFeatures", record), timestamp)
-        entry = snapshot.registry_entry(timestamp, self.folder, len(records), self.window_rules.window_ms)
-        yield REGISTRY, Row(snapshot.REGISTRY_KEY, self.codec.encode("RegistryEntry", entry), timestamp)
-        self._forget_gone(known)
-
-    def _apply_staged(self, tick_ms: int) -> dict[int, ad_stats.KnownAd]:
-        """Apply the windows staged for this tick or before (in tick order); every known ad afterwards."""
-        due = sorted(((state.staged_tick(key), key, row) for key, row in self.staged.items()
-                      if state.staged_tick(key) <= tick_ms), key=lambda t: t[0])
-        for _, key, row in due:
-            held = self.ads.get(row.ad_id)
-            attributes = row.attributes if row.attributes is not None else (held[1] if held is not None else None)
-            campaign_id = row.campaign_id or (held[0] if held is not None else 0)
-            self.ads.put(row.ad_id, Row(campaign_id, attributes, list(row.cells or [])))
-            self.staged.remove(key)
-        return {int(ad_id): ad_stats.KnownAd(int(entry[0]), state.attributes_from_row(entry[1]),
-                                             state.cells_from_rows(entry[2]))
-                for ad_id, entry in self.ads.items()}
-
-    def _forget_gone(self, known: dict[int, ad_stats.KnownAd]) -> None:
-        """Ads that are not listed and have nothing in the window are held no longer."""
-        for ad_id, ad in known.items():
-            if not ad.listed and not ad.cells:
-                self.ads.remove(ad_id)
-                self.published_rows.remove(ad_id)
+        self.ads_in_last_snapshot = len(published.records)
+        for ad_id, record in published.changed:
+            yield Row(str(ad_id).encode(), self.codec.encode("AdFeatures", record), version)
+        entry = snapshot.registry_entry(version, self.folder, len(published.records), self.rules.windows.window_ms)
+        yield REGISTRY, Row(snapshot.REGISTRY_KEY, self.codec.encode("RegistryEntry", entry), version)
 
 
 class UserWindow(KeyedProcessFunction):

@@ -12,13 +12,14 @@ publisher (one key): every known ad's latest window and attributes, rows staged 
 advertiser, the fingerprint of each ad's last published row and the last published version."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping
 
 from pyflink.common import Row, Types
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from core import feature_inputs
-from core.ad_stats import AdAttributes
+from core.ad_stats import AdAttributes, KnownAd
+from core.feature_events import PublisherState, TickWindow
 from core.feature_windows import Counts, ServedSlot
 
 ATTRIBUTES = Types.ROW_NAMED(
@@ -159,10 +160,77 @@ def user_slot_from_row(row) -> ServedSlot | None:
     return None if row is None else ServedSlot(int(row[0]), int(row[1]), int(row[2]))
 
 
+def tick_window_from_row(row) -> TickWindow:
+    """A PUBLISH_INPUT window row as core's TickWindow."""
+    return TickWindow(int(row.ad_id), int(row.tick), int(row.campaign_id), attributes_from_row(row.attributes),
+                      cells_from_rows(row.cells))
+
+
+def tick_window_to_row(window: TickWindow) -> Row:
+    return window_row(window.ad_id, window.tick_ms, window.campaign_id, window.attributes, window.cells)
+
+
+def known_ad_from_row(row) -> KnownAd:
+    campaign_id, attributes, cells = row
+    return KnownAd(int(campaign_id), attributes_from_row(attributes), cells_from_rows(cells))
+
+
+def known_ad_to_row(ad: KnownAd) -> Row:
+    return Row(ad.campaign_id, attributes_to_row(ad.attributes), cells_to_rows(ad.cells))
+
+
 def staged_key(tick_ms: int, ad_id: int) -> str:
     """A staged window's key: its tick first, so the publisher can tell which tick a row is for."""
     return f"{tick_ms}:{ad_id}"
 
 
-def staged_tick(key: str) -> int:
-    return int(key.split(":", 1)[0])
+def staged_key_of(key: str) -> tuple[int, int]:
+    """A staged window's key as core's (tick, ad id)."""
+    tick, ad_id = key.split(":", 1)
+    return int(tick), int(ad_id)
+
+
+def _same(value):
+    return value
+
+
+class MapView(MutableMapping):
+    """A Flink MapState seen as a mapping of core's types: keys and values converted on the way in and out.
+    Reads and writes go straight to the state; `items` reads every entry once."""
+
+    def __init__(self, map_state, from_row: Callable, to_row: Callable, from_key: Callable = _same,
+                 to_key: Callable = _same):
+        self.map_state, self.from_row, self.to_row = map_state, from_row, to_row
+        self.from_key, self.to_key = from_key, to_key
+
+    def __getitem__(self, key):
+        row = self.map_state.get(self.to_key(key))
+        if row is None:
+            raise KeyError(key)
+        return self.from_row(row)
+
+    def __setitem__(self, key, value) -> None:
+        self.map_state.put(self.to_key(key), self.to_row(value))
+
+    def __delitem__(self, key) -> None:
+        self.map_state.remove(self.to_key(key))
+
+    def __iter__(self) -> Iterator:
+        return iter([self.from_key(key) for key, _ in self.map_state.items()])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.map_state.items())
+
+    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        return [(self.from_key(key), self.from_row(row)) for key, row in self.map_state.items()]
+
+
+def publisher_state(map_states: Mapping[str, Any], version_ms: int | None) -> PublisherState:
+    """The publisher's Flink state (its map states by publisher_descriptors' names) as core's PublisherState."""
+    return PublisherState(
+        known=MapView(map_states["ads"], known_ad_from_row, known_ad_to_row, int),
+        staged=MapView(map_states["staged"], tick_window_from_row, tick_window_to_row, staged_key_of,
+                       lambda key: staged_key(*key)),
+        advertisers=MapView(map_states["advertisers"], int, _same, int),
+        fingerprints=MapView(map_states["published_rows"], int, _same, int),
+        version_ms=version_ms)
