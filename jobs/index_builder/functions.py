@@ -12,12 +12,14 @@ from core.campaigns import BadChange
 from schemas.cdc import serving_record_from_change
 from core.dead_letters import dead_letter
 from core.errors import SchemaMismatch
-from jobs.flink_io import bytes_row_type, dead_letter_row
+from core.versions import is_newer
+from jobs.common.dead_letters import dead_letter_row
+from jobs.common.kafka_tables import bytes_row_type
+from jobs.common.routing import DEAD_LETTERS
 from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "index_builder"
-DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 CAMPAIGNS = OutputTag("campaigns", bytes_row_type())
 RESERVES = OutputTag("reserves", bytes_row_type())
 SIDE_OUTPUTS = {topics.SERVING_CAMPAIGNS: CAMPAIGNS, topics.SERVING_RESERVES: RESERVES}  # serving.ads: the main
@@ -27,12 +29,6 @@ EMITTED_VERSION = ValueStateDescriptor("emitted_version", Types.LONG())  # the r
 def change_key(row) -> str:
     """A change's key: its source topic and row key (one row's changes in commit order)."""
     return f"{row.topic}|{bytes(row.k or b'').decode('utf-8', 'replace')}"
-
-
-def is_newer(version: int, last_emitted: int | None) -> bool:
-    """Only a version newer than the row's last emitted one goes out: CDC repeats after a restart, and every
-    consumer keeps the newest version anyway."""
-    return last_emitted is None or version > last_emitted
 
 
 class Compile(KeyedProcessFunction):
