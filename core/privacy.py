@@ -69,6 +69,12 @@ def overdue(requests: Iterable[DeletionRequest], erased_request_ids: Iterable[st
     return sorted(late, key=lambda r: r.requested_at_ms)
 
 
+def newest_request_ms(held_ms: int | None, requested_at_ms: int) -> int:
+    """The time of a user's request in force once another comes: the newer of the two (a newer request covers
+    more, and requests may arrive out of order)."""
+    return int(requested_at_ms) if held_ms is None else max(int(held_ms), int(requested_at_ms))
+
+
 @dataclass(frozen=True)
 class Deletions:
     """The requests in force: user id -> the newest request's time (a newer request covers more)."""
@@ -79,8 +85,7 @@ class Deletions:
     def of(cls, requests: Iterable[DeletionRequest]) -> "Deletions":
         newest: dict[str, int] = {}
         for request in requests:
-            newest[request.user_id] = max(newest.get(request.user_id, request.requested_at_ms),
-                                          request.requested_at_ms)
+            newest[request.user_id] = newest_request_ms(newest.get(request.user_id), request.requested_at_ms)
         return cls(newest)
 
     def __len__(self) -> int:

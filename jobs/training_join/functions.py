@@ -102,8 +102,8 @@ class Label(KeyedBroadcastProcessFunction):
     def process_broadcast_element(self, row, ctx):
         user_id, requested_at_ms = row  # join_state.DELETION
         deletions = ctx.get_broadcast_state(join_state.deletions_state())
-        newest = deletions.get(user_id) if deletions.contains(user_id) else None
-        deletions.put(user_id, max(int(requested_at_ms), newest or int(requested_at_ms)))
+        held = deletions.get(user_id) if deletions.contains(user_id) else None
+        deletions.put(user_id, privacy.newest_request_ms(held, requested_at_ms))
         yield from ()  # the broadcast side emits nothing
 
     def process_element(self, row, ctx):

@@ -46,6 +46,12 @@ def test_the_newest_request_of_a_user_is_the_one_in_force():
     assert privacy.Deletions.of([newer, older]).requested_at_ms == {"u1": REQUESTED_MS}
 
 
+def test_a_request_arriving_after_a_newer_one_leaves_the_newer_in_force():
+    assert privacy.newest_request_ms(None, REQUESTED_MS) == REQUESTED_MS
+    assert privacy.newest_request_ms(REQUESTED_MS, REQUESTED_MS - 1) == REQUESTED_MS
+    assert privacy.newest_request_ms(REQUESTED_MS, REQUESTED_MS + 1) == REQUESTED_MS + 1
+
+
 def test_every_record_of_an_erased_impression_goes_with_it_even_without_a_user_id():
     record = served(user_id="u1")
     erased = set(privacy.erased_impressions(record, _deletions("u1")))
