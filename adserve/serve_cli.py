@@ -1,6 +1,6 @@
 """`adserve serve ads|prediction|tracker|advertiser-api|dashboard`: the HTTP services of serving/ started with
 their typed settings (flags over the platform's ADSERVE_* variables), each printed once at start with its
-secrets masked."""
+secrets masked; a tier of ad servers (--workers N) runs through infra.adserver_tier."""
 from __future__ import annotations
 
 import argparse
@@ -262,83 +262,17 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
     if args.drain_delay_s < 0:
         print(f"adserve serve ads: --drain-delay-s must be 0 or more, got {args.drain_delay_s}", file=sys.stderr)
         return 2
+    say = lambda line: print(line, flush=True)  # noqa: E731
     if args.workers == 0:
-        serve(settings, predictor, log=lambda line: print(line, flush=True), registry=registry_mode(args),
+        serve(settings, predictor, log=say, registry=registry_mode(args),
               registry_topic=args.registry_topic, drain_delay_s=args.drain_delay_s)
         return 0
-    if args.reuse_port:
-        return serve_shared_port(settings, args)
-    return serve_tier(settings, args)
+    from infra.adserver_tier import TierSettings, serve_shared_port, serve_tier
 
-
-def serve_shared_port(settings, args: argparse.Namespace) -> int:
-    """--workers N --reuse-port: the index loaded once (from the newest snapshot, if any), N forked workers all
-    listening on --port (SO_REUSEPORT) under a supervisor that restarts one that dies and forwards SIGTERM."""
-    import dataclasses
-
-    from serving.adserver.main import load_for_tier, serve
-    from serving.adserver.tier import Supervisor, worker_server_id
-
-    say = lambda line: print(line, flush=True)  # noqa: E731
-    state, start_offsets = load_for_tier(settings)
-    if start_offsets is None:
-        say("no snapshot in --snapshot-dir: each worker reads the state topics into an index of its own "
-            "(`adserve snapshots write` makes one the workers share)")
-
-    def run_worker(worker: int) -> None:
-        worker_settings = dataclasses.replace(settings, server_id=worker_server_id(settings.server_id, worker))
-        serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets,
-              registry=registry_mode(args), registry_topic=args.registry_topic, reuse_port=True,
-              drain_delay_s=args.drain_delay_s)
-
-    say(f"ad-server tier: {args.workers} workers sharing {settings.host}:{settings.port} (SO_REUSEPORT)")
-    return Supervisor(args.workers, run_worker, grace_s=args.grace_s, log=say).run()
-
-
-def serve_tier(settings, args: argparse.Namespace) -> int:
-    """--workers N: the index loaded once (from the newest snapshot, if any), N forked workers on the ports after
-    --port, and the gateway on --port in front of them, until interrupted or terminated."""
-    import dataclasses
-    import signal
-    import threading
-
-    from infra.gateway import Backend, start_gateway
-    from serving.adserver.main import load_for_tier, serve
-    from serving.adserver.tier import fork_workers, worker_server_id
-
-    say = lambda line: print(line, flush=True)  # noqa: E731
-    state, start_offsets = load_for_tier(settings)
-    if start_offsets is None:
-        say("no snapshot in --snapshot-dir: each worker reads the state topics into an index of its own "
-            "(`adserve snapshots write` makes one the workers share)")
-    ports = [settings.port + 1 + i for i in range(args.workers)]
-
-    def run_worker(worker: int) -> None:
-        worker_settings = dataclasses.replace(settings, port=ports[worker],
-                                              server_id=worker_server_id(settings.server_id, worker))
-        serve(worker_settings, ads_predictor(args), log=say, state=state, start_offsets=start_offsets,
-              registry=registry_mode(args), registry_topic=args.registry_topic,
-              drain_delay_s=0.0)  # the gateway in front is stopped first: nothing is left to drain from it
-
-    tier = fork_workers(args.workers, run_worker)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    gateway = None
-    try:
-        gateway = start_gateway([Backend(settings.host, port, worker_server_id(settings.server_id, i))
-                                 for i, port in enumerate(ports)], settings.port,
-                                PlatformSettings.from_env().run_dir / f"gateway-{settings.port}", host=settings.host)
-        say(f"gateway on {gateway.url} in front of {args.workers} workers on ports {ports[0]}-{ports[-1]}")
-        while not stop.wait(1.0):
-            if len(tier.alive()) < args.workers:
-                say("an ad-server worker exited: stopping the tier")
-                return 1
-        return 0
-    finally:
-        if gateway is not None:
-            gateway.stop()
-        tier.stop()
+    tier = TierSettings(args.workers, registry=registry_mode(args), registry_topic=args.registry_topic,
+                        drain_delay_s=args.drain_delay_s, grace_s=args.grace_s)
+    run = serve_shared_port if args.reuse_port else serve_tier
+    return run(settings, tier, lambda: ads_predictor(args), say)
 
 
 def registry_mode(args: argparse.Namespace) -> str | None:
