@@ -109,13 +109,13 @@ def _log(line: str) -> None:
 
 
 def _bootstrap() -> str:
-    from adserve.serve_cli import platform_environ
+    from infra.platform.environ import platform_environ
 
     return platform_environ()["ADSERVE_KAFKA_BOOTSTRAP"]
 
 
 def _home_models() -> Path:
-    from adserve.serve_cli import platform_environ
+    from infra.platform.environ import platform_environ
     from infra.platform.settings import PlatformSettings
 
     return PlatformSettings.from_env(platform_environ()).home / "models"
