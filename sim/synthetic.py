@@ -16,7 +16,7 @@ from core.targeting import Targeting, request_terms
 from schemas.codec import AvroCodec
 from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
 from serving.decision.campaigns import CampaignTable
-from serving.decision.index import TargetingIndex
+from serving.decision.index import AdColumns, TargetingColumns, TargetingIndex
 
 DAY_START_MS = 1_800_316_800_000  # 2027-01-19T00:00:00Z
 
@@ -383,13 +383,13 @@ def synthesize(n: int, seed: int = 1, chunk: int = 1_000_000) -> tuple[Targeting
     bid = np.where(bid_type == 0, rng.integers(1_000_000, 30_000_000, n),
                    np.where(bid_type == 1, rng.integers(100_000, 5_000_000, n), rng.integers(5_000_000, 80_000_000, n)))
     ctr = rng.beta(2, 150, n).astype(np.float32)
-    index = TargetingIndex.from_columns(
+    index = TargetingIndex.from_columns(AdColumns(
         ad_id=np.arange(1, n + 1, dtype=np.int64), campaign_id=campaign_of_ad + 1, version=np.ones(n, np.int64),
         bid_type=bid_type, bid_micros=bid, quality_micros=rng.integers(-2_000, 2_000, n),
         static_score=np.sort(rng.random(n).astype(np.float32))[::-1], ctr_prior=ctr,
-        embedding=rng.normal(0, 0.3, (n, 8)).astype(np.float16), term_keys=vocab.keys,
-        term_counts=term_counts, terms_flat=terms_flat,
-        exclusion_category=np.where(rng.random(n) < 0.05, rng.integers(1, 20, n), 0))
+        embedding=rng.normal(0, 0.3, (n, 8)).astype(np.float16),
+        exclusion_category=np.where(rng.random(n) < 0.05, rng.integers(1, 20, n), 0)),
+        TargetingColumns(term_keys=vocab.keys, term_counts=term_counts, terms_flat=terms_flat))
     return index, _campaign_table(rng, campaigns_n), vocab
 
 

@@ -34,7 +34,8 @@ from core.targeting import Targeting
 from schemas import topics
 from schemas.codec import AvroCodec
 from serving.decision.campaigns import CampaignRecord, CampaignTable
-from serving.decision.index import BID_TYPE_CODE, MAX_TERMS_PER_ROW, AdRecord, TargetingIndex
+from serving.decision.index import (BID_TYPE_CODE, MAX_TERMS_PER_ROW, AdColumns, AdRecord, TargetingColumns,
+                                    TargetingIndex)
 from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver.state")
@@ -187,16 +188,17 @@ class ServingState:
 
         def column(name, dtype):
             return np.fromiter((r[name] for r in ads), dtype=dtype, count=n)
-        index = TargetingIndex.from_columns(
+        index = TargetingIndex.from_columns(AdColumns(
             ad_id=column("ad_id", np.int64), campaign_id=column("campaign_id", np.int64),
             version=column("version", np.int64),
             bid_type=np.fromiter((BID_TYPE_CODE[r["bid_type"]] for r in ads), dtype=np.int8, count=n),
             bid_micros=column("bid_micros", np.int64),
             quality_micros=np.rint(column("quality_prior", np.float64)).astype(np.int32),
             static_score=column("static_score", np.float32), ctr_prior=np.full(n, 0.01, dtype=np.float32),
-            embedding=np.zeros((n, dim), dtype=np.float16), term_keys=list(terms), term_counts=counts,
-            terms_flat=np.frombuffer(flat, dtype=np.uint32) if n else np.zeros(0, np.uint32),
-            exclusion_category=np.fromiter((r.get("exclusion_category", 0) for r in ads), dtype=np.int32, count=n))
+            embedding=np.zeros((n, dim), dtype=np.float16),
+            exclusion_category=np.fromiter((r.get("exclusion_category", 0) for r in ads), dtype=np.int32, count=n)),
+            TargetingColumns(term_keys=list(terms), term_counts=counts,
+                             terms_flat=np.frombuffer(flat, dtype=np.uint32) if n else np.zeros(0, np.uint32)))
         index.strings.bulk([f"{r['creative_ref']}\n{r['landing_url']}" for r in ads])
         self.index = index
         if ads:

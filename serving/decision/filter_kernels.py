@@ -8,6 +8,8 @@ the budget state. Both read the campaign table's hot fields at each candidate's 
 copy, no temporary array per check."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba as nb
 import numpy as np
 
@@ -25,16 +27,55 @@ def _member(sorted_values, value) -> bool:
     return i < sorted_values.shape[0] and sorted_values[i] == value
 
 
+class CampaignColumns(NamedTuple):
+    """The campaign table's hot columns the checks read, indexed by campaign row."""
+    status: np.ndarray
+    flight_start: np.ndarray
+    flight_end: np.ndarray
+    cap_per_day: np.ndarray
+    cap_per_week: np.ndarray
+    campaign_id: np.ndarray
+    advertiser_id: np.ndarray
+
+
+class RequestChecks(NamedTuple):
+    """What the checks read of the request."""
+    now: int  # epoch ms
+    daypart_ok: np.ndarray  # per candidate, or empty when no campaign has dayparts
+    frequency_mode: int  # FREQUENCY_NONE, FREQUENCY_UNAVAILABLE or FREQUENCY_RECORD
+    capped_ids: np.ndarray  # sorted ids of the campaigns the user's record caps
+    hidden_ids: np.ndarray  # sorted ids of the advertisers the user hid
+
+
+class CheckResults(NamedTuple):
+    """Where static_checks writes, one element per candidate (counts: one per check)."""
+    keep: np.ndarray
+    coin: np.ndarray
+    counts: np.ndarray
+
+
+class BudgetColumns(NamedTuple):
+    """The campaign table's hot columns the coin and the budget read, indexed by campaign row, and the budget
+    states that let a campaign serve."""
+    participation: np.ndarray
+    budget_state: np.ndarray
+    slice_held: np.ndarray
+    open_state: int
+    metered_state: int
+
+
 @nb.njit(cache=True, nogil=True)
-def static_checks(crow, status, flight_start, flight_end, cap_per_day, cap_per_week, campaign_id, advertiser_id,
-                  daypart_ok, now, active, frequency_mode, capped_ids, hidden_ids, slot_of, keep, coin, counts):
-    """keep[j]: candidate j (campaign row crow[j], -1 if unknown) passes every check; counts[check] += the
-    candidates that failed it first. daypart_ok: per candidate, or empty when no campaign has dayparts.
-    capped_ids / hidden_ids: sorted campaign / advertiser ids. coin[j]: for a kept candidate, the position of
-    its campaign among the survivors' distinct campaign rows in ascending order (whose uniform it flips).
+def static_checks(crow, campaigns, active, request, slot_of, results):
+    """results.keep[j]: candidate j (campaign row crow[j], -1 if unknown) passes every check (campaigns: a
+    CampaignColumns; active: the status that serves; request: a RequestChecks); results.counts[check] += the
+    candidates that failed it first. results.coin[j]: for a kept candidate, the position of its campaign among
+    the survivors' distinct campaign rows in ascending order (whose uniform it flips).
     slot_of: scratch of one int32 per campaign row, -1 on entry and again on return.
     Returns the survivors' distinct campaign rows, ascending, and their campaign ids, ascending (the budget
     job's eligible set)."""
+    status, flight_start, flight_end, cap_per_day, cap_per_week, campaign_id, advertiser_id = campaigns
+    now, daypart_ok, frequency_mode, capped_ids, hidden_ids = request
+    keep, coin, counts = results
     n = crow.shape[0]
     dayparted = daypart_ok.shape[0] > 0
     distinct = np.empty(n, np.int64)
@@ -83,12 +124,12 @@ def static_checks(crow, status, flight_start, flight_end, cap_per_day, cap_per_w
 
 
 @nb.njit(cache=True, nogil=True)
-def coin_and_budget(crow, keep, coin, uniforms, participation, budget_state, slice_held, open_state,
-                    metered_state, served, short):
+def coin_and_budget(crow, keep, coin, uniforms, budget, served, short):
     """For each kept candidate: its campaign's coin (uniforms[coin[j]]) entered with probability p, and its
-    budget state allows serving (OPEN, or METERED with a slice held). served[j]: both; short[j]: entered but
-    METERED without a slice. Returns (candidates the budget refused, those that lost the coin with the budget
-    allowing them)."""
+    budget state (budget: a BudgetColumns) allows serving (OPEN, or METERED with a slice held). served[j]: both;
+    short[j]: entered but METERED without a slice. Returns (candidates the budget refused, those that lost the
+    coin with the budget allowing them)."""
+    participation, budget_state, slice_held, open_state, metered_state = budget
     refused_budget = 0
     lost_coin = 0
     for j in range(crow.shape[0]):

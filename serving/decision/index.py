@@ -73,6 +73,36 @@ class AdRecord:
     removed: bool = False
 
 
+@dataclass(frozen=True)
+class AdColumns:
+    """The ads of a bulk build (TargetingIndex.from_columns), one value per ad, rows in descending static-score
+    order. Without `ctr_alpha` and `ctr_beta`, each ad's posterior is the weak prior at its ctr_prior
+    (core.exploration.weak_posterior)."""
+
+    ad_id: np.ndarray
+    campaign_id: np.ndarray
+    version: np.ndarray
+    bid_type: np.ndarray
+    bid_micros: np.ndarray
+    quality_micros: np.ndarray
+    static_score: np.ndarray
+    ctr_prior: np.ndarray
+    embedding: np.ndarray
+    exclusion_category: np.ndarray | None = None
+    ctr_alpha: np.ndarray | None = None
+    ctr_beta: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class TargetingColumns:
+    """The targeting of a bulk build, row-major: row r has term ids terms_flat[start_r : start_r +
+    term_counts[r]], each an index into term_keys ((attribute, value, excluded))."""
+
+    term_keys: Sequence[tuple[str, str, bool]]
+    term_counts: np.ndarray
+    terms_flat: np.ndarray
+
+
 @dataclass
 class _Terms:
     """term key -> id, and id -> key (keys are (attribute, value, excluded))."""
@@ -222,29 +252,24 @@ class TargetingIndex:
         return index
 
     @classmethod
-    def from_columns(cls, *, ad_id: np.ndarray, campaign_id: np.ndarray, version: np.ndarray, bid_type: np.ndarray,
-                     bid_micros: np.ndarray, quality_micros: np.ndarray, static_score: np.ndarray,
-                     ctr_prior: np.ndarray, embedding: np.ndarray, term_keys: Sequence[tuple[str, str, bool]],
-                     term_counts: np.ndarray, terms_flat: np.ndarray,
-                     exclusion_category: np.ndarray | None = None, ctr_alpha: np.ndarray | None = None,
-                     ctr_beta: np.ndarray | None = None) -> "TargetingIndex":
+    def from_columns(cls, ads: AdColumns, targeting: TargetingColumns) -> "TargetingIndex":
         """Bulk build from columns (millions of ads), rows already in descending static-score order.
 
-        Targeting comes row-major: row r has term ids terms_flat[start_r : start_r + term_counts[r]],
-        each an index into term_keys ((attribute, value, excluded)). A uint32 terms_flat becomes the index's
-        term arena without a copy, and each row's terms are reordered within the row (the exact check's
-        terms first). Without `ctr_alpha` and `ctr_beta`, each ad's posterior is the weak prior at its
-        ctr_prior (core.exploration.weak_posterior)."""
+        A uint32 terms_flat becomes the index's term arena without a copy, and each row's terms are reordered
+        within the row (the exact check's terms first)."""
+        ad_id, embedding, ctr_alpha, ctr_beta = ads.ad_id, ads.embedding, ads.ctr_alpha, ads.ctr_beta
+        term_keys, term_counts, terms_flat = targeting.term_keys, targeting.term_counts, targeting.terms_flat
         n = len(ad_id)
         index = cls(embedding.shape[1], capacity=max(1024, n))
         index.size = n
-        for column, values in ((index.ad_id, ad_id), (index.campaign_id, campaign_id), (index.version, version),
-                               (index.bid_type, bid_type), (index.bid_micros, bid_micros),
-                               (index.quality_micros, quality_micros), (index.static_score, static_score),
-                               (index.ctr_prior, ctr_prior), (index.embedding, embedding)):
+        for column, values in ((index.ad_id, ad_id), (index.campaign_id, ads.campaign_id),
+                               (index.version, ads.version), (index.bid_type, ads.bid_type),
+                               (index.bid_micros, ads.bid_micros), (index.quality_micros, ads.quality_micros),
+                               (index.static_score, ads.static_score), (index.ctr_prior, ads.ctr_prior),
+                               (index.embedding, embedding)):
             column.data[:n] = values
-        if exclusion_category is not None:
-            index.exclusion_category.data[:n] = exclusion_category
+        if ads.exclusion_category is not None:
+            index.exclusion_category.data[:n] = ads.exclusion_category
         if (ctr_alpha is None) != (ctr_beta is None):
             raise InvalidArgument("ctr_alpha and ctr_beta: give both (a Beta posterior) or neither")
         if ctr_alpha is None:
@@ -501,9 +526,11 @@ class TargetingIndex:
             try:
                 kept = kernels.check_rows(seeds, self.term_start.data, self.term_count.data, self.term_arena.data,
                                           words, narrow) if len(seeds) else 0
-                found = kernels.scan(bounds, self.partitions.row, self.partitions.sig, self.partitions.start,
-                                     self.partitions.count, masks, self.term_arena.data, words,
-                                     k, CHUNK_ROWS, self.size, broad, np.empty(size, dtype=np.int64)) if size else 0
+                partitions = self.partitions
+                entries = kernels.Entries(partitions.row, partitions.sig, partitions.start, partitions.count)
+                found = kernels.scan(bounds, entries, masks, kernels.CheckTerms(self.term_arena.data, words),
+                                     k, CHUNK_ROWS, self.size,
+                                     kernels.ScanBuffers(broad, np.empty(size, dtype=np.int64))) if size else 0
             finally:
                 words[hits] &= ~hit_bits
         broad, narrow = broad[:found], narrow[:kept]

@@ -89,12 +89,13 @@ def test_the_index_refuses_a_row_wider_than_its_term_count_width_before_writing_
     import pytest
 
     from core.errors import CapacityExceeded
-    from serving.decision.index import MAX_TERMS_PER_ROW, TargetingIndex
+    from serving.decision.index import MAX_TERMS_PER_ROW, AdColumns, TargetingColumns, TargetingIndex
 
     with pytest.raises(CapacityExceeded, match="65,535"):
-        TargetingIndex.from_columns(ad_id=np.array([7]), campaign_id=np.array([1]), version=np.array([1]),
-                                    bid_type=np.array([0]), bid_micros=np.array([1]), quality_micros=np.array([0]),
-                                    static_score=np.array([1.0]), ctr_prior=np.array([0.01]),
-                                    embedding=np.zeros((1, 4), np.float32), term_keys=[("interest", "a", False)],
-                                    term_counts=np.array([MAX_TERMS_PER_ROW + 1]),
-                                    terms_flat=np.zeros(MAX_TERMS_PER_ROW + 1, np.uint32))
+        TargetingIndex.from_columns(AdColumns(ad_id=np.array([7]), campaign_id=np.array([1]), version=np.array([1]),
+                                              bid_type=np.array([0]), bid_micros=np.array([1]),
+                                              quality_micros=np.array([0]), static_score=np.array([1.0]),
+                                              ctr_prior=np.array([0.01]), embedding=np.zeros((1, 4), np.float32)),
+                                    TargetingColumns(term_keys=[("interest", "a", False)],
+                                                     term_counts=np.array([MAX_TERMS_PER_ROW + 1]),
+                                                     terms_flat=np.zeros(MAX_TERMS_PER_ROW + 1, np.uint32)))

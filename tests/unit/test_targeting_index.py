@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from core.errors import InvalidArgument
 from core.targeting import Targeting, matches, request_terms
 import serving.decision.index as index_module
-from serving.decision.index import AdRecord, TargetingIndex
+from serving.decision.index import AdColumns, AdRecord, TargetingColumns, TargetingIndex
 from serving.decision.partitions import Partitions
 
 COUNTRIES = ["US", "CA", "GB", "DE"]
@@ -226,12 +226,12 @@ def _bulk(ads: list[AdRecord], **columns) -> TargetingIndex:
         counts.append(len(terms))
         flat.extend(ids[k] for k in terms)
     n = len(ads)
-    return TargetingIndex.from_columns(
+    return TargetingIndex.from_columns(AdColumns(
         ad_id=np.array([a.ad_id for a in ads]), campaign_id=np.array([a.campaign_id for a in ads]),
         version=np.ones(n), bid_type=np.zeros(n), bid_micros=np.ones(n), quality_micros=np.zeros(n),
         static_score=np.array([a.static_score for a in ads]), ctr_prior=np.array([a.ctr_prior for a in ads]),
-        embedding=np.zeros((n, 8)), term_keys=keys, term_counts=np.array(counts), terms_flat=np.array(flat),
-        **columns)
+        embedding=np.zeros((n, 8)), **columns),
+        TargetingColumns(term_keys=keys, term_counts=np.array(counts), terms_flat=np.array(flat)))
 
 
 def _upserted(ads: list[AdRecord]) -> TargetingIndex:
