@@ -121,8 +121,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if not args.no_dashboard:
             watch = DayWatch(bootstrap=settings.kafka_bootstrap, prometheus_url=settings.prometheus_url,
                              host="127.0.0.1", port=dashboard_port(args, settings), out_dir=args.out, log=log)
-        result = simulate.run_day(settings, requests=requests, seed=args.seed, servers=servers, lead_s=args.lead_s,
-                                  out_dir=args.out, parallelism=args.parallelism, progress=progress,
+        day = simulate.DaySettings(requests=requests, seed=args.seed, servers=servers, lead_s=args.lead_s,
+                                   parallelism=args.parallelism)
+        result = simulate.run_day(settings, day, out_dir=args.out, progress=progress,
                                   on_start=None if watch is None else watch.on_start, log=log)
         figures = simulate_report.figures(result)
         args.out.mkdir(parents=True, exist_ok=True)
