@@ -19,7 +19,7 @@ through a lost beacon."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Hashable, Iterable, Mapping
+from typing import Hashable, Iterable, Mapping, MutableMapping
 
 from core.errors import InvalidArgument
 
@@ -213,3 +213,71 @@ def keeps_ticking(has_buckets: bool, has_slots: bool, has_waiting: bool, waterma
 
 
 END_OF_TIME_MS = 2 ** 63 - 1  # Flink's watermark once every source has ended
+
+
+# ------------------------------------------------------------------ one key's window
+
+@dataclass(frozen=True)
+class WaitingBeacon:
+    """A beacon that waits for its impression's served slot until its bucket's tick."""
+
+    impression_id: str
+    kind: str
+    event_ms: int
+
+
+@dataclass
+class KeyWindow:
+    """One key's (an ad's or a user's) buckets (bucket start -> counts by cell), the served slots of its
+    impressions (impression id -> ServedSlot) and the beacons that wait for theirs ((impression id, kind) ->
+    WaitingBeacon), with the rules above applied to them. The maps may be the job's own state stores behind the
+    mapping interface: each call reads and writes only the entries it needs."""
+
+    buckets: MutableMapping[int, Mapping[Hashable, Counts]]
+    slots: MutableMapping[str, ServedSlot]
+    waiting: MutableMapping[tuple[str, str], WaitingBeacon]
+    rules: WindowRules
+
+    def slot(self, impression_id: str) -> ServedSlot | None:
+        return self.slots.get(impression_id)
+
+    def serve(self, impression_id: str, slot: ServedSlot) -> None:
+        self.slots[impression_id] = served_again(self.slot(impression_id), slot)
+
+    def wait(self, impression_id: str, kind: str, event_ms: int) -> None:
+        self.waiting[(impression_id, kind)] = WaitingBeacon(impression_id, kind, event_ms)
+
+    def count(self, impression_id: str, slot: ServedSlot | None, kind: str, event_ms: int,
+              unknown_cell: Hashable) -> None:
+        """Count a beacon under its slot's cell (unknown_cell without a slot)."""
+        kinds, counted = count_beacon(slot, kind)
+        if counted is not None and counted != slot:
+            self.slots[impression_id] = counted
+        if kinds:
+            start = bucket_of(event_ms, self.rules)
+            self.buckets[start] = add(self.buckets.get(start), slot.cell if slot else unknown_cell, kinds)
+
+    def resolve_waiting(self, tick_ms: int, unknown_cell: Hashable | None) -> None:
+        """Count the beacons due at this tick under their slot's cell; without one, under unknown_cell (None:
+        not at all)."""
+        for key, beacon in list(self.waiting.items()):
+            if waiting_due(beacon.event_ms, tick_ms, self.rules):
+                del self.waiting[key]
+                slot = self.slot(beacon.impression_id)
+                if slot is not None or unknown_cell is not None:
+                    self.count(beacon.impression_id, slot, beacon.kind, beacon.event_ms, unknown_cell)
+
+    def totals(self, tick_ms: int) -> dict[Hashable, Counts]:
+        return window_totals({int(start): cells for start, cells in self.buckets.items()}, tick_ms, self.rules)
+
+    def clean(self, tick_ms: int) -> bool:
+        """Forget the buckets and slots no later tick needs; whether the key still holds anything."""
+        starts = [int(start) for start in self.buckets]
+        dropped = buckets_to_drop(starts, tick_ms, self.rules)
+        for start in dropped:
+            del self.buckets[start]
+        slots = list(self.slots.items())
+        expired = [key for key, slot in slots if slot_expired(slot, tick_ms, self.rules)]
+        for key in expired:
+            del self.slots[key]
+        return len(starts) > len(dropped) or len(slots) > len(expired) or len(self.waiting) > 0

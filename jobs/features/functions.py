@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 from pyflink.common import Row
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
@@ -76,62 +75,6 @@ class Decode(ProcessFunction):
                 yield USERS, state.user_input_row(user)
 
 
-class KeyWindow:
-    """One key's buckets, served slots and waiting beacons in its Flink state (core.feature_windows does the
-    arithmetic); the per-ad and per-user windows differ only in their cells' rows."""
-
-    def __init__(self, states: dict[str, Any], rules: WindowRules, slot_row: Callable, slot_of: Callable,
-                 cells_rows: Callable, cells_of: Callable):
-        self.buckets, self.slots, self.waiting = states["buckets"], states["slots"], states["waiting"]
-        self.rules, self.slot_row, self.slot_of = rules, slot_row, slot_of
-        self.cells_rows, self.cells_of = cells_rows, cells_of
-
-    def slot(self, impression_id: str) -> ServedSlot | None:
-        return self.slot_of(self.slots.get(impression_id))
-
-    def serve(self, impression_id: str, slot: ServedSlot) -> None:
-        self.slots.put(impression_id, self.slot_row(windows.served_again(self.slot(impression_id), slot)))
-
-    def wait(self, impression_id: str, kind: str, event_ms: int) -> None:
-        self.waiting.put(f"{impression_id}|{kind}", Row(impression_id, kind, event_ms))
-
-    def count(self, impression_id: str, slot: ServedSlot | None, kind: str, event_ms: int, unknown_cell) -> None:
-        """Count a beacon under its slot's cell (unknown_cell without a slot)."""
-        kinds, counted = windows.count_beacon(slot, kind)
-        if counted is not None and counted != slot:
-            self.slots.put(impression_id, self.slot_row(counted))
-        if kinds:
-            start = windows.bucket_of(event_ms, self.rules)
-            cells = windows.add(self.cells_of(self.buckets.get(start)), slot.cell if slot else unknown_cell, kinds)
-            self.buckets.put(start, self.cells_rows(cells))
-
-    def resolve_waiting(self, tick_ms: int, unknown_cell) -> None:
-        """Count the beacons due at this tick under their slot's cell; without one, under unknown_cell (None:
-        not at all)."""
-        for key, (impression_id, kind, event_ms) in list(self.waiting.items()):
-            if windows.waiting_due(event_ms, tick_ms, self.rules):
-                self.waiting.remove(key)
-                slot = self.slot(impression_id)
-                if slot is not None or unknown_cell is not None:
-                    self.count(impression_id, slot, kind, event_ms, unknown_cell)
-
-    def totals(self, tick_ms: int) -> dict:
-        buckets = {int(start): self.cells_of(rows) for start, rows in self.buckets.items()}
-        return windows.window_totals(buckets, tick_ms, self.rules)
-
-    def clean(self, tick_ms: int) -> bool:
-        """Forget the buckets and slots no later tick needs; whether the key still holds anything."""
-        starts = [int(start) for start, _ in self.buckets.items()]
-        dropped = windows.buckets_to_drop(starts, tick_ms, self.rules)
-        for start in dropped:
-            self.buckets.remove(start)
-        slots = list(self.slots.items())
-        expired = [key for key, row in slots if windows.slot_expired(self.slot_of(row), tick_ms, self.rules)]
-        for key in expired:
-            self.slots.remove(key)
-        return len(starts) > len(dropped) or len(slots) > len(expired) or bool(list(self.waiting.items()))
-
-
 def _tick_at(ctx, time_ms: int, watermark_ms: int, rules: WindowRules) -> None:
     """The tick that publishes what happened at time_ms: its bucket's, or the next one to fire if that has."""
     tick = max(windows.tick_of_bucket(windows.bucket_of(time_ms, rules), rules), windows.next_tick(watermark_ms, rules))
@@ -152,8 +95,7 @@ class AdWindow(KeyedProcessFunction):
         states = {name: (runtime_context.get_map_state(d) if name in ("buckets", "slots", "waiting")
                          else runtime_context.get_state(d)) for name, d in state.ad_descriptors().items()}
         self.attributes, self.status = states["attributes"], states["status"]
-        self.window = KeyWindow(states, self.rules, state.slot_to_row, state.slot_from_row, state.cells_to_rows,
-                                state.cells_from_rows)
+        self.window = state.ad_window(states, self.rules)
         metrics = runtime_context.get_metrics_group()
         self.late, self.expired = metrics.counter("late_records"), metrics.counter("expired_records")
 
@@ -287,8 +229,7 @@ class UserWindow(KeyedProcessFunction):
         states = {name: (runtime_context.get_map_state(d) if name != "wrote" else runtime_context.get_state(d))
                   for name, d in state.user_descriptors().items()}
         self.wrote, self.states = states["wrote"], states
-        self.window = KeyWindow(states, self.rules, state.user_slot_to_row, state.user_slot_from_row,
-                                state.user_cells_to_rows, state.user_cells_from_rows)
+        self.window = state.user_window(states, self.rules)
         metrics = runtime_context.get_metrics_group()
         self.writes = metrics.counter("user_feature_writes")
         self.failures = metrics.counter("user_feature_write_failures")

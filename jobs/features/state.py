@@ -20,7 +20,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from core import feature_inputs
 from core.ad_stats import AdAttributes, KnownAd
 from core.feature_events import PublisherState, TickWindow
-from core.feature_windows import Counts, ServedSlot
+from core.feature_windows import Counts, KeyWindow, ServedSlot, WaitingBeacon, WindowRules
 
 ATTRIBUTES = Types.ROW_NAMED(
     ["campaign_id", "advertiser_id", "version", "bid_type", "bid_micros", "category", "removed", "embedding"],
@@ -234,3 +234,39 @@ def publisher_state(map_states: Mapping[str, Any], version_ms: int | None) -> Pu
         advertisers=MapView(map_states["advertisers"], int, _same, int),
         fingerprints=MapView(map_states["published_rows"], int, _same, int),
         version_ms=version_ms)
+
+
+def waiting_key(key: tuple[str, str]) -> str:
+    """A waiting beacon's key in the state: its impression id and kind."""
+    impression_id, kind = key
+    return f"{impression_id}|{kind}"
+
+
+def waiting_key_of(key: str) -> tuple[str, str]:
+    impression_id, kind = key.rsplit("|", 1)
+    return impression_id, kind
+
+
+def waiting_to_row(beacon: WaitingBeacon) -> Row:
+    return Row(beacon.impression_id, beacon.kind, beacon.event_ms)
+
+
+def waiting_from_row(row) -> WaitingBeacon:
+    impression_id, kind, event_ms = row
+    return WaitingBeacon(impression_id, kind, int(event_ms))
+
+
+def ad_window(map_states: Mapping[str, Any], rules: WindowRules) -> KeyWindow:
+    """One ad's window over its Flink state (its map states by ad_descriptors' names)."""
+    return KeyWindow(MapView(map_states["buckets"], cells_from_rows, cells_to_rows, int),
+                     MapView(map_states["slots"], slot_from_row, slot_to_row),
+                     MapView(map_states["waiting"], waiting_from_row, waiting_to_row, waiting_key_of, waiting_key),
+                     rules)
+
+
+def user_window(map_states: Mapping[str, Any], rules: WindowRules) -> KeyWindow:
+    """One user's window over its Flink state (its map states by user_descriptors' names)."""
+    return KeyWindow(MapView(map_states["buckets"], user_cells_from_rows, user_cells_to_rows, int),
+                     MapView(map_states["slots"], user_slot_from_row, user_slot_to_row),
+                     MapView(map_states["waiting"], waiting_from_row, waiting_to_row, waiting_key_of, waiting_key),
+                     rules)

@@ -9,6 +9,7 @@ from core.feature_windows import CLICK, CONVERSION, HIDE, IMPRESSION, Counts, Se
 
 RULES = WindowRules(bucket_ms=300_000, window_ms=3_600_000, served_retention_ms=7_200_000)
 T0 = 1_800_000_000_000  # a bucket boundary
+TICK = RULES.bucket_ms
 
 
 def test_a_window_must_be_whole_buckets():
@@ -93,3 +94,43 @@ def test_a_key_stops_ticking_when_it_holds_nothing_or_the_input_ended():
     assert fw.keeps_ticking(True, False, False, T0)
     assert not fw.keeps_ticking(False, False, False, T0)
     assert not fw.keeps_ticking(True, True, True, fw.END_OF_TIME_MS)
+
+
+def _key_window() -> fw.KeyWindow:
+    return fw.KeyWindow({}, {}, {}, RULES)
+
+
+def test_a_key_window_counts_a_beacon_under_its_served_cell_once():
+    window = _key_window()
+    window.serve("i1", ServedSlot(("feed", 2), T0 + 1_000))
+    for _ in range(2):
+        window.count("i1", window.slot("i1"), CLICK, T0 + 2_000, fw.UNKNOWN_CELL)
+    assert window.totals(T0 + TICK) == {("feed", 2): Counts(impressions=1, clicks=1)}
+
+
+def test_a_key_window_resolves_a_waiting_beacon_at_its_tick_under_the_slot_that_came_or_the_unknown_cell():
+    window = _key_window()
+    window.wait("i1", IMPRESSION, T0 + 2_000)
+    window.wait("i2", CLICK, T0 + 2_000)
+    window.serve("i1", ServedSlot(("feed", 3), T0 + 1_000))
+    window.resolve_waiting(T0 + TICK - 1, fw.UNKNOWN_CELL)
+    assert len(window.waiting) == 2
+    window.resolve_waiting(T0 + TICK, fw.UNKNOWN_CELL)
+    assert not window.waiting
+    assert window.totals(T0 + TICK) == {("feed", 3): Counts(impressions=1), fw.UNKNOWN_CELL: Counts(clicks=1)}
+
+
+def test_a_key_window_without_an_unknown_cell_drops_a_beacon_whose_slot_never_came():
+    window = _key_window()
+    window.wait("i1", CLICK, T0 + 2_000)
+    window.resolve_waiting(T0 + TICK, None)
+    assert window.totals(T0 + TICK) == {} and not window.waiting
+
+
+def test_a_key_window_cleans_what_no_later_tick_needs_and_says_whether_it_holds_anything():
+    window = _key_window()
+    window.serve("i1", ServedSlot(("feed", 1), T0 + 1_000))
+    window.count("i1", window.slot("i1"), IMPRESSION, T0 + 2_000, fw.UNKNOWN_CELL)
+    assert window.clean(T0 + TICK)
+    assert not window.clean(T0 + RULES.window_ms + RULES.served_retention_ms + TICK)
+    assert not window.buckets and not window.slots
