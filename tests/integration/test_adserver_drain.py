@@ -18,6 +18,7 @@ from pathlib import Path
 
 from core.spend import SpendDedupe, spend_items
 from infra.platform.process import wait_until
+from schemas import topics
 from streams import kafka
 from tests.integration.test_ad_server import (CODEC, _decoded, _filled, _free_port, _ids, _request, publish,
                                               publish_metered)
@@ -70,7 +71,7 @@ def test_sigterm_under_load_turns_ready_to_503_first_answers_or_refuses_every_re
         leases = {f"{server_id}-w{n}": {"lease_id": uuid.uuid4().hex, "server_id": f"{server_id}-w{n}",
                                         "campaign_id": base, "event_time": now, "amount_micros": 1_000_000_000,
                                         "expires_at": now + 30_000} for n in range(2)}
-        kafka.produce_all(platform.kafka_bootstrap, "budget.leases", [
+        kafka.produce_all(platform.kafka_bootstrap, topics.BUDGET_LEASES, [
             (worker.encode(), CODEC.encode("BudgetLease", lease), now) for worker, lease in leases.items()])
         threads = [threading.Thread(target=load) for _ in range(3)] + [threading.Thread(target=poll_ready)]
         for thread in threads:
@@ -104,13 +105,13 @@ def test_sigterm_under_load_turns_ready_to_503_first_answers_or_refuses_every_re
     assert draining and draining[0] < first_refused  # /ready said 503 (draining) before the port closed
     assert all(status in (200, 503) for outcome, status, _ in after[:first_refused])
 
-    served = {r["request_id"]: r for r in _decoded(platform, "ad.served")}
+    served = {r["request_id"]: r for r in _decoded(platform, topics.AD_SERVED)}
     answered_ids = [a["request_id"] for a in answers]
     assert set(answered_ids) <= set(served)  # the served log was flushed before exit
     assert {served[rid]["server_id"] for rid in answered_ids} == {f"{server_id}-w0", f"{server_id}-w1"}
     expected = sum(w["expected_cost_micros"] for rid in answered_ids for w in served[rid]["winners"])
     dedupe = SpendDedupe()
-    mine = [r for m in _decoded(platform, "budget.spend") if m["server_id"].startswith(f"{server_id}-w")
+    mine = [r for m in _decoded(platform, topics.BUDGET_SPEND) if m["server_id"].startswith(f"{server_id}-w")
             for r in spend_items(m) if r["campaign_id"] == base]
     reported = sum(r["expected_spend_micros"] for r in mine if dedupe.first_time(r))
     for worker, lease in leases.items():  # each worker's last report, and only it, hands its slice back

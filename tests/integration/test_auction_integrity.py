@@ -15,6 +15,7 @@ from aiohttp import ClientSession
 
 from core.audiences import AudienceSalt
 from core.reserves import PLATFORM_TERMS
+from schemas import topics
 from serving.advertiser.api import AdvertiserApi, start_advertiser_api
 from serving.advertiser.audiences import AudienceMembers
 from serving.advertiser.store import MIGRATIONS, migrate
@@ -56,7 +57,7 @@ def test_an_advertiser_cannot_set_quality_or_review_and_the_free_win_cannot_happ
                                         {**ad, "landing_url": "https://honest.example/", "bid_micros": 5_000_000})
 
             def both_pending_applied() -> bool:
-                return all(w.applied("serving.ads", a["ad_id"], 1) for a in (cheat_ad, honest_ad))
+                return all(w.applied(topics.SERVING_ADS, a["ad_id"], 1) for a in (cheat_ad, honest_ad))
             await w.until(both_pending_applied, "the pending ads reaching the servers")
             before_review = [charge(await w.ask(s, placement)) for s in w.servers]
             for a in (cheat_ad, honest_ad):
@@ -132,7 +133,7 @@ def test_a_pending_ad_is_never_served_and_a_change_to_what_review_approved_sends
             ad_id = ad["ad_id"]
 
             async def served_nowhere(version: int) -> list:
-                await w.until(lambda: w.applied("serving.ads", ad_id, version),
+                await w.until(lambda: w.applied(topics.SERVING_ADS, ad_id, version),
                               f"version {version} reaching both servers")
                 answers = [charge(await w.ask(s, placement)) for s in w.servers for _ in range(5)]
                 rows = [s.server.state.index.row_of(ad_id) for s in w.servers]

@@ -25,6 +25,7 @@ import pytest
 from infra.platform.process import wait_until
 from infra.platform.services import Flink, Kafka
 from infra.platform.topics import TOPICS, TopicSpec, ensure_topics
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import endpoints, kafka
 from tests.factories import SMOKE_EVENTS, expected_event_counts
@@ -155,12 +156,13 @@ def ask(port: int, placement: str) -> dict | None:
 
 def publish_campaign(bootstrap: str, placement: str, campaign_id: int) -> None:
     now = int(time.time() * 1000)
-    kafka.produce_all(bootstrap, "serving.campaigns", [(str(campaign_id).encode(), CODEC.encode("ServingCampaign", {
+    campaign = CODEC.encode("ServingCampaign", {
         "campaign_id": campaign_id, "advertiser_id": campaign_id, "version": 1, "event_time": now,
         "status": "ACTIVE", "bid_type": "CPM", "daily_budget_micros": 100_000_000, "currency": "USD",
         "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
-        "cap_per_week": None, "cpa_target_micros": None}), now)])
-    kafka.produce_all(bootstrap, "serving.ads", [(str(campaign_id + 1).encode(), CODEC.encode("ServingAd", {
+        "cap_per_week": None, "cpa_target_micros": None})
+    kafka.produce_all(bootstrap, topics.SERVING_CAMPAIGNS, [(str(campaign_id).encode(), campaign, now)])
+    kafka.produce_all(bootstrap, topics.SERVING_ADS, [(str(campaign_id + 1).encode(), CODEC.encode("ServingAd", {
         "ad_id": campaign_id + 1, "campaign_id": campaign_id, "advertiser_id": campaign_id, "version": 1,
         "event_time": now, "removed": False, "bid_type": "CPM", "bid_micros": 5_000_000, "quality_prior": 0.0,
         "creative_ref": "sasl", "landing_url": "https://shop.example/", "static_score": 1.0,
@@ -187,7 +189,7 @@ def test_the_ad_server_serves_and_logs_over_sasl_ssl(platform, sasl_broker, on_s
         wait_until(served, timeout_s=120, what="the ad server never served the campaign over SASL_SSL",
                    failed=lambda: None if server.poll() is None else server.stdout.read()[-3000:], interval_s=1.0)
         request_id = answers[0]["request_id"]
-        logged = [CODEC.decode(m.value()) for m in kafka.read_all(bootstrap, "ad.served", timeout_s=60)]
+        logged = [CODEC.decode(m.value()) for m in kafka.read_all(bootstrap, topics.AD_SERVED, timeout_s=60)]
         assert request_id in {record["request_id"] for record in logged}
     finally:
         server.terminate()

@@ -10,6 +10,7 @@ import uuid
 import aiohttp
 
 from core.campaigns import BUDGET_EDITS_PER_HOUR
+from schemas import topics
 from serving.advertiser.api import start_advertiser_api
 
 
@@ -179,6 +180,6 @@ def test_a_restarted_worker_never_takes_up_a_slice_granted_before_it_began(platf
         follower.join(10)
     assert delivered == ["after-the-restart"]
     state = ServingState(server_id="w-1")
-    state.apply("budget.leases", {"lease_id": "after-the-restart", "server_id": "w-1", "campaign_id": 7,
+    state.apply(topics.BUDGET_LEASES, {"lease_id": "after-the-restart", "server_id": "w-1", "campaign_id": 7,
                                   "event_time": 1_000, "amount_micros": 5_000_000, "expires_at": 31_000}, 1_000)
     assert state.leases.remaining(7, 2_000) == 5_000_000

@@ -14,6 +14,7 @@ import pytest
 
 from infra.platform import PlatformSettings
 from infra.platform.process import group_alive
+from schemas import topics
 from streams import kafka
 
 PORT_SHIFT = 200
@@ -110,8 +111,9 @@ def test_every_topic_exists_with_its_config(platform):
 
     from schemas.topics import TOPICS
 
-    compacted = {"serving.ads", "serving.campaigns", "serving.reserves", "budget.state", "cdc.public.campaigns",
-                 "cdc.public.ads", "cdc.public.reserves", "features.ads", "model.registry", "privacy.deletions"}
+    compacted = {topics.SERVING_ADS, topics.SERVING_CAMPAIGNS, topics.SERVING_RESERVES, topics.BUDGET_STATE,
+                 topics.CDC_CAMPAIGNS, topics.CDC_ADS, topics.CDC_RESERVES, topics.FEATURES_ADS, topics.MODEL_REGISTRY,
+                 topics.PRIVACY_DELETIONS}
     assert {t.name for t in TOPICS if t.compacted} == compacted
     admin = kafka.admin(platform.kafka_bootstrap)
     existing = admin.list_topics(timeout=10).topics
@@ -129,9 +131,9 @@ def test_a_stopped_broker_fails_a_client_call_instead_of_hanging():
     dead = "127.0.0.1:1"  # nothing listens on port 1
     began = time.monotonic()
     with pytest.raises(Exception):
-        kafka.read_all(dead, "ad.events", timeout_s=3)
+        kafka.read_all(dead, topics.AD_EVENTS, timeout_s=3)
     with pytest.raises(kafka.KafkaCallTimeout):
-        kafka.produce_all(dead, "ad.events", [(b"k", b"v", None)], timeout_s=3)
+        kafka.produce_all(dead, topics.AD_EVENTS, [(b"k", b"v", None)], timeout_s=3)
     assert time.monotonic() - began < 30
 
 

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from infra.platform.process import wait_until
+from schemas import topics
 from serving.decision.engine import EngineConfig
 from serving.model.click_model import save_versioned
 from serving.model.remote import RemotePredictor
@@ -86,7 +87,7 @@ def test_the_ad_server_scores_with_the_prediction_service_and_falls_back_when_it
     assert max(seconds for _, seconds in fallback) < DEADLINE_MS / 1000
     assert fallbacks == len(fallback)
     assert checked == (6, 6)  # every scored request's full candidate set checked; 4 ads: the pre-ranker kept all
-    served = {r["request_id"]: r for r in _decoded(platform, "ad.served")}
+    served = {r["request_id"]: r for r in _decoded(platform, topics.AD_SERVED)}
     by_service = [served[a["request_id"]] for _, a in scored]
     assert [(r["model_version"], r["scored_by_fallback"]) for r in by_service] == [("click-v1", False)] * 6
     by_fallback = [served[a["request_id"]] for (_, a), _ in fallback]

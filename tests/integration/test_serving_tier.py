@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from infra.platform.process import port_in_use, wait_until
+from schemas import topics
 from tests.integration.test_ad_server import _decoded, _ids, _request, publish
 
 
@@ -91,5 +92,5 @@ def test_the_command_serves_through_the_gateway_from_forked_workers_and_stops_th
     assert not any(port_in_use("127.0.0.1", p) for p in (port, port + 1, port + 2))
     assert not any(_alive(pid) for pid in children)
     request_ids = {a["request_id"] for _, a in answers}
-    served = {r["server_id"] for r in _decoded(platform, "ad.served") if r["request_id"] in request_ids}
+    served = {r["server_id"] for r in _decoded(platform, topics.AD_SERVED) if r["request_id"] in request_ids}
     assert served <= {f"{server_id}-w0", f"{server_id}-w1"} and served  # each worker logs under its own id

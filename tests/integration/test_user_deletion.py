@@ -18,6 +18,7 @@ from adserve.cli import build_parser
 from core import training
 from pipelines import training_set
 from pipelines.avro_files import utc_day
+from schemas import topics
 from schemas.codec import AvroCodec
 from sim.learning_day import DAY, make_world, simulate_day
 from streams import kafka, redis_keys
@@ -121,14 +122,14 @@ def test_a_deleted_user_is_gone_from_redis_the_join_the_training_set_and_the_arc
     assert not theirs & {e["impression_id"] for e in streamed}
 
     archive = tmp_path / "archive"
-    for topic, folder in ((served_topic, "ad.served"), (events_topic, "ad.events"),
-                          (conversions_topic, "ad.conversions"), (deletions_topic, "privacy.deletions")):
+    for topic, folder in ((served_topic, topics.AD_SERVED), (events_topic, topics.AD_EVENTS),
+                          (conversions_topic, topics.AD_CONVERSIONS), (deletions_topic, topics.PRIVACY_DELETIONS)):
         _archive_topic(bootstrap, topic, archive, folder)
     examples_with_theirs = training.join(served, events, keep_rate=KEEP_RATE, conversions=conversions)
-    (archive / "training.examples" / f"dt={DAY}" / "hr=23").mkdir(parents=True)
-    with open(archive / "training.examples" / f"dt={DAY}" / "hr=23" / "part-0", "wb") as f:
+    (archive / topics.TRAINING_EXAMPLES / f"dt={DAY}" / "hr=23").mkdir(parents=True)
+    with open(archive / topics.TRAINING_EXAMPLES / f"dt={DAY}" / "hr=23" / "part-0", "wb") as f:
         fastavro.writer(f, ENVELOPE_SCHEMA, [
-            {"topic": "training.examples", "partition": 0, "offset": i, "event_time": e["event_time"],
+            {"topic": topics.TRAINING_EXAMPLES, "partition": 0, "offset": i, "event_time": e["event_time"],
              "k": e["impression_id"].encode(), "v": CODEC.encode("TrainingExample", e)}
             for i, e in enumerate(examples_with_theirs)])
 
@@ -143,16 +144,16 @@ def test_a_deleted_user_is_gone_from_redis_the_join_the_training_set_and_the_arc
                 "--topic", deletions_topic, "--group-id", f"deletions-{suffix}") == 0
     assert store.exists(redis_keys.user_profile(deleted), redis_keys.frequency_record(deleted)) == 0
     assert store.exists(redis_keys.user_profile(kept_user), redis_keys.frequency_record(kept_user)) == 2
-    archived_served, archived_events = _archived(archive, "ad.served"), _archived(archive, "ad.events")
+    archived_served, archived_events = _archived(archive, topics.AD_SERVED), _archived(archive, topics.AD_EVENTS)
     assert deleted not in {s["user_id"] for s in archived_served} | {e.get("user_id") for e in archived_events}
-    for folder in ("ad.served", "ad.events", "ad.conversions", "training.examples"):
+    for folder in (topics.AD_SERVED, topics.AD_EVENTS, topics.AD_CONVERSIONS, topics.TRAINING_EXAMPLES):
         records = _archived(archive, folder)
         impressions = {r["impression_id"] for r in records if "impression_id" in r} | {
             w["impression_id"] for r in records for w in r.get("winners", ())}
         assert not theirs & impressions, folder
     assert len(archived_served) == len(others)
     assert kept_user in {s["user_id"] for s in archived_served}
-    assert sorted(_archived(archive, "training.examples"), key=training.example_order) == [
+    assert sorted(_archived(archive, topics.TRAINING_EXAMPLES), key=training.example_order) == [
         e for e in examples_with_theirs if e["impression_id"] not in theirs]
 
     # A second run has nothing pending and nothing left to remove.

@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from core.spend import SpendAccumulator
 from core.tokens import TokenKeys
+from schemas import topics
 from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.offloop import ServedLog, SpendReporter
 from serving.adserver.state import ServingState
@@ -74,12 +75,12 @@ class SilentRedis(Pipelined):
 
 def _state() -> ServingState:
     state = ServingState("loop-test")
-    state.apply("serving.campaigns", {
+    state.apply(topics.SERVING_CAMPAIGNS, {
         "campaign_id": 1, "advertiser_id": 1, "version": 1, "event_time": 1_000, "status": "ACTIVE",
         "bid_type": "CPM", "daily_budget_micros": 10**9, "currency": "USD", "timezone": "UTC", "flight_start": None,
         "flight_end": None, "dayparts": [], "cap_per_day": None, "cap_per_week": None, "cpa_target_micros": None},
         2_000)
-    state.apply("serving.ads", {
+    state.apply(topics.SERVING_ADS, {
         "ad_id": 10, "campaign_id": 1, "advertiser_id": 1, "version": 1, "event_time": 1_000, "removed": False,
         "bid_type": "CPM", "bid_micros": 5_000_000, "quality_prior": 0.0, "creative_ref": "c",
         "landing_url": "https://x.example/", "static_score": 1.0,
@@ -154,4 +155,4 @@ def test_a_stuck_producer_and_a_silent_redis_delay_no_other_request():
 
 def served_log_drained(producer: StuckProducer) -> bool:
     """Every answered request's ad.served record reached the producer once it was released."""
-    return len([t for t, _ in producer.produced if t == "ad.served"]) == 6
+    return len([t for t, _ in producer.produced if t == topics.AD_SERVED]) == 6

@@ -11,6 +11,7 @@ from core.auction import CPA, cpa_bids
 from core.campaigns import (AD_FIELDS, CAMPAIGN_FIELDS, MAX_BID_MICROS, MAX_EXCLUSION_CATEGORY, PLATFORM_FIELDS,
                             STORE_FIELDS, InvalidField, ReviewConflict, ad_serving_record, review_after_change,
                             review_decision, validate_ad, validate_campaign)
+from schemas import topics
 from schemas.cdc import serving_record_from_change
 
 CAMPAIGN = {"name": "Winter", "bid_type": "CPC", "daily_budget_micros": 50_000_000, "timezone": "America/New_York"}
@@ -186,8 +187,8 @@ def test_a_reserve_rule_change_compiles_to_its_serving_record():
     row = {"placement": "feed", "country": "US", "reserve_micros": 500, "quality_floor_micros": None,
            "default_quality_micros": -20, "removed": False, "set_by": "ops", "version": 2}
     envelope = {"before": None, "after": row, "op": "u", "source": {"ts_ms": 1_795_000_000_000}}
-    topic, key, record_type, record = serving_record_from_change("cdc.public.reserves", json.dumps(envelope))
-    assert (topic, key, record_type) == ("serving.reserves", "feed|US", "ServingReserve")
+    topic, key, record_type, record = serving_record_from_change(topics.CDC_RESERVES, json.dumps(envelope))
+    assert (topic, key, record_type) == (topics.SERVING_RESERVES, "feed|US", "ServingReserve")
     assert (record["reserve_micros"], record["default_quality_micros"], record["version"]) == (500, -20, 2)
 
 

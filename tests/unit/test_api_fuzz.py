@@ -10,6 +10,7 @@ import pytest
 
 from core.errors import BadRequest
 from core.tokens import ClickIdClaims, TokenClaims, TokenKeys
+from schemas import topics
 from serving.adserver.app import AdServer, ServerConfig
 from serving.adserver.offloop import ServedLog
 from serving.adserver.request import parse_ad_request
@@ -59,14 +60,14 @@ class MemoryProducer:
 def serving_state() -> ServingState:
     """One active CPM campaign with two ads on the fuzz placement, one of them only for US iOS users."""
     state = ServingState("fuzz")
-    state.apply("serving.campaigns", {
+    state.apply(topics.SERVING_CAMPAIGNS, {
         "campaign_id": 1, "advertiser_id": 1, "version": 1, "event_time": 1_000, "status": "ACTIVE",
         "bid_type": "CPM", "daily_budget_micros": 10**9, "currency": "USD", "timezone": "UTC", "flight_start": None,
         "flight_end": None, "dayparts": [], "cap_per_day": 3, "cap_per_week": None, "cpa_target_micros": None},
         2_000)
     for ad_id, targeting in ((10, []), (11, [{"attribute": "country", "values": ["US"], "excluded": False},
                                              {"attribute": "device", "values": ["ios"], "excluded": False}])):
-        state.apply("serving.ads", {
+        state.apply(topics.SERVING_ADS, {
             "ad_id": ad_id, "campaign_id": 1, "advertiser_id": 1, "version": 1, "event_time": 1_000,
             "removed": False, "bid_type": "CPM", "bid_micros": 5_000_000, "quality_prior": 0.0,
             "creative_ref": f"creative-{ad_id}", "landing_url": "https://shop.example/landing", "static_score": 1.0,
@@ -104,8 +105,8 @@ def dashboard_board() -> PacingBoard:
              "participation_probability": 0.5, "daily_budget_micros": 100_000_000, "billed_spend_micros": 10,
              "committed_spend_micros": 20, "remaining_micros": 99_999_980, "target_spend_micros": 40,
              "delivery_limit": None}
-    board.apply([("serving.campaigns", campaign, 0), ("budget.state", state, 0),
-                 ("serving.campaigns", {**campaign, "campaign_id": 2, "status": "PAUSED"}, 0)])
+    board.apply([(topics.SERVING_CAMPAIGNS, campaign, 0), (topics.BUDGET_STATE, state, 0),
+                 (topics.SERVING_CAMPAIGNS, {**campaign, "campaign_id": 2, "status": "PAUSED"}, 0)])
     return board
 
 

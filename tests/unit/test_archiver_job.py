@@ -6,6 +6,7 @@ import pytest
 from core.errors import InvalidArgument
 from jobs.archiver.main import parse_settings
 from jobs.archiver.topology import build, folder_name
+from schemas import topics
 
 
 class _Config:
@@ -47,14 +48,15 @@ def _settings(*flags: str):
 
 
 def test_a_local_archive_folder_becomes_a_file_uri_and_topics_are_listed(tmp_path):
-    settings = _settings("--archive-dir", str(tmp_path), "--topics", "ad.events, ad.served")
+    settings = _settings("--archive-dir", str(tmp_path), "--topics", f"{topics.AD_EVENTS}, {topics.AD_SERVED}")
     assert settings.archive_uri == tmp_path.resolve().as_uri()
-    assert settings.topics == ("ad.events", "ad.served")
+    assert settings.topics == (topics.AD_EVENTS, topics.AD_SERVED)
 
 
 def test_each_topic_gets_its_own_folder_committed_an_hour_plus_the_delay_after_its_hour(tmp_path):
     t_env = _TableEnv()
-    build(t_env, _settings("--archive-dir", "s3://bucket/archive/", "--topics", "ad.events", "--commit-delay-s", "30"))
+    build(t_env, _settings("--archive-dir", "s3://bucket/archive/", "--topics", topics.AD_EVENTS,
+                           "--commit-delay-s", "30"))
     sink = next(sql for sql in t_env.sql if "'connector' = 'filesystem'" in sql)
     assert "'path' = 's3://bucket/archive/ad.events'" in sink and "'sink.partition-commit.delay' = '3630 s'" in sink
     assert len(t_env.statements.inserts) == 1 and t_env.config.options["table.local-time-zone"] == "UTC"

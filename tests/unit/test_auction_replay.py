@@ -21,6 +21,7 @@ from core.reserves import rules_from_document
 from pipelines.auction_replay import (RecommendReserves, ReplayServedLog, add_counts, counts_of, figures,
                                       parse_candidate_reserves, parse_reserves, render_recommendations, render_table,
                                       run, summary_of)
+from schemas import topics
 from schemas.codec import AvroCodec
 from tests.served_records import T0, auction_record
 
@@ -123,12 +124,12 @@ ENVELOPE = {"type": "record", "name": "Envelope", "fields": [
 
 def _archive(root: Path, records: list[dict], day: str = "2027-01-15", corrupt: bool = True) -> None:
     codec = AvroCodec()
-    envelopes = [{"topic": "ad.served", "partition": 0, "offset": i, "event_time": r["event_time"],
+    envelopes = [{"topic": topics.AD_SERVED, "partition": 0, "offset": i, "event_time": r["event_time"],
                   "k": r["request_id"].encode(), "v": codec.encode("ServedRecord", r)} for i, r in enumerate(records)]
     if corrupt:
-        envelopes.append({"topic": "ad.served", "partition": 0, "offset": len(records), "event_time": T0, "k": b"x",
-                          "v": b"\xc3\x01 not a record"})
-    folder = root / "ad.served" / f"dt={day}" / "hr=08"
+        envelopes.append({"topic": topics.AD_SERVED, "partition": 0, "offset": len(records), "event_time": T0,
+                          "k": b"x", "v": b"\xc3\x01 not a record"})
+    folder = root / topics.AD_SERVED / f"dt={day}" / "hr=08"
     folder.mkdir(parents=True)
     with open(folder / "part-0", "wb") as f:
         fastavro.writer(f, fastavro.parse_schema(ENVELOPE), envelopes)

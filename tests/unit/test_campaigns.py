@@ -6,6 +6,7 @@ import json
 import pytest
 
 from core.campaigns import BadChange, InvalidField, ad_serving_record, static_score, validate_ad, validate_campaign
+from schemas import topics
 from schemas.cdc import serving_record_from_change
 
 CAMPAIGN = {"name": "Winter", "bid_type": "CPC", "daily_budget_micros": 50_000_000, "timezone": "America/New_York"}
@@ -82,10 +83,10 @@ def test_paused_or_unapproved_ads_compile_as_removed(over):
 def test_a_debezium_change_becomes_a_serving_record_and_a_delete_or_garbage_does_not():
     envelope = {"before": None, "after": {**_row(), "targeting": json.dumps(AD["targeting"])}, "op": "c",
                 "source": {"ts_ms": 1_795_000_000_000}}
-    topic, key, record_type, record = serving_record_from_change("cdc.public.ads", json.dumps(envelope))
-    assert (topic, key, record_type, record["event_time"]) == ("serving.ads", "7", "ServingAd", 1_795_000_000_000)
-    assert serving_record_from_change("cdc.public.ads", json.dumps({**envelope, "after": None})) is None
+    topic, key, record_type, record = serving_record_from_change(topics.CDC_ADS, json.dumps(envelope))
+    assert (topic, key, record_type, record["event_time"]) == (topics.SERVING_ADS, "7", "ServingAd", 1_795_000_000_000)
+    assert serving_record_from_change(topics.CDC_ADS, json.dumps({**envelope, "after": None})) is None
     with pytest.raises(BadChange):
-        serving_record_from_change("cdc.public.ads", b"{not json")
+        serving_record_from_change(topics.CDC_ADS, b"{not json")
     with pytest.raises(BadChange):
-        serving_record_from_change("cdc.public.ads", json.dumps({**envelope, "after": {"ad_id": 1}}))
+        serving_record_from_change(topics.CDC_ADS, json.dumps({**envelope, "after": {"ad_id": 1}}))

@@ -11,6 +11,7 @@ from core import clicks
 from core.errors import ShardCountChanged
 from jobs.click_aggregator import state as bill_state
 from jobs.click_aggregator.functions import DEAD_LETTERS, REDUCED_FIELDS, Bill, Route
+from schemas import topics
 from schemas.codec import AvroCodec
 from tests.unit.flink_fakes import FakeContext, FakeRuntimeContext, at_key, opened, through_flink_coder
 
@@ -44,7 +45,7 @@ def _window(billable_micros: int, clicks_: int = 1) -> SimpleNamespace:
 
 
 def _campaign_row(budget_micros: int) -> SimpleNamespace:
-    return _row("campaign", 7, topic="serving.campaigns", part=0, off=1, k=b"7",
+    return _row("campaign", 7, topic=topics.SERVING_CAMPAIGNS, part=0, off=1, k=b"7",
                 v=CODEC.encode("ServingCampaign", _campaign(7, budget_micros)))
 
 
@@ -138,7 +139,7 @@ def test_a_bill_in_flink_state_is_a_typed_row_that_round_trips():
 
 def test_route_sends_an_undecodable_campaign_record_to_dead_letters_and_counts_it():
     route, context = opened(Route())
-    (tag, dead), = route.process_element(_row("campaign", None, topic="serving.campaigns", part=0, off=4, k=b"7",
+    (tag, dead), = route.process_element(_row("campaign", None, topic=topics.SERVING_CAMPAIGNS, part=0, off=4, k=b"7",
                                               v=b"garbage"), FakeContext())
     assert tag is DEAD_LETTERS and CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 4
     assert context.counter("corrupt_records") == 1
@@ -147,7 +148,7 @@ def test_route_sends_an_undecodable_campaign_record_to_dead_letters_and_counts_i
 def test_route_gives_an_event_of_another_contract_version_its_campaign_for_the_late_path():
     route, _ = opened(Route())
     event = dict(_click("a", T0), ad_id=701, token_key_id="k1")
-    (row,) = route.process_element(_row("raw", None, topic="ad.events", part=0, off=9, k=b"7",
+    (row,) = route.process_element(_row("raw", None, topic=topics.AD_EVENTS, part=0, off=9, k=b"7",
                                         v=CODEC.encode("AdEvent", event)), FakeContext())
     assert (row[0], row[1], json.loads(row[13])["event_id"]) == ("late", 7, "a")
 

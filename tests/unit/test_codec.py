@@ -6,6 +6,7 @@ import pytest
 
 from core.errors import CorruptRecord, SchemaMismatch
 from schemas import SCHEMA_DIR
+from schemas import topics
 from schemas.codec import AvroCodec, SchemaRegistry, schema_fingerprint
 from tests.factories import ad_event
 
@@ -115,8 +116,8 @@ def test_each_message_carries_its_writer_schema_fingerprint():
 ])
 def test_malformed_bytes_raise_corrupt_record_naming_topic_partition_and_offset(data, reason):
     with pytest.raises(CorruptRecord) as err:
-        AvroCodec().decode(data, "AdEvent", topic="ad.events", partition=3, offset=1234)
-    assert (err.value.topic, err.value.partition, err.value.offset) == ("ad.events", 3, 1234)
+        AvroCodec().decode(data, "AdEvent", topic=topics.AD_EVENTS, partition=3, offset=1234)
+    assert (err.value.topic, err.value.partition, err.value.offset) == (topics.AD_EVENTS, 3, 1234)
     assert "topic ad.events partition 3 offset 1234" in str(err.value)
     assert reason in str(err.value)
 
@@ -125,14 +126,14 @@ def test_truncated_body_is_corrupt():
     codec = AvroCodec()
     data = codec.encode("AdEvent", ad_event(1, campaign_id=7, offset_ms=0))
     with pytest.raises(CorruptRecord, match="offset 9"):
-        codec.decode(data[:-6], "AdEvent", topic="ad.events", partition=0, offset=9)
+        codec.decode(data[:-6], "AdEvent", topic=topics.AD_EVENTS, partition=0, offset=9)
 
 
 def test_trailing_bytes_are_corrupt():
     codec = AvroCodec()
     data = codec.encode("AdEvent", ad_event(1, campaign_id=7, offset_ms=0)) + b"\x00"
     with pytest.raises(CorruptRecord, match="trailing"):
-        codec.decode(data, "AdEvent", topic="ad.events", partition=0, offset=1)
+        codec.decode(data, "AdEvent", topic=topics.AD_EVENTS, partition=0, offset=1)
 
 
 def test_a_record_that_does_not_fit_its_schema_is_a_schema_mismatch():

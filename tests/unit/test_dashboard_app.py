@@ -9,6 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import generate_latest
 
+from schemas import topics
 from serving.dashboard.app import NO_PROMETHEUS, DashboardServer, panel_series
 from serving.dashboard.board import PacingBoard
 from serving.dashboard.panels import PANELS, panel
@@ -32,9 +33,9 @@ def state(campaign_id: int, committed: int, target: int, event_time: int = 1_000
 
 def board() -> PacingBoard:
     b = PacingBoard()
-    b.apply([("serving.campaigns", campaign(1, 10), 0), ("serving.campaigns", campaign(2, 20, "PAUSED"), 0),
-             ("budget.state", state(1, 20_000_000, 40_000_000, limit="BID"), 0),
-             ("budget.state", state(2, 40_000_000, 40_000_000), 0)])
+    b.apply([(topics.SERVING_CAMPAIGNS, campaign(1, 10), 0), (topics.SERVING_CAMPAIGNS, campaign(2, 20, "PAUSED"), 0),
+             (topics.BUDGET_STATE, state(1, 20_000_000, 40_000_000, limit="BID"), 0),
+             (topics.BUDGET_STATE, state(2, 40_000_000, 40_000_000), 0)])
     return b
 
 
@@ -177,8 +178,8 @@ def test_on_a_simulated_day_the_follower_measures_its_lag_in_the_days_own_time()
 
 def test_on_a_simulated_day_the_budget_state_age_is_taken_in_the_days_own_time():
     b = PacingBoard()
-    b.apply([("serving.campaigns", {**campaign(1, 10), "event_time": 5_000}, 0),
-             ("budget.state", state(1, 1, 40_000_000, event_time=3_000), 0)])
+    b.apply([(topics.SERVING_CAMPAIGNS, {**campaign(1, 10), "event_time": 5_000}, 0),
+             (topics.BUDGET_STATE, state(1, 1, 40_000_000, event_time=3_000), 0)])
     assert (b.newest_state_ms, b.newest_event_ms) == (3_000, 5_000)
     server = DashboardServer(b, lambda campaign_id: None, clock=lambda: b.newest_event_ms / 1000)
     page = generate_latest(server.metrics.registry).decode()
@@ -187,8 +188,8 @@ def test_on_a_simulated_day_the_budget_state_age_is_taken_in_the_days_own_time()
 
 def test_an_older_budget_state_or_campaign_version_does_not_replace_the_newer():
     b = board()
-    b.apply([("budget.state", state(1, 1, 40_000_000, event_time=500), 0),
-             ("serving.campaigns", campaign(1, 77, version=0), 0)])
+    b.apply([(topics.BUDGET_STATE, state(1, 1, 40_000_000, event_time=500), 0),
+             (topics.SERVING_CAMPAIGNS, campaign(1, 77, version=0), 0)])
     assert (b.rows[1].committed_micros, b.rows[1].advertiser_id) == (20_000_000, 10)
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import fastavro
 import pytest
 
+from schemas import topics
+
 ROOT = Path(__file__).resolve().parents[2]
 DATAFLOW = ROOT / "deploy" / "dataflow"
 CACHE = ROOT / ".platform" / "dataflow"
@@ -173,7 +175,7 @@ def test_event_counts_runs_from_the_staged_package(worker, tmp_path, form):
     from pipelines.avro_files import normalise, schema_json
     from tests.factories import SMOKE_EVENTS, expected_event_counts
 
-    with open(tmp_path / "ad.events.avro", "wb") as out:
+    with open(tmp_path / f"{topics.AD_EVENTS}.avro", "wb") as out:
         fastavro.writer(out, fastavro.parse_schema(schema_json("ad_event.avsc")), SMOKE_EVENTS)
     _, _, launch = worker
     launch("event_counts", form, f"--input={tmp_path}/*.avro", f"--output={tmp_path}/out/counts", "--window_ms=60000")
@@ -190,7 +192,7 @@ def test_traffic_curves_runs_from_the_staged_package(worker, tmp_path, form):
     day = _day()
     archive = _archive(tmp_path, day, _deleted_user(day), max(int(s["event_time"]) for s in day.served))
     _, _, launch = worker
-    launch("traffic_curves", form, f"--input={archive}/ad.served/dt={DAY}/hr=*/part-*",
+    launch("traffic_curves", form, f"--input={archive}/{topics.AD_SERVED}/dt={DAY}/hr=*/part-*",
            f"--output={tmp_path}/curves.json", f"--as_of={DAY}", "--timezone=UTC")
     curves = json.loads((tmp_path / "curves.json").read_text())
     hours = collections.Counter(datetime.fromtimestamp(s["event_time"] / 1000, tz=timezone.utc).hour
@@ -207,8 +209,8 @@ def test_nightly_recount_runs_from_the_staged_package(worker, tmp_path, form):
 
     events, campaigns = _day_of_events()
     archive = tmp_path / "archive"
-    _plain_avro(archive / "ad.events" / "dt=2026-01-05" / "hr=12" / "part-0", "AdEvent", events)
-    _plain_avro(archive / "serving.campaigns" / "dt=2026-01-04" / "hr=23" / "part-0", "Campaign", campaigns)
+    _plain_avro(archive / topics.AD_EVENTS / "dt=2026-01-05" / "hr=12" / "part-0", "AdEvent", events)
+    _plain_avro(archive / topics.SERVING_CAMPAIGNS / "dt=2026-01-04" / "hr=23" / "part-0", "Campaign", campaigns)
     _, _, launch = worker
     launch("nightly_recount", form, f"--archive={archive}", "--day=2026-01-05", f"--output={tmp_path}/recount")
     summary = json.loads((tmp_path / "recount" / "summary.json").read_text())
@@ -246,8 +248,9 @@ def test_training_set_runs_from_the_staged_package(worker, tmp_path, form):
     archive = _archive(tmp_path, day, user, max(int(s["event_time"]) for s in day.served) + 86_400_000)
     _, _, launch = worker
     hour = f"dt={DAY}/hr=00/part-0"
-    launch("training_set", form, f"--served={archive}/ad.served/{hour}", f"--events={archive}/ad.events/{hour}",
-           f"--deletions={archive}/privacy.deletions/{hour}", "--keep_rate=1", f"--output={tmp_path}/ts")
+    launch("training_set", form, f"--served={archive}/{topics.AD_SERVED}/{hour}",
+           f"--events={archive}/{topics.AD_EVENTS}/{hour}", f"--deletions={archive}/{topics.PRIVACY_DELETIONS}/{hour}",
+           "--keep_rate=1", f"--output={tmp_path}/ts")
     made = _avro_records((tmp_path / "ts").glob("examples-*.avro"))
     others = [s for s in day.served if s["user_id"] != user]
     assert sorted(made, key=training.example_order) == training.join(others, day.events, keep_rate=1.0)
@@ -265,6 +268,6 @@ def test_archive_erasure_runs_from_the_staged_package(worker, tmp_path, form):
     _, _, launch = worker
     launch("archive_erasure", form, f"--archive={archive}", f"--output={tmp_path}/erasure")
     report = json.loads((tmp_path / "erasure" / "report.json").read_text())
-    served_after = _read(archive / "ad.served" / f"dt={DAY}" / "hr=00" / "part-0")
+    served_after = _read(archive / topics.AD_SERVED / f"dt={DAY}" / "hr=00" / "part-0")
     assert user not in {s["user_id"] for s in served_after}
-    assert report["users"] == 1 and report["removed"]["ad.served"] == len(day.served) - len(served_after) > 0
+    assert report["users"] == 1 and report["removed"][topics.AD_SERVED] == len(day.served) - len(served_after) > 0

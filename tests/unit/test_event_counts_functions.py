@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 from core import event_counts as rules
 from jobs.event_counts.functions import DEAD_LETTERS, CountPerMinute, DecodeEvents
+from schemas import topics
 from schemas.codec import AvroCodec
 from tests.factories import BASE_MS, ad_event
 from tests.unit.flink_fakes import FakeContext, at_key, opened
@@ -14,19 +15,20 @@ CODEC = AvroCodec()
 
 def _as_tuple(event, offset=0):
     return (event["campaign_id"], event["event_time"], event["event_type"], event["billing_type"],
-            event["price_micros"], "ad.events", 0, offset)
+            event["price_micros"], topics.AD_EVENTS, 0, offset)
 
 
 def test_decode_turns_an_ad_event_into_its_tuple():
     decode, _ = opened(DecodeEvents())
     event = ad_event(1, campaign_id=7, offset_ms=1_000)
-    row = SimpleNamespace(v=CODEC.encode("AdEvent", event), k=b"7", topic="ad.events", partition=0, offset=3, ts=None)
+    row = SimpleNamespace(v=CODEC.encode("AdEvent", event), k=b"7", topic=topics.AD_EVENTS, partition=0, offset=3,
+                          ts=None)
     assert list(decode.process_element(row, FakeContext())) == [_as_tuple(event, offset=3)]
 
 
 def test_decode_sends_a_corrupt_record_to_dead_letters_and_counts_it():
     decode, context = opened(DecodeEvents())
-    row = SimpleNamespace(v=b"not avro", k=b"7", topic="ad.events", partition=1, offset=9, ts=None)
+    row = SimpleNamespace(v=b"not avro", k=b"7", topic=topics.AD_EVENTS, partition=1, offset=9, ts=None)
     (tag, dead), = decode.process_element(row, FakeContext())
     assert tag is DEAD_LETTERS
     assert CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 9

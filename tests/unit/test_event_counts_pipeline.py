@@ -8,6 +8,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines import event_counts
 from pipelines.avro_files import schema_json
+from schemas import topics
 from tests.factories import SMOKE_EVENTS, expected_event_counts
 
 
@@ -23,7 +24,7 @@ def test_run_reads_archived_avro_files_and_writes_avro_results(tmp_path):
     schema = fastavro.parse_schema(schema_json("ad_event.avsc"))
     # two hourly files, as the archive writes them
     for part, events in enumerate((SMOKE_EVENTS[:4], SMOKE_EVENTS[4:])):
-        with open(archive / f"ad.events-{part}.avro", "wb") as out:
+        with open(archive / f"{topics.AD_EVENTS}-{part}.avro", "wb") as out:
             fastavro.writer(out, schema, events)
     event_counts.run([f"--input={archive}/*.avro", f"--output={tmp_path}/out/counts",
                       "--runner=DirectRunner"], save_main_session=False)

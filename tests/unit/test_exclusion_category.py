@@ -13,6 +13,7 @@ import pytest
 from core.campaigns import ad_serving_record, validate_ad
 from core.targeting import request_terms
 from schemas import HISTORY_DIR
+from schemas import topics
 from schemas.cdc import serving_record_from_change
 from schemas.codec import AvroCodec, SchemaRegistry
 from serving.adserver.state import ServingState
@@ -38,7 +39,7 @@ def change(row: dict) -> bytes:
 # ------------------------------------------------------------------------------------------------ compiling
 
 def test_an_ad_compiles_with_the_exclusion_category_its_row_carries_from_the_campaign():
-    _, _, record_type, record = serving_record_from_change("cdc.public.ads", change(ads_row(exclusion_category=42)))
+    _, _, record_type, record = serving_record_from_change(topics.CDC_ADS, change(ads_row(exclusion_category=42)))
     assert record_type == "ServingAd" and record["exclusion_category"] == 42
     codec = AvroCodec()
     assert codec.decode(codec.encode("ServingAd", record))["exclusion_category"] == 42
@@ -68,7 +69,7 @@ def test_a_serving_ad_written_with_version_1_reads_with_the_current_schema_as_no
     as_followed = codec.decode(written_by_v1)
     assert "exclusion_category" not in as_followed
     state = ServingState("s")
-    state.apply("serving.ads", as_followed, NOW_MS)
+    state.apply(topics.SERVING_ADS, as_followed, NOW_MS)
     assert int(state.index.exclusion_category.data[state.index.row_of(7)]) == 0
 
 
@@ -100,7 +101,7 @@ CARS_AND_BOOKS = [serving_ad(11, 1, 3_000_000, 7), serving_ad(12, 2, 2_900_000, 
 
 
 def state_of(ads: list[dict], *, bulk: bool = False) -> ServingState:
-    records = [("serving.campaigns", campaign(c)) for c in (1, 2, 3)] + [("serving.ads", a) for a in ads]
+    records = [(topics.SERVING_CAMPAIGNS, campaign(c)) for c in (1, 2, 3)] + [(topics.SERVING_ADS, a) for a in ads]
     state = ServingState("s")
     if bulk:
         state.load_snapshot(iter(records), NOW_MS)
@@ -122,7 +123,7 @@ def test_the_ad_server_indexes_each_ads_category(bulk):
 
 def test_a_new_version_of_an_ad_with_another_category_replaces_it_in_the_index():
     state = state_of(CARS_AND_BOOKS)
-    state.apply("serving.ads", serving_ad(12, 2, 2_900_000, 8, version=2), NOW_MS)
+    state.apply(topics.SERVING_ADS, serving_ad(12, 2, 2_900_000, 8, version=2), NOW_MS)
     assert categories(state)[12] == 8
 
 
@@ -144,5 +145,5 @@ def test_two_ads_of_one_category_never_share_a_page_the_ad_server_decides(bulk):
 
 def test_once_the_categories_differ_both_rivals_may_share_the_page():
     state = state_of(CARS_AND_BOOKS)
-    state.apply("serving.ads", serving_ad(12, 2, 2_900_000, 8, version=2), NOW_MS)
+    state.apply(topics.SERVING_ADS, serving_ad(12, 2, 2_900_000, 8, version=2), NOW_MS)
     assert page(state) == [11, 12]

@@ -12,6 +12,7 @@ from adserve.cli import main
 from adserve.explain import money, render
 from core.auction import Candidate
 from core.replay import ImpressionNotFound, explain_winner
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams.served_lookup import find_in_records, request_id_of
 from tests.served_records import T0, auction_record, design_example
@@ -75,11 +76,11 @@ def test_money_reads_like_a_price():
 
 def _archive(root: Path, records: list[dict]) -> None:
     codec = AvroCodec()
-    folder = root / "ad.served" / "dt=2027-01-15" / "hr=08"
+    folder = root / topics.AD_SERVED / "dt=2027-01-15" / "hr=08"
     folder.mkdir(parents=True)
     with open(folder / "part-0", "wb") as f:
         fastavro.writer(f, fastavro.parse_schema(ENVELOPE), [
-            {"topic": "ad.served", "partition": 0, "offset": i, "event_time": T0, "k": r["request_id"].encode(),
+            {"topic": topics.AD_SERVED, "partition": 0, "offset": i, "event_time": T0, "k": r["request_id"].encode(),
              "v": codec.encode("ServedRecord", r)} for i, r in enumerate(records)])
 
 

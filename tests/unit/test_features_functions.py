@@ -12,6 +12,7 @@ from core.feature_windows import UNKNOWN_CELL, Counts, WindowRules
 from jobs.features import state
 from jobs.features.functions import (CAMPAIGNS, DEAD_LETTERS, REGISTRY, USERS, AdWindow, Decode, Publish,
                                      UserWindow)
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import ad_features
 from tests.features_records import (T0, beacon, feedback, served, serving_ad, serving_campaign, winner)
@@ -82,7 +83,7 @@ def test_decode_sends_campaigns_to_the_publisher_and_feedback_to_the_ad():
 
 def test_decode_sends_a_corrupt_record_to_dead_letters_and_counts_it():
     decode, context = opened(Decode())
-    row = SimpleNamespace(kind="event", v=b"not avro", k=b"1", topic="ad.events", partition=2, offset=9)
+    row = SimpleNamespace(kind="event", v=b"not avro", k=b"1", topic=topics.AD_EVENTS, partition=2, offset=9)
     ((tag, dead),) = decode.process_element(row, FakeContext())
     assert tag is DEAD_LETTERS
     assert CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 9

@@ -18,6 +18,7 @@ from fastavro.schema import parse_schema
 from core.spend import SpendCut, batch_records, heartbeat_record, spend_items
 from jobs.jvm import run_golden_driver
 from schemas import HISTORY_DIR
+from schemas import topics
 from schemas.codec import HEADER_LEN, AvroCodec, default_registry, plain_timestamps
 
 CODEC = AvroCodec()
@@ -304,5 +305,5 @@ def test_first_seen_sends_an_undecodable_record_on_raw_with_its_kafka_coordinate
     value = CODEC.encode("AdEvent", CLICK)[:-1]
     (emitted,) = _one(f"split {header_hex('AdEvent')} {value.hex()} false -")
     raw = [None] * 25
-    raw[0], raw[18:24] = "raw", [1000, "ad.events", 3, 42, None, value.hex()]
+    raw[0], raw[18:24] = "raw", [1000, topics.AD_EVENTS, 3, 42, None, value.hex()]
     assert emitted == {"side": "raw", "row": raw}

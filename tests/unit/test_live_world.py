@@ -7,6 +7,7 @@ import numpy as np
 from bench.live_loop import _figures, _ne
 from bench.live_traffic import Tally, impressions
 from core.ad_content import content_embedding
+from schemas import topics
 from schemas.codec import AvroCodec
 from sim.live_world import make_live_world
 
@@ -34,11 +35,11 @@ def test_a_users_taste_moves_the_true_rate_toward_ads_of_matching_content():
 def test_the_worlds_serving_records_are_valid_compiled_records():
     world, placements = make_live_world(seed=3, advertisers=2, users=10)
     codec = AvroCodec()
-    names = {"serving.campaigns": "ServingCampaign", "serving.ads": "ServingAd"}
+    names = {topics.SERVING_CAMPAIGNS: "ServingCampaign", topics.SERVING_ADS: "ServingAd"}
     records = world.serving_records(placements, 1_000)
     for topic, record in records:
         assert codec.decode(codec.encode(names[topic], record)) == record
-    assert sum(1 for t, _ in records if t == "serving.ads") == world.ads
+    assert sum(1 for t, _ in records if t == topics.SERVING_ADS) == world.ads
 
 
 def test_normalised_entropy_is_one_for_the_base_rate_and_lower_for_knowledge():

@@ -7,6 +7,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from core import clicks
 from pipelines.nightly_recount import RecountBill, differences
+from schemas import topics
 from tests.unit.test_clicks import DOLLAR, T0, _campaign, _event
 
 
@@ -67,10 +68,10 @@ def test_archived_envelopes_unwrap_to_their_records_and_a_corrupt_value_is_named
     codec = AvroCodec()
     event = _event("e1", "imp-1", "CLICK", T0)
     event.update(ad_id=5, token_key_id="k1")
-    envelope = {"topic": "ad.events", "partition": 0, "offset": 7, "event_time": T0, "k": b"1",
+    envelope = {"topic": topics.AD_EVENTS, "partition": 0, "offset": 7, "event_time": T0, "k": b"1",
                 "v": codec.encode("AdEvent", event)}
     assert unwrap(envelope, codec)["impression_id"] == "imp-1"
     assert unwrap({"campaign_id": 1, "event_time": T0})["campaign_id"] == 1  # a plain record passes through
     with pytest.raises(CorruptRecord) as error:
         unwrap(dict(envelope, v=b"\xc3\x01 garbage"), codec)
-    assert "ad.events" in str(error.value) and "7" in str(error.value)
+    assert topics.AD_EVENTS in str(error.value) and "7" in str(error.value)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from infra.platform.settings import PlatformSettings
+from schemas import topics
 from schemas.topics import TOPICS_BY_NAME
 
 PLATFORM_DOC = Path(__file__).resolve().parents[2] / "docs" / "platform.md"
@@ -35,13 +36,13 @@ def test_settings_round_trip_through_the_environment():
     assert PlatformSettings.from_env(settings.as_env()) == settings
 
 
-@pytest.mark.parametrize("name", ["serving.ads", "serving.campaigns", "budget.state"])
+@pytest.mark.parametrize("name", [topics.SERVING_ADS, topics.SERVING_CAMPAIGNS, topics.BUDGET_STATE])
 def test_state_topics_are_compacted(name):
     assert TOPICS_BY_NAME[name].kafka_config()["cleanup.policy"] == "compact"
 
 
-@pytest.mark.parametrize("name", ["ad.served", "ad.events", "budget.spend", "budget.leases",
-                                  "billing.billed_spend", "training.examples"])
+@pytest.mark.parametrize("name", [topics.AD_SERVED, topics.AD_EVENTS, topics.BUDGET_SPEND, topics.BUDGET_LEASES,
+                                  topics.BILLED_SPEND, topics.TRAINING_EXAMPLES])
 def test_log_topics_are_not_compacted(name):
     assert TOPICS_BY_NAME[name].kafka_config()["cleanup.policy"] == "delete"
 
@@ -77,7 +78,6 @@ def test_a_kafka_cluster_id_never_starts_with_a_dash():
 
 
 def test_the_change_translation_reads_and_writes_the_topics_the_platform_creates():
-    from schemas import topics
     from schemas.cdc import CDC_ROUTES
 
     assert {cdc: serving for cdc, (serving, _) in CDC_ROUTES.items()} == {

@@ -63,7 +63,8 @@ def test_no_record_the_api_can_make_reaches_the_dead_letter_limit_and_the_produc
     config = cdc.connector_config(PROD_DSN)
     assert config["transforms.oversized.type"] == cdc.TRANSFORM
     assert int(config["transforms.oversized.max.bytes"]) == cdc.DEAD_LETTER_ABOVE_BYTES
-    assert config["transforms.oversized.topic"] == "cdc.dead_letters" and "cdc.dead_letters" in TOPICS_BY_NAME
+    assert config["transforms.oversized.topic"] == topics_module.CDC_DEAD_LETTERS
+    assert topics_module.CDC_DEAD_LETTERS in TOPICS_BY_NAME
     # Debezium's JSON escapes a row's jsonb text once more: at most twice the API's largest body, plus envelope
     assert 2 * MAX_BODY_BYTES + 64 * 1024 < cdc.DEAD_LETTER_ABOVE_BYTES
     assert int(config["producer.override.max.request.size"]) == cdc.MAX_RECORD_BYTES == 2 * cdc.DEAD_LETTER_ABOVE_BYTES

@@ -8,6 +8,7 @@ import pytest
 from core.errors import InvalidSettings
 from jobs.report_landing import main as landing_main
 from jobs.report_landing.main import ReportLanding, parse_settings
+from schemas import topics
 from schemas.codec import AvroCodec
 from tests import billed_feed as feed
 
@@ -16,7 +17,7 @@ def test_the_settings_need_a_campaign_store_and_print_without_its_password():
     with pytest.raises(InvalidSettings):
         parse_settings([], environ={})
     settings = parse_settings([], environ={"ADSERVE_POSTGRES_DSN": "postgresql://adserve:s3cret@db:5432/adserve"})
-    assert "s3cret" not in settings.describe() and settings.billed_topic == "billing.billed_spend"
+    assert "s3cret" not in settings.describe() and settings.billed_topic == topics.BILLED_SPEND
 
 
 class Message:

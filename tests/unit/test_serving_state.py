@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas import topics
 from serving.adserver.state import ServingState
 
 
@@ -36,10 +37,10 @@ def snapshot(state: ServingState) -> tuple:
 @given(seed=st.integers(0, 2**32 - 1))
 def test_duplicates_and_reordering_leave_the_state_of_the_newest_versions(seed):
     rng = random.Random(seed)
-    records = [("serving.campaigns", campaign(v, rng.choice(["ACTIVE", "PAUSED"]))) for v in range(1, 5)]
+    records = [(topics.SERVING_CAMPAIGNS, campaign(v, rng.choice(["ACTIVE", "PAUSED"]))) for v in range(1, 5)]
     for ad_id in range(1, 6):
         for v in range(1, rng.randint(2, 5)):
-            records.append(("serving.ads", ad(ad_id, v, rng.randint(1, 10**6), removed=rng.random() < 0.2)))
+            records.append((topics.SERVING_ADS, ad(ad_id, v, rng.randint(1, 10**6), removed=rng.random() < 0.2)))
     in_order = ServingState("s")
     for topic, record in records:
         in_order.apply(topic, record, 2_000)
@@ -60,7 +61,7 @@ def test_a_bulk_snapshot_load_serves_exactly_what_applying_the_records_one_by_on
     rng = random.Random(seed)
     values = {"location": ["US", "US/CA", "DE"], "device": ["ios", "android"], "interest": ["a", "b", "c"],
               "audience": ["x", "y"]}
-    records = [("serving.campaigns", campaign(1, "ACTIVE"))]
+    records = [(topics.SERVING_CAMPAIGNS, campaign(1, "ACTIVE"))]
     for ad_id in range(1, 40):
         r = ad(ad_id, rng.randint(1, 3), rng.randint(1, 10**6), removed=rng.random() < 0.15)
         r["static_score"] = rng.random()
@@ -68,7 +69,7 @@ def test_a_bulk_snapshot_load_serves_exactly_what_applying_the_records_one_by_on
         r["targeting"] = [{"attribute": a, "values": rng.sample(vs, rng.randint(1, len(vs))),
                            "excluded": a == "audience" and rng.random() < 0.5}
                           for a, vs in values.items() if rng.random() < 0.6]
-        records.append(("serving.ads", r))
+        records.append((topics.SERVING_ADS, r))
     one_by_one, bulk = ServingState("a"), ServingState("b")
     for topic, record in records:
         one_by_one.apply(topic, record, 2_000)
@@ -95,23 +96,23 @@ def test_sixty_seconds_without_the_budget_job_turns_open_campaigns_metered_until
     from serving.decision.campaigns import METERED, OPEN
 
     state = ServingState("s1")
-    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
+    state.apply(topics.SERVING_CAMPAIGNS, campaign(1, "ACTIVE"), 0)
     assert not state.check_budget_silence(10 * 60_000)  # never heard from it: nothing to miss
-    state.apply("budget.state", _budget_state(100_000), 100_000)
+    state.apply(topics.BUDGET_STATE, _budget_state(100_000), 100_000)
     assert _budget_code(state) == OPEN
     assert not state.check_budget_silence(160_000)
     assert state.check_budget_silence(160_001)
     assert _budget_code(state) == METERED
-    state.apply("budget.state", _budget_state(170_000), 170_500)
+    state.apply(topics.BUDGET_STATE, _budget_state(170_000), 170_500)
     assert _budget_code(state) == OPEN and not state.budget_silent
 
 
 def test_a_cpa_campaigns_bid_multiplier_reaches_the_campaign_table_and_survives_a_silence():
     state = ServingState("s1")
-    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
+    state.apply(topics.SERVING_CAMPAIGNS, campaign(1, "ACTIVE"), 0)
     row = state.campaigns.row_of(1)
     assert state.campaigns.bid_multiplier.data[row] == 1.0
-    state.apply("budget.state", dict(_budget_state(100_000), bid_multiplier=0.4), 100_000)
+    state.apply(topics.BUDGET_STATE, dict(_budget_state(100_000), bid_multiplier=0.4), 100_000)
     assert state.campaigns.bid_multiplier.data[row] == pytest.approx(0.4)
     assert state.check_budget_silence(160_001)  # re-applied as metered: the multiplier stays
     assert state.campaigns.bid_multiplier.data[row] == pytest.approx(0.4)
@@ -151,28 +152,29 @@ def test_a_campaign_the_live_budget_job_has_not_spoken_of_spends_only_from_slice
     from serving.decision.campaigns import METERED, OPEN
 
     state = ServingState("s1")
-    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
-    state.apply("serving.campaigns", dict(campaign(1, "ACTIVE"), campaign_id=2), 0)
+    state.apply(topics.SERVING_CAMPAIGNS, campaign(1, "ACTIVE"), 0)
+    state.apply(topics.SERVING_CAMPAIGNS, dict(campaign(1, "ACTIVE"), campaign_id=2), 0)
     assert _budget_code(state) == OPEN  # a platform whose budget job never spoke serves open
-    state.apply("budget.state", dict(_budget_state(100_000), campaign_id=2), 100_000)  # the job is live
+    state.apply(topics.BUDGET_STATE, dict(_budget_state(100_000), campaign_id=2), 100_000)  # the job is live
     assert _budget_code(state) == METERED  # campaign 1 has no state of its own yet
     row = state.campaigns.row_of(1)
     assert not state.campaigns.slice_held.data[row]
-    state.apply("budget.leases", {"lease_id": "1-x-1", "server_id": "s1", "campaign_id": 1, "event_time": 100_500,
+    state.apply(topics.BUDGET_LEASES, {"lease_id": "1-x-1", "server_id": "s1", "campaign_id": 1, "event_time": 100_500,
                                   "amount_micros": 10_000, "expires_at": 130_500}, 100_500)
     assert state.campaigns.slice_held.data[row]
     state.charge(1, 10_000, 101_000)  # spent from the slice, which runs out
     assert not state.campaigns.slice_held.data[row]
-    state.apply("serving.campaigns", dict(campaign(1, "ACTIVE"), campaign_id=3), 102_000)  # launched while the job is live
+    # launched while the job is live
+    state.apply(topics.SERVING_CAMPAIGNS, dict(campaign(1, "ACTIVE"), campaign_id=3), 102_000)
     assert int(state.campaigns.budget_state.data[state.campaigns.row_of(3)]) == METERED
-    state.apply("budget.state", _budget_state(110_000), 110_000)
+    state.apply(topics.BUDGET_STATE, _budget_state(110_000), 110_000)
     assert _budget_code(state) == OPEN
 
 
 def test_budget_states_replayed_from_history_do_not_arm_the_silence_rule():
     state = ServingState("s1")
-    state.apply("serving.campaigns", campaign(1, "ACTIVE"), 0)
-    state.apply("budget.state", _budget_state(100_000), 900_000)  # read at boot, long after it was decided
+    state.apply(topics.SERVING_CAMPAIGNS, campaign(1, "ACTIVE"), 0)
+    state.apply(topics.BUDGET_STATE, _budget_state(100_000), 900_000)  # read at boot, long after it was decided
     assert not state.check_budget_silence(1_000_000)
 
 
@@ -186,8 +188,8 @@ def test_an_ad_wider_than_an_index_row_is_skipped_and_the_rest_of_its_batch_stil
     from serving.decision.index import MAX_TERMS_PER_ROW
 
     state = ServingState("s")
-    batch = [("serving.campaigns", campaign(1, "ACTIVE")), ("serving.ads", _wide(1, MAX_TERMS_PER_ROW + 1)),
-             ("serving.ads", ad(2, 1, 500)), ("budget.state", _budget_state(1_000, "METERED"))]
+    batch = [(topics.SERVING_CAMPAIGNS, campaign(1, "ACTIVE")), (topics.SERVING_ADS, _wide(1, MAX_TERMS_PER_ROW + 1)),
+             (topics.SERVING_ADS, ad(2, 1, 500)), (topics.BUDGET_STATE, _budget_state(1_000, "METERED"))]
     for topic, record in batch:
         state.apply(topic, record, 2_000)
     assert state.refused_ads == 1
@@ -199,8 +201,8 @@ def test_a_snapshot_holding_an_ad_wider_than_an_index_row_still_boots_without_it
     from serving.decision.index import MAX_TERMS_PER_ROW
 
     state = ServingState("s")
-    records = [("serving.campaigns", campaign(1, "ACTIVE")), ("serving.ads", _wide(1, MAX_TERMS_PER_ROW + 1)),
-               ("serving.ads", ad(2, 1, 500))]
+    records = [(topics.SERVING_CAMPAIGNS, campaign(1, "ACTIVE")), (topics.SERVING_ADS, _wide(1, MAX_TERMS_PER_ROW + 1)),
+               (topics.SERVING_ADS, ad(2, 1, 500))]
     assert state.load_snapshot(iter(records), 2_000) == 3
     assert state.refused_ads == 1
     assert snapshot(state)[0] == [(2, 1, 500)]

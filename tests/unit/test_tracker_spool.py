@@ -15,6 +15,7 @@ from core.errors import CorruptRecord
 from core.spool import (SpoolFull, SpoolLedger, SpoolRecord, decode_acks, decode_frame, encode_acks, encode_record,
                         scan_segment, segment_first_sequence, segment_name)
 from core.tokens import TokenClaims, TokenKeys
+from schemas import topics
 from serving.spool import Spool, SpoolLocked, SpoolSender, SpoolSettings, default_spool_dir
 from serving.tracker import Tracker
 
@@ -75,12 +76,12 @@ def _drain(sender: SpoolSender, rounds: int = 3) -> None:
 
 # core.spool: frames, segments, acks, the ledger ---------------------------------------------------------------------
 def test_a_frame_decodes_to_the_record_it_was_written_from():
-    record = SpoolRecord(7, 1_800_000_000_123, "ad.events", b"42", b"\x00avro bytes")
+    record = SpoolRecord(7, 1_800_000_000_123, topics.AD_EVENTS, b"42", b"\x00avro bytes")
     assert decode_frame(encode_record(record)) == record
 
 
 def test_a_segment_scan_stops_at_a_frame_whose_checksum_fails_and_keeps_the_frames_before_it():
-    frames = [encode_record(SpoolRecord(s, 1, "ad.events", b"k", b"v%d" % s)) for s in range(3)]
+    frames = [encode_record(SpoolRecord(s, 1, topics.AD_EVENTS, b"k", b"v%d" % s)) for s in range(3)]
     last = bytearray(frames[2])
     last[-1] ^= 0xFF
     scan = scan_segment(frames[0] + frames[1] + bytes(last))
@@ -89,13 +90,13 @@ def test_a_segment_scan_stops_at_a_frame_whose_checksum_fails_and_keeps_the_fram
 
 
 def test_zeros_after_the_last_frame_read_as_a_torn_tail():
-    frame = encode_record(SpoolRecord(0, 1, "ad.events", b"k", b"v"))
+    frame = encode_record(SpoolRecord(0, 1, topics.AD_EVENTS, b"k", b"v"))
     scan = scan_segment(frame + bytes(100))
     assert len(scan.records) == 1 and scan.torn_bytes == 100
 
 
 def test_a_frame_cut_anywhere_is_never_read_as_a_record():
-    frame = encode_record(SpoolRecord(3, 1, "ad.feedback", b"imp-1", b"value"))
+    frame = encode_record(SpoolRecord(3, 1, topics.AD_FEEDBACK, b"imp-1", b"value"))
     for cut in range(len(frame)):
         assert scan_segment(frame[:cut]).records == ()
     with pytest.raises(CorruptRecord):
@@ -136,7 +137,7 @@ def test_an_acknowledgement_twice_changes_nothing():
 def test_a_record_is_done_only_when_the_broker_acknowledges_it(tmp_path):
     spool, broker = _spool(tmp_path), Broker(up=False)
     sender = SpoolSender(spool, broker)
-    spool.append("ad.events", b"7", b"click-1")
+    spool.append(topics.AD_EVENTS, b"7", b"click-1")
     sender.pump()
     assert _values(broker) == [b"click-1"] and spool.pending == 1  # sent, not acknowledged: still kept
     broker.up = True
@@ -149,13 +150,13 @@ def test_a_refused_delivery_is_sent_again_with_the_same_bytes_and_timestamp(tmp_
     spool, broker = _spool(tmp_path), Broker(up=False)
     resent = []
     sender = SpoolSender(spool, broker, retry_backoff_s=0.0, on_resent=resent.append)
-    spool.append("ad.events", b"7", b"click-1", timestamp_ms=1_800_000_000_500)
+    spool.append(topics.AD_EVENTS, b"7", b"click-1", timestamp_ms=1_800_000_000_500)
     _drain(sender)  # sent, refused, sent again, refused
     broker.up = True
     _drain(sender)
     assert spool.pending == 0
     assert len(set(broker.sent)) == 1 and len(broker.sent) >= 2
-    assert broker.sent[0] == ("ad.events", b"7", b"click-1", 1_800_000_000_500)
+    assert broker.sent[0] == (topics.AD_EVENTS, b"7", b"click-1", 1_800_000_000_500)
     assert sum(resent) == len(broker.sent) - 1
 
 
@@ -163,7 +164,7 @@ def test_after_a_restart_every_unacknowledged_record_is_sent_again_in_order(tmp_
     spool, broker = _spool(tmp_path), Broker()
     sender = SpoolSender(spool, broker)
     for i in range(5):
-        spool.append("ad.events", b"7", b"event-%d" % i)
+        spool.append(topics.AD_EVENTS, b"7", b"event-%d" % i)
     broker.silent = True
     sender.pump()  # all five handed over; the broker acknowledges only events 1 and 3
     broker.waiting[1](None, None)
@@ -196,18 +197,18 @@ def test_a_process_killed_after_its_answers_loses_none_of_them(tmp_path):
 def test_a_torn_final_record_is_cut_off_and_the_records_before_it_are_kept(tmp_path):
     spool = _spool(tmp_path)
     for i in range(3):
-        spool.append("ad.events", b"7", b"event-%d" % i)
+        spool.append(topics.AD_EVENTS, b"7", b"event-%d" % i)
     spool.close()
     segment = tmp_path / segment_name(0)
     whole = segment.stat().st_size
-    torn = encode_record(SpoolRecord(3, 1, "ad.events", b"7", b"event-3"))[:-4]
+    torn = encode_record(SpoolRecord(3, 1, topics.AD_EVENTS, b"7", b"event-3"))[:-4]
     with open(segment, "ab") as f:  # a crash in the middle of the fourth write
         f.write(torn)
 
     again = _spool(tmp_path)
     assert again.restored == 3 and again.torn_bytes == len(torn)
     assert segment.stat().st_size == whole
-    again.append("ad.events", b"7", b"event-4")
+    again.append(topics.AD_EVENTS, b"7", b"event-4")
     broker = Broker()
     _drain(SpoolSender(again, broker))
     assert _values(broker) == [b"event-0", b"event-1", b"event-2", b"event-4"]
@@ -219,14 +220,14 @@ def test_a_full_spool_refuses_new_records_and_keeps_every_accepted_one(tmp_path)
     accepted = 0
     with pytest.raises(SpoolFull):
         while True:
-            spool.append("ad.events", b"7", b"x" * 500)
+            spool.append(topics.AD_EVENTS, b"7", b"x" * 500)
             accepted += 1
     assert 100 < accepted and spool.spool_bytes <= SMALL and spool.pending == accepted
     broker.up = True
     sender._resume_at = 0.0
     _drain(sender)
     assert len(set(_values(broker))) == 1 and spool.pending == 0
-    spool.append("ad.events", b"7", b"after")  # room again once the broker took the records
+    spool.append(topics.AD_EVENTS, b"7", b"after")  # room again once the broker took the records
     _drain(sender)
     assert spool.pending == 0
 
@@ -235,7 +236,7 @@ def test_segments_the_broker_took_in_full_are_deleted(tmp_path):
     spool, broker = _spool(tmp_path, max_bytes=1024 * 1024), Broker()
     sender = SpoolSender(spool, broker)
     for i in range(600):  # ~330 KB: six segments of 64 KiB
-        spool.append("ad.events", b"7", b"y" * 500)
+        spool.append(topics.AD_EVENTS, b"7", b"y" * 500)
         if i % 50 == 0:
             _drain(sender)
     _drain(sender)
@@ -250,7 +251,7 @@ def test_a_segment_with_one_record_pending_is_kept(tmp_path):
     spool, broker = _spool(tmp_path, max_bytes=1024 * 1024), Broker()
     sender = SpoolSender(spool, broker)
     for _ in range(300):
-        spool.append("ad.events", b"7", b"z" * 500)
+        spool.append(topics.AD_EVENTS, b"7", b"z" * 500)
     broker.silent = True
     sender.pump()
     for callback in broker.waiting[1:]:
@@ -272,7 +273,7 @@ def test_a_fatal_producer_error_replaces_the_producer_and_sends_its_records_agai
         return producers[-1](on_error)
 
     sender = SpoolSender(spool, make)
-    spool.append("ad.events", b"7", b"event-0")
+    spool.append(topics.AD_EVENTS, b"7", b"event-0")
     producers[0].silent = True  # the first producer never reports
     sender.pump()
     producers[0].on_error(Broker.Error("Fatal: out of order sequence", fatal=True))
@@ -301,14 +302,14 @@ def test_the_sender_running_on_the_event_loop_delivers_and_close_keeps_what_is_l
     async def scenario():
         sender = SpoolSender(spool, broker)
         sender.start()
-        spool.append("ad.events", b"7", b"event-0")
+        spool.append(topics.AD_EVENTS, b"7", b"event-0")
         sender.wake()
         for _ in range(100):
             await asyncio.sleep(0.01)
             if not spool.pending:
                 break
         broker.up = False
-        spool.append("ad.events", b"7", b"event-1")
+        spool.append(topics.AD_EVENTS, b"7", b"event-1")
         return sender.close(timeout_s=0.2)
 
     assert asyncio.run(scenario()) == 1
@@ -369,7 +370,7 @@ def test_the_spool_metrics_are_on_the_tracker_page(tmp_path):
     spool = _spool(tmp_path)
     tracker = Tracker(KEYS, lambda *record: None)
     tracker.watch_spool(spool)
-    spool.append("ad.events", b"7", b"v")
+    spool.append(topics.AD_EVENTS, b"7", b"v")
     from prometheus_client import generate_latest
 
     page = generate_latest(tracker.registry).decode()

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from core import training
 from jobs.training_join import state as join_state
 from jobs.training_join.functions import DEAD_LETTERS, Label, Split, join_record, join_row
+from schemas import topics
 from schemas.codec import AvroCodec
 from tests.unit.flink_fakes import FakeContext, at_key, opened, through_flink_coder
 from tests.unit.test_training_rules import SERVED_MS, beacon, served
@@ -37,7 +38,7 @@ def test_a_join_input_survives_its_flink_row():
 
 def test_split_sends_a_corrupt_record_to_dead_letters_and_counts_it():
     split, context = opened(Split())
-    row = SimpleNamespace(kind="event", v=b"\xc3\x01 truncated", k=b"x", topic="ad.events", partition=0, offset=5)
+    row = SimpleNamespace(kind="event", v=b"\xc3\x01 truncated", k=b"x", topic=topics.AD_EVENTS, partition=0, offset=5)
     (tag, dead), = split.process_element(row, FakeContext())
     assert tag is DEAD_LETTERS and CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 5
     assert context.counter("corrupt_records") == 1
@@ -145,8 +146,8 @@ def test_decode_deletion_reads_a_request_and_dead_letters_a_corrupt_one():
 
     decode, context = opened(DecodeDeletion())
     value = CODEC.encode("UserDeletion", privacy.deletion_request("u1", SERVED_MS, "req-1").as_record())
-    good = SimpleNamespace(v=value, k=b"u1", topic="privacy.deletions", partition=0, offset=3)
+    good = SimpleNamespace(v=value, k=b"u1", topic=topics.PRIVACY_DELETIONS, partition=0, offset=3)
     assert [tuple(r) for r in decode.process_element(good, FakeContext())] == [("u1", SERVED_MS)]
-    bad = SimpleNamespace(v=b"junk", k=b"u1", topic="privacy.deletions", partition=0, offset=4)
+    bad = SimpleNamespace(v=b"junk", k=b"u1", topic=topics.PRIVACY_DELETIONS, partition=0, offset=4)
     (tag, _), = decode.process_element(bad, FakeContext())
     assert tag is DEAD_LETTERS and context.counter("corrupt_records") == 1
