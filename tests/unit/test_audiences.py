@@ -14,7 +14,6 @@ from core.errors import BadRequest, InvalidField, InvalidSettings
 from core.settings import describe
 from core.targeting import InvalidTargeting, compile_targeting
 from serving.adserver.request import parse_ad_request
-from streams import redis_keys
 
 SALT = AudienceSalt(b"unit-test-audience-salt-0123456789")
 ABC_SHA256 = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2's "abc"
@@ -136,10 +135,6 @@ def test_a_malformed_uploaded_audience_value_is_refused_naming_the_field(form, f
     with pytest.raises(InvalidTargeting) as e:
         compile_targeting(form)
     assert e.value.field == field and "aud-<audience_id>" in str(e.value)
-
-
-def test_the_membership_key_format():
-    assert redis_keys.audience_member("ab" * 32) == "audiences:" + "ab" * 32
 
 
 def test_a_hash_is_checked_without_trimming():

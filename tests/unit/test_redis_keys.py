@@ -25,3 +25,7 @@ def test_a_users_profile_is_user_colon_the_id():
 
 def test_a_users_frequency_record_is_fc_colon_the_id():
     assert redis_keys.frequency_record("u-123") == "fc:u-123"
+
+
+def test_the_membership_key_format():
+    assert redis_keys.audience_member("ab" * 32) == "audiences:" + "ab" * 32
