@@ -70,7 +70,8 @@ def _add_freshness(bsub) -> None:
     f = bsub.add_parser("freshness", help="advertiser change -> ad server lag, index builder throughput, "
                                           "snapshot boot (needs `adserve up`)",
                         description=bench_freshness.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    f.add_argument("--ads", type=int, default=100_000, help="ads loaded through the real path (default 100,000; 0 skips part 1)")
+    f.add_argument("--ads", type=int, default=100_000,
+                   help="ads loaded through the real path (default 100,000; 0 skips part 1)")
     f.add_argument("--changes", type=int, default=1_000, help="random changes (default 1,000)")
     f.add_argument("--rate", type=float, default=50.0, help="changes committed per second (default 50)")
     f.add_argument("--snapshot-ads", type=int, default=1_000_000, help="ads in the snapshot boot test "

@@ -76,7 +76,8 @@ def _print_status(settings: PlatformSettings, as_json: bool = False):
 # parser -----------------------------------------------------------------------
 
 PORTS_HELP = ("Ports and paths come from the environment: ADSERVE_HOME (default <repo>/.platform), "
-              "ADSERVE_KAFKA_PORT (19092), ADSERVE_KAFKA_CONTROLLER_PORT (19093), ADSERVE_CONNECT_PORT (18083), ADSERVE_CONNECT_METRICS_PORT (18084), "
+              "ADSERVE_KAFKA_PORT (19092), ADSERVE_KAFKA_CONTROLLER_PORT (19093), ADSERVE_CONNECT_PORT (18083), "
+              "ADSERVE_CONNECT_METRICS_PORT (18084), "
               "ADSERVE_POSTGRES_PORT (15432), ADSERVE_REDIS_PORT (16379), ADSERVE_FLINK_REST_PORT (18081), "
               "ADSERVE_FLINK_RPC_PORT (16123), ADSERVE_FLINK_JOBMANAGER_METRICS_PORT (19249), "
               "ADSERVE_FLINK_TASKMANAGER_METRICS_PORT (19250), ADSERVE_PROMETHEUS_PORT (19090), "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from adserve import (auction_cli, bench_cli, billing_cli, campaigns_cli, jobs_cli, learning_cli, model_cli, operators_cli,
-                     pacing_cli, provision_cli, serve_cli, users_cli)
+from adserve import (auction_cli, bench_cli, billing_cli, campaigns_cli, jobs_cli, learning_cli, model_cli,
+                     operators_cli, pacing_cli, provision_cli, serve_cli, users_cli)
 from infra.platform import PlatformSettings
 
 

@@ -60,7 +60,8 @@ def cmd_learning_day(args: argparse.Namespace) -> int:
         from serving.model.click_model import ClickModel
         from serving.model.predictor import ModelPredictor
 
-        predictor = ModelPredictor(ClickModel.load(args.model), world.snapshot(learning_day.day_start_ms(learning_day.DAY)))
+        predictor = ModelPredictor(ClickModel.load(args.model),
+                                   world.snapshot(learning_day.day_start_ms(learning_day.DAY)))
     bar = Progress("requests", args.requests)
     done = [0]
 

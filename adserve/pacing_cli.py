@@ -22,8 +22,8 @@ TARGETS = {  # the simulated day's targets (README, "Targets and where they stan
 def register(sub) -> None:
     from sim import pacing_day as simulate
 
-    p = sub.add_parser("simulate", help="the main job: a simulated day through the real budget and billing jobs, with a "
-                       "report",
+    p = sub.add_parser("simulate", help="the main job: a simulated day through the real budget and billing jobs, "
+                       "with a report",
                        description=simulate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--full", action="store_true",
                    help=f"the full-size day: {simulate.FULL_DAY_REQUESTS:,} requests through "
@@ -115,9 +115,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             else:
                 bar[0].update(where.work_done, note=note)
 
-        log(f"simulating {simulate.SIM_DAY}: {requests:,} requests through {servers} ad servers at most {args.lead_s} s "
-            f"ahead of the budget job, budgets at {100 * requests / simulate.FULL_DAY_REQUESTS:g} % of the full-size "
-            "day's ...")
+        log(f"simulating {simulate.SIM_DAY}: {requests:,} requests through {servers} ad servers at most "
+            f"{args.lead_s} s ahead of the budget job, budgets at "
+            f"{100 * requests / simulate.FULL_DAY_REQUESTS:g} % of the full-size day's ...")
         if not args.no_dashboard:
             watch = DayWatch(bootstrap=settings.kafka_bootstrap, prometheus_url=settings.prometheus_url,
                              host="127.0.0.1", port=dashboard_port(args, settings), out_dir=args.out, log=log)
