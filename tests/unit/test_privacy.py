@@ -11,6 +11,7 @@ import pytest
 
 from core import privacy, training
 from core.errors import InvalidField
+from schemas import topics
 from schemas.codec import AvroCodec
 from sim.learning_day import make_world, simulate_day
 from tests.unit.test_training_rules import SERVED_MS, served
@@ -119,14 +120,14 @@ def _deleted_user(day) -> str:
 def _archive(tmp_path: Path, day, user: str, requested_ms: int) -> Path:
     archive = tmp_path / "archive"
     hour = "dt=2026-03-10/hr=00"
-    _write(archive / "ad.served" / hour / "part-0", "ad.served", "ServedRecord", day.served)
-    _write(archive / "ad.events" / hour / "part-0", "ad.events", "AdEvent", day.events)
+    _write(archive / topics.AD_SERVED / hour / "part-0", topics.AD_SERVED, "ServedRecord", day.served)
+    _write(archive / topics.AD_EVENTS / hour / "part-0", topics.AD_EVENTS, "AdEvent", day.events)
     examples = training.join(day.served, day.events, keep_rate=1.0)
-    _write(archive / "training.examples" / hour / "part-0", "training.examples", "TrainingExample", examples)
-    _write(archive / "billing.billed_spend" / hour / "part-0", "billing.billed_spend", "ServedRecord",
+    _write(archive / topics.TRAINING_EXAMPLES / hour / "part-0", topics.TRAINING_EXAMPLES, "TrainingExample", examples)
+    _write(archive / topics.BILLED_SPEND / hour / "part-0", topics.BILLED_SPEND, "ServedRecord",
            day.served[:1])  # a topic without user records: never touched
     request = privacy.deletion_request(user, requested_ms, "req-1")
-    _write(archive / "privacy.deletions" / hour / "part-0", "privacy.deletions", "UserDeletion",
+    _write(archive / topics.PRIVACY_DELETIONS / hour / "part-0", topics.PRIVACY_DELETIONS, "UserDeletion",
            [request.as_record()])
     return archive
 
@@ -139,22 +140,22 @@ def test_the_erasure_rewrites_the_archive_without_the_users_records_and_keeps_ev
     newest_ms = max(int(s["event_time"]) for s in day.served) + 86_400_000
     archive = _archive(tmp_path, day, user, newest_ms)
     theirs = {w["impression_id"] for s in day.served if s["user_id"] == user for w in s["winners"]}
-    untouched = (archive / "billing.billed_spend" / "dt=2026-03-10/hr=00/part-0").read_bytes()
+    untouched = (archive / topics.BILLED_SPEND / "dt=2026-03-10/hr=00/part-0").read_bytes()
 
     report = archive_erasure.run(["--archive", str(archive), "--output", str(tmp_path / "report")],
                                  save_main_session=False)
 
     hour = "dt=2026-03-10/hr=00/part-0"
-    served_after = _read(archive / "ad.served" / hour)
-    events_after = _read(archive / "ad.events" / hour)
-    examples_after = _read(archive / "training.examples" / hour)
+    served_after = _read(archive / topics.AD_SERVED / hour)
+    events_after = _read(archive / topics.AD_EVENTS / hour)
+    examples_after = _read(archive / topics.TRAINING_EXAMPLES / hour)
     assert user not in {s["user_id"] for s in served_after} | {e["user_id"] for e in events_after}
     assert not theirs & {e["impression_id"] for e in examples_after}
     assert len(served_after) == len(day.served) - sum(s["user_id"] == user for s in day.served)
     assert len(events_after) == len(day.events) - sum(e["impression_id"] in theirs for e in day.events)
-    assert (archive / "billing.billed_spend" / hour).read_bytes() == untouched
-    assert report["removed"]["ad.served"] == len(day.served) - len(served_after)
-    assert report["removed"]["training.examples"] > 0
+    assert (archive / topics.BILLED_SPEND / hour).read_bytes() == untouched
+    assert report["removed"][topics.AD_SERVED] == len(day.served) - len(served_after)
+    assert report["removed"][topics.TRAINING_EXAMPLES] > 0
     assert report["files_rewritten"] == 3 and report["users"] == 1
     assert json.loads((tmp_path / "report" / "report.json").read_text()) == report
     assert not list(archive.rglob(".*.erasing"))
@@ -174,7 +175,7 @@ def test_the_erasure_keeps_the_users_records_made_after_the_request(tmp_path):
     report = archive_erasure.run(["--archive", str(archive), "--output", str(tmp_path / "report")],
                                  save_main_session=False)
     assert report["files_rewritten"] == 0
-    assert len(_read(archive / "ad.served" / "dt=2026-03-10/hr=00/part-0")) == len(day.served)
+    assert len(_read(archive / topics.AD_SERVED / "dt=2026-03-10/hr=00/part-0")) == len(day.served)
 
 
 def test_the_training_set_drops_the_deleted_users_impressions(tmp_path):
@@ -186,9 +187,9 @@ def test_the_training_set_drops_the_deleted_users_impressions(tmp_path):
     archive = _archive(tmp_path, day, user, newest_ms)
     theirs = {w["impression_id"] for s in day.served if s["user_id"] == user for w in s["winners"]}
     summary = training_set.run([
-        "--served", str(archive / "ad.served" / "dt=2026-03-10/hr=00/part-0"),
-        "--events", str(archive / "ad.events" / "dt=2026-03-10/hr=00/part-0"),
-        "--deletions", str(archive / "privacy.deletions" / "dt=2026-03-10/hr=00/part-0"),
+        "--served", str(archive / topics.AD_SERVED / "dt=2026-03-10/hr=00/part-0"),
+        "--events", str(archive / topics.AD_EVENTS / "dt=2026-03-10/hr=00/part-0"),
+        "--deletions", str(archive / topics.PRIVACY_DELETIONS / "dt=2026-03-10/hr=00/part-0"),
         "--keep-rate", "1", "--output", str(tmp_path / "ts")], save_main_session=False)
     made = []
     for path in sorted((tmp_path / "ts").glob("examples-*.avro")):
@@ -221,7 +222,7 @@ def test_the_features_job_forgets_a_deleted_users_window_and_writes_nothing_more
     decode, _ = opened(Decode(user_features=True))
     request = privacy.deletion_request("u1", T0 + 5_000, "req-1")
     raw = type("Raw", (), {"kind": "deletion", "v": CODEC.encode("UserDeletion", request.as_record()), "k": b"u1",
-                           "topic": "privacy.deletions", "partition": 0, "offset": 0})()
+                           "topic": topics.PRIVACY_DELETIONS, "partition": 0, "offset": 0})()
     ((_, deletion_row),) = list(decode.process_element(raw, FakeContext()))
     assert (deletion_row.kind, deletion_row.user_id) == (state.DELETION, "u1")
     window.process_element(deletion_row, ctx)
