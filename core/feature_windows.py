@@ -110,6 +110,11 @@ def next_tick(time_ms: int, rules: WindowRules) -> int:
     return bucket_of(time_ms, rules) + rules.bucket_ms
 
 
+def first_tick(time_ms: int, watermark_ms: int, rules: WindowRules) -> int:
+    """The tick that publishes what happened at time_ms: its bucket's, or the next one to fire if that has."""
+    return max(tick_of_bucket(bucket_of(time_ms, rules), rules), next_tick(watermark_ms, rules))
+
+
 def in_window(bucket_start_ms: int, tick_ms: int, rules: WindowRules) -> bool:
     return tick_ms - rules.window_ms <= bucket_start_ms < tick_ms
 

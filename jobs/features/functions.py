@@ -13,10 +13,10 @@ from pathlib import Path
 from pyflink.common import Row
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
 
-from core import ad_stats, feature_events, feature_inputs, privacy, user_activity
+from core import ad_stats, ad_window_events, feature_events, feature_inputs, privacy, user_activity
 from core import feature_windows as windows
 from core.dead_letters import dead_letter
-from core.feature_windows import UNKNOWN_CELL, ServedSlot, WindowRules
+from core.feature_windows import ServedSlot, WindowRules
 from jobs.features import snapshot, state
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row, timed_bytes_row_type
 from jobs.tripwire import Tripwire
@@ -76,15 +76,14 @@ class Decode(ProcessFunction):
 
 
 def _tick_at(ctx, time_ms: int, watermark_ms: int, rules: WindowRules) -> None:
-    """The tick that publishes what happened at time_ms: its bucket's, or the next one to fire if that has."""
-    tick = max(windows.tick_of_bucket(windows.bucket_of(time_ms, rules), rules), windows.next_tick(watermark_ms, rules))
-    ctx.timer_service().register_event_time_timer(tick)
+    """Set the tick that publishes what happened at time_ms (core.feature_windows.first_tick)."""
+    ctx.timer_service().register_event_time_timer(windows.first_tick(time_ms, watermark_ms, rules))
 
 
 class AdWindow(KeyedProcessFunction):
     """Per ad: served slots, beacons and attributes into its window; at each tick its window totals (and its
-    attributes when they changed) to the publisher. Late beacons are counted (`late_records`); expired ones go
-    to dead letters (`expired_records`)."""
+    attributes when they changed) to the publisher (core.ad_window_events.apply). Late beacons are counted
+    (`late_records`); expired ones go to dead letters (`expired_records`)."""
 
     def __init__(self, rules: WindowRules = WindowRules(), tripwire_file: str = ""):
         self.rules = rules
@@ -101,63 +100,34 @@ class AdWindow(KeyedProcessFunction):
 
     def process_element(self, row, ctx):
         self.tripwire.step()
-        watermark = ctx.timer_service().current_watermark()
-        self._note_campaign(row.campaign_id)
-        if row.kind == feature_inputs.ATTRIBUTES:
-            self._attributes(row, ctx, watermark)
-        elif row.kind == feature_inputs.SERVED:
-            if not windows.slot_too_old(row.served_ms, watermark, self.rules):
-                self.window.serve(row.impression_id, ServedSlot((row.placement, row.position), row.served_ms))
-                _tick_at(ctx, row.served_ms, watermark, self.rules)
-        else:
-            yield from self._beacon(row, ctx, watermark)
-
-    def _beacon(self, row, ctx, watermark: int):
-        timing = windows.timing(row.event_ms, watermark, self.rules)
-        if timing == windows.EXPIRED:
-            self.expired.inc()
-            yield DEAD_LETTERS, dead_letter_row(dead_letter(
-                JOB_NAME, topic=row.topic, partition=row.partition, offset=row.offset, timestamp_ms=row.event_ms,
-                key=None, value=None, error_type="LateEvent",
-                reason=windows.late_reason(row.event_ms, watermark, self.rules)), self.codec)
-            return
-        if timing == windows.LATE:
-            self.late.inc()
-        slot = self.window.slot(row.impression_id)
-        if slot is None and timing == windows.ON_TIME:
-            self.window.wait(row.impression_id, row.kind, row.event_ms)
-        else:
-            self.window.count(row.impression_id, slot, row.kind, row.event_ms, UNKNOWN_CELL)
-        _tick_at(ctx, row.event_ms, watermark, self.rules)
-
-    def _attributes(self, row, ctx, watermark: int) -> None:
-        held = state.attributes_from_row(self.attributes.value())
-        if feature_events.newer_attributes(held, state.attributes_from_row(row.attributes)):
-            self.attributes.update(row.attributes)
-            self._update_status(attributes_changed=True)
-            _tick_at(ctx, row.event_ms, watermark, self.rules)
+        event = ad_window_events.InputIn(state.ad_input_from_row(row), ctx.timer_service().current_watermark())
+        yield from self._apply(event, ctx, row)
 
     def on_timer(self, timestamp: int, ctx):
-        self.window.resolve_waiting(timestamp, UNKNOWN_CELL)
-        totals = self.window.totals(timestamp)
-        campaign_id, attributes_changed, sent_traffic = self.status.value() or (0, False, False)
-        if totals or sent_traffic or attributes_changed:
-            attributes = state.attributes_from_row(self.attributes.value()) if attributes_changed else None
-            yield state.window_row(ctx.get_current_key(), timestamp, campaign_id, attributes, totals)
-        self.status.update(Row(campaign_id, False, bool(totals)))
-        holds = self.window.clean(timestamp)
-        if windows.keeps_ticking(holds, False, False, ctx.timer_service().current_watermark()):
-            ctx.timer_service().register_event_time_timer(timestamp + self.rules.bucket_ms)
+        event = ad_window_events.Tick(ctx.get_current_key(), timestamp, ctx.timer_service().current_watermark())
+        yield from self._apply(event, ctx, None)
 
-    def _note_campaign(self, campaign_id: int) -> None:
-        held = self.status.value()
-        if held is None or (campaign_id and held[0] != campaign_id):
-            self._update_status(campaign_id=campaign_id)
-
-    def _update_status(self, *, campaign_id: int | None = None, attributes_changed: bool | None = None) -> None:
-        held_campaign, held_changed, sent = self.status.value() or (0, False, False)
-        self.status.update(Row(held_campaign if campaign_id is None else campaign_id,
-                               held_changed if attributes_changed is None else attributes_changed, sent))
+    def _apply(self, event: ad_window_events.Event, ctx, row):
+        held_attributes = state.attributes_from_row(self.attributes.value())
+        held_status = state.ad_status_from_row(self.status.value())
+        ad, outputs = ad_window_events.apply(ad_window_events.AdState(self.window, held_attributes, held_status),
+                                             event, self.rules)
+        if ad.attributes is not held_attributes:
+            self.attributes.update(state.attributes_to_row(ad.attributes))
+        if ad.status != held_status:
+            self.status.update(state.ad_status_to_row(ad.status))
+        for output in outputs:
+            if isinstance(output, feature_events.TimerAt):
+                ctx.timer_service().register_event_time_timer(output.at_ms)
+            elif isinstance(output, feature_events.TickWindow):
+                yield state.tick_window_to_row(output)
+            elif isinstance(output, ad_window_events.Late):
+                self.late.inc()
+            else:
+                self.expired.inc()
+                yield DEAD_LETTERS, dead_letter_row(dead_letter(
+                    JOB_NAME, topic=row.topic, partition=row.partition, offset=row.offset, timestamp_ms=row.event_ms,
+                    key=None, value=None, error_type="LateEvent", reason=output.reason), self.codec)
 
 
 class Publish(KeyedProcessFunction):

@@ -19,6 +19,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from core import feature_inputs
 from core.ad_stats import AdAttributes, KnownAd
+from core.ad_window_events import AdStatus
 from core.feature_events import PublisherState, TickWindow
 from core.feature_windows import Counts, KeyWindow, ServedSlot, WaitingBeacon, WindowRules
 
@@ -100,6 +101,24 @@ def attributes_from_row(row) -> AdAttributes | None:
     campaign_id, advertiser_id, version, bid_type, bid_micros, category, removed, embedding = row
     return AdAttributes(int(campaign_id), int(advertiser_id), int(version), bid_type, int(bid_micros),
                         int(category), bool(removed), tuple(float(v) for v in embedding))
+
+
+def ad_input_from_row(row) -> feature_inputs.AdInput:
+    """An AD_INPUT row as core's AdInput."""
+    return feature_inputs.AdInput(row.kind, int(row.ad_id), int(row.campaign_id), int(row.event_ms),
+                                  row.impression_id, int(row.served_ms), row.placement, int(row.position),
+                                  attributes_from_row(row.attributes))
+
+
+def ad_status_from_row(row) -> AdStatus | None:
+    if row is None:
+        return None
+    campaign_id, attributes_changed, sent_traffic = row
+    return AdStatus(int(campaign_id), bool(attributes_changed), bool(sent_traffic))
+
+
+def ad_status_to_row(status: AdStatus) -> Row:
+    return Row(status.campaign_id, status.attributes_changed, status.sent_traffic)
 
 
 def ad_input_row(found: feature_inputs.AdInput, topic: str, partition: int, offset: int) -> Row:

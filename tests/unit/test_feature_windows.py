@@ -96,6 +96,11 @@ def test_a_key_stops_ticking_when_it_holds_nothing_or_the_input_ended():
     assert not fw.keeps_ticking(True, True, True, fw.END_OF_TIME_MS)
 
 
+def test_what_happens_is_first_published_at_its_buckets_tick_or_the_next_to_fire():
+    assert fw.first_tick(T0 + 2_000, T0, RULES) == T0 + TICK
+    assert fw.first_tick(T0 + 2_000, T0 + TICK + 5, RULES) == T0 + 2 * TICK
+
+
 def _key_window() -> fw.KeyWindow:
     return fw.KeyWindow({}, {}, {}, RULES)
 
