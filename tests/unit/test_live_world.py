@@ -35,10 +35,9 @@ def test_a_users_taste_moves_the_true_rate_toward_ads_of_matching_content():
 def test_the_worlds_serving_records_are_valid_compiled_records():
     world, placements = make_live_world(seed=3, advertisers=2, users=10)
     codec = AvroCodec()
-    names = {topics.SERVING_CAMPAIGNS: "ServingCampaign", topics.SERVING_ADS: "ServingAd"}
     records = world.serving_records(placements, 1_000)
     for topic, record in records:
-        assert codec.decode(codec.encode(names[topic], record)) == record
+        assert codec.decode(codec.encode(topics.record_type(topic), record)) == record
     assert sum(1 for t, _ in records if t == topics.SERVING_ADS) == world.ads
 
 
