@@ -28,6 +28,14 @@ def kafka_cluster_id(random_bytes=None) -> str:
             return cluster_id
 
 
+def write_properties(folder: Path, name: str, props: Mapping[str, str]) -> Path:
+    """A JVM server's `name` properties file in its folder, with the console-only log4j2.properties beside it."""
+    path = folder / name
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (folder / "log4j2.properties").write_text(_LOG4J2_CONSOLE)
+    return path
+
+
 class Kafka(Service):
     """A single Kafka 4.x broker in KRaft mode (broker and controller in one)."""
 
@@ -83,11 +91,7 @@ class Kafka(Service):
             "log.message.timestamp.after.max.ms": "9223372036854775807",
             **self.broker_properties,
         }
-        path = self.data_dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        log4j = self.data_dir / "log4j2.properties"
-        log4j.write_text(_LOG4J2_CONSOLE)
-        return path
+        return write_properties(self.data_dir, "server.properties", props)
 
     def launch(self) -> None:
         java = java_binary()
@@ -166,10 +170,8 @@ class KafkaConnect(Service):
             # holds the lost connector and task UNASSIGNED that long after the broker returns.
             "scheduled.rebalance.max.delay.ms": "0",
         }
-        config = self.data_dir / "connect-distributed.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        config = write_properties(self.data_dir, "connect-distributed.properties", props)
         log4j = self.data_dir / "log4j2.properties"
-        log4j.write_text(_LOG4J2_CONSOLE)
         self.process().start([
             java, "-Xms256m", "-Xmx1g", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
