@@ -199,8 +199,8 @@ def _served(settings: PlatformSettings, server_id: str, since_ms: int) -> Iterat
     from schemas import topics
     from streams.kafka import iter_records
 
-    return (r for r in iter_records(settings.kafka_bootstrap, topics.AD_SERVED, "ServedRecord", since_ms)
-            if r["server_id"] == server_id)
+    served = iter_records(settings.kafka_bootstrap, topics.AD_SERVED, topics.record_type(topics.AD_SERVED), since_ms)
+    return (r for r in served if r["server_id"] == server_id)
 
 
 def _new_ad_figures(world, features_dir: Path, users: np.ndarray) -> dict[str, Any]:
