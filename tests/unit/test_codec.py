@@ -118,7 +118,7 @@ def test_malformed_bytes_raise_corrupt_record_naming_topic_partition_and_offset(
     with pytest.raises(CorruptRecord) as err:
         AvroCodec().decode(data, "AdEvent", topic=topics.AD_EVENTS, partition=3, offset=1234)
     assert (err.value.topic, err.value.partition, err.value.offset) == (topics.AD_EVENTS, 3, 1234)
-    assert "topic ad.events partition 3 offset 1234" in str(err.value)
+    assert f"topic {topics.AD_EVENTS} partition 3 offset 1234" in str(err.value)
     assert reason in str(err.value)
 
 
