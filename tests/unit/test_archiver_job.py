@@ -58,7 +58,8 @@ def test_each_topic_gets_its_own_folder_committed_an_hour_plus_the_delay_after_i
     build(t_env, _settings("--archive-dir", "s3://bucket/archive/", "--topics", topics.AD_EVENTS,
                            "--commit-delay-s", "30"))
     sink = next(sql for sql in t_env.sql if "'connector' = 'filesystem'" in sql)
-    assert "'path' = 's3://bucket/archive/ad.events'" in sink and "'sink.partition-commit.delay' = '3630 s'" in sink
+    assert f"'path' = 's3://bucket/archive/{topics.AD_EVENTS}'" in sink
+    assert "'sink.partition-commit.delay' = '3630 s'" in sink
     assert len(t_env.statements.inserts) == 1 and t_env.config.options["table.local-time-zone"] == "UTC"
 
 
