@@ -20,7 +20,7 @@ import random
 import sys
 from typing import Any, TextIO
 
-from core.auction import BID_TYPES, Candidate, run_auction
+from core.auction import BID_TYPES, AuctionRules, Candidate, run_auction
 from core.errors import AdserveError
 from core.reserves import PLATFORM_TERMS
 
@@ -94,7 +94,7 @@ def run(stream: TextIO, out: TextIO = sys.stdout) -> int:
     except InputError as exc:
         print(f"adserve auction: {exc}", file=sys.stderr)
         return 2
-    result = run_auction(candidates, positions, reserve_micros=reserve, quality_floor_micros=floor,
+    result = run_auction(candidates, positions, rules=AuctionRules(reserve, floor),
                          rng=random.Random(seed), exploration_share=exploration)
     json.dump({
         "winners": [{"slot": w.slot, "position": w.position, "ad_id": w.candidate.ad_id,

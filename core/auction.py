@@ -36,9 +36,10 @@ posteriors, or when no ad on the page is uncertain, the candidates within `explo
 ranking changes: eligibility, and every price, come from the model's totals (a winner pays for the place its
 model total holds over the best rival total at or below it), so a price never exceeds the bid.
 
-Quality weight: `quality_weight` scales the quality term in the total (and so
-in the price: next - weight x quality); 1.0 is the live rule. Only a replay
-of logged auctions (core.replay) asks for another weight.
+The reserve, the quality floor and the quality weight come in together as
+`AuctionRules`. Quality weight: `quality_weight` scales the quality term in the
+total (and so in the price: next - weight x quality); 1.0 is the live rule.
+Only a replay of logged auctions (core.replay) asks for another weight.
 
 The explanation of each winner and each sampled loser carries every input of
 its total (bid type, bid, pCTR per slot, pCVR, quality, exclusion category and
@@ -99,6 +100,16 @@ class Candidate:
     @property
     def bid_code(self) -> int:
         return BID_TYPES.index(self.bid_type.lower())
+
+
+@dataclass(frozen=True)
+class AuctionRules:
+    """What decides who may fill a slot and what a winner pays: the reserve (micros of total value per impression),
+    the quality floor (None: none) and the weight of the quality term in a total."""
+
+    reserve_micros: int = 0
+    quality_floor_micros: int | None = None
+    quality_weight: float = 1.0
 
 
 @dataclass
@@ -338,17 +349,17 @@ def reserve_sets_price(c: Candidate, next_total: Fraction, reserve_micros: int, 
     return reserve_micros > next_total - weighted_quality(c.quality_micros, quality_weight)
 
 
-def _winner(value: np.ndarray, eligible: np.ndarray, campaigns: np.ndarray, candidate: Callable[[int], Candidate],
-            chosen: int, slot: int, slot_positions: Sequence[int], reserve_micros: int,
-            quality_floor_micros: int | None, quality_weight: float, exploration_probability: float,
-            scores_from_fallback: bool) -> Winner:
+def _winner(board: _Board, eligible: np.ndarray, chosen: int, slot: int, slot_positions: Sequence[int],
+            exploration_probability: float, scores_from_fallback: bool) -> Winner:
     """The chosen candidate's price (set by the best eligible rival of another campaign at or below it, or by the
     reserve) and its explanation."""
     slots = len(slot_positions)
-    own = candidate(chosen)
+    value, campaigns, rules = board.value, board.campaigns, board.rules
+    reserve_micros, quality_weight = rules.reserve_micros, rules.quality_weight
+    own = board.candidate(chosen)
     rivals = eligible & (campaigns != campaigns[chosen]) & (value[:, slot] <= value[chosen, slot])
     runner_up = int(np.argmax(np.where(rivals, value[:, slot], -np.inf))) if rivals.any() else None
-    rival = candidate(runner_up) if runner_up is not None else None
+    rival = board.candidate(runner_up) if runner_up is not None else None
     runner_total = exact_total(rival, slot, quality_weight) if rival is not None else None
     next_total = Fraction(reserve_micros) if runner_total is None else max(runner_total, Fraction(reserve_micros))
     price = price_micros(own, slot, next_total, quality_weight, reserve_micros)
@@ -364,7 +375,7 @@ def _winner(value: np.ndarray, eligible: np.ndarray, campaigns: np.ndarray, cand
             "pctr": float(own.pctr[slot]), "pcvr": float(own.pcvr) if own.bid_code == CPA else None,
             "quality_micros": own.quality_micros,
             "reserve_micros": reserve_micros,
-            "quality_floor_micros": quality_floor_micros,
+            "quality_floor_micros": rules.quality_floor_micros,
             "quality_weight": quality_weight,
             "bid_micros": own.bid_micros,
             "bid_type": own.bid_type.lower(),
@@ -400,15 +411,12 @@ def _exploration_order(value: np.ndarray, allowed: np.ndarray, campaigns: np.nda
 class _Board:
     """One auction's columns, totals and eligibility, with the exact re-check near the reserve."""
 
-    def __init__(self, columns: CandidateArrays, reserve_micros: int, quality_floor_micros: int | None,
-                 quality_weight: float) -> None:
+    def __init__(self, columns: CandidateArrays, rules: AuctionRules) -> None:
         self.columns = columns
-        self.reserve_micros = reserve_micros
-        self.quality_floor_micros = quality_floor_micros
-        self.quality_weight = quality_weight
+        self.rules = rules
         self.bid_values = columns.bid_values()
-        self.value = columns.totals(quality_weight, self.bid_values)
-        self.allowed = columns.eligible(self.value, self.bid_values, reserve_micros, quality_floor_micros)
+        self.value = columns.totals(rules.quality_weight, self.bid_values)
+        self.allowed = columns.eligible(self.value, self.bid_values, rules.reserve_micros, rules.quality_floor_micros)
         _, self.campaigns = np.unique(columns.campaign_id.astype(str) if columns.campaign_id.dtype == object
                                       else columns.campaign_id, return_inverse=True)
         self._picked: dict[int, Candidate] = {}
@@ -421,21 +429,22 @@ class _Board:
     def exact(self, i: int, slot: int) -> bool:
         """The float check passed; near the reserve, money decides in exact arithmetic (a rounding never lets an
         ad under). Elsewhere the float's relative error (~1e-16) is far inside the margin."""
-        value, bid_value, reserve = self.value[i, slot], self.bid_values[i, slot], self.reserve_micros
+        rules = self.rules
+        value, bid_value, reserve = self.value[i, slot], self.bid_values[i, slot], rules.reserve_micros
         margin = 1e-9 * max(1.0, abs(reserve), abs(value), abs(bid_value))
         if min(value, bid_value) - reserve > margin:
             return True
-        return exactly_eligible(self.candidate(i), slot, reserve, self.quality_floor_micros, self.quality_weight)
+        return exactly_eligible(self.candidate(i), slot, reserve, rules.quality_floor_micros, rules.quality_weight)
 
     def exactly_allowed(self) -> np.ndarray:
         """`allowed` with the exact check applied where the float check is close to the reserve: who may fill
         each slot, decided as `exact` decides it for a winner. Shape (candidates, slots)."""
-        allowed = self.allowed.copy()
-        value, bid_value, reserve = self.value, self.bid_values, self.reserve_micros
+        allowed, rules = self.allowed.copy(), self.rules
+        value, bid_value, reserve = self.value, self.bid_values, rules.reserve_micros
         scale = np.maximum(np.maximum(1.0, abs(reserve)), np.maximum(np.abs(value), np.abs(bid_value)))
         for i, slot in np.argwhere(allowed & (np.minimum(value, bid_value) - reserve <= 1e-9 * scale)):
             allowed[i, slot] = exactly_eligible(self.candidate(int(i)), int(slot), reserve,
-                                                self.quality_floor_micros, self.quality_weight)
+                                                rules.quality_floor_micros, rules.quality_weight)
         return allowed
 
     def best(self, eligible: np.ndarray, slot: int) -> int | None:
@@ -457,21 +466,20 @@ class _Board:
 
 
 def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_positions: Sequence[int], *,
-                reserve_micros: int = 0, quality_floor_micros: int | None = None,
-                rng: random.Random | None = None, exploration_share: float = DEFAULT_EXPLORATION_SHARE,
+                rules: AuctionRules = AuctionRules(), rng: random.Random | None = None,
+                exploration_share: float = DEFAULT_EXPLORATION_SHARE,
                 exploration_margin: float = DEFAULT_EXPLORATION_MARGIN,
-                scores_from_fallback: bool = False, quality_weight: float = 1.0,
-                ctr_posterior: PosteriorSource | None = None) -> AuctionResult:
-    """Fill the slots; see the module docstring for the rules. `ctr_posterior`: the candidates' click-rate
-    posteriors (or a function returning them, called only on an explored request) for Thompson sampling in
-    the exploration slice; without it the slice shuffles near ties."""
+                scores_from_fallback: bool = False, ctr_posterior: PosteriorSource | None = None) -> AuctionResult:
+    """Fill the slots; see the module docstring for the rules (`rules`: reserve, quality floor and quality weight).
+    `ctr_posterior`: the candidates' click-rate posteriors (or a function returning them, called only on an
+    explored request) for Thompson sampling in the exploration slice; without it the slice shuffles near ties."""
     rng = rng or random.Random(0)
     slots = len(slot_positions)
     if not len(candidates) or not slots:
-        return AuctionResult([], False, reserve_micros=reserve_micros, candidate_count=len(candidates))
+        return AuctionResult([], False, reserve_micros=rules.reserve_micros, candidate_count=len(candidates))
     columns = candidates if isinstance(candidates, CandidateArrays) else \
         CandidateArrays.from_candidates(candidates, slots)
-    board = _Board(columns, reserve_micros, quality_floor_micros, quality_weight)
+    board = _Board(columns, rules)
     explored = exploration_share > 0 and rng.random() < exploration_share
     policy = None
     if explored:
@@ -490,7 +498,7 @@ def run_auction(candidates: Sequence[Candidate] | CandidateArrays, slot_position
     losers = sorted(set(range(len(columns))) - set(won))
     sample = sorted(rng.sample(losers, min(SAMPLED_LOSERS, len(losers))))
     sampled = _losers(columns, sample, board.value)
-    return AuctionResult(winners, policy is not None, sampled, reserve_micros, len(columns), policy)
+    return AuctionResult(winners, policy is not None, sampled, rules.reserve_micros, len(columns), policy)
 
 
 def _thompson_page(board: _Board, slot_positions: Sequence[int], posterior: CtrPosterior, rng: random.Random,
@@ -523,9 +531,8 @@ def _thompson_page(board: _Board, slot_positions: Sequence[int], posterior: CtrP
         if pick < 0:
             break
         eligible = available & allowed[:, slot]
-        winners.append(_winner(board.value, eligible, board.campaigns, board.candidate, pick, slot,
-                               slot_positions, board.reserve_micros, board.quality_floor_micros,
-                               board.quality_weight, float(probabilities[slot]), scores_from_fallback))
+        winners.append(_winner(board, eligible, pick, slot, slot_positions, float(probabilities[slot]),
+                               scores_from_fallback))
         won.append(pick)
         available &= board.campaigns != board.campaigns[pick]
         if categories[pick]:
@@ -549,9 +556,8 @@ def _fill_slots(board: _Board, slot_positions: Sequence[int], shuffled: list[int
             chosen = board.best(eligible, slot)
         if chosen is None:
             break
-        winners.append(_winner(board.value, eligible, board.campaigns, board.candidate, chosen, slot,
-                               slot_positions, board.reserve_micros, board.quality_floor_micros,
-                               board.quality_weight, propensity if from_shuffle else 1.0, scores_from_fallback))
+        winners.append(_winner(board, eligible, chosen, slot, slot_positions,
+                               propensity if from_shuffle else 1.0, scores_from_fallback))
         won.append(chosen)
         available &= board.campaigns != board.campaigns[chosen]
         if categories[chosen]:

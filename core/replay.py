@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
-from core.auction import (CPA, CPM, Candidate, exact_bid_value, exact_total, price_micros, reserve_sets_price,
-                          run_auction)
+from core.auction import (CPA, CPM, AuctionRules, Candidate, exact_bid_value, exact_total, price_micros,
+                          reserve_sets_price, run_auction)
 from core.errors import AdserveError, InvalidArgument
 
 Record = Mapping[str, Any]
@@ -295,9 +295,8 @@ def replay(record: Record, reserve_micros: int | None = None, quality_weight: fl
     candidates = logged_candidates(record)
     positions = [int(p) for p in record["slot_positions"]]
     reserve = int(record["reserve_micros"]) if reserve_micros is None else int(reserve_micros)
-    result = run_auction(candidates, positions, reserve_micros=reserve,
-                         quality_floor_micros=record.get("quality_floor_micros"), rng=random.Random(0),
-                         exploration_share=0.0, quality_weight=quality_weight)
+    rules = AuctionRules(reserve, record.get("quality_floor_micros"), quality_weight)
+    result = run_auction(candidates, positions, rules=rules, rng=random.Random(0), exploration_share=0.0)
     winners = tuple(SlotOutcome(w.slot, w.position, int(w.candidate.ad_id), int(w.candidate.campaign_id),
                                 w.price_micros, w.expected_cost_micros()) for w in result.winners)
     return AuctionOutcome(str(record["request_id"]), len(positions), reserve, quality_weight, winners)

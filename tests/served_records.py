@@ -7,7 +7,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, Sequence
 
-from core.auction import AuctionResult, Candidate, run_auction
+from core.auction import AuctionResult, AuctionRules, Candidate, run_auction
 from core.reserves import AuctionTerms, ReserveBook
 from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer
@@ -50,8 +50,8 @@ def auction_record(candidates: Sequence[Candidate], positions: Sequence[int] = (
                    location: str | None = "US/CA", now_ms: int = T0, exploration_share: float = 0.0,
                    seed: int = 0) -> dict[str, Any]:
     """Run the auction and log it as the ad server does."""
-    result = run_auction(candidates, list(positions), reserve_micros=reserve_micros,
-                         quality_floor_micros=quality_floor_micros, rng=random.Random(seed),
+    result = run_auction(candidates, list(positions), rules=AuctionRules(reserve_micros, quality_floor_micros),
+                         rng=random.Random(seed),
                          exploration_share=exploration_share)
     return served(result, request_id=request_id, placement=placement, positions=positions,
                   reserve_micros=reserve_micros, quality_floor_micros=quality_floor_micros, location=location,

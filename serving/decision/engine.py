@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from core.auction import CandidateArrays, cpa_bids, run_auction
+from core.auction import AuctionRules, CandidateArrays, cpa_bids, run_auction
 from core.exploration import CERTAIN_AT_PSEUDO_IMPRESSIONS, THOMPSON_DRAWS, CtrPosterior
 from core.reserves import AuctionTerms, ReserveBook
 from serving.decision.campaigns import CampaignTable
@@ -169,8 +169,8 @@ class DecisionEngine:
                                                                               clock, deadline)
         laps.lap("prediction")
         candidates = self._candidates(pre.rows, filtered, at, pctr, pcvr, terms)
-        result = run_auction(candidates, request.slot_positions, reserve_micros=terms.reserve_micros,
-                             quality_floor_micros=terms.quality_floor_micros, rng=rng,
+        result = run_auction(candidates, request.slot_positions,
+                             rules=AuctionRules(terms.reserve_micros, terms.quality_floor_micros), rng=rng,
                              exploration_share=cfg.exploration_share, scores_from_fallback=fallback,
                              ctr_posterior=lambda: self._posterior(pre.rows))
         winners = [self._slot_decision(w) for w in result.winners]

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.auction import CPA, CPC, CPM, Candidate, cpa_bids, exact_bid_value, exact_total, run_auction
+from core.auction import (CPA, CPC, CPM, AuctionRules, Candidate, cpa_bids, exact_bid_value, exact_total,
+                          run_auction)
 from core.errors import InvalidArgument
 from core.exploration import CtrPosterior
 
@@ -44,14 +45,14 @@ def test_cpa_value_is_target_times_pctr_times_pcvr():
 
 def test_a_lone_winner_pays_the_reserve():
     a = cpc("A", "a", 2_000_000, 0.015)
-    [winner] = run_auction([a], [1], reserve_micros=15_000, exploration_share=0).winners
+    [winner] = run_auction([a], [1], rules=AuctionRules(reserve_micros=15_000), exploration_share=0).winners
     assert winner.price_micros == 1_000_000  # 15,000 / 0.015
     assert winner.explanation["price_set_by"] == "reserve"
 
 
 def test_a_lone_winner_with_a_positive_quality_still_pays_the_whole_reserve():
     a = cpc("A", "a", 2_000_000, 0.015, quality=5_000)  # total 35,000
-    [winner] = run_auction([a], [1], reserve_micros=15_000, exploration_share=0).winners
+    [winner] = run_auction([a], [1], rules=AuctionRules(reserve_micros=15_000), exploration_share=0).winners
     assert winner.price_micros == 1_000_000  # 15,000 / 0.015, not (15,000 - 5,000) / 0.015
     assert winner.explanation["price_set_by"] == "reserve"
 
@@ -59,7 +60,7 @@ def test_a_lone_winner_with_a_positive_quality_still_pays_the_whole_reserve():
 def test_quality_cannot_take_a_price_under_the_reserve_when_a_runner_up_sets_it():
     a = cpc("A", "a", 2_000_000, 0.015, quality=2_000)  # bid value 30,000, total 32,000
     b = cpc("B", "b", 3_000_000, 0.008, quality=-1_000)  # total 23,000
-    [winner] = run_auction([a, b], [1], reserve_micros=25_000, exploration_share=0).winners
+    [winner] = run_auction([a, b], [1], rules=AuctionRules(reserve_micros=25_000), exploration_share=0).winners
     # (23,000 - 2,000) / 0.015 = $1.40 would pay 21,000 an impression, under the reserve: it pays 25,000
     assert winner.price_micros == 1_666_667 and winner.explanation["price_set_by"] == "reserve"
 
@@ -67,7 +68,7 @@ def test_quality_cannot_take_a_price_under_the_reserve_when_a_runner_up_sets_it(
 def test_the_reserve_floors_each_slots_price_at_that_slots_click_rate():
     a = Candidate("A", "a", "cpc", 2_000_000, [0.02, 0.01])
     b = Candidate("B", "b", "cpc", 1_000_000, [0.02, 0.01])
-    winners = run_auction([a, b], [1, 2], reserve_micros=5_000, exploration_share=0).winners
+    winners = run_auction([a, b], [1, 2], rules=AuctionRules(reserve_micros=5_000), exploration_share=0).winners
     assert [(w.candidate.ad_id, w.price_micros) for w in winners] == [("A", 1_000_000), ("B", 500_000)]
     for w in winners:  # what each pays per impression at its own slot reaches the reserve
         assert exact_bid_value(replace(w.candidate, bid_micros=w.price_micros), w.slot - 1) >= 5_000
@@ -77,16 +78,17 @@ def test_a_big_quality_term_cannot_buy_a_slot_whose_reserve_the_bid_does_not_pay
     # an advertiser claiming its own quality term (the platform owns it): a $0.01 click bid with +$1 of "quality"
     cheat = cpc("CHEAT", "a", 10_000, 0.01, quality=1_000_000)  # bid value 100, total 1,000,100
     honest = cpc("HONEST", "b", 5_000_000, 0.02)  # bid value 100,000
-    [winner] = run_auction([cheat, honest], [1], reserve_micros=1_000, exploration_share=0).winners
+    [winner] = run_auction([cheat, honest], [1], rules=AuctionRules(reserve_micros=1_000), exploration_share=0).winners
     assert winner.candidate.ad_id == "HONEST" and winner.price_micros == 50_000  # 1,000 / 0.02
 
 
 def test_an_ad_under_the_quality_floor_cannot_win_at_any_price():
     disliked = cpc("D", "a", 50_000_000, 0.05, quality=-600)  # total 2,499,400
     fine = cpc("F", "b", 1_000_000, 0.01)  # total 10,000
-    [winner] = run_auction([disliked, fine], [1], quality_floor_micros=-500, exploration_share=0).winners
+    floor = AuctionRules(quality_floor_micros=-500)
+    [winner] = run_auction([disliked, fine], [1], rules=floor, exploration_share=0).winners
     assert winner.candidate.ad_id == "F" and winner.explanation["quality_floor_micros"] == -500
-    assert run_auction([disliked], [1], quality_floor_micros=-500, exploration_share=0).winners == []
+    assert run_auction([disliked], [1], rules=floor, exploration_share=0).winners == []
 
 
 def test_a_conversion_bid_is_charged_per_click_at_its_price_times_pcvr():
@@ -100,7 +102,7 @@ def test_a_conversion_bid_is_charged_per_click_at_its_price_times_pcvr():
 
 def test_a_candidate_under_the_reserve_is_dropped_and_the_slot_may_stay_empty():
     a = cpc("A", "a", 1_000_000, 0.01)  # total 10,000
-    assert run_auction([a], [1], reserve_micros=10_001, exploration_share=0).winners == []
+    assert run_auction([a], [1], rules=AuctionRules(reserve_micros=10_001), exploration_share=0).winners == []
 
 
 def test_a_campaign_wins_at_most_once_per_page():
@@ -130,7 +132,7 @@ def test_every_result_explains_its_price():
     a = cpc("A", "a", 2_000_000, 0.015, quality=2_000, participation_probability=0.42)
     b = cpc("B", "b", 3_000_000, 0.008, quality=-1_000)
     result = run_auction([a, b] + [cpc(f"L{i}", f"l{i}", 10_000, 0.001) for i in range(30)], [1],
-                         reserve_micros=100, exploration_share=0, scores_from_fallback=True)
+                         rules=AuctionRules(reserve_micros=100), exploration_share=0, scores_from_fallback=True)
     e = result.winners[0].explanation
     assert (e["runner_up_total_value_micros"], e["pctr"], e["runner_up_pctr"]) == (23_000, 0.015, 0.008)
     assert (e["quality_micros"], e["runner_up_quality_micros"], e["reserve_micros"]) == (2_000, -1_000, 100)
@@ -165,8 +167,8 @@ candidate_strategy = st.builds(
        reserve=st.integers(0, 20_000), slots=st.integers(1, 3),
        quality_floor=st.one_of(st.none(), st.integers(-5_000, 5_000)), explore=st.booleans())
 def test_auction_invariants(candidates, reserve, slots, quality_floor, explore):
-    result = run_auction(candidates, list(range(1, slots + 1)), reserve_micros=reserve,
-                         quality_floor_micros=quality_floor, exploration_share=1.0 if explore else 0.0)
+    result = run_auction(candidates, list(range(1, slots + 1)), rules=AuctionRules(reserve, quality_floor),
+                         exploration_share=1.0 if explore else 0.0)
     campaigns = [w.candidate.campaign_id for w in result.winners]
     assert len(campaigns) == len(set(campaigns))  # a campaign at most once
     for w in result.winners:
@@ -318,8 +320,8 @@ def test_a_winner_logs_at_least_the_propensity_floor():
 def test_auction_invariants_hold_under_thompson_sampling(candidates, reserve, slots, quality_floor, seed, strength):
     prior = np.array([c.pctr[0] for c in candidates])
     posterior = CtrPosterior(prior * strength, (1 - prior) * strength)
-    result = run_auction(candidates, list(range(1, slots + 1)), reserve_micros=reserve,
-                         quality_floor_micros=quality_floor, rng=random.Random(seed), exploration_share=1.0,
+    result = run_auction(candidates, list(range(1, slots + 1)), rules=AuctionRules(reserve, quality_floor),
+                         rng=random.Random(seed), exploration_share=1.0,
                          ctr_posterior=posterior)
     campaigns = [w.candidate.campaign_id for w in result.winners]
     assert len(campaigns) == len(set(campaigns))

@@ -12,7 +12,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from core import replay
-from core.auction import Candidate, exact_total, run_auction
+from core.auction import AuctionRules, Candidate, exact_total, run_auction
 from schemas import HISTORY_DIR, SCHEMA_DIR
 from schemas.codec import AvroCodec, SchemaRegistry
 from tests.served_records import auction_record, design_example, served
@@ -204,7 +204,7 @@ def _reserve(auction) -> int:
 def _logged(auction):
     positions = sorted(random.Random(auction["seed"]).sample(range(1, 12), auction["slots"]))
     reserve = _reserve(auction)
-    result = run_auction(auction["candidates"], positions, reserve_micros=reserve,
+    result = run_auction(auction["candidates"], positions, rules=AuctionRules(reserve),
                          rng=random.Random(auction["seed"]), exploration_share=0)
     return result, served(result, positions=positions, reserve_micros=reserve)
 
@@ -229,8 +229,8 @@ def test_a_replay_called_exact_is_what_the_full_auction_does(auction, new_reserv
     _, record = _logged(auction)
     assume(replay.replay_is_exact(record, new_reserve, quality_weight))
     event("complete log" if replay.log_is_complete(record) else "sampled log")
-    full = run_auction(auction["candidates"], record["slot_positions"], reserve_micros=new_reserve,
-                       exploration_share=0, quality_weight=quality_weight)
+    full = run_auction(auction["candidates"], record["slot_positions"],
+                       rules=AuctionRules(new_reserve, quality_weight=quality_weight), exploration_share=0)
     replayed = replay.replay(record, new_reserve, quality_weight)
     assert [(w.slot, w.ad_id, w.price_micros, w.expected_cost_micros) for w in replayed.winners] == \
         [(w.slot, w.candidate.ad_id, w.price_micros, w.expected_cost_micros()) for w in full.winners]
