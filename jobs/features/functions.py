@@ -1,9 +1,9 @@
 """The Flink functions of `features`. Decode turns records into the windows' inputs (core.feature_inputs);
-AdWindow keeps one ad's buckets and served slots (core.feature_windows) and sends its window to Publish at
-every tick; Publish (one key) stages the windows and estimates every ad at each tick (core.feature_events) and
-writes the snapshot, the features.ads rows and the registry entry; UserWindow keeps one consented user's
-window and writes their features to Redis. The methods load state, call the rule, store and emit what it
-returns. A deletion request (core.privacy) makes UserWindow forget the user's window at once."""
+AdWindow keeps one ad's window and sends it to Publish at every tick (core.ad_window_events); Publish (one
+key) stages the windows and estimates every ad at each tick (core.feature_events) and writes the snapshot, the
+features.ads rows and the registry entry; UserWindow keeps one consented user's window and writes their
+features to Redis (core.user_window_events), and forgets the window at once on a deletion request
+(core.privacy). The functions only load state, call the rule, store and emit what it returns."""
 from __future__ import annotations
 
 import logging
@@ -13,10 +13,9 @@ from pathlib import Path
 from pyflink.common import Row
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
 
-from core import ad_stats, ad_window_events, feature_events, feature_inputs, privacy, user_activity
-from core import feature_windows as windows
+from core import ad_stats, ad_window_events, feature_events, feature_inputs, privacy, user_window_events
 from core.dead_letters import dead_letter
-from core.feature_windows import ServedSlot, WindowRules
+from core.feature_windows import WindowRules
 from jobs.features import snapshot, state
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row, timed_bytes_row_type
 from jobs.tripwire import Tripwire
@@ -73,11 +72,6 @@ class Decode(ProcessFunction):
             user = feature_inputs.user_beacon_input(record) if self.user_features and row.kind == "event" else None
             if user is not None:
                 yield USERS, state.user_input_row(user)
-
-
-def _tick_at(ctx, time_ms: int, watermark_ms: int, rules: WindowRules) -> None:
-    """Set the tick that publishes what happened at time_ms (core.feature_windows.first_tick)."""
-    ctx.timer_service().register_event_time_timer(windows.first_tick(time_ms, watermark_ms, rules))
 
 
 class AdWindow(KeyedProcessFunction):
@@ -214,34 +208,31 @@ class UserWindow(KeyedProcessFunction):
         return UserFeatureStore(self.redis_url, self.ttl_ms)
 
     def process_element(self, row, ctx):
-        watermark = ctx.timer_service().current_watermark()
         if row.kind == state.DELETION:
-            self._forget(ctx.get_current_key())
-        elif row.kind == feature_inputs.SERVED:
-            if not windows.slot_too_old(row.event_ms, watermark, self.rules):
-                self.window.serve(row.impression_id, ServedSlot(int(row.category), row.event_ms))
-                _tick_at(ctx, row.event_ms, watermark, self.rules)
-        elif windows.timing(row.event_ms, watermark, self.rules) != windows.EXPIRED:
-            slot = self.window.slot(row.impression_id)
-            if slot is None:
-                self.window.wait(row.impression_id, row.kind, row.event_ms)
-            else:
-                self.window.count(row.impression_id, slot, row.kind, row.event_ms, None)
-            _tick_at(ctx, row.event_ms, watermark, self.rules)
+            event = user_window_events.Deletion()
+        else:
+            event = user_window_events.InputIn(state.user_input_from_row(row), ctx.timer_service().current_watermark())
+        self._apply(event, ctx)
         self._flush()
         return []
 
     def on_timer(self, timestamp: int, ctx):
-        self.window.resolve_waiting(timestamp, None)
-        features = user_activity.user_features(self.window.totals(timestamp))
-        if features or self.wrote.value():
-            self.pending[ctx.get_current_key()] = features
-            self.wrote.update(bool(features))
-        holds = self.window.clean(timestamp)
-        if windows.keeps_ticking(holds, False, False, ctx.timer_service().current_watermark()):
-            ctx.timer_service().register_event_time_timer(timestamp + self.rules.bucket_ms)
+        self._apply(user_window_events.Tick(timestamp, ctx.timer_service().current_watermark()), ctx)
         self._flush()
         return []
+
+    def _apply(self, event: user_window_events.Event, ctx) -> None:
+        held_wrote = bool(self.wrote.value())
+        user, outputs = user_window_events.apply(user_window_events.UserState(self.window, held_wrote), event,
+                                                 self.rules)
+        for output in outputs:
+            if isinstance(output, feature_events.TimerAt):
+                ctx.timer_service().register_event_time_timer(output.at_ms)
+            elif isinstance(output, user_window_events.Write):
+                self.pending[ctx.get_current_key()] = output.features
+                self.wrote.update(user.wrote)
+            else:
+                self._forget(ctx.get_current_key())
 
     def _forget(self, user_id: str) -> None:
         """Drop everything held of the user: the window's state and an unwritten write (its Redis keys go with

@@ -127,6 +127,11 @@ def ad_input_row(found: feature_inputs.AdInput, topic: str, partition: int, offs
                   partition, offset)
 
 
+def user_input_from_row(row) -> feature_inputs.UserInput:
+    """A USER_INPUT row (not a deletion) as core's UserInput."""
+    return feature_inputs.UserInput(row.kind, row.user_id, row.impression_id, int(row.event_ms), int(row.category))
+
+
 def user_input_row(found: feature_inputs.UserInput) -> Row:
     return _named(USER_INPUT, found.kind, found.user_id, found.impression_id, found.event_ms, found.category)
 
@@ -239,6 +244,9 @@ class MapView(MutableMapping):
 
     def __len__(self) -> int:
         return sum(1 for _ in self.map_state.items())
+
+    def clear(self) -> None:
+        self.map_state.clear()
 
     def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
         return [(self.from_key(key), self.from_row(row)) for key, row in self.map_state.items()]
