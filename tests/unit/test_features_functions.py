@@ -8,6 +8,7 @@ import pytest
 
 from core import feature_inputs
 from core.ad_stats import EstimateRules
+from core.feature_events import TickWindow
 from core.feature_windows import UNKNOWN_CELL, Counts, WindowRules
 from jobs.features import state
 from jobs.features.functions import (CAMPAIGNS, DEAD_LETTERS, REGISTRY, USERS, AdWindow, Decode, Publish,
@@ -16,7 +17,7 @@ from schemas import topics
 from schemas.codec import AvroCodec
 from streams import ad_features
 from tests.features_records import (T0, beacon, feedback, served, serving_ad, serving_campaign, winner)
-from tests.unit.flink_fakes import FakeContext, FakeMetrics, FakeRuntimeContext, at_key, opened
+from tests.unit.flink_fakes import FakeContext, FakeMapState, FakeMetrics, FakeRuntimeContext, at_key, opened
 
 CODEC = AvroCodec()
 TICK = 300_000
@@ -346,3 +347,19 @@ def test_a_late_window_staged_with_the_next_keeps_its_attributes(tmp_path):
     (row,) = [r for r in publish.on_timer(T0 + 2 * TICK, ctx) if not isinstance(r, tuple)]
     record = CODEC.decode(row[1], "AdFeatures")
     assert (record["ad_id"], record["advertiser_id"], record["impressions"]) == (11, 100, 3)
+
+
+def test_a_map_view_reads_and_writes_the_flink_state_in_cores_types():
+    staged = FakeMapState()
+    view = state.MapView(staged, state.tick_window_from_row, state.tick_window_to_row, state.staged_key_of,
+                         lambda key: state.staged_key(*key))
+    window = TickWindow(11, T0 + TICK, 1, None, {("feed", 1): Counts(impressions=2)})
+    view[(T0 + TICK, 11)] = window
+    assert list(staged.held) == [f"{T0 + TICK}:11"]
+    assert view[(T0 + TICK, 11)] == window and view.get((T0, 11)) is None and len(view) == 1
+    assert list(view.items()) == [((T0 + TICK, 11), window)]
+    del view[(T0 + TICK, 11)]
+    assert not view
+    view[(T0, 12)] = window
+    view.clear()
+    assert staged.held == {}
