@@ -264,24 +264,37 @@ def on_spend(state: PacerState, window: Window, max_price_micros: int) -> None:
                                              -(-window.spend_micros // window.served))
 
 
-def on_server_spend(state: PacerState, server_id: str, lease_id: str | None, spend_micros: int,
-                    spend_per_s_micros: float, wants_slice: bool, max_price_micros: int,
-                    now_ms: int, released: bool = False) -> list[Output]:
+@dataclass(frozen=True)
+class ServerSpend:
+    """One server's spend on a metered campaign in a 1 s window: draws its slice down, may ask for a new one,
+    or (`released`: a draining server's last report) hands back the slices it holds of the campaign."""
+
+    server_id: str
+    lease_id: str | None
+    spend_micros: int
+    wants_slice: bool
+    max_price_micros: int
+    at_ms: int
+    released: bool = False
+
+
+def on_server_spend(state: PacerState, report: ServerSpend, spend_per_s_micros: float) -> list[Output]:
     """One server's spend on the campaign (1 s windows, only for reports naming a slice, asking for one or
-    handing slices back): draws the slice down, and grants a new slice when the campaign is metered and the
-    server asks. `released`: the server's last report (it drains) hands back every slice it holds of the
-    campaign. They are dropped: what they had not spent is neither outstanding nor, once they would have
-    expired, counted as spent until billing settles it, so the campaign may spend it again at once. Safe
-    because the server serves nothing after that report, and all it spent is in the reports (the 10 s
-    windows count it whether or not its slice is still held)."""
-    state.click_price_micros = max(state.click_price_micros, max_price_micros)
+    handing slices back): draws the slice down, and grants a new slice at `report.at_ms` when the campaign is
+    metered and the server asks (sized for at least `spend_per_s_micros`). `released`: the server's last report
+    (it drains) hands back every slice it holds of the campaign. They are dropped: what they had not spent is
+    neither outstanding nor, once they would have expired, counted as spent until billing settles it, so the
+    campaign may spend it again at once. Safe because the server serves nothing after that report, and all it
+    spent is in the reports (the 10 s windows count it whether or not its slice is still held)."""
+    server_id, now_ms = report.server_id, report.at_ms
+    state.click_price_micros = max(state.click_price_micros, report.max_price_micros)
     for s in state.slices:
-        if s.lease_id == lease_id:
-            s.reported_micros += spend_micros
-    if released:
+        if s.lease_id == report.lease_id:
+            s.reported_micros += report.spend_micros
+    if report.released:
         state.slices = [s for s in state.slices if s.server_id != server_id]
         return []
-    if not wants_slice or state.last_state != "METERED":
+    if not report.wants_slice or state.last_state != "METERED":
         return []
     if any(s.server_id == server_id and s.expires_ms > now_ms and s.reported_micros < s.amount_micros
            for s in state.slices):

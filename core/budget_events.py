@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
-from core.budget import (HEARTBEAT_MS, AdSummary, Output, PacerState, Window, live_ads, on_ads, on_billed,
-                         on_campaign, on_server_spend, on_spend, step)
+from core.budget import (HEARTBEAT_MS, AdSummary, Output, PacerState, ServerSpend, Window, live_ads, on_ads,
+                         on_billed, on_campaign, on_server_spend, on_spend, step)
 from core.pacing import Curves
 
 
@@ -23,20 +23,6 @@ class SpendWindow:
     eligible: int
     servers: int
     max_price_micros: int
-
-
-@dataclass(frozen=True)
-class ServerSpend:
-    """One server's spend on a metered campaign in a 1 s window: draws its slice down, may ask for a new one,
-    or (`released`: a draining server's last report) hands back the slices it holds of the campaign."""
-
-    server_id: str
-    lease_id: str | None
-    spend_micros: int
-    wants_slice: bool
-    max_price_micros: int
-    at_ms: int
-    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,8 +122,7 @@ def apply(state: PacerState, event: Event, market: Market) -> tuple[PacerState, 
     if isinstance(event, SpendWindow):
         _apply_window(state, event)
     elif isinstance(event, ServerSpend):
-        outputs = on_server_spend(state, event.server_id, event.lease_id, event.spend_micros, event.spend_micros,
-                                  event.wants_slice, event.max_price_micros, event.at_ms, event.released)
+        outputs = on_server_spend(state, event, event.spend_micros)  # a 1 s window: its spend is its rate
     elif isinstance(event, LateReport):
         report = event.report
         on_spend(state, Window(event.at_ms, int(report["expected_spend_micros"]), int(report["served_ads"]),

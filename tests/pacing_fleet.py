@@ -125,8 +125,8 @@ def run_day(c: Campaign, *, servers: int = 4, seed: int = 7, traffic: Callable[[
                 second_reports.append((book.server_id, lease, spent, wants))
             book.expire(now)
         for server_id, lease, spent, wants in second_reports:  # 1 s windows reach the job ~2 s later
-            for kind, rec in budget.on_server_spend(state, server_id, lease, spent, spent, wants,
-                                                     c.price_micros, now + 2000):
+            report = budget.ServerSpend(server_id, lease, spent, wants, c.price_micros, now + 2000)
+            for kind, rec in budget.on_server_spend(state, report, spent):
                 inbox.append((sec + 2 + state_delay_s, kind, rec))
         if (sec + 1) % 10 == 0:  # the window ending at sec + 1 is there for the step at sec + 1
             pending_windows.append((sec + 1, budget.Window(now + 1000, window_spend, window_served,

@@ -271,7 +271,7 @@ def test_an_expired_slice_counts_as_spent_until_billing_covers_it():
     budget.on_campaign(state, {"timezone": "UTC", "bid_type": "CPC", "status": "ACTIVE",
                                "daily_budget_micros": 20 * DOLLAR}, DAY0_MS)
     assert state.last_state == "METERED"
-    granted = budget.on_server_spend(state, "s1", None, 0, 0.0, True, 2 * DOLLAR, DAY0_MS + 1000)
+    granted = budget.on_server_spend(state, budget.ServerSpend("s1", None, 0, True, 2 * DOLLAR, DAY0_MS + 1000), 0.0)
     assert [k for k, _ in granted] == ["lease"]
     amount = granted[0][1]["amount_micros"]
     budget.step(state, DAY0_MS + 40_000)  # the slice expired unreported
@@ -294,8 +294,8 @@ def _metered_with_slices(budget_micros: int = 20 * DOLLAR, rate_micros: int = DO
                                "daily_budget_micros": budget_micros}, DAY0_MS)
     amounts = {}
     for server in ("s1", "s2"):
-        (kind, lease), = budget.on_server_spend(state, server, None, 0, rate_micros, True, 2 * DOLLAR,
-                                                DAY0_MS + 1000)
+        (kind, lease), = budget.on_server_spend(
+            state, budget.ServerSpend(server, None, 0, True, 2 * DOLLAR, DAY0_MS + 1000), rate_micros)
         amounts[server] = lease["amount_micros"]
     return state, amounts
 
@@ -304,11 +304,11 @@ def test_a_draining_servers_released_slices_go_back_to_the_campaign_at_once():
     state, amounts = _metered_with_slices()
     lease = state.slices[0].lease_id
     outstanding = state.outstanding_micros(DAY0_MS + 2000)
-    budget.on_server_spend(state, "s1", lease, 300_000, 0.0, False, 2 * DOLLAR, DAY0_MS + 2000)
+    budget.on_server_spend(state, budget.ServerSpend("s1", lease, 300_000, False, 2 * DOLLAR, DAY0_MS + 2000), 0.0)
     spent = 400_000
     # the last report: s1's final spend on its slice, and the hand-back
-    out = budget.on_server_spend(state, "s1", lease, spent - 300_000, 0.0, True, 2 * DOLLAR, DAY0_MS + 3000,
-                                 released=True)
+    out = budget.on_server_spend(
+        state, budget.ServerSpend("s1", lease, spent - 300_000, True, 2 * DOLLAR, DAY0_MS + 3000, released=True), 0.0)
     assert out == []  # no new slice for a server that is leaving, even if its report asked for one
     assert [s.server_id for s in state.slices] == ["s2"]
     assert state.outstanding_micros(DAY0_MS + 3000) == outstanding - amounts["s1"]
@@ -322,7 +322,7 @@ def test_a_draining_servers_released_slices_go_back_to_the_campaign_at_once():
 def test_without_the_release_an_unspent_slice_counts_as_spent_until_billing_settles_it():
     state, amounts = _metered_with_slices()
     lease = state.slices[0].lease_id
-    budget.on_server_spend(state, "s1", lease, 400_000, 0.0, False, 2 * DOLLAR, DAY0_MS + 3000)
+    budget.on_server_spend(state, budget.ServerSpend("s1", lease, 400_000, False, 2 * DOLLAR, DAY0_MS + 3000), 0.0)
     budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 400_000, 2, 2, 1), 2 * DOLLAR)
     budget.step(state, DAY0_MS + 40_000)
     assert state.committed_micros() == 400_000 + (amounts["s1"] - 400_000) + amounts["s2"]
@@ -332,10 +332,13 @@ def test_a_released_slice_frees_its_unspent_part_for_the_next_grant():
     # $2.50 slices (10 s at $0.25 a second) of a $12 budget: half of it, $6, may be out at once
     state, amounts = _metered_with_slices(budget_micros=12 * DOLLAR, rate_micros=DOLLAR // 4)
     assert amounts == {"s1": 2_500_000, "s2": 2_500_000}
-    refused = budget.on_server_spend(state, "s3", None, 0, DOLLAR // 4, True, 2 * DOLLAR, DAY0_MS + 1500)
-    budget.on_server_spend(state, "s1", state.slices[0].lease_id, 0, 0.0, False, 2 * DOLLAR, DAY0_MS + 2000,
-                           released=True)
-    granted = budget.on_server_spend(state, "s3", None, 0, DOLLAR // 4, True, 2 * DOLLAR, DAY0_MS + 2500)
+    refused = budget.on_server_spend(
+        state, budget.ServerSpend("s3", None, 0, True, 2 * DOLLAR, DAY0_MS + 1500), DOLLAR // 4)
+    budget.on_server_spend(
+        state, budget.ServerSpend("s1", state.slices[0].lease_id, 0, False, 2 * DOLLAR, DAY0_MS + 2000, released=True),
+        0.0)
+    granted = budget.on_server_spend(
+        state, budget.ServerSpend("s3", None, 0, True, 2 * DOLLAR, DAY0_MS + 2500), DOLLAR // 4)
     assert refused == [] and [(k, r["amount_micros"]) for k, r in granted] == [("lease", 2_500_000)]
 
 
@@ -437,7 +440,7 @@ def test_the_state_survives_its_avro_round_trip():
     budget.on_campaign(state, {"timezone": "Europe/Berlin", "bid_type": "CPC", "status": "ACTIVE",
                                "daily_budget_micros": 20 * DOLLAR}, DAY0_MS)
     budget.on_spend(state, budget.Window(DAY0_MS + 10_000, 3 * DOLLAR, 30, 40, 2), 2 * DOLLAR)
-    budget.on_server_spend(state, "s1", None, 0, 0.0, True, 2 * DOLLAR, DAY0_MS + 11_000)
+    budget.on_server_spend(state, budget.ServerSpend("s1", None, 0, True, 2 * DOLLAR, DAY0_MS + 11_000), 0.0)
     budget.on_ads(state, ["feed", "video"], 40_000, DAY0_MS + 12_000, None)
     budget.step(state, DAY0_MS + 20_000)
     assert state.forecast_pending and state.first_eligible_ms == DAY0_MS + 10_000
