@@ -1,5 +1,6 @@
 """The features job's rows and Flink state, declared once, named and typed, with their conversions to and from
-core's types. Never decides anything.
+core's types, and the views (`MapView`) through which core's rules read and write a key's map states. Never
+decides anything.
 
 Rows between operators:
   AD_INPUT       decode -> per-ad window (core.feature_inputs.AdInput, plus where the record came from)
