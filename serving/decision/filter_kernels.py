@@ -8,8 +8,6 @@ the budget state. Both read the campaign table's hot fields at each candidate's 
 copy, no temporary array per check."""
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numba as nb
 import numpy as np
 
@@ -27,53 +25,17 @@ def _member(sorted_values, value) -> bool:
     return i < sorted_values.shape[0] and sorted_values[i] == value
 
 
-class CampaignColumns(NamedTuple):
-    """The campaign table's hot columns the checks read, indexed by campaign row."""
-    status: np.ndarray
-    flight_start: np.ndarray
-    flight_end: np.ndarray
-    cap_per_day: np.ndarray
-    cap_per_week: np.ndarray
-    campaign_id: np.ndarray
-    advertiser_id: np.ndarray
-
-
-class RequestChecks(NamedTuple):
-    """What the checks read of the request."""
-    now: int  # epoch ms
-    daypart_ok: np.ndarray  # per candidate, or empty when no campaign has dayparts
-    frequency_mode: int  # FREQUENCY_NONE, FREQUENCY_UNAVAILABLE or FREQUENCY_RECORD
-    capped_ids: np.ndarray  # sorted ids of the campaigns the user's record caps
-    hidden_ids: np.ndarray  # sorted ids of the advertisers the user hid
-
-
-class CheckResults(NamedTuple):
-    """Where static_checks writes, one element per candidate (counts: one per check)."""
-    keep: np.ndarray
-    coin: np.ndarray
-    counts: np.ndarray
-
-
-class BudgetColumns(NamedTuple):
-    """The campaign table's hot columns the coin and the budget read, indexed by campaign row, and the budget
-    states that let a campaign serve."""
-    participation: np.ndarray
-    budget_state: np.ndarray
-    slice_held: np.ndarray
-    open_state: int
-    metered_state: int
-
-
 @nb.njit(cache=True, nogil=True)
-def static_checks(crow, campaigns, active, request, slot_of, results):
-    """results.keep[j]: candidate j (campaign row crow[j], -1 if unknown) passes every check (campaigns: a
-    CampaignColumns; active: the status that serves; request: a RequestChecks); results.counts[check] += the
-    candidates that failed it first. results.coin[j]: for a kept candidate, the position of its campaign among
-    the survivors' distinct campaign rows in ascending order (whose uniform it flips).
+def static_checks(crow, hot, active, request, slot_of, results):
+    """results = (keep, coin, counts): keep[j]: candidate j (campaign row crow[j], -1 if unknown) passes every
+    check; counts[check] += the candidates that failed it first. coin[j]: for a kept candidate, the position of
+    its campaign among the survivors' distinct campaign rows in ascending order (whose uniform it flips).
+    hot: the campaign table's hot records (status, flight, caps, ids), read at each candidate's row; active: the
+    status that serves. request = (now, daypart_ok, frequency_mode, capped_ids, hidden_ids): daypart_ok per
+    candidate, or empty when no campaign has dayparts; capped_ids / hidden_ids: sorted campaign / advertiser ids.
     slot_of: scratch of one int32 per campaign row, -1 on entry and again on return.
     Returns the survivors' distinct campaign rows, ascending, and their campaign ids, ascending (the budget
     job's eligible set)."""
-    status, flight_start, flight_end, cap_per_day, cap_per_week, campaign_id, advertiser_id = campaigns
     now, daypart_ok, frequency_mode, capped_ids, hidden_ids = request
     keep, coin, counts = results
     n = crow.shape[0]
@@ -86,23 +48,24 @@ def static_checks(crow, campaigns, active, request, slot_of, results):
         if c < 0:
             counts[UNKNOWN] += 1
             continue
-        if status[c] != active:
+        campaign = hot[c]
+        if campaign.status != active:
             counts[STATUS] += 1
             continue
-        if not (flight_start[c] <= now and now < flight_end[c]):
+        if not (campaign.flight_start <= now and now < campaign.flight_end):
             counts[FLIGHT] += 1
             continue
         if dayparted and not daypart_ok[j]:
             counts[DAYPART] += 1
             continue
         if frequency_mode == FREQUENCY_UNAVAILABLE:
-            if cap_per_day[c] > 0 or cap_per_week[c] > 0:
+            if campaign.cap_per_day > 0 or campaign.cap_per_week > 0:
                 counts[FREQUENCY] += 1
                 continue
-        elif frequency_mode == FREQUENCY_RECORD and _member(capped_ids, campaign_id[c]):
+        elif frequency_mode == FREQUENCY_RECORD and _member(capped_ids, campaign.campaign_id):
             counts[FREQUENCY] += 1
             continue
-        if _member(hidden_ids, advertiser_id[c]):
+        if _member(hidden_ids, campaign.advertiser_id):
             counts[HIDDEN] += 1
             continue
         keep[j] = True
@@ -114,7 +77,7 @@ def static_checks(crow, campaigns, active, request, slot_of, results):
     ids = np.empty(found, np.int64)
     for i in range(found):
         slot_of[rows[i]] = i
-        ids[i] = campaign_id[rows[i]]
+        ids[i] = hot[rows[i]].campaign_id
     for j in range(n):
         if keep[j]:
             coin[j] = slot_of[crow[j]]
@@ -124,12 +87,13 @@ def static_checks(crow, campaigns, active, request, slot_of, results):
 
 
 @nb.njit(cache=True, nogil=True)
-def coin_and_budget(crow, keep, coin, uniforms, budget, served, short):
-    """For each kept candidate: its campaign's coin (uniforms[coin[j]]) entered with probability p, and its
-    budget state (budget: a BudgetColumns) allows serving (OPEN, or METERED with a slice held). served[j]: both;
-    short[j]: entered but METERED without a slice. Returns (candidates the budget refused, those that lost the
-    coin with the budget allowing them)."""
-    participation, budget_state, slice_held, open_state, metered_state = budget
+def coin_and_budget(crow, keep, coin, uniforms, hot, budget_states, served, short):
+    """For each kept candidate: its campaign's coin (uniforms[coin[j]]) entered with probability p
+    (hot: the campaign table's hot records, participation among them), and its budget state allows serving
+    (budget_states = (OPEN, METERED): OPEN, or METERED with a slice held). served[j]: both; short[j]: entered
+    but METERED without a slice. Returns (candidates the budget refused, those that lost the coin with the
+    budget allowing them)."""
+    open_state, metered_state = budget_states
     refused_budget = 0
     lost_coin = 0
     for j in range(crow.shape[0]):
@@ -138,13 +102,14 @@ def coin_and_budget(crow, keep, coin, uniforms, budget, served, short):
         if not keep[j]:
             continue
         c = crow[j]
-        entered = uniforms[coin[j]] < participation[c]
-        state = budget_state[c]
-        budget_ok = state == open_state or (state == metered_state and slice_held[c])
+        campaign = hot[c]
+        entered = uniforms[coin[j]] < campaign.participation
+        state = campaign.budget_state
+        budget_ok = state == open_state or (state == metered_state and campaign.slice_held)
         if not budget_ok:
             refused_budget += 1
         elif not entered:
             lost_coin += 1
         served[j] = entered and budget_ok
-        short[j] = entered and state == metered_state and not slice_held[c]
+        short[j] = entered and state == metered_state and not campaign.slice_held
     return refused_budget, lost_coin

@@ -71,15 +71,11 @@ def apply_filters(rows: np.ndarray, index: TargetingIndex, campaigns: CampaignTa
     daypart_ok = _in_daypart(crow, campaigns, now) if campaigns.dayparts else _NO_FLAGS
     keep, coin = np.empty(len(rows), dtype=np.bool_), np.empty(len(rows), dtype=np.int32)
     counts = np.zeros(fk.CHECKS, dtype=np.int64)
-    columns = fk.CampaignColumns(hot["status"], hot["flight_start"], hot["flight_end"], hot["cap_per_day"],
-                                 hot["cap_per_week"], hot["campaign_id"], hot["advertiser_id"])
-    campaign_rows, eligible = fk.static_checks(crow, columns, ACTIVE,
-                                               fk.RequestChecks(now, daypart_ok, mode, capped, hidden),
-                                               _slot_scratch(len(hot)), fk.CheckResults(keep, coin, counts))
+    campaign_rows, eligible = fk.static_checks(crow, hot, ACTIVE, (now, daypart_ok, mode, capped, hidden),
+                                               _slot_scratch(len(hot)), (keep, coin, counts))
     uniforms = rng.random(len(campaign_rows))  # one coin per campaign per request
     served, short = np.empty(len(rows), dtype=np.bool_), np.empty(len(rows), dtype=np.bool_)
-    budget = fk.BudgetColumns(hot["participation"], hot["budget_state"], hot["slice_held"], OPEN, METERED)
-    refused_budget, lost_coin = fk.coin_and_budget(crow, keep, coin, uniforms, budget, served, short)
+    refused_budget, lost_coin = fk.coin_and_budget(crow, keep, coin, uniforms, hot, (OPEN, METERED), served, short)
     dropped = {"unknown_campaign": int(counts[fk.UNKNOWN]), "status": int(counts[fk.STATUS]),
                "flight": int(counts[fk.FLIGHT])}
     if campaigns.dayparts:

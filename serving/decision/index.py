@@ -527,10 +527,9 @@ class TargetingIndex:
                 kept = kernels.check_rows(seeds, self.term_start.data, self.term_count.data, self.term_arena.data,
                                           words, narrow) if len(seeds) else 0
                 partitions = self.partitions
-                entries = kernels.Entries(partitions.row, partitions.sig, partitions.start, partitions.count)
-                found = kernels.scan(bounds, entries, masks, kernels.CheckTerms(self.term_arena.data, words),
-                                     k, CHUNK_ROWS, self.size,
-                                     kernels.ScanBuffers(broad, np.empty(size, dtype=np.int64))) if size else 0
+                entries = (partitions.row, partitions.sig, partitions.start, partitions.count)
+                found = kernels.scan(bounds, entries, masks, (self.term_arena.data, words), k, CHUNK_ROWS, self.size,
+                                     (broad, np.empty(size, dtype=np.int64))) if size else 0
             finally:
                 words[hits] &= ~hit_bits
         broad, narrow = broad[:found], narrow[:kept]

@@ -14,8 +14,6 @@ and stops once k rows matched. The exact check is an OR over the row's check ter
 are the cache misses that dominate)."""
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numba as nb
 import numpy as np
 from llvmlite import ir
@@ -86,36 +84,18 @@ def check_rows(rows, term_start, term_count, arena, term_bits, out) -> int:
     return kept
 
 
-class Entries(NamedTuple):
-    """The partitions' entry arrays (serving/decision/partitions.py), one element per entry."""
-    row: np.ndarray
-    sig: np.ndarray
-    start: np.ndarray  # where the row's check terms start in the term arena
-    count: np.ndarray  # how many check terms it has
-
-
-class CheckTerms(NamedTuple):
-    """What the exact check reads: the term arena and the per-term words with the request's hits set."""
-    arena: np.ndarray
-    term_bits: np.ndarray
-
-
-class ScanBuffers(NamedTuple):
-    """Scratch of `scan`, each at least the total entries in the request's segments."""
-    out: np.ndarray  # the matching rows
-    pending: np.ndarray  # the entries waiting for the exact check
-
-
 @nb.njit(cache=True, nogil=True)
 def scan(bounds, entries, masks, terms, k: int, chunk_rows: int, row_limit: int, buffers):
-    """Rows of the entries (an Entries) in the segments `bounds` ([begin0, end0, begin1, end1, ...] into the
-    entry arrays) that pass every sig mask and the exact check, ascending, deduplicated, at most the k smallest.
+    """Rows of the entries in the segments `bounds` ([begin0, end0, begin1, end1, ...] into the entry arrays)
+    that pass every sig mask and the exact check, ascending, deduplicated, at most the k smallest.
 
-    masks: one uint32 per closed-vocabulary attribute (the request's value bits and the attribute's
-    "unconstrained" bit); an entry passes when it shares a bit with each. terms: a CheckTerms, whose term_bits
-    are the per-term words with the request's hits set (see `passes`). A row range's matches are marked in a
-    bitmap of the range (an ad read from two segments is marked twice) and read back in order. buffers: a
-    ScanBuffers. Returns how many rows of buffers.out hold the result."""
+    entries = (row, sig, start, count): the partitions' entry arrays. masks: one uint32 per closed-vocabulary
+    attribute (the request's value bits and the attribute's "unconstrained" bit); an entry passes when it shares
+    a bit with each. terms = (arena, term_bits): the term arena and the per-term words with the request's hits
+    set (see `passes`). A row range's matches are marked in a bitmap of the range (an ad read from two segments
+    is marked twice) and read back in order. buffers = (out, pending): scratch of at least the total entries in
+    the segments. Returns how many rows of out hold the result. (Plain tuples: numba types them as fast as
+    separate arrays, a named tuple it types in Python, slower per call.)"""
     entry_row, entry_sig, entry_start, entry_count = entries
     arena, term_bits = terms
     out, pending = buffers
