@@ -200,7 +200,7 @@ def _add_dashboard(ssub) -> None:
 
 def cmd_serve_ads(args: argparse.Namespace) -> int:
     from core.errors import AdserveError
-    from serving.adserver.main import serve
+    from serving.adserver.main import AdServerDependencies, serve
     from serving.adserver.settings import AdServerSettings
     from serving.adserver.tier import usable_cpus
 
@@ -221,7 +221,7 @@ def cmd_serve_ads(args: argparse.Namespace) -> int:
         return 2
     say = lambda line: print(line, flush=True)  # noqa: E731
     if args.workers == 0:
-        serve(settings, predictor, log=say, registry=registry_mode(args),
+        serve(settings, AdServerDependencies(predictor=predictor), log=say, registry=registry_mode(args),
               registry_topic=args.registry_topic, drain_delay_s=args.drain_delay_s)
         return 0
     from infra.adserver_tier import TierSettings, serve_shared_port, serve_tier

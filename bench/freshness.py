@@ -236,11 +236,11 @@ async def _reach(servers, ad_ids: list[int], began: float, log) -> dict[str, Any
 async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate: float, log) -> dict[str, Any]:
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
+    from serving.adserver.settings import AdServerSettings
     from serving.advertiser.store import CampaignStore
 
     store = await CampaignStore(settings.postgres_dsn, size=2).open()
-    servers = [await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                     redis_port=settings.redis_port, keys=token_keys_from_env(), port=0,
+    servers = [await start_ad_server(AdServerSettings.on_platform(settings, token_keys_from_env(), port=0),
                                      config=ServerConfig(server_id=f"fresh-{i}"), wait_ready_s=600)
                for i in range(2)]
     out: dict[str, Any] = {"servers": len(servers)}
@@ -276,6 +276,7 @@ async def _real_path(settings: PlatformSettings, n_ads: int, changes: int, rate:
 async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, Any]:
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
+    from serving.adserver.settings import AdServerSettings
     from serving.snapshots import write_files
     from streams import kafka
 
@@ -289,10 +290,9 @@ async def _snapshot_boot(settings: PlatformSettings, n: int, log) -> dict[str, A
         log(f"snapshot of {len(records[SERVING_ADS]):,} ads written in {write_s:.1f} s "
             f"({sum(f.stat().st_size for f in folder.iterdir()) / 2**20:.0f} MiB)")
         del records
-        server = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                       redis_port=settings.redis_port, keys=token_keys_from_env(), port=0,
-                                       config=ServerConfig(server_id="fresh-boot"), snapshot_dir=Path(tmp),
-                                       wait_ready_s=600)
+        server = await start_ad_server(AdServerSettings.on_platform(settings, token_keys_from_env(), port=0,
+                                                                    snapshot_dir=Path(tmp)),
+                                       config=ServerConfig(server_id="fresh-boot"), wait_ready_s=600)
         boot = server.boot
         ads = len(server.server.state.index)
         await server.stop()

@@ -71,7 +71,8 @@ def _tier_process(n: int, baseline: bool, workers: int, ports: Any, ops_token: s
     from core.targeting import matches
     from infra.platform import PlatformSettings
     from serving.adserver.app import ServerConfig
-    from serving.adserver.main import start_ad_server
+    from serving.adserver.main import AdServerDependencies, start_ad_server
+    from serving.adserver.settings import AdServerSettings
     from serving.adserver.state import ServingState
     from serving.adserver.tier import fork_workers, worker_server_id
     from serving.decision.engine import EngineConfig
@@ -96,9 +97,9 @@ def _tier_process(n: int, baseline: bool, workers: int, ports: Any, ops_token: s
         engine = DecisionEngine(index, campaigns, config=config.engine, retrieve=retrieve) if baseline else None
 
         async def main() -> None:
-            running = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                            redis_port=settings.redis_port, keys=token_keys_from_env(),
-                                            config=config, port=0, state=state, follow=False, engine=engine)
+            running = await start_ad_server(AdServerSettings.on_platform(settings, token_keys_from_env(), port=0),
+                                            AdServerDependencies(state=state, engine=engine), config=config,
+                                            follow=False)
             ports.put((worker, os.getpid(), running.port))
             stopped = asyncio.Event()
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)

@@ -121,7 +121,8 @@ def _server_process(ads: int, ports: Any, samples: Any, sample_s: float) -> None
     """The ad server on `ads` synthetic ads; reports (pid, port), then its producers' queues every sample_s."""
     from infra.platform import PlatformSettings
     from serving.adserver.app import ServerConfig
-    from serving.adserver.main import start_ad_server
+    from serving.adserver.main import AdServerDependencies, start_ad_server
+    from serving.adserver.settings import AdServerSettings
     from serving.adserver.state import ServingState
     from sim.synthetic import synthesize
     from sim.tokens import token_keys_from_env
@@ -131,10 +132,9 @@ def _server_process(ads: int, ports: Any, samples: Any, sample_s: float) -> None
     settings = PlatformSettings.from_env()
 
     async def main() -> None:
-        running = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                        redis_port=settings.redis_port, keys=token_keys_from_env(),
-                                        config=ServerConfig(server_id="bench-soak", max_in_flight=256), port=0,
-                                        state=state, follow=False)
+        running = await start_ad_server(AdServerSettings.on_platform(settings, token_keys_from_env(), port=0),
+                                        AdServerDependencies(state=state),
+                                        config=ServerConfig(server_id="bench-soak", max_in_flight=256), follow=False)
         ports.put((os.getpid(), running.port))
         while True:
             samples.put((time.time(), len(running.served_log.producer) + running.served_log.backlog()

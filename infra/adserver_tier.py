@@ -47,14 +47,14 @@ def _load(settings: AdServerSettings, log: Log) -> tuple[ServingState, dict[str,
 def serve_shared_port(settings: AdServerSettings, tier: TierSettings, predictor: PredictorFactory, log: Log) -> int:
     """The index loaded once (from the newest snapshot, if any), the workers all listening on the settings' port
     (SO_REUSEPORT) under a supervisor that restarts one that dies and forwards SIGTERM; its exit status."""
-    from serving.adserver.main import serve
+    from serving.adserver.main import AdServerDependencies, serve
     from serving.adserver.tier import Supervisor, worker_server_id
 
     state, start_offsets = _load(settings, log)
 
     def run_worker(worker: int) -> None:
         worker_settings = dataclasses.replace(settings, server_id=worker_server_id(settings.server_id, worker))
-        serve(worker_settings, predictor(), log=log, state=state, start_offsets=start_offsets,
+        serve(worker_settings, AdServerDependencies(state, start_offsets, predictor()), log=log,
               registry=tier.registry, registry_topic=tier.registry_topic, reuse_port=True,
               drain_delay_s=tier.drain_delay_s)
 
@@ -71,7 +71,7 @@ def serve_tier(settings: AdServerSettings, tier: TierSettings, predictor: Predic
 
     from infra.gateway import Backend, start_gateway
     from infra.platform import PlatformSettings
-    from serving.adserver.main import serve
+    from serving.adserver.main import AdServerDependencies, serve
     from serving.adserver.tier import fork_workers, worker_server_id
 
     state, start_offsets = _load(settings, log)
@@ -80,7 +80,7 @@ def serve_tier(settings: AdServerSettings, tier: TierSettings, predictor: Predic
     def run_worker(worker: int) -> None:
         worker_settings = dataclasses.replace(settings, port=ports[worker],
                                               server_id=worker_server_id(settings.server_id, worker))
-        serve(worker_settings, predictor(), log=log, state=state, start_offsets=start_offsets,
+        serve(worker_settings, AdServerDependencies(state, start_offsets, predictor()), log=log,
               registry=tier.registry, registry_topic=tier.registry_topic,
               drain_delay_s=0.0)  # the gateway in front is stopped first: nothing is left to drain from it
 

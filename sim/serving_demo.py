@@ -195,14 +195,14 @@ async def _traffic(settings: PlatformSettings, keys: TokenKeys, rng: random.Rand
 
     from serving.adserver.app import ServerConfig
     from serving.adserver.main import start_ad_server
+    from serving.adserver.settings import AdServerSettings
     from serving.tracker import start_tracker
     from sim.progress import Progress
 
     tracker_runner, tracker_port, tracker, tracker_producer = await start_tracker(
         bootstrap=settings.kafka_bootstrap, keys=keys, port=0)
     server_id = f"demo-{uuid.uuid4().hex[:6]}"
-    running = await start_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.host,
-                                    redis_port=settings.redis_port, keys=keys, port=0,
+    running = await start_ad_server(AdServerSettings.on_platform(settings, keys, port=0),
                                     config=ServerConfig(server_id=server_id,
                                                         tracker_url=f"http://127.0.0.1:{tracker_port}"))
     log(f"ad server {server_id} ready with {len(running.server.state.index):,} ads; tracker on :{tracker_port}")

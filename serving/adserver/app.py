@@ -83,6 +83,18 @@ class ServerConfig:
     trusted_proxies: tuple = ()
 
 
+@dataclass(frozen=True)
+class RequestPathParts:
+    """The parts of the request path a caller may replace; each None is the default: no geo table, a decision
+    engine on the state's index scoring with the priors, no custom audiences (audience_salt: the platform's salt,
+    core.audiences). clock: the wall clock the tokens and the frequency notes read."""
+
+    geo: GeoResolver | None = None
+    engine: DecisionEngine | None = None
+    clock: Callable[[], float] = time.time
+    audience_salt: AudienceSalt | None = None
+
+
 class ServedLogQueue(Protocol):
     """Where the server puts its ad.served records (serving.adserver.offloop.ServedLog: a thread encodes and
     produces them); `put` never blocks."""
@@ -141,17 +153,15 @@ class AdServer:
 
     def __init__(self, config: ServerConfig, state: ServingState, store: UserStore, keys: TokenKeys, *,
                  served_log: ServedLogQueue, ready: Callable[[], bool],
-                 lag_s: Callable[[], float] = lambda: 0.0, geo: GeoResolver | None = None,
-                 engine: DecisionEngine | None = None, clock: Callable[[], float] = time.time,
-                 audience_salt: AudienceSalt | None = None):
-        """audience_salt: the platform's salt for custom audiences (core.audiences); None: none are matched."""
+                 lag_s: Callable[[], float] = lambda: 0.0, parts: RequestPathParts = RequestPathParts()):
+        """parts: the geo table, the decision engine, the clock and the audience salt (RequestPathParts)."""
         self.config, self.state, self.store, self.keys = config, state, store, keys
-        self.audience_salt = audience_salt
+        self.audience_salt = parts.audience_salt
         self.served_log, self.is_ready, self.lag_s = served_log, ready, lag_s
-        self.geo = geo or GeoResolver()
-        self.engine = engine or DecisionEngine(state.index, state.campaigns, config=config.engine,
-                                               reserves=state.reserves)
-        self.clock = clock
+        self.geo = parts.geo or GeoResolver()
+        self.engine = parts.engine or DecisionEngine(state.index, state.campaigns, config=config.engine,
+                                                     reserves=state.reserves)
+        self.clock = parts.clock
         self.metrics = Metrics()
         self.spend = SpendAccumulator(config.server_id)
         self.just_served = JustServed()

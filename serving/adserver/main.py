@@ -14,10 +14,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from core.audiences import AudienceSalt
-from core.tokens import TokenKeys
 from schemas import topics
-from serving.adserver.app import AdServer, ServerConfig
+from serving.adserver.app import AdServer, RequestPathParts, ServerConfig
 from serving.adserver.learned import RegistryFollower
 from serving.adserver.offloop import ServedLog, SpendReporter
 from serving.adserver.request import GeoResolver
@@ -86,38 +84,54 @@ class RunningAdServer:
                  "" if reported else " (the budget job counts them as spent until billing settles them)")
 
 
-async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, keys: TokenKeys,
-                          config: ServerConfig | None = None, host: str = "127.0.0.1", port: int = 8080,
-                          geo: GeoResolver | None = None, wait_ready_s: float = 60.0,
-                          producer_overrides: dict[str, Any] | None = None, state: ServingState | None = None,
-                          follow: bool = True, engine: DecisionEngine | None = None,
-                          snapshot_dir: Path | None = None, predictor: Predictor | None = None,
-                          start_offsets: dict[str, dict[int, int]] | None = None,
+@dataclass(frozen=True)
+class AdServerDependencies:
+    """What an ad server is handed rather than built from its settings; each one left None is built.
+
+    `state`: a serving state to serve. A worker of a tier passes the one its parent loaded from a snapshot, with
+    that snapshot's `start_offsets`: it follows the topics from there without loading anything itself; with
+    follow=False a prepared state is served as is (benchmarks load synthetic ads that way). `predictor` scores
+    the pre-ranked candidates (serving.model.remote.RemotePredictor: the prediction service; ModelPredictor: the
+    model in process; default the priors) unless a whole `engine` is given. `geo`: default from the settings'
+    geo table. `producer_overrides`: Kafka producer options over the defaults."""
+
+    state: ServingState | None = None
+    start_offsets: dict[str, dict[int, int]] | None = None
+    predictor: Predictor | None = None
+    engine: DecisionEngine | None = None
+    geo: GeoResolver | None = None
+    producer_overrides: dict[str, Any] | None = None
+
+
+async def start_ad_server(settings: AdServerSettings, dependencies: AdServerDependencies | None = None, *,
+                          config: ServerConfig | None = None, follow: bool = True, wait_ready_s: float = 60.0,
                           registry: str | None = None, registry_topic: str = topics.MODEL_REGISTRY,
-                          audience_salt: AudienceSalt | None = None, reuse_port: bool = False) -> RunningAdServer:
-    """Start the ad server. With `snapshot_dir`, the newest snapshot there is loaded first and the topics
-    are replayed from its offsets. `follow=False` with a prepared `state` serves that state as is, ready at
-    once, without reading the state topics (benchmarks load synthetic ads that way). `predictor` scores the
-    pre-ranked candidates (serving.model.remote.RemotePredictor: the prediction service; ModelPredictor: the
-    model in process; default the priors) unless a whole `engine` is given. A worker of a tier
-    (serving.adserver.tier) passes the `state` its parent loaded from a snapshot with that snapshot's
-    `start_offsets`: it follows the topics from there without loading anything itself. `registry` follows the
-    model registry (serving.adserver.learned): "models" swaps the model and the feature snapshot it names,
-    "features" only the snapshot's learned columns (the model is the prediction service's); None scores with
-    what was given at start. `audience_salt` turns custom-audience matching on (core.audiences). `reuse_port` binds
-    with SO_REUSEPORT, so the workers of a tier share one port and the kernel spreads connections over them."""
+                          reuse_port: bool = False) -> RunningAdServer:
+    """Start the ad server its settings describe, with `config` in place of settings.server_config() when given.
+    With the settings' snapshot folder, the newest snapshot there is loaded first and the topics are replayed
+    from its offsets. `follow=False` serves the dependencies' state as is, ready at once, without reading the
+    state topics. `registry` follows the model registry (serving.adserver.learned): "models" swaps the model and
+    the feature snapshot it names, "features" only the snapshot's learned columns (the model is the prediction
+    service's); None scores with what was given at start. The settings' audience salt turns custom-audience
+    matching on (core.audiences). `reuse_port` binds with SO_REUSEPORT, so the workers of a tier share one port
+    and the kernel spreads connections over them."""
+    dependencies = dependencies or AdServerDependencies()
+    bootstrap, host, port = settings.kafka_bootstrap, settings.host, settings.port
+    producer_overrides, engine = dependencies.producer_overrides, dependencies.engine
     boot_began = time.monotonic()
-    config = config or ServerConfig()
+    config = config or settings.server_config()
     loop = asyncio.get_running_loop()
-    state = state or ServingState(config.server_id)
+    state = dependencies.state or ServingState(config.server_id)
     state.serve_as(config.server_id)
+    start_offsets = dependencies.start_offsets
     if start_offsets is None:
-        start_offsets, boot = _load_snapshot(state, snapshot_dir if follow else None)
+        start_offsets, boot = _load_snapshot(state, settings.snapshot_dir if follow else None)
     else:
         boot = {"snapshot": "loaded by the tier's parent", "snapshot_records": 0, "snapshot_load_s": 0.0}
-    if engine is None and predictor is not None:  # on the index as loaded: later changes update it in place
-        engine = DecisionEngine(state.index, state.campaigns, predictor, config=config.engine,
+    if engine is None and dependencies.predictor is not None:  # on the index as loaded: updated in place later
+        engine = DecisionEngine(state.index, state.campaigns, dependencies.predictor, config=config.engine,
                                 reserves=state.reserves)
+    geo = dependencies.geo or (GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None)
     served_log = ServedLog(kafka.producer(bootstrap, **{"linger.ms": 20, **(producer_overrides or {})}))
 
     def deliver(batch) -> None:
@@ -134,11 +148,10 @@ async def start_ad_server(*, bootstrap: str, redis_host: str, redis_port: int, k
         return follower.error is None and (
             follower.ready() or (follower.loaded.is_set() and state.commit_lag_s <= COMMIT_LAG_READY_S))
 
-    server = AdServer(config, state, UserStore(redis_host, redis_port,
-                                               read_timeout_s=config.user_read_timeout_ms / 1000),
-                      keys, served_log=served_log, ready=ready if follow else lambda: True,
-                      lag_s=follower.lag_s if follow else lambda: 0.0, geo=geo, engine=engine,
-                      audience_salt=audience_salt)
+    store = UserStore(settings.redis_host, settings.redis_port, read_timeout_s=config.user_read_timeout_ms / 1000)
+    server = AdServer(config, state, store, settings.token_keys, served_log=served_log,
+                      ready=ready if follow else lambda: True, lag_s=follower.lag_s if follow else lambda: 0.0,
+                      parts=RequestPathParts(geo=geo, engine=engine, audience_salt=settings.audience_salt))
     reporter = SpendReporter(server.spend, bootstrap, state.lease_ids, producer_overrides)
     if follow:
         follower.start()
@@ -203,21 +216,16 @@ async def _wait_caught_up(follower: TopicFollower, wait_ready_s: float) -> None:
         await asyncio.sleep(0.05)
 
 
-def serve(settings: AdServerSettings, predictor: Predictor | None = None,
-          log: Callable[[str], None] = print, state: ServingState | None = None,
-          start_offsets: dict[str, dict[int, int]] | None = None, registry: str | None = None,
+def serve(settings: AdServerSettings, dependencies: AdServerDependencies | None = None, *,
+          log: Callable[[str], None] = print, registry: str | None = None,
           registry_topic: str = topics.MODEL_REGISTRY, reuse_port: bool = False,
           drain_delay_s: float = DRAIN_DELAY_S) -> None:
-    """One ad server (`adserve serve ads --workers 0`, or one worker of a tier, which passes the `state` its
-    parent loaded and the snapshot's `start_offsets`): the settings printed once (secrets masked), then the
-    server until interrupted or terminated, then its drain (RunningAdServer.drain)."""
+    """One ad server (`adserve serve ads --workers 0`, or one worker of a tier, whose dependencies carry the
+    `state` its parent loaded and the snapshot's `start_offsets`): the settings printed once (secrets masked),
+    then the server until interrupted or terminated, then its drain (RunningAdServer.drain)."""
     log(f"ad server settings: {settings.describe()}")
-    run_ad_server(bootstrap=settings.kafka_bootstrap, redis_host=settings.redis_host, redis_port=settings.redis_port,
-                  keys=settings.token_keys, config=settings.server_config(), host=settings.host, port=settings.port,
-                  geo=GeoResolver.from_csv(str(settings.geo_table)) if settings.geo_table else None,
-                  snapshot_dir=settings.snapshot_dir, predictor=predictor, state=state, start_offsets=start_offsets,
-                  registry=registry, registry_topic=registry_topic, audience_salt=settings.audience_salt,
-                  reuse_port=reuse_port, drain_delay_s=drain_delay_s)
+    run_ad_server(settings, dependencies, drain_delay_s=drain_delay_s, registry=registry,
+                  registry_topic=registry_topic, reuse_port=reuse_port)
 
 
 def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, dict[int, int]] | None]:
@@ -228,12 +236,14 @@ def load_for_tier(settings: AdServerSettings) -> tuple[ServingState, dict[str, d
     return state, start_offsets
 
 
-def run_ad_server(drain_delay_s: float = DRAIN_DELAY_S, **kwargs: Any) -> None:
-    """An ad server until interrupted or terminated (SIGINT, SIGTERM); either drains it
-    (RunningAdServer.drain: /ready 503, `drain_delay_s` more of serving, the listener closed, the requests in
-    flight answered, the last spend reported, the served log flushed, the slices released) and returns."""
+def run_ad_server(settings: AdServerSettings, dependencies: AdServerDependencies | None, *,
+                  drain_delay_s: float = DRAIN_DELAY_S, **options: Any) -> None:
+    """An ad server (start_ad_server with these options) until interrupted or terminated (SIGINT, SIGTERM);
+    either drains it (RunningAdServer.drain: /ready 503, `drain_delay_s` more of serving, the listener closed,
+    the requests in flight answered, the last spend reported, the served log flushed, the slices released) and
+    returns."""
     async def main() -> None:
-        running = await start_ad_server(**kwargs)
+        running = await start_ad_server(settings, dependencies, **options)
         stopped = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stopped.set)

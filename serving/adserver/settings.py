@@ -16,7 +16,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from core.audiences import AudienceSalt, salt_from
 from core.client_address import TRUSTED_PROXIES_ENV, parse_trusted_proxies
@@ -95,6 +95,14 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+class PlatformAddresses(Protocol):
+    """Where a running platform's Kafka and Redis listen (infra's PlatformSettings has these)."""
+
+    kafka_bootstrap: str
+    host: str
+    redis_port: int
+
+
 @dataclass(frozen=True)
 class AdServerSettings:
     """Everything `adserve serve ads` runs with."""
@@ -152,6 +160,14 @@ class AdServerSettings:
                    audience_salt=salt_from(environ, development=development), ops_token=_ops_token(environ),
                    trusted_proxies=parse_trusted_proxies(environ.get(TRUSTED_PROXIES_ENV)),
                    **flags, **paths)
+
+    @classmethod
+    def on_platform(cls, platform: PlatformAddresses, token_keys: TokenKeys, **fields: Any) -> "AdServerSettings":
+        """A server run in process on a running platform (tests, benchmarks, simulators): the platform's Kafka
+        and Redis, these token keys, and the other fields given (redis_port among them, to name another)."""
+        addresses = {"kafka_bootstrap": platform.kafka_bootstrap, "redis_host": platform.host,
+                     "redis_port": platform.redis_port}
+        return cls(token_keys=token_keys, **{**addresses, **fields})
 
     def server_config(self) -> ServerConfig:
         from serving.adserver.app import ServerConfig  # the serving stack loads only when a server starts

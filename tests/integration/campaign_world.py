@@ -15,6 +15,7 @@ import aiohttp
 from core.tokens import TokenKeys
 from serving.adserver.app import ServerConfig
 from serving.adserver.main import start_ad_server
+from serving.adserver.settings import AdServerSettings
 from serving.advertiser.api import start_advertiser_api
 
 KEYS = TokenKeys({"cc1": b"campaign-change-test-key-01"}, active="cc1")
@@ -44,8 +45,7 @@ class World:
         p = self.platform
         self.api_runner, api_port, self.store = await start_advertiser_api(p.postgres_dsn, port=0)
         self.api = f"http://127.0.0.1:{api_port}"
-        self.servers = [await start_ad_server(bootstrap=p.kafka_bootstrap, redis_host=p.host,
-                                              redis_port=p.redis_port, keys=KEYS, port=0,
+        self.servers = [await start_ad_server(AdServerSettings.on_platform(p, KEYS, port=0),
                                               config=ServerConfig(server_id=f"cc-{i}-{uuid.uuid4().hex[:4]}",
                                                                   deadline_ms=RELAXED_DEADLINE_MS),
                                               wait_ready_s=300)

@@ -19,11 +19,13 @@ from core.spend import spend_items
 from core.tokens import TokenKeys
 from infra.platform.process import wait_until
 from infra.platform.services import Redis
+from schemas import topics
 from schemas.codec import AvroCodec
 from serving.adserver.app import ServerConfig
-from serving.adserver.main import start_ad_server
+from serving.adserver.main import AdServerDependencies, start_ad_server
+from serving.adserver.settings import AdServerSettings
 from serving.tracker import start_tracker
-from streams import kafka
+from streams import kafka, redis_keys
 
 KEYS = TokenKeys({"it1": b"integration-test-key-0123"}, active="it1")
 CODEC = AvroCodec()
@@ -39,17 +41,17 @@ def publish(bootstrap: str, placement: str, campaigns: list[dict]) -> None:
     now = int(time.time() * 1000)
     records = []
     for c in campaigns:
-        records.append(("serving.campaigns", str(c["id"]).encode(), CODEC.encode("ServingCampaign", {
+        records.append((topics.SERVING_CAMPAIGNS, str(c["id"]).encode(), CODEC.encode("ServingCampaign", {
             "campaign_id": c["id"], "advertiser_id": c["id"], "version": 1, "event_time": now, "status": "ACTIVE",
             "bid_type": "CPM", "daily_budget_micros": 100_000_000, "currency": "USD", "timezone": "UTC",
             "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": c.get("cap"),
             "cap_per_week": None, "cpa_target_micros": None})))
-        records.append(("serving.ads", str(c["id"] + 1).encode(), CODEC.encode("ServingAd", {
+        records.append((topics.SERVING_ADS, str(c["id"] + 1).encode(), CODEC.encode("ServingAd", {
             "ad_id": c["id"] + 1, "campaign_id": c["id"], "advertiser_id": c["id"], "version": 1, "event_time": now,
             "removed": False, "bid_type": "CPM", "bid_micros": c.get("bid", 5_000_000), "quality_prior": 0.0,
             "creative_ref": f"creative-{c['id']}", "landing_url": LANDING, "static_score": 1.0,
             "targeting": [{"attribute": "placement", "values": [placement], "excluded": False}]})))
-    for topic in ("serving.campaigns", "serving.ads"):
+    for topic in (topics.SERVING_CAMPAIGNS, topics.SERVING_ADS):
         kafka.produce_all(bootstrap, topic, [(k, v, now) for t, k, v in records if t == topic])
 
 
@@ -64,10 +66,11 @@ class Services:
         self.tracker_runner, tracker_port, self.tracker, self.tracker_producer = await start_tracker(
             bootstrap=self.platform.kafka_bootstrap, keys=KEYS, port=0)
         self.server = await start_ad_server(
-            bootstrap=self.platform.kafka_bootstrap, redis_host=self.platform.host, redis_port=self.redis_port,
-            keys=KEYS, port=0, config=ServerConfig(server_id=f"it-{uuid.uuid4().hex[:6]}",
-                                                   tracker_url=f"http://127.0.0.1:{tracker_port}", **self.config),
-            wait_ready_s=300, predictor=self.predictor)
+            AdServerSettings.on_platform(self.platform, KEYS, redis_port=self.redis_port, port=0),
+            AdServerDependencies(predictor=self.predictor),
+            config=ServerConfig(server_id=f"it-{uuid.uuid4().hex[:6]}", tracker_url=f"http://127.0.0.1:{tracker_port}",
+                                **self.config),
+            wait_ready_s=300)
         assert self.server.follower.ready(), "the ad server never caught up with its topics"
         self.url = f"http://127.0.0.1:{self.server.port}"
         self.http = aiohttp.ClientSession()
@@ -147,20 +150,20 @@ def test_a_request_served_end_to_end_with_beacon_click_served_log_and_spend(plat
             return [a["request_id"] for a in answers], slot["impression_id"]
 
     request_ids, impression_id = asyncio.run(scenario())
-    events = _decoded(platform, "ad.events")
+    events = _decoded(platform, topics.AD_EVENTS)
     mine = [e for e in events if e["impression_id"] == impression_id]
     assert sorted(e["event_type"] for e in mine) == ["CLICK", "IMPRESSION"]
-    (hidden,) = [f for f in _decoded(platform, "ad.feedback") if f["impression_id"] == impression_id]
+    (hidden,) = [f for f in _decoded(platform, topics.AD_FEEDBACK) if f["impression_id"] == impression_id]
     assert (hidden["feedback_type"], hidden["campaign_id"], hidden["ad_id"]) == ("HIDE", base, base + 1)
-    (converted,) = [c for c in _decoded(platform, "ad.conversions") if c["impression_id"] == impression_id]
+    (converted,) = [c for c in _decoded(platform, topics.AD_CONVERSIONS) if c["impression_id"] == impression_id]
     click = next(e for e in mine if e["event_type"] == "CLICK")
     assert (converted["campaign_id"], converted["served_time"], converted["click_time"]) == \
         (base, click["served_time"], click["event_time"])
-    served = {r["request_id"]: r for r in _decoded(platform, "ad.served")}
+    served = {r["request_id"]: r for r in _decoded(platform, topics.AD_SERVED)}
     assert set(request_ids) <= set(served)
     expected = sum(w["expected_cost_micros"] for rid in request_ids for w in served[rid]["winners"])
     assert expected > 0  # the winner pays what keeps it above the runner-up's 3 $ CPM
-    spend = [item for r in _decoded(platform, "budget.spend") for item in spend_items(r)]
+    spend = [item for r in _decoded(platform, topics.BUDGET_SPEND) for item in spend_items(r)]
     assert sum(r["expected_spend_micros"] for r in spend if r["campaign_id"] == base) == expected
 
 
@@ -205,8 +208,8 @@ def test_a_cap_of_three_a_day_holds_under_concurrent_requests_for_one_user(platf
     assert unavailable == 0
     assert sum(len(_filled(answer)) for _, answer in results) == 3
     client = redis.Redis(host=platform.host, port=platform.redis_port)
-    record = client.hgetall(f"fc:{user}")
-    assert list(record.values()) == [b"3"] and 0 < client.pttl(f"fc:{user}") <= 7 * 86_400_000
+    record = client.hgetall(redis_keys.frequency_record(user))
+    assert list(record.values()) == [b"3"] and 0 < client.pttl(redis_keys.frequency_record(user)) <= 7 * 86_400_000
 
 
 def _free_port() -> int:
@@ -255,7 +258,7 @@ def test_the_redis_frequency_script_trims_exactly_as_the_pure_rule(platform):
     today = 20_500
     names = [field_name(c, today - d) for c in range(1, 8) for d in range(0, 10)] + ["junk"]
     client = redis.Redis(host=platform.host, port=platform.redis_port)
-    client.hset(f"fc:{user}", mapping={n: 1 for n in names})
+    client.hset(redis_keys.frequency_record(user), mapping={n: 1 for n in names})
     served = [3, 99]
     expected = set(names) | {field_name(c, today) for c in served}
     expected -= set(fields_to_drop(sorted(expected), today, max_fields=20,
@@ -269,9 +272,9 @@ def test_the_redis_frequency_script_trims_exactly_as_the_pure_rule(platform):
             await store.close()
 
     assert asyncio.run(write()) == 20
-    assert {k.decode() for k in client.hkeys(f"fc:{user}")} == expected
-    assert client.hget(f"fc:{user}", field_name(3, today)) == b"2"
-    client.delete(f"fc:{user}")
+    assert {k.decode() for k in client.hkeys(redis_keys.frequency_record(user))} == expected
+    assert client.hget(redis_keys.frequency_record(user), field_name(3, today)) == b"2"
+    client.delete(redis_keys.frequency_record(user))
 
 
 def test_a_spend_report_resent_after_a_broker_outage_counts_once_downstream(platform):
@@ -307,7 +310,7 @@ def test_a_spend_report_resent_after_a_broker_outage_counts_once_downstream(plat
         time.sleep(0.2)
     assert reporter.resent >= partitions and not reporter.pending
     reporter.close()
-    mine = [item for r in _decoded(platform, "budget.spend") if r["server_id"] == server_id
+    mine = [item for r in _decoded(platform, topics.BUDGET_SPEND) if r["server_id"] == server_id
             for item in spend_items(r)]
     assert {r["sequence"] for r in mine} == {1, 2}
     dedupe = SpendDedupe()
@@ -319,7 +322,7 @@ def publish_metered(bootstrap: str, campaign_id: int, budget_micros: int = 100_0
     state this recent would read as a live budget job to every server that boots in the next minute (other tests'
     servers), whose open campaigns would then spend only from slices once it fell silent."""
     stamped = int(time.time() * 1000) - 120_000
-    kafka.produce_all(bootstrap, "budget.state", [(str(campaign_id).encode(), CODEC.encode("BudgetState", {
+    kafka.produce_all(bootstrap, topics.BUDGET_STATE, [(str(campaign_id).encode(), CODEC.encode("BudgetState", {
         "campaign_id": campaign_id, "event_time": stamped, "budget_day": "2026-11-29", "state": "METERED",
         "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": budget_micros,
         "billed_spend_micros": 0, "committed_spend_micros": 0, "remaining_micros": budget_micros,
@@ -339,7 +342,7 @@ def test_a_metered_campaign_serves_only_while_this_server_holds_a_slice(platform
             lease = {"lease_id": uuid.uuid4().hex, "server_id": server_id, "campaign_id": base,
                      "event_time": int(time.time() * 1000), "amount_micros": 1_000_000_000,
                      "expires_at": int(time.time() * 1000) + 30_000}
-            kafka.produce_all(platform.kafka_bootstrap, "budget.leases",
+            kafka.produce_all(platform.kafka_bootstrap, topics.BUDGET_LEASES,
                               [(server_id.encode(), CODEC.encode("BudgetLease", lease), lease["event_time"])])
             deadline = time.monotonic() + 15
             while not s.server.server.state.leases.held(base, int(time.time() * 1000)):

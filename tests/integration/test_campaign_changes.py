@@ -9,8 +9,10 @@ import uuid
 
 import psycopg
 
+from schemas.topics import SERVING_ADS
 from serving.adserver.app import ServerConfig
 from serving.adserver.main import start_ad_server
+from serving.adserver.settings import AdServerSettings
 from tests.integration.campaign_world import KEYS, RELAXED_DEADLINE_MS, World, winner as _winner
 
 
@@ -155,10 +157,8 @@ def test_a_server_booting_from_a_snapshot_cut_before_a_pause_still_honours_it(pl
             async def paused_everywhere() -> bool:
                 return _winner(await w.ask(w.servers[0], placement)) is None
             await w.until(paused_everywhere, "the pause reaching the running server")
-            booted = await start_ad_server(bootstrap=platform.kafka_bootstrap, redis_host=platform.host,
-                                           redis_port=platform.redis_port, keys=KEYS, port=0,
-                                           config=ServerConfig(server_id="cc-snapshot", deadline_ms=RELAXED_DEADLINE_MS),
-                                           snapshot_dir=tmp_path)
+            booted = await start_ad_server(AdServerSettings.on_platform(platform, KEYS, port=0, snapshot_dir=tmp_path),
+                                           config=ServerConfig(server_id="cc-snapshot", deadline_ms=RELAXED_DEADLINE_MS))
             try:
                 answer = await w.ask(booted, placement)
                 row = booted.server.state.campaigns.row_of(campaign["campaign_id"])
@@ -190,7 +190,7 @@ def test_two_campaigns_of_one_exclusion_category_never_share_a_page_until_one_ch
 
             def approved_everywhere() -> bool:
                 # ads and campaigns travel on two topics: an ad serves once its campaign has arrived as well
-                return all(w.applied("serving.ads", a["ad_id"], a["version"]) for a in (car_a, car_b, book)) and \
+                return all(w.applied(SERVING_ADS, a["ad_id"], a["version"]) for a in (car_a, car_b, book)) and \
                     all(campaign_ids <= {int(c) for c in s.server.state.campaigns.campaign_ids()} for s in w.servers)
             await w.until(approved_everywhere, "the three approved ads and their campaigns reaching both servers")
             indexed = [[int(s.server.state.index.exclusion_category.data[s.server.state.index.row_of(ad_id)])
@@ -204,7 +204,7 @@ def test_two_campaigns_of_one_exclusion_category_never_share_a_page_until_one_ch
             _, car_b_now = await w.call("GET", f"/v1/ads/{car_b['ad_id']}", second_car)
 
             def recompiled_everywhere() -> bool:
-                return w.applied("serving.ads", car_b["ad_id"], car_b_now["version"])
+                return w.applied(SERVING_ADS, car_b["ad_id"], car_b_now["version"])
             await w.until(recompiled_everywhere, "the second car's ad, recompiled, reaching both servers")
             apart = [await two_slot_page(w, s, placement) for s in w.servers for _ in range(pages_per_server)]
             return carried, indexed, ads, rivals, (car_b["version"], car_b_now), apart

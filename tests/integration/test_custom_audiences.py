@@ -14,12 +14,14 @@ from aiohttp.test_utils import TestServer
 
 from core.audiences import MIN_AUDIENCE_MEMBERS, AudienceSalt, normalise_device_id, normalise_email, upload_hash
 from core.tokens import TokenKeys
-from serving.adserver.app import AdServer, ServerConfig
+from schemas import topics
+from serving.adserver.app import AdServer, RequestPathParts, ServerConfig
 from serving.adserver.state import ServingState
 from serving.advertiser.api import start_advertiser_api
 from serving.advertiser.audiences import AudienceMembers
 from serving.advertiser.store import migrate
 from serving.frequency_store import UserStore
+from streams import redis_keys
 from tests.factories import ServedLogStandIn
 
 PLACEMENT = "custom-audience-test"
@@ -30,12 +32,12 @@ def _state(ad_id: int, audience_value: str) -> ServingState:
     """An ad server's state holding one ad that targets the placement and the audience (as the index builder
     compiles the ad the API stored)."""
     state = ServingState("audience-test")
-    state.apply("serving.campaigns", {
+    state.apply(topics.SERVING_CAMPAIGNS, {
         "campaign_id": ad_id, "advertiser_id": 1, "version": 1, "event_time": 1_000, "status": "ACTIVE",
         "bid_type": "CPM", "daily_budget_micros": 10**9, "currency": "USD", "timezone": "UTC", "flight_start": None,
         "flight_end": None, "dayparts": [], "cap_per_day": None, "cap_per_week": None, "cpa_target_micros": None},
         2_000)
-    state.apply("serving.ads", {
+    state.apply(topics.SERVING_ADS, {
         "ad_id": ad_id, "campaign_id": ad_id, "advertiser_id": 1, "version": 1, "event_time": 1_000,
         "removed": False, "bid_type": "CPM", "bid_micros": 5_000_000, "quality_prior": 0.0, "creative_ref": "c",
         "landing_url": "https://audience.example/", "static_score": 1.0,
@@ -73,7 +75,6 @@ FILLER = [upload_hash(f"filler-{n}-{uuid.uuid4().hex}@example.com") for n in ran
 
 async def _member_count(members: AudienceMembers, salt: AudienceSalt, uploaded_hash: str) -> int:
     """How many audiences the ad servers would match this member in (its Redis set's size)."""
-    from streams import redis_keys
 
     return await members.redis.scard(redis_keys.audience_member(salt.member_key(uploaded_hash)))
 
@@ -125,7 +126,7 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
 
             server = AdServer(ServerConfig(server_id="audience-test"), _state(90_001, audience["targeting_value"]),
                               user_store, TokenKeys({"k1": b"0" * 32}, "k1"), served_log=ServedLogStandIn(),
-                              ready=lambda: True, audience_salt=salt)
+                              ready=lambda: True, parts=RequestPathParts(audience_salt=salt))
             test_server = TestServer(server.app())
             await test_server.start_server()
             try:
@@ -186,7 +187,7 @@ def test_an_uploaded_audience_targets_its_members_only_and_no_clear_id_is_stored
     assert out["served"] == {"member by email hash": True, "member by device id": True,
                              "member without consent": False, "stranger": False, "anonymous": False}
     assert out["redis"] == []
-    assert out["redis_control"] == [f"audiences:{salt.member_key(email_hash)}"]
+    assert out["redis_control"] == [redis_keys.audience_member(salt.member_key(email_hash))]
     assert out["unlinked"] == []  # under the minimum, no member's set names the audience any more
 
     audience_id = out["audience"]["audience_id"]

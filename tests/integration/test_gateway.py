@@ -20,7 +20,8 @@ from infra.gateway import (
 )
 from schemas import topics
 from serving.adserver.app import ServerConfig
-from serving.adserver.main import RunningAdServer, start_ad_server
+from serving.adserver.main import AdServerDependencies, RunningAdServer, start_ad_server
+from serving.adserver.settings import AdServerSettings
 from serving.adserver.state import ServingState
 
 KEYS = TokenKeys({"gw1": b"gateway-test-key-0123456"}, active="gw1")
@@ -69,9 +70,8 @@ class Tier:
             for worker in range(2):
                 server_id = f"{tier_id}-w{worker}"
                 self.servers.append(await start_ad_server(
-                    bootstrap=self.platform.kafka_bootstrap, redis_host=self.platform.host,
-                    redis_port=self.platform.redis_port, keys=KEYS, port=0, follow=False,
-                    state=small_state(server_id, now_ms),
+                    AdServerSettings.on_platform(self.platform, KEYS, port=0),
+                    AdServerDependencies(state=small_state(server_id, now_ms)), follow=False,
                     config=ServerConfig(server_id=server_id, deadline_ms=10_000, user_read_timeout_ms=2_000,
                                         admission_wait_ms=10_000)))
             backends = [Backend("127.0.0.1", s.port, s.server.config.server_id) for s in self.servers]

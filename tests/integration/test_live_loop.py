@@ -33,6 +33,7 @@ from schemas import topics
 from schemas.codec import AvroCodec
 from serving.adserver.app import ServerConfig
 from serving.adserver.main import start_ad_server
+from serving.adserver.settings import AdServerSettings
 from serving.advertiser.api import start_advertiser_api
 from serving.decision.engine import EngineConfig
 from serving.model.registry import CURRENT, model_entry, publish, read_registry
@@ -128,8 +129,8 @@ def test_the_platform_learns_from_its_own_traffic_and_swaps_models_without_a_fai
             bootstrap=platform.kafka_bootstrap, keys=KEYS, port=0)
         server_id = f"live-{uuid.uuid4().hex[:6]}"
         server = await start_ad_server(
-            bootstrap=platform.kafka_bootstrap, redis_host=platform.host, redis_port=platform.redis_port, keys=KEYS,
-            port=0, wait_ready_s=300, registry="models", registry_topic=registry_topic,
+            AdServerSettings.on_platform(platform, KEYS, port=0), wait_ready_s=300, registry="models",
+            registry_topic=registry_topic,
             config=ServerConfig(server_id=server_id, tracker_url=f"http://127.0.0.1:{tracker_port}",
                                 deadline_ms=5_000.0,
                                 # a loaded CI machine must not turn the canary's requests into fallbacks

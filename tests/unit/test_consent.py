@@ -17,10 +17,12 @@ from core import feature_inputs, training
 from core.audiences import AudienceSalt, request_member_keys, upload_hash
 from core.targeting import request_terms
 from core.tokens import TokenKeys
-from serving.adserver.app import AdServer, ServerConfig
+from schemas import topics
+from serving.adserver.app import AdServer, RequestPathParts, ServerConfig
 from serving.adserver.request import parse_ad_request, targeting_terms
 from serving.adserver.state import ServingState
 from serving.frequency_store import UserContext, UserStore
+from streams import redis_keys
 from tests.factories import ServedLogStandIn
 from tests.redis_doubles import Pipelined
 
@@ -58,12 +60,12 @@ def _state() -> ServingState:
     state = ServingState("consent-test")
     for ad_id, (attribute, value) in SIGNAL_ADS.items():
         campaign_id = ad_id
-        state.apply("serving.campaigns", {
+        state.apply(topics.SERVING_CAMPAIGNS, {
             "campaign_id": campaign_id, "advertiser_id": campaign_id, "version": 1, "event_time": 1_000,
             "status": "ACTIVE", "bid_type": "CPM", "daily_budget_micros": 10**9, "currency": "USD",
             "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
             "cap_per_week": None, "cpa_target_micros": None}, 2_000)
-        state.apply("serving.ads", {
+        state.apply(topics.SERVING_ADS, {
             "ad_id": ad_id, "campaign_id": campaign_id, "advertiser_id": campaign_id, "version": 1,
             "event_time": 1_000, "removed": False, "bid_type": "CPM", "bid_micros": 5_000_000 + ad_id,
             "quality_prior": 0.0, "creative_ref": f"c{ad_id}", "landing_url": "https://x.example/",
@@ -80,7 +82,7 @@ def _serve(consent: bool, slots: int = 3) -> dict[str, Any]:
         store, served = WholeProfileStore(), ServedLogStandIn()
         server = AdServer(ServerConfig(server_id="consent-test"), _state(), store,  # type: ignore[arg-type]
                           TokenKeys({"k1": b"0" * 32}, "k1"), served_log=served, ready=lambda: True,
-                          audience_salt=SALT)
+                          parts=RequestPathParts(audience_salt=SALT))
         contexts = []
         decide = server.engine.decide
 
@@ -193,7 +195,7 @@ def test_a_store_read_without_consent_fetches_only_the_frequency_record():
 
         async def hgetall(self, key: str) -> dict:
             self.keys.append(key)
-            return {b"interests": b"hiking"} if key.startswith("user:") else {}
+            return {b"interests": b"hiking"} if key.startswith(redis_keys.USER_PROFILE_PREFIX) else {}
 
     async def read(profile: bool) -> tuple[list[str], UserContext]:
         store = UserStore("127.0.0.1", 1, read_timeout_s=5.0)
@@ -202,9 +204,10 @@ def test_a_store_read_without_consent_fetches_only_the_frequency_record():
         return store.redis.keys, context  # type: ignore[attr-defined]
 
     keys, context = asyncio.run(read(profile=False))
-    assert keys == ["fc:u-1"] and context.profile == {}
+    assert keys == [redis_keys.frequency_record("u-1")] and context.profile == {}
     keys, context = asyncio.run(read(profile=True))
-    assert sorted(keys) == ["fc:u-1", "user:u-1"] and context.values("interests") == ["hiking"]
+    assert sorted(keys) == sorted([redis_keys.frequency_record("u-1"), redis_keys.user_profile("u-1")])
+    assert context.values("interests") == ["hiking"]
 
 
 def test_the_server_makes_the_request_and_impression_ids_and_only_echoes_the_clients_request_id():

@@ -26,7 +26,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from core.rate_limit import RateLimit
 from core.tokens import ClickIdClaims, TokenClaims, TokenKeys
-from serving.adserver.app import AdServer, ServerConfig
+from schemas import topics
+from serving.adserver.app import AdServer, RequestPathParts, ServerConfig
 from serving.adserver.settings import AdServerSettings, TrackerSettings
 from serving.adserver.state import ServingState
 from serving.advertiser.api import AdvertiserApi, AdvertiserApiSettings, RateLimits
@@ -68,12 +69,12 @@ def _claims(**overrides: Any) -> TokenClaims:
 
 def _state() -> ServingState:
     state = ServingState("leak-check")
-    state.apply("serving.campaigns", {
+    state.apply(topics.SERVING_CAMPAIGNS, {
         "campaign_id": 1, "advertiser_id": 1, "version": 1, "event_time": 1_000, "status": "ACTIVE",
         "bid_type": "CPC", "daily_budget_micros": 10**9, "currency": "USD", "timezone": "UTC", "flight_start": None,
         "flight_end": None, "dayparts": [], "cap_per_day": None, "cap_per_week": None, "cpa_target_micros": None},
         2_000)
-    state.apply("serving.ads", {
+    state.apply(topics.SERVING_ADS, {
         "ad_id": 10, "campaign_id": 1, "advertiser_id": 1, "version": 1, "event_time": 1_000, "removed": False,
         "bid_type": "CPC", "bid_micros": 5_000_000, "quality_prior": 0.0, "creative_ref": "c",
         "landing_url": "https://x.example/", "static_score": 1.0,
@@ -102,7 +103,7 @@ async def _ad_server_scenario(secrets: Secrets) -> tuple[list[str], str]:
     the tokens it signed and its /metrics."""
     store = UserStore("127.0.0.1", 1, read_timeout_s=0.5)
     server = AdServer(ServerConfig(server_id="leak-check", deadline_ms=10_000.0), _state(), store, KEYS,
-                      served_log=ServedLogStandIn(), ready=lambda: True, clock=lambda: NOW_S)
+                      served_log=ServedLogStandIn(), ready=lambda: True, parts=RequestPathParts(clock=lambda: NOW_S))
     tokens = []
     async with _client(server.app()) as client:
         for n in range(3):
