@@ -19,7 +19,7 @@ from serving.decision.filters import FilterContext, apply_filters
 from serving.decision.index import DEFAULT_K, TargetingIndex
 from serving.decision.prediction import PredictionRequest, Predictor, PriorPredictor, position_effect
 from serving.decision.prerank import (DEFAULT_CVR_PRIOR, DEFAULT_KEEP, DEFAULT_MODEL_WEIGHTS, DEFAULT_WEIGHTS,
-                                     prerank)
+                                     RequestSignals, prerank)
 from serving.decision.recall import SampledAds, RecallSample
 
 
@@ -190,10 +190,9 @@ class DecisionEngine:
     def _prerank(self, request: RequestContext, filtered: Any, user_embedding: np.ndarray, multiplier: float,
                  affinity: np.ndarray | None, conversion_rates: np.ndarray | None) -> Any:
         cfg = self.config
-        return prerank(self.index, filtered.rows, filtered.participation, user_embedding=user_embedding,
-                       placement_ctr_multiplier=multiplier, slot_count=len(request.slot_positions),
-                       keep=cfg.keep, cvr_prior=cfg.cvr_prior if conversion_rates is None else conversion_rates,
-                       affinity=affinity,
+        signals = RequestSignals(user_embedding, multiplier, len(request.slot_positions), affinity)
+        return prerank(self.index, filtered.rows, filtered.participation, signals, keep=cfg.keep,
+                       cvr_prior=cfg.cvr_prior if conversion_rates is None else conversion_rates,
                        weights=cfg.prerank_weights if cfg.prerank_weights is not None else
                        DEFAULT_WEIGHTS if affinity is None else DEFAULT_MODEL_WEIGHTS)
 

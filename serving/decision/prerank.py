@@ -35,6 +35,17 @@ DEFAULT_MODEL_WEIGHTS = np.zeros(len(FEATURES), dtype=np.float32)
 DEFAULT_MODEL_WEIGHTS[FEATURES.index("model_affinity")] = 1.0
 
 
+@dataclass(frozen=True)
+class RequestSignals:
+    """What the pre-ranker's features read of the request: the user's embedding, the placement's CTR
+    multiplier, how many slots it asks for, and the learned model's user-ad interaction per candidate (the
+    predictor's `affinity`; None without one)."""
+    user_embedding: np.ndarray
+    placement_ctr_multiplier: float = 1.0
+    slot_count: int = 1
+    affinity: np.ndarray | None = None
+
+
 @dataclass
 class Preranked:
     rows: np.ndarray  # the kept rows, best approximate value first
@@ -46,17 +57,17 @@ def features(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray,
              placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None = None) -> np.ndarray:
     """The feature matrix, shape (len(rows), len(FEATURES)), float32. `affinity`: the learned model's
     user-ad interaction per row (the predictor's `affinity`), None without one."""
-    return _features(index.hot.gather(rows), participation, user_embedding, placement_ctr_multiplier, slot_count,
-                     affinity)
+    return _features(index.hot.gather(rows), participation,
+                     RequestSignals(user_embedding, placement_ctr_multiplier, slot_count, affinity))
 
 
 class _Inputs:
     """One request's candidates as the features read them, each intermediate computed once, on first use."""
 
-    def __init__(self, hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
-                 placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None) -> None:
-        self.hot, self.participation, self.user_embedding = hot, participation, user_embedding
-        self.multiplier, self.slot_count, self.affinity = placement_ctr_multiplier, slot_count, affinity
+    def __init__(self, hot: np.ndarray, participation: np.ndarray, request: RequestSignals) -> None:
+        self.hot, self.participation, self.user_embedding = hot, participation, request.user_embedding
+        self.multiplier, self.slot_count, self.affinity = (request.placement_ctr_multiplier, request.slot_count,
+                                                           request.affinity)
         self.n = len(hot)
         self._cache: dict[str, np.ndarray] = {}
 
@@ -101,9 +112,8 @@ _COLUMNS = {
 assert tuple(_COLUMNS) == FEATURES
 
 
-def _features(hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
-              placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None) -> np.ndarray:
-    inputs = _Inputs(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity)
+def _features(hot: np.ndarray, participation: np.ndarray, request: RequestSignals) -> np.ndarray:
+    inputs = _Inputs(hot, participation, request)
     return np.column_stack([column(inputs) for column in _COLUMNS.values()]).astype(np.float32)
 
 
@@ -120,34 +130,31 @@ def _exact_few(weights: np.ndarray) -> np.ndarray | None:
     return used
 
 
-def _adjustment(hot: np.ndarray, participation: np.ndarray, user_embedding: np.ndarray,
-                placement_ctr_multiplier: float, slot_count: int, affinity: np.ndarray | None,
+def _adjustment(hot: np.ndarray, participation: np.ndarray, request: RequestSignals,
                 weights: np.ndarray) -> np.ndarray:
     """x @ weights (float32): from the columns that weigh when the weights allow it exactly (_exact_few), else
     from the whole feature matrix."""
     used = _exact_few(weights)
     if used is None:
-        return _features(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity) @ weights
-    inputs = _Inputs(hot, participation, user_embedding, placement_ctr_multiplier, slot_count, affinity)
+        return _features(hot, participation, request) @ weights
+    inputs = _Inputs(hot, participation, request)
     total = np.zeros(len(hot), dtype=np.float32)
     for f in used:
         total = total + np.asarray(_COLUMNS[FEATURES[f]](inputs)).astype(np.float32) * weights[f]
     return total
 
 
-def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, *, user_embedding: np.ndarray,
-            placement_ctr_multiplier: float = 1.0, slot_count: int = 1, keep: int = DEFAULT_KEEP,
-            weights: np.ndarray = DEFAULT_WEIGHTS, cvr_prior: float | np.ndarray = DEFAULT_CVR_PRIOR,
-            affinity: np.ndarray | None = None) -> Preranked:
+def prerank(index: TargetingIndex, rows: np.ndarray, participation: np.ndarray, request: RequestSignals, *,
+            keep: int = DEFAULT_KEEP, weights: np.ndarray = DEFAULT_WEIGHTS,
+            cvr_prior: float | np.ndarray = DEFAULT_CVR_PRIOR) -> Preranked:
     """The `keep` candidates of highest approximate value per impression. `cvr_prior`: the pCVR of conversion
     bids, one for all, or one per row (the learned conversion model's, when the predictor offers it)."""
     if len(rows) == 0:
         empty = np.empty(0, dtype=np.float32)
         return Preranked(rows, empty, empty)
     hot = index.hot.gather(rows)  # one gather per candidate; every feature reads this compact copy
-    adjustment = np.clip(_adjustment(hot, participation, user_embedding, placement_ctr_multiplier, slot_count,
-                                     affinity, weights), -3.0, 3.0)
-    pctr = np.clip(hot["ctr_prior"] * placement_ctr_multiplier * np.exp(adjustment), 1e-6, 0.99)
+    adjustment = np.clip(_adjustment(hot, participation, request, weights), -3.0, 3.0)
+    pctr = np.clip(hot["ctr_prior"] * request.placement_ctr_multiplier * np.exp(adjustment), 1e-6, 0.99)
     bid = hot["bid_micros"].astype(np.float64)
     code = hot["bid_type"]
     action = np.where(code == 0, 1 / 1000, np.where(code == 1, pctr, pctr * cvr_prior))

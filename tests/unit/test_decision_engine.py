@@ -15,7 +15,7 @@ from serving.decision.engine import DecisionEngine, EngineConfig, RequestContext
 from serving.decision.filters import FREQUENCY_RECORD_UNAVAILABLE, FilterContext, apply_filters
 from serving.decision.index import AdRecord, TargetingIndex
 from serving.decision.prediction import PredictionTimeout
-from serving.decision.prerank import prerank
+from serving.decision.prerank import RequestSignals, prerank
 
 NOW = int(datetime(2027, 1, 19, 15, 30, tzinfo=timezone.utc).timestamp() * 1000)  # a Tuesday
 US_FEED = compile_targeting({"location": ["US"], "placement": ["feed"]})
@@ -100,7 +100,7 @@ def test_prerank_keeps_a_high_bid_with_a_modest_click_rate():
     ads = [ad(1, 1, bid=10_000_000, ctr=0.004), ad(2, 2, bid=500_000, ctr=0.05), ad(3, 3, bid=200_000, ctr=0.05)]
     index, _ = world(ads=ads)
     rows = index.retrieve(request_terms(location=["US"], placement=["feed"]))
-    kept = prerank(index, rows, np.ones(len(rows)), user_embedding=np.zeros(8), keep=2)
+    kept = prerank(index, rows, np.ones(len(rows)), RequestSignals(user_embedding=np.zeros(8)), keep=2)
     assert {int(index.ad_id.data[r]) for r in kept.rows} == {1, 2}  # 40,000 and 25,000 per impression
 
 

@@ -41,7 +41,7 @@ def test_the_weighted_sum_equals_the_feature_matrix_times_the_weights(seed, n, w
         w = np.zeros(len(pr.FEATURES), dtype=np.float32)
         picked = {"fitted": np.arange(len(w)), "one": [3], "two_inexact": [6, 20]}[weights]
         w[picked] = rng.normal(size=len(picked)).astype(np.float32)
-    args = (hot, participation, user, 1.3, 2, affinity)
+    args = (hot, participation, pr.RequestSignals(user, 1.3, 2, affinity))
     matrix = pr._features(*args) @ w
     got = pr._adjustment(*args, w)
     assert got.dtype == np.float32 and got.tobytes() == matrix.astype(np.float32).tobytes()
