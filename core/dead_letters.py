@@ -1,7 +1,7 @@
 """The dead-letter record: what a job could not process, why, and the bytes to replay it."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from core.errors import CorruptRecord
 
@@ -10,14 +10,22 @@ from core.errors import CorruptRecord
 MAX_EVENT_TIME_MS = 253_402_300_799_999
 
 
-def dead_letter(job: str, *, topic: str, partition: int | None, offset: int | None, timestamp_ms: int | None,
-                key: bytes | None, value: bytes | None, reason: str, error_type: str) -> dict[str, Any]:
-    """A DeadLetter record (schemas/dead_letter.avsc)."""
+class SourcePosition(NamedTuple):
+    """Where a record was read: its topic, partition and offset (None where unknown)."""
+
+    topic: str
+    partition: int | None
+    offset: int | None
+
+
+def dead_letter(job: str, source: SourcePosition, *, timestamp_ms: int | None, key: bytes | None,
+                value: bytes | None, reason: str, error_type: str) -> dict[str, Any]:
+    """A DeadLetter record (schemas/dead_letter.avsc) of the record read at `source`."""
     return {
         "job": job,
-        "source_topic": topic,
-        "source_partition": -1 if partition is None else int(partition),
-        "source_offset": -1 if offset is None else int(offset),
+        "source_topic": source.topic,
+        "source_partition": -1 if source.partition is None else int(source.partition),
+        "source_offset": -1 if source.offset is None else int(source.offset),
         "event_time": 0 if timestamp_ms is None else int(timestamp_ms),
         "reason": reason,
         "error_type": error_type,
@@ -28,7 +36,7 @@ def dead_letter(job: str, *, topic: str, partition: int | None, offset: int | No
 
 def from_corrupt(job: str, error: CorruptRecord, *, timestamp_ms: int | None, key: bytes | None,
                  value: bytes | None) -> dict[str, Any]:
-    return dead_letter(job, topic=error.topic or "?", partition=error.partition, offset=error.offset,
+    return dead_letter(job, SourcePosition(error.topic or "?", error.partition, error.offset),
                        timestamp_ms=timestamp_ms, key=key, value=value, reason=error.reason,
                        error_type=type(error).__name__)
 

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from core.dead_letters import MAX_EVENT_TIME_MS, dead_letter
+from core.dead_letters import MAX_EVENT_TIME_MS, SourcePosition, dead_letter
 from core.errors import InvalidArgument
 from jobs.flink_io import time_fields
 from schemas.codec import AvroCodec, default_registry
@@ -55,7 +55,7 @@ def _random_bytes(rng: random.Random, low: int = 1, high: int = 64) -> bytes:
 
 def _other_schema_value(rng: random.Random) -> bytes:
     """A valid record of a schema no job reads (a DeadLetter), as a record of the wrong type on a topic."""
-    record = dead_letter("corrupt-records", topic="elsewhere", partition=rng.randrange(4), offset=rng.randrange(10**6),
+    record = dead_letter("corrupt-records", SourcePosition("elsewhere", rng.randrange(4), rng.randrange(10**6)),
                          timestamp_ms=rng.randrange(10**12), key=None, value=_random_bytes(rng), reason="a sample",
                          error_type="CorruptRecord")
     return AvroCodec().encode("DeadLetter", record)

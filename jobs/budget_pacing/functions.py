@@ -15,7 +15,7 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction,
 from core import budget
 from core.budget_events import (AdsChange, Billed, CampaignChange, LateReport, Market, ServerSpend, SpendWindow, Tick,
                                 apply, apply_held, change_instant_ms, new_state, window_end_ms)
-from core.dead_letters import dead_letter
+from core.dead_letters import SourcePosition, dead_letter
 from core.errors import InvalidSettings, SchemaMismatch
 from core.monitoring import LIMITS, LimitedCampaigns
 from core.pacing import Curves
@@ -109,7 +109,7 @@ class Route(ProcessFunction):
         except SchemaMismatch as error:
             self.corrupt.inc()
             yield DEAD_LETTERS, dead_letter_row(dead_letter(
-                JOB_NAME, topic=row.topic or "?", partition=row.part, offset=row.off, timestamp_ms=None, key=row.k,
+                JOB_NAME, SourcePosition(row.topic or "?", row.part, row.off), timestamp_ms=None, key=row.k,
                 value=row.v, reason=str(error), error_type=type(error).__name__), self.codec)
             return
         if len(reports) == 1 and record.get("campaigns") is None:  # a single-campaign record: as it came

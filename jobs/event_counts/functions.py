@@ -7,7 +7,7 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction,
 from pyflink.datastream.state import MapStateDescriptor
 
 from core import event_counts as rules
-from core.dead_letters import dead_letter
+from core.dead_letters import SourcePosition, dead_letter
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row
 from schemas.codec import AvroCodec
 
@@ -66,7 +66,7 @@ class CountPerMinute(KeyedProcessFunction):
         if counts is None:
             self.late.inc()
             yield DEAD_LETTERS, dead_letter_row(dead_letter(
-                JOB_NAME, topic=topic, partition=partition, offset=offset, timestamp_ms=event_time_ms, key=None,
+                JOB_NAME, SourcePosition(topic, partition, offset), timestamp_ms=event_time_ms, key=None,
                 value=None, error_type="LateEvent", reason=rules.late_reason(event_time_ms, watermark)), self.codec)
             return
         self.windows.put(start, counts.as_tuple())

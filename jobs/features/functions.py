@@ -14,7 +14,7 @@ from pyflink.common import Row
 from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
 
 from core import ad_stats, ad_window_events, feature_events, feature_inputs, privacy, user_window_events
-from core.dead_letters import dead_letter
+from core.dead_letters import SourcePosition, dead_letter
 from core.feature_windows import WindowRules
 from jobs.features import snapshot, state
 from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row, timed_bytes_row_type
@@ -120,7 +120,7 @@ class AdWindow(KeyedProcessFunction):
             else:
                 self.expired.inc()
                 yield DEAD_LETTERS, dead_letter_row(dead_letter(
-                    JOB_NAME, topic=row.topic, partition=row.partition, offset=row.offset, timestamp_ms=row.event_ms,
+                    JOB_NAME, SourcePosition(row.topic, row.partition, row.offset), timestamp_ms=row.event_ms,
                     key=None, value=None, error_type="LateEvent", reason=output.reason), self.codec)
 
 

@@ -10,7 +10,7 @@ from pyflink.datastream.state import ValueStateDescriptor
 
 from core.campaigns import BadChange
 from schemas.cdc import serving_record_from_change
-from core.dead_letters import dead_letter
+from core.dead_letters import SourcePosition, dead_letter
 from core.errors import SchemaMismatch
 from core.versions import is_newer
 from jobs.flink_io import bytes_row_type, dead_letter_row
@@ -54,7 +54,7 @@ class Compile(KeyedProcessFunction):
         except (BadChange, SchemaMismatch) as error:
             self.bad.inc()
             yield DEAD_LETTERS, dead_letter_row(dead_letter(
-                JOB_NAME, topic=row.topic, partition=row.partition, offset=row.offset, timestamp_ms=None, key=row.k,
+                JOB_NAME, SourcePosition(row.topic, row.partition, row.offset), timestamp_ms=None, key=row.k,
                 value=row.v, reason=str(error), error_type=type(error).__name__), self.codec)
             return
         self.emitted.update(record["version"])
