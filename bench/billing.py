@@ -49,7 +49,7 @@ from typing import Any
 
 from core.errors import RunFailed
 from infra.platform import PlatformSettings
-from jobs.flink_io import KafkaJobSettings
+from jobs.common.settings import KafkaJobSettings
 from sim.synthetic import billing_events
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC

@@ -35,7 +35,7 @@ import uuid
 from typing import Any
 
 from infra.platform import PlatformSettings
-from jobs.flink_io import KafkaJobSettings
+from jobs.common.settings import KafkaJobSettings
 from sim.synthetic import spend_batches, spend_reports
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from core.dead_letters import MAX_EVENT_TIME_MS, SourcePosition, dead_letter
 from core.errors import InvalidArgument
-from jobs.flink_io import time_fields
+from jobs.common.dead_letters import time_fields
 from schemas.codec import AvroCodec, default_registry
 
 HEADER_LEN = 10  # the single-object encoding's marker and fingerprint

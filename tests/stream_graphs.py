@@ -9,7 +9,9 @@ import importlib
 import json
 import sys
 
-ARGS = {"archiver": ["--archive-dir", "/tmp/archive", "--topics", "ad.served,ad.events"],
+from schemas import topics
+
+ARGS = {"archiver": ["--archive-dir", "/tmp/archive", "--topics", f"{topics.AD_SERVED},{topics.AD_EVENTS}"],
         "features": ["--redis-url", "redis://127.0.0.1:1/0"]}
 
 
@@ -17,13 +19,14 @@ def stream_graph_uids(job: str) -> list[tuple[str | None, str]]:
     """(uid, operator name) of each node of the stream graph `job`'s entry point would submit."""
     from pyflink.datastream import StreamExecutionEnvironment
 
-    from jobs import flink_io
+    from jobs.common import environment
+    from jobs.common.jars import fetched_jar
 
     graphs = []
     StreamExecutionEnvironment.execute = lambda env, job_name=None: graphs.append(env._generate_stream_graph(False))
-    flink_io.check_kafka = lambda endpoint: None
+    environment.check_kafka = lambda endpoint: None
     main = importlib.import_module(f"jobs.{job}.main").main
-    main(["--bootstrap", "127.0.0.1:1", "--connector-jar", str(flink_io.fetched_jar("kafka")), *ARGS.get(job, [])])
+    main(["--bootstrap", "127.0.0.1:1", "--connector-jar", str(fetched_jar("kafka")), *ARGS.get(job, [])])
     [graph] = graphs
     return [(node.getTransformationUID(), node.getOperatorName()) for node in graph.getStreamNodes().toArray()]
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Sequence
 
 from jobs.archiver.settings import ArchiverSettings
 from jobs.archiver.topology import build
-from jobs.flink_io import (add_common_arguments, fetched_jar, parse, platform_home, run_job,
-                           settings_from_args)
+from jobs.common.jars import fetched_jar, platform_home
+from jobs.common.job import Job
 from schemas import topics
 
 JOB_NAME = "archiver"
@@ -25,10 +24,8 @@ def archive_uri(archive: str) -> str:
     return archive if "://" in archive else Path(archive).resolve().as_uri()
 
 
-def parse_settings(argv: Sequence[str] | None = None) -> ArchiverSettings:
-    parser = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, JOB_NAME)
+def archive_flags(parser: argparse.ArgumentParser) -> None:
+    """What to archive, where, and the Avro format's jar."""
     parser.add_argument("--archive-dir", default=os.environ.get("ADSERVE_ARCHIVE_DIR", ""),
                         help="where the files go: a local folder or a Flink file system URI "
                              "(default: ADSERVE_ARCHIVE_DIR or the local platform's archive folder)")
@@ -37,23 +34,21 @@ def parse_settings(argv: Sequence[str] | None = None) -> ArchiverSettings:
     parser.add_argument("--avro-jar", default=os.environ.get("ADSERVE_FLINK_AVRO_JAR", ""),
                         help="path of flink-sql-avro (default: ADSERVE_FLINK_AVRO_JAR or the one `adserve up` "
                              "fetched)")
-    parser.add_argument("--out-of-orderness-ms", type=int, default=2000)
-    parser.add_argument("--idle-timeout-ms", type=int, default=2000,
-                        help="a partition quiet this long stops holding the hour's commit back")
-    parser.add_argument("--commit-delay-s", type=int, default=60,
-                        help="an hour's _SUCCESS file waits this long past the hour's end in event time")
-    args = parse(parser, argv)
-    return ArchiverSettings(
-        settings_from_args(args, JOB_NAME), archive_uri(args.archive_dir or str(platform_home() / "archive")),
-        tuple(t.strip() for t in args.topics.split(",") if t.strip()), args.avro_jar or fetched_jar("avro"),
-        out_of_orderness_ms=args.out_of_orderness_ms, idle_timeout_ms=args.idle_timeout_ms,
-        commit_delay_s=args.commit_delay_s)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    settings = parse_settings(argv)
-    run_job(JOB_NAME, settings, build, extra_jars=[Path(settings.avro_jar)])
+def archive_settings(args: argparse.Namespace) -> dict:
+    return {"archive_uri": archive_uri(args.archive_dir or str(platform_home() / "archive")),
+            "topics": tuple(t.strip() for t in args.topics.split(",") if t.strip()),
+            "avro_jar": args.avro_jar or fetched_jar("avro")}
 
+
+def avro_jar(settings: ArchiverSettings) -> list[Path]:
+    return [Path(settings.avro_jar)]
+
+
+JOB = Job(JOB_NAME, ArchiverSettings, build, __doc__, flags=archive_flags, derive=archive_settings,
+          extra_jars=avro_jar)
+parser, parse_settings, main = JOB.parser, JOB.parse_settings, JOB.main
 
 if __name__ == "__main__":
     main()

@@ -1,10 +1,11 @@
 """The typed settings `archiver` runs with: the Kafka plumbing, what to archive, where, and when an hour is
-complete. Plain data: main.py builds them from flags and environment, topology.py wires the job from them."""
+complete. Plain data: each setting a flag sets as it is is declared once here (jobs.common.settings.option);
+main.py parses them, topology.py wires the job from them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.flink_io import KafkaJobSettings
+from jobs.common.settings import KafkaJobSettings, option
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,6 @@ class ArchiverSettings:
     archive_uri: str
     topics: tuple[str, ...]
     avro_jar: str
-    out_of_orderness_ms: int = 2000
-    idle_timeout_ms: int = 2000
-    commit_delay_s: int = 60
+    out_of_orderness_ms: int = option(2000)
+    idle_timeout_ms: int = option(2000, "a partition quiet this long stops holding the hour's commit back")
+    commit_delay_s: int = option(60, "an hour's _SUCCESS file waits this long past the hour's end in event time")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from core.errors import InvalidArgument
 from jobs.archiver.settings import ArchiverSettings
-from jobs.flink_io import kafka_source_table
+from jobs.common.kafka_tables import kafka_source_table
 
 
 def folder_name(topic: str) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyflink.common import Row
-from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
 
 from core import budget
 from core.budget_events import (AdsChange, Billed, CampaignChange, LateReport, Market, ServerSpend, SpendWindow, Tick,
@@ -21,20 +21,26 @@ from core.monitoring import LIMITS, LimitedCampaigns
 from core.pacing import Curves
 from core.spend import report_key, spend_items
 from jobs.budget_pacing import state as pacer_state
-from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards, dead_letter_row
+from jobs.common.dead_letters import DeadLetterDecoder, dead_letter_row
+from jobs.common.kafka_tables import bytes_row_type
+from jobs.common.routing import DEAD_LETTERS, DecodeOrDeadLetter
+from jobs.common.shards import check_shards
 from jobs.side_files import read_side_file
 from jobs.tripwire import Tripwire
+from schemas import topics
 
 JOB_NAME = "budget_pacing"
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 ROW_FIELDS = ["kind", "campaign_id", "server_id", "lease_id", "spend", "served", "eligible", "price", "servers",
               "wants", "topic", "part", "off", "k", "v", "released"]  # the JVM's rows (SpendWindows.OUTPUT_FIELDS)
-RECORD_TYPES = {"spend_raw": "SpendReport", "campaign": "ServingCampaign", "billed": "BilledSpend", "ad": "ServingAd"}
+# The record type of each row kind: its topic's (schemas.topics)
+RECORD_TYPES = {kind: topics.record_type(topic) for kind, topic in (
+    ("spend_raw", topics.BUDGET_SPEND), ("campaign", topics.SERVING_CAMPAIGNS), ("billed", topics.BILLED_SPEND),
+    ("ad", topics.SERVING_ADS))}
 SHARDS = 16  # the pacer's keys: campaigns by campaign id modulo this (fixed for the life of the job's state)
 END_OF_INPUT = 2**63 - 1 - 86_400_000  # watermarks this high mean a bounded input has ended
 REDIS_FLUSH_POINTS = 256
 REDIS_FLUSH_S = 0.5
-DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 LEASES = OutputTag("leases", bytes_row_type())
 
 
@@ -80,25 +86,16 @@ def campaign_reports(record: dict) -> list[dict]:
     return [r for r in spend_items(record) if int(r["campaign_id"]) > 0]
 
 
-class Route(ProcessFunction):
+class Route(DecodeOrDeadLetter):
     """The rows the JVM could not key (late or undecodable spend reports, records of another contract version)
     decoded for their campaign id. A spend record leaves as one spend_raw row per campaign it carries, each a
     single-campaign SpendReport keyed by its own campaign (a batch is split here); corrupt ones -> dead letters
     (counted), late heartbeats dropped."""
 
-    def open(self, runtime_context: RuntimeContext):
-        from schemas.codec import AvroCodec
+    job_name, record_types, coordinates = JOB_NAME, RECORD_TYPES, ("part", "off")
 
-        self.codec = AvroCodec()
-        self.corrupt = runtime_context.get_metrics_group().counter("corrupt_records")
-        self.decoder = DeadLetterDecoder(JOB_NAME, self.codec, self.corrupt)
-
-    def process_element(self, row, ctx):
-        record, dead = self.decoder.decode(row.v, RECORD_TYPES[row.kind], topic=row.topic, partition=row.part,
-                                           offset=row.off, key=row.k)
-        if dead is not None:
-            yield DEAD_LETTERS, dead
-        elif row.kind != "spend_raw":
+    def emit(self, record: dict, row, ctx):
+        if row.kind != "spend_raw":
             yield keyed_row(row.kind, int(record["campaign_id"]), row)
         else:
             yield from self._spend(record, row)

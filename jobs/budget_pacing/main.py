@@ -4,53 +4,35 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from typing import Sequence
 
-from core import budget
-from core.settings import describe
-from jobs.budget_pacing.functions import JOB_NAME, SHARDS, load_curves
-from jobs.budget_pacing.settings import BudgetPacingSettings, PacingTopics, default_redis_url, settings_from
+from jobs.budget_pacing.functions import JOB_NAME, load_curves
+from jobs.budget_pacing.settings import BudgetPacingSettings, PacingTopics
 from jobs.budget_pacing.topology import build
-from jobs.flink_io import add_common_arguments, add_shards_argument, create_environment, parse
-from jobs.uids import assign_stable_uids
+from jobs.common.args import add_settings_arguments, option_values
+from jobs.common.jars import project_functions
+from jobs.common.job import Job
 
 LOG = logging.getLogger(f"adserve.jobs.{JOB_NAME}")
 
 
-def parser() -> argparse.ArgumentParser:
-    out = argparse.ArgumentParser(prog=JOB_NAME, description=__doc__)
-    add_common_arguments(out, JOB_NAME, bundle_time_ms=100)  # the control loop: freshness first
-    defaults = PacingTopics()
-    for name in ("spend", "campaigns", "ads", "billed", "state", "leases"):
-        out.add_argument(f"--{name}-topic", default=getattr(defaults, name))
-    out.add_argument("--dead-letter-topic", default=defaults.dead_letters)
-    out.add_argument("--redis-url", default=default_redis_url(),
-                     help="where pacing:{campaign} goes (default: the local platform's Redis; '' for none)")
-    out.add_argument("--curves", default=os.environ.get("ADSERVE_CURVES", ""),
-                     help="traffic shapes and values to beat from pipelines.traffic_curves (JSON): a local path, "
-                          "file:// or object-storage URL (gs://, s3://: Beam's filesystems); one given but missing "
-                          "or unreadable fails the job at start; empty: flat curves and no forecast")
-    out.add_argument("--out-of-orderness-ms", type=int, default=2000,
-                     help="how far a spend report may trail the newest one and still make its window")
-    out.add_argument("--idle-timeout-ms", type=int, default=2000,
-                     help="after this long without records, the campaign and billing topics stop holding "
-                          "event time back")
-    add_shards_argument(out, SHARDS, "pacer")
-    out.add_argument("--heartbeat-ms", type=int, default=budget.HEARTBEAT_MS,
-                     help="a campaign's state is re-sent at least this often even when unchanged "
-                          f"(default {budget.HEARTBEAT_MS}; 10000 sends one every step)")
-    return out
+def topic_flags(parser: argparse.ArgumentParser) -> None:
+    add_settings_arguments(parser.add_argument_group("topics"), PacingTopics)
 
 
-def run(settings: BudgetPacingSettings) -> None:
-    from jobs.jvm import udf_jar
+def pacing_topics(args: argparse.Namespace) -> dict:
+    return {"topics": PacingTopics(**option_values(args, PacingTopics))}
 
-    env, t_env = create_environment(settings.kafka, extra_jars=[udf_jar()])
+
+def configure(env, t_env) -> None:
+    """The JVM function that reads a record's leading campaign id, which the topology's views call."""
     t_env.create_java_temporary_system_function("campaign_of", "io.adserve.flink.LeadingCampaignId")
-    build(t_env, settings)
-    assign_stable_uids(env)  # a savepoint of this job restores into its next build (jobs/uids.py)
-    env.execute(JOB_NAME)
+
+
+# The control loop: freshness first (short bundles)
+JOB = Job(JOB_NAME, BudgetPacingSettings, build, __doc__, bundle_time_ms=100, flags=topic_flags,
+          derive=pacing_topics, extra_jars=project_functions, configure=configure)
+parser, parse_settings, run = JOB.parser, JOB.parse_settings, JOB.run
 
 
 def check_curves(settings: BudgetPacingSettings) -> None:
@@ -65,10 +47,9 @@ def check_curves(settings: BudgetPacingSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    settings = settings_from(parse(parser(), argv))
+    settings = parse_settings(argv)
     logging.basicConfig(level=logging.INFO)
-    LOG.info("starting %s: %s", JOB_NAME, describe(settings))
-    check_curves(settings)
+    check_curves(settings)  # before the job is built or submitted
     run(settings)
 
 

@@ -1,28 +1,28 @@
-"""The typed settings the budget job runs with, and how parsed flags and the environment become them. Plain
-data: main.py declares the flags, topology.py wires the job from these settings; nothing here opens a
+"""The typed settings the budget job runs with. Plain data: each setting is declared once here with its flag
+(jobs.common.settings.option); main.py parses them, topology.py wires the job from them; nothing here opens a
 connection."""
 from __future__ import annotations
 
-import argparse
+import functools
 import os
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field
 
 from core import budget
-from jobs.budget_pacing.functions import JOB_NAME, SHARDS
-from jobs.flink_io import KafkaJobSettings, settings_from_args
+from jobs.budget_pacing.functions import SHARDS
+from jobs.common.settings import KafkaJobSettings, default_redis_url, option
+from jobs.common.shards import shards_option
 from schemas import topics as topic_names
 
 
 @dataclass(frozen=True)
 class PacingTopics:
-    spend: str = topic_names.BUDGET_SPEND
-    campaigns: str = topic_names.SERVING_CAMPAIGNS
-    ads: str = topic_names.SERVING_ADS
-    billed: str = topic_names.BILLED_SPEND
-    state: str = topic_names.BUDGET_STATE
-    leases: str = topic_names.BUDGET_LEASES
-    dead_letters: str = topic_names.DEAD_LETTERS
+    spend: str = option(topic_names.BUDGET_SPEND, flag="--spend-topic")
+    campaigns: str = option(topic_names.SERVING_CAMPAIGNS, flag="--campaigns-topic")
+    ads: str = option(topic_names.SERVING_ADS, flag="--ads-topic")
+    billed: str = option(topic_names.BILLED_SPEND, flag="--billed-topic")
+    state: str = option(topic_names.BUDGET_STATE, flag="--state-topic")
+    leases: str = option(topic_names.BUDGET_LEASES, flag="--leases-topic")
+    dead_letters: str = option(topic_names.DEAD_LETTERS, flag="--dead-letter-topic")
 
 
 @dataclass(frozen=True)
@@ -30,24 +30,18 @@ class BudgetPacingSettings:
     """Everything the job runs with."""
 
     kafka: KafkaJobSettings
-    topics: PacingTopics = PacingTopics()
-    redis_url: str = ""  # '' writes no pacing points
-    curves: str = ""  # pipelines.traffic_curves' document; '' for flat curves and no forecast
-    out_of_orderness_ms: int = 2000
-    idle_timeout_ms: int = 2000
-    heartbeat_ms: int = budget.HEARTBEAT_MS
-    shards: int = SHARDS
-
-
-def default_redis_url(environ: Mapping[str, str] = os.environ) -> str:
-    """ADSERVE_PACING_REDIS_URL, else the local platform's Redis (ADSERVE_HOST, ADSERVE_REDIS_PORT)."""
-    return environ.get("ADSERVE_PACING_REDIS_URL") or \
-        f"redis://{environ.get('ADSERVE_HOST', '127.0.0.1')}:{environ.get('ADSERVE_REDIS_PORT', '16379')}/0"
-
-
-def settings_from(args: argparse.Namespace) -> BudgetPacingSettings:
-    """The settings from the flags main.py's parser declares."""
-    topics = PacingTopics(args.spend_topic, args.campaigns_topic, args.ads_topic, args.billed_topic,
-                          args.state_topic, args.leases_topic, args.dead_letter_topic)
-    return BudgetPacingSettings(settings_from_args(args, JOB_NAME), topics, args.redis_url, args.curves,
-                                args.out_of_orderness_ms, args.idle_timeout_ms, args.heartbeat_ms, args.shards)
+    topics: PacingTopics = field(default_factory=PacingTopics)
+    redis_url: str = option("", "where pacing:{campaign} goes (default: the local platform's Redis; '' for none)",
+                            default_from=functools.partial(default_redis_url, variable="ADSERVE_PACING_REDIS_URL"))
+    curves: str = option("", "traffic shapes and values to beat from pipelines.traffic_curves (JSON): a local "
+                             "path, file:// or object-storage URL (gs://, s3://: Beam's filesystems); one given but "
+                             "missing or unreadable fails the job at start; empty: flat curves and no forecast",
+                         default_from=lambda: os.environ.get("ADSERVE_CURVES", ""))
+    out_of_orderness_ms: int = option(2000, "how far a spend report may trail the newest one and still make its "
+                                            "window")
+    idle_timeout_ms: int = option(2000, "after this long without records, the campaign and billing topics stop "
+                                        "holding event time back")
+    heartbeat_ms: int = option(budget.HEARTBEAT_MS, "a campaign's state is re-sent at least this often even when "
+                                                    f"unchanged (default {budget.HEARTBEAT_MS}; 10000 sends one "
+                                                    "every step)")
+    shards: int = shards_option(SHARDS, "pacer")

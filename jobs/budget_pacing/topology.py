@@ -3,9 +3,11 @@ the pacer. No rule and no host, port or path: those come from the settings (jobs
 from __future__ import annotations
 
 from core import budget
-from jobs.budget_pacing.functions import DEAD_LETTERS, LEASES, ROW_FIELDS, Pace, PacerSettings, Route
+from jobs.budget_pacing.functions import LEASES, ROW_FIELDS, Pace, PacerSettings, Route
 from jobs.budget_pacing.settings import BudgetPacingSettings
-from jobs.flink_io import by_campaign_shard, bytes_row_type, kafka_sink_table, kafka_source_table
+from jobs.common.kafka_tables import bytes_row_type, kafka_sink_table, kafka_source_table
+from jobs.common.routing import DEAD_LETTERS
+from jobs.common.shards import by_campaign_shard
 
 SERVER_WINDOW_MS = 1000  # metered reports reach the pacer per server once a second of event time
 # The SpendReport layout before `released`: the JVM still reads it, so ad servers not yet upgraded keep drawing and

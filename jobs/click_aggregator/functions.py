@@ -6,20 +6,23 @@ from __future__ import annotations
 import json
 
 from pyflink.common import Row, Types
-from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 
 from core import clicks
 from jobs.click_aggregator import state as bill_state
 from jobs.click_aggregator.views import EVENT_FIELDS, REDUCED_FIELDS
-from jobs.flink_io import DeadLetterDecoder, bytes_row_type, check_shards
+from jobs.common.dead_letters import DeadLetterDecoder
+from jobs.common.routing import DEAD_LETTERS, DecodeOrDeadLetter
+from jobs.common.shards import check_shards
 from jobs.tripwire import Tripwire
+from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "click_aggregator"
 SHARDS = 16  # the bill's keys: campaigns by campaign id modulo this (fixed for the life of the job's state)
 ROW_FIELDS = REDUCED_FIELDS  # the keyed rows' fields: ByCampaign shards them by their campaign_id
-DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
-RECORD_TYPES = {"raw": "AdEvent", "campaign": "ServingCampaign"}  # the rows the JVM cannot key
+# the rows the JVM cannot key, by kind: the record type of their topic (schemas.topics)
+RECORD_TYPES = {"raw": topics.record_type(topics.AD_EVENTS), "campaign": topics.record_type(topics.SERVING_CAMPAIGNS)}
 
 
 def reduced_row_type():
@@ -30,20 +33,13 @@ def reduced_row_type():
         Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.STRING()])
 
 
-class Route(ProcessFunction):
+class Route(DecodeOrDeadLetter):
     """Rows whose campaign is inside their bytes (events and campaign records of another contract version, or
     ones the JVM could not read): decoded for their campaign id; corrupt ones -> dead letters (counted)."""
 
-    def open(self, runtime_context: RuntimeContext):
-        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
-                                         runtime_context.get_metrics_group().counter("corrupt_records"))
+    job_name, record_types, coordinates = JOB_NAME, RECORD_TYPES, ("part", "off")
 
-    def process_element(self, row, ctx):
-        record, dead = self.decoder.decode(row.v, RECORD_TYPES[row.kind], topic=row.topic, partition=row.part,
-                                           offset=row.off, key=row.k)
-        if dead is not None:
-            yield DEAD_LETTERS, dead
-            return
+    def emit(self, record: dict, row, ctx):
         if row.kind == "raw":  # another contract version: billed on the late path
             event = {name: record.get(name) for name in EVENT_FIELDS}
             yield Row("late", int(record["campaign_id"]), *[None] * 11, json.dumps(event))

@@ -3,16 +3,17 @@ state with an event-time timer per window. Each method adapts I/O around core.ev
 from __future__ import annotations
 
 from pyflink.common import Row, Types
-from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor
 
 from core import event_counts as rules
 from core.dead_letters import SourcePosition, dead_letter
-from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row
+from jobs.common.dead_letters import dead_letter_row
+from jobs.common.routing import DEAD_LETTERS, DecodeOrDeadLetter
+from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "event_counts"
-DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 # An open window's (impressions, clicks, billable micros), by window start: core.event_counts.Counts.
 OPEN_WINDOWS = MapStateDescriptor("open_windows", Types.LONG(), Types.TUPLE([Types.LONG(), Types.LONG(),
                                                                                Types.LONG()]))
@@ -24,20 +25,18 @@ def event_tuple_type():
                         Types.STRING(), Types.INT(), Types.LONG()])
 
 
-class DecodeEvents(ProcessFunction):
+class DecodeEvents(DecodeOrDeadLetter):
     """Raw Kafka rows -> event tuples; corrupt records -> dead letters (counted, `corrupt_records`)."""
 
-    def open(self, runtime_context: RuntimeContext):
-        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
-                                         runtime_context.get_metrics_group().counter("corrupt_records"))
+    job_name = JOB_NAME
 
-    def process_element(self, row, ctx):
-        ts_ms = row.ts.to_epoch_milli() if row.ts is not None else None
-        event, dead = self.decoder.decode(row.v, "AdEvent", topic=row.topic, partition=row.partition,
-                                          offset=row.offset, key=row.k, timestamp_ms=ts_ms)
-        if dead is not None:
-            yield DEAD_LETTERS, dead
-            return
+    def record_type(self, row) -> str:
+        return topics.record_type(topics.AD_EVENTS)
+
+    def timestamp_ms(self, row) -> int | None:
+        return row.ts.to_epoch_milli() if row.ts is not None else None
+
+    def emit(self, event: dict, row, ctx):
         yield (event["campaign_id"], event["event_time"], event["event_type"], event["billing_type"],
                event["price_micros"], row.topic, row.partition, row.offset)
 

@@ -6,9 +6,10 @@ partition (every producer of the project sets it to the record's event time); wi
 event time inside the record."""
 from __future__ import annotations
 
-from jobs.event_counts.functions import DEAD_LETTERS, CountPerMinute, DecodeEvents, event_tuple_type
+from jobs.event_counts.functions import CountPerMinute, DecodeEvents, event_tuple_type
 from jobs.event_counts.settings import EventCountsSettings
-from jobs.flink_io import bytes_row_type, kafka_sink_table, kafka_source_table
+from jobs.common.kafka_tables import bytes_row_type, kafka_sink_table, kafka_source_table
+from jobs.common.routing import DEAD_LETTERS
 
 
 def build(t_env, settings: EventCountsSettings) -> None:

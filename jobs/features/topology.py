@@ -18,7 +18,8 @@ from jobs.features import state
 from jobs.features.functions import (CAMPAIGNS, DEAD_LETTERS, REGISTRY, USERS, AdWindow, Decode, Publish,
                                      UserWindow)
 from jobs.features.settings import FeaturesSettings
-from jobs.flink_io import bytes_row_type, kafka_sink_table, kafka_source_table, timed_bytes_row_type, timed_table
+from jobs.common.kafka_tables import (bytes_row_type, kafka_sink_table, kafka_source_table, timed_bytes_row_type,
+                                      timed_table)
 
 SOURCES = (("served", "served_in"), ("event", "events_in"), ("conversion", "conversions_in"),
            ("feedback", "feedback_in"), ("ad", "ads_in"), ("campaign", "campaigns_in"), ("deletion", "deletions_in"))

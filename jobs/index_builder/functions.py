@@ -13,12 +13,13 @@ from schemas.cdc import serving_record_from_change
 from core.dead_letters import SourcePosition, dead_letter
 from core.errors import SchemaMismatch
 from core.versions import is_newer
-from jobs.flink_io import bytes_row_type, dead_letter_row
+from jobs.common.dead_letters import dead_letter_row
+from jobs.common.kafka_tables import bytes_row_type
+from jobs.common.routing import DEAD_LETTERS
 from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "index_builder"
-DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 CAMPAIGNS = OutputTag("campaigns", bytes_row_type())
 RESERVES = OutputTag("reserves", bytes_row_type())
 SIDE_OUTPUTS = {topics.SERVING_CAMPAIGNS: CAMPAIGNS, topics.SERVING_RESERVES: RESERVES}  # serving.ads: the main

@@ -1,19 +1,18 @@
 """The typed settings `index_builder` runs with: the Kafka plumbing and where each kind of serving record goes.
-Plain data: main.py builds them from flags and environment, topology.py wires the job from them."""
+Plain data: each setting is declared once here with its flag (jobs.common.settings.option); main.py parses
+them, topology.py wires the job from them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.flink_io import KafkaJobSettings
+from jobs.common.settings import JobSettings, option
 from schemas import topics
 
 
-@dataclass(frozen=True)
-class IndexBuilderSettings:
+@dataclass(frozen=True, kw_only=True)
+class IndexBuilderSettings(JobSettings):
     """Everything the job takes: the Kafka plumbing and where each kind of serving record goes."""
 
-    kafka: KafkaJobSettings
-    ads_topic: str = topics.SERVING_ADS
-    campaigns_topic: str = topics.SERVING_CAMPAIGNS
-    reserves_topic: str = topics.SERVING_RESERVES
-    dead_letter_topic: str = topics.DEAD_LETTERS
+    ads_topic: str = option(topics.SERVING_ADS, "where ad records go (tests, benchmarks)")
+    campaigns_topic: str = option(topics.SERVING_CAMPAIGNS, "where campaign records go")
+    reserves_topic: str = option(topics.SERVING_RESERVES, "where reserve rules go")

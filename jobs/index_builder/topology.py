@@ -6,8 +6,9 @@ so a repeat after a restart is harmless, and a record is visible at once instead
 (under load the checkpoint's duration would be most of an advertiser change's lag)."""
 from __future__ import annotations
 
-from jobs.flink_io import bytes_row_type, kafka_sink_table, kafka_source_table
-from jobs.index_builder.functions import CAMPAIGNS, DEAD_LETTERS, RESERVES, Compile, change_key
+from jobs.common.kafka_tables import bytes_row_type, kafka_sink_table, kafka_source_table
+from jobs.common.routing import DEAD_LETTERS
+from jobs.index_builder.functions import CAMPAIGNS, RESERVES, Compile, change_key
 from jobs.index_builder.settings import IndexBuilderSettings
 from schemas import topics
 

@@ -8,18 +8,20 @@ from __future__ import annotations
 import json
 
 from pyflink.common import Row, Types
-from pyflink.datastream import KeyedBroadcastProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+from pyflink.datastream import KeyedBroadcastProcessFunction, RuntimeContext
 
 from core import privacy, training
 from core.monitoring import calibration_counts
-from jobs.flink_io import DeadLetterDecoder, bytes_row_type
+from jobs.common.routing import DecodeOrDeadLetter
 from jobs.training_join import state as join_state
 from jobs.tripwire import Tripwire
+from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "training_join"
-DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
-RECORD_TYPES = {"served": "ServedRecord", "event": "AdEvent", "conversion": "AdConversion"}
+# The record type of each row kind: its topic's (schemas.topics)
+RECORD_TYPES = {kind: topics.record_type(topic) for kind, topic in (
+    ("served", topics.AD_SERVED), ("event", topics.AD_EVENTS), ("conversion", topics.AD_CONVERSIONS))}
 JOIN_ROW_FIELDS = ["impression_id", "kind", "served_ms", "event_ms", "event_type", "context", "user_id"]
 
 
@@ -41,38 +43,27 @@ def join_record(row) -> training.JoinRecord:
                                None if context is None else json.loads(context), user_id)
 
 
-class Split(ProcessFunction):
+class Split(DecodeOrDeadLetter):
     """Decode; a served record becomes one row per filled slot, a beacon or conversion one row; corrupt ->
     dead letters (counted, `corrupt_records`)."""
 
-    def open(self, runtime_context: RuntimeContext):
-        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
-                                         runtime_context.get_metrics_group().counter("corrupt_records"))
+    job_name, record_types = JOB_NAME, RECORD_TYPES
 
-    def process_element(self, row, ctx):
-        record, dead = self.decoder.decode(row.v, RECORD_TYPES[row.kind], topic=row.topic, partition=row.partition,
-                                           offset=row.offset, key=row.k)
-        if dead is not None:
-            yield DEAD_LETTERS, dead
-            return
+    def emit(self, record: dict, row, ctx):
         for joined in training.join_records(row.kind, record):
             yield join_row(joined)
 
 
-class DecodeDeletion(ProcessFunction):
+class DecodeDeletion(DecodeOrDeadLetter):
     """A deletion request (UserDeletion) -> join_state.DELETION row; corrupt -> dead letters (counted,
     `corrupt_records`)."""
 
-    def open(self, runtime_context: RuntimeContext):
-        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
-                                         runtime_context.get_metrics_group().counter("corrupt_records"))
+    job_name = JOB_NAME
 
-    def process_element(self, row, ctx):
-        record, dead = self.decoder.decode(row.v, "UserDeletion", topic=row.topic, partition=row.partition,
-                                           offset=row.offset, key=row.k)
-        if dead is not None:
-            yield DEAD_LETTERS, dead
-            return
+    def record_type(self, row) -> str:
+        return topics.record_type(topics.PRIVACY_DELETIONS)
+
+    def emit(self, record: dict, row, ctx):
         request = privacy.request_of(record)
         yield Row(request.user_id, request.requested_at_ms)
 

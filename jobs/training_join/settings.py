@@ -1,25 +1,27 @@
 """The typed settings `training_join` runs with: the Kafka plumbing, its topics, the join's rules and its
-clock. Plain data: main.py builds them from flags and environment, topology.py wires the job from them."""
+clock. Plain data: each setting is declared once here with its flag (jobs.common.settings.option); main.py
+parses them, topology.py wires the job from them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from core import training
-from jobs.flink_io import KafkaJobSettings
+from jobs.common.settings import JobSettings, option
 from schemas import topics
 
 
-@dataclass(frozen=True)
-class TrainingJoinSettings:
+@dataclass(frozen=True, kw_only=True)
+class TrainingJoinSettings(JobSettings):
     """Everything the job takes: the Kafka plumbing, its topics, the join's rules and its clock."""
 
-    kafka: KafkaJobSettings
-    served_topic: str = topics.AD_SERVED
-    events_topic: str = topics.AD_EVENTS
-    conversions_topic: str = topics.AD_CONVERSIONS
-    examples_topic: str = topics.TRAINING_EXAMPLES
-    dead_letter_topic: str = topics.DEAD_LETTERS
-    deletions_topic: str = topics.PRIVACY_DELETIONS
+    served_topic: str = option(topics.AD_SERVED)
+    events_topic: str = option(topics.AD_EVENTS)
+    conversions_topic: str = option(topics.AD_CONVERSIONS)
+    examples_topic: str = option(topics.TRAINING_EXAMPLES)
+    deletions_topic: str = option(topics.PRIVACY_DELETIONS,
+                                  "the deletion requests: a deleted user's examples are never emitted")
     rules: training.JoinRules = field(default_factory=training.JoinRules)
-    out_of_orderness_ms: int = 5000
-    idle_timeout_ms: int = 2000
+    out_of_orderness_ms: int = option(5000, "how far a record may trail the newest one and still count before "
+                                            "its label is final")
+    idle_timeout_ms: int = option(2000, "an ad.conversions partition without records this long stops counting "
+                                        "for the clock")

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from jobs.flink_io import kafka_sink_table, kafka_source_table, timed_bytes_row_type, timed_table
+from jobs.common.kafka_tables import kafka_sink_table, kafka_source_table, timed_bytes_row_type, timed_table
+from jobs.common.routing import DEAD_LETTERS
 from jobs.training_join import state as join_state
-from jobs.training_join.functions import DEAD_LETTERS, DecodeDeletion, Label, Split, join_row_type
+from jobs.training_join.functions import DecodeDeletion, Label, Split, join_row_type
 from jobs.training_join.settings import TrainingJoinSettings
 
 

@@ -355,7 +355,7 @@ def test_a_taskmanager_killed_mid_stream_bills_every_event_once(platform, billin
             assert totals[campaign_id][name] == recounted[(campaign_id, "2026-01-05")][name], (campaign_id, name)
     history = http_json(f"{platform.flink_rest_url}/jobs/{billing['job_id']}/exceptions")["exceptionHistory"]
     assert history["entries"], "the job never failed over: the kill did not reach it"
-    # ... and it restored from the state changelog on the cluster's file system (jobs/flink_io --state-changelog):
+    # ... and it restored from the state changelog on the cluster's file system (jobs/common/args.py --state-changelog):
     # the file-system storage keeps each job's log under its id; Flink's in-memory default writes nothing there.
     assert (flink.data_dir / "changelog" / billing["job_id"] / "dstl").is_dir()
 

@@ -10,7 +10,7 @@ import pytest
 from core.errors import ShardCountChanged
 from jobs.click_aggregator import functions as click_aggregator
 from jobs.budget_pacing import functions as budget_pacing
-from jobs.flink_io import check_shards
+from jobs.common.shards import check_shards
 
 JAVA = Path(__file__).resolve().parents[2] / "jobs" / "jvm" / "io" / "adserve" / "flink" / "ByCampaign.java"
 

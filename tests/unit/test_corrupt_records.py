@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from core.dead_letters import MAX_EVENT_TIME_MS, time_out_of_range
 from core.errors import CorruptRecord
-from jobs.flink_io import time_fields
+from jobs.common.dead_letters import time_fields
+from schemas import topics
 from schemas.codec import AvroCodec
 from tests import features_records as records
 from tests.billed_feed import campaign_version
@@ -125,7 +126,7 @@ def test_the_index_builder_dead_letters_and_counts_every_corrupt_change(seed):
     assert [b.kind for b in bad] == list(CDC_KINDS)
     outputs = []
     for n, record in enumerate(bad):
-        row = SimpleNamespace(topic="cdc.public.campaigns", k=record.key, v=record.value, partition=0, offset=n)
+        row = SimpleNamespace(topic=topics.CDC_CAMPAIGNS, k=record.key, v=record.value, partition=0, offset=n)
         outputs += list(compile_.process_element(row, at_key(context, FakeContext(), f"k{n}")))
     assert [tag.tag_id for tag, _ in outputs] == ["dead-letters"] * len(CDC_KINDS)
     assert [CODEC.decode(row[1], "DeadLetter")["source_offset"] for _, row in outputs] == list(range(len(CDC_KINDS)))
@@ -145,8 +146,8 @@ def test_a_campaign_change_with_any_value_in_any_column_is_compiled_or_dead_lett
     from jobs.index_builder.functions import Compile
 
     compile_, context = opened(Compile())
-    row = SimpleNamespace(topic="cdc.public.campaigns", k=b'{"campaign_id":7}', v=_change(dict(CAMPAIGN_ROW, **{field: value})),
-                          partition=0, offset=9)
+    row = SimpleNamespace(topic=topics.CDC_CAMPAIGNS, k=b'{"campaign_id":7}',
+                          v=_change(dict(CAMPAIGN_ROW, **{field: value})), partition=0, offset=9)
     outputs = list(compile_.process_element(row, at_key(context, FakeContext(), "k")))
     assert len(outputs) == 1
     tag, out = outputs[0]

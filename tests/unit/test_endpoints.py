@@ -320,7 +320,8 @@ def test_a_server_started_with_a_settings_file_reads_its_endpoints_as_its_variab
 def test_a_job_takes_its_kafka_from_the_settings_file_and_prints_it_masked(tmp_path):
     import argparse
 
-    from jobs.flink_io import KafkaJobSettings, add_common_arguments, kafka_endpoint
+    from jobs.common.args import add_common_arguments
+    from jobs.common.settings import KafkaJobSettings, kafka_endpoint
 
     ca = tmp_path / "ca.pem"
     ca.write_text(_any_ca_pem())
@@ -371,7 +372,8 @@ def test_published_contracts_that_differ_from_the_codes_stop_the_process_naming_
 def test_a_job_takes_its_checkpoint_and_savepoint_folders_from_the_jobs_storage_settings(tmp_path):
     import argparse
 
-    from jobs.flink_io import add_common_arguments, settings_from_args
+    from jobs.common.args import add_common_arguments
+    from jobs.common.settings import settings_from_args
 
     path = tmp_path / "settings.toml"
     path.write_text('[storage]\ncheckpoints = "s3://shared/checkpoints"\n'

@@ -11,8 +11,11 @@ import pytest
 from core.settings import describe
 from infra.platform.jars import FLINK_CONNECTORS, FLINK_FORMATS
 from core.errors import InvalidSettings
-from jobs.flink_io import (FETCHED_JARS, KafkaJobSettings, MissingJar, add_common_arguments, fetched_jar,
-                           jars_dir, restart_options)
+from jobs.common.args import add_common_arguments
+from jobs.common.environment import restart_options
+from jobs.common.jars import FETCHED_JARS, MissingJar, fetched_jar, jars_dir
+from jobs.common.settings import KafkaJobSettings
+from schemas import topics
 
 
 def test_the_jobs_look_for_fetched_jars_where_the_platform_fetches_them():
@@ -48,9 +51,9 @@ class _Outer:
 
 
 def test_printed_settings_mask_secrets_and_url_passwords():
-    text = describe(_Outer(_Inner("redis://user:hunter2@db:6379/0", "s3cr3t"), "ad.events"))
+    text = describe(_Outer(_Inner("redis://user:hunter2@db:6379/0", "s3cr3t"), topics.AD_EVENTS))
     assert "hunter2" not in text and "s3cr3t" not in text
-    assert "redis://user:***@db:6379/0" in text and "topic=ad.events" in text
+    assert "redis://user:***@db:6379/0" in text and f"topic={topics.AD_EVENTS}" in text
 
 
 def _kafka_settings(**changes) -> KafkaJobSettings:

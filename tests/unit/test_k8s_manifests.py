@@ -40,7 +40,7 @@ from core.errors import AdserveError
 from core.endpoints import PROCESS_KINDS, layered, parse, secret_files
 from infra.platform import PlatformSettings
 from jobs.deploy import JOBS
-from jobs.flink_io import KafkaJobSettings
+from jobs.common.settings import KafkaJobSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO_ROOT / "deploy" / "k8s"
@@ -160,10 +160,14 @@ def schema_problems(docs: Docs) -> list[str]:
 
 @functools.cache
 def job_flags() -> frozenset[str]:
-    """Every --flag a job's parser declares (jobs/**.py)."""
+    """Every --flag a job's parser declares: each job's parser() (the flags its settings declare as options
+    included), and any add_argument("--flag") in jobs/**.py."""
     found = set()
     for path in (REPO_ROOT / "jobs").rglob("*.py"):
         found.update(re.findall(r"add_argument\(\s*f?\"(--[a-z0-9-]+)\"", path.read_text()))
+    for spec in JOBS.values():
+        main = importlib.import_module(spec.module if spec.module.endswith(".main") else f"{spec.module}.main")
+        found.update(flag for flag in main.parser()._option_string_actions if flag.startswith("--"))
     return frozenset(found)
 
 

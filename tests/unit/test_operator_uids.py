@@ -46,7 +46,7 @@ def _stream_graph_uids(*jobs: str) -> list[list[tuple[str | None, str]]]:
 
 @pytest.fixture(scope="module")
 def connector_jar():
-    from jobs.flink_io import MissingJar, fetched_jar
+    from jobs.common.jars import MissingJar, fetched_jar
 
     try:
         return fetched_jar("kafka")

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from core import training
 from jobs.training_join import state as join_state
-from jobs.training_join.functions import DEAD_LETTERS, Label, Split, join_record, join_row
+from jobs.common.routing import DEAD_LETTERS
+from jobs.training_join.functions import Label, Split, join_record, join_row
 from schemas import topics
 from schemas.codec import AvroCodec
 from tests.unit.flink_fakes import FakeContext, at_key, opened, through_flink_coder
