@@ -1,7 +1,7 @@
 """The simulated day's advertiser reports against its recount.
 
 After the day's billing closes, the run's billed topic (the click aggregator's BilledSpend totals) is landed into
-the campaign store's report tables by `jobs.report_landing` (in process, until caught up, under a consumer group
+the campaign store's report tables by `serving.report_landing` (in process, until caught up, under a consumer group
 of the run), each campaign's daily report is read back as the advertiser API builds it
 (`serving.advertiser.store.campaigns_report`) and compared field by field with `core.clicks.recount` of the
 day's beacons (`core.reports.recount_differences`). The landing keys its rows by campaign id and budget day
@@ -71,8 +71,8 @@ def check(platform, topics: Mapping[str, str], run: str, campaign_ids: Iterable[
     from confluent_kafka import KafkaException
 
     from core.errors import AdserveError
-    from jobs.report_landing.main import land
-    from jobs.report_landing.settings import ReportLandingSettings
+    from serving.report_landing.main import land
+    from serving.report_landing.settings import ReportLandingSettings
     from serving.advertiser.store import migrate
 
     ids = sorted(set(campaign_ids))

@@ -2,7 +2,7 @@
 database, so a report of tens of thousands of rows never becomes Python objects.
 
 The rules are core.reports': an hour's billed figures are the growth of its budget day's cumulative totals since
-the previous hour of that day, which jobs.report_landing keeps in report_hourly as it lands the records (a window
+the previous hour of that day, which serving.report_landing keeps in report_hourly as it lands the records (a window
 `lag` over (campaign, budget day) in hour order); a budget day's are its newest record. core.reports.hourly_rows
 and daily_rows state the same rules in Python, and the integration tests hold these reports equal to them on the
 same tables.

@@ -1,6 +1,6 @@
 """GET /v1/reports on the real platform: billed records in the click aggregator's exact topic format (made by
 its own pure functions, tests/billed_feed.py, rather than a Flink run) and conversions go to Kafka, the landing
-job (`python -m jobs.report_landing`) lands them in PostgreSQL, and the advertiser API's reports equal
+job (`python -m serving.report_landing`) lands them in PostgreSQL, and the advertiser API's reports equal
 core.clicks.recount of the same beacons; landing them again, or the same records sent twice, changes nothing."""
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import pytest
 
 from core import clicks, reports
 from infra.platform.topics import TopicSpec, ensure_topics
-from jobs.report_landing.main import land
-from jobs.report_landing.settings import ReportLandingSettings
+from serving.report_landing.main import land
+from serving.report_landing.settings import ReportLandingSettings
 from schemas.codec import AvroCodec
 from serving.advertiser.api import start_advertiser_api
 from serving.advertiser.store import migrate
@@ -65,7 +65,7 @@ def _produce(platform, topic: str, record_type: str, records: list[dict], key_fi
 
 def _land_with_the_command(platform, settings: ReportLandingSettings) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.report_landing", "--bootstrap", platform.kafka_bootstrap,
+        [sys.executable, "-m", "serving.report_landing", "--bootstrap", platform.kafka_bootstrap,
          "--postgres-dsn", platform.postgres_dsn, "--billed-topic", settings.billed_topic,
          "--conversions-topic", settings.conversions_topic, "--dead-letter-topic", settings.dead_letter_topic,
          "--group-id", settings.group_id, "--until-caught-up"], capture_output=True, text=True, timeout=300)

@@ -13,8 +13,8 @@ from confluent_kafka import Producer
 from core import clicks, reports
 from infra.platform.topics import TopicSpec, ensure_topics
 from jobs import deploy
-from jobs.report_landing.main import land
-from jobs.report_landing.settings import ReportLandingSettings
+from serving.report_landing.main import land
+from serving.report_landing.settings import ReportLandingSettings
 from schemas.codec import AvroCodec
 from serving.advertiser.store import migrate
 from streams import kafka

@@ -1,4 +1,4 @@
-"""jobs/report_landing without servers: its settings, and one batch through `ReportLanding.step` on a fake
+"""serving/report_landing without servers: its settings, and one batch through `ReportLanding.step` on a fake
 consumer: billed records reduced to one row per bucket, a conversion on its campaign's budget day, a record that
 does not decode sent to the dead letters, and every offset (the bad record's too) written with the batch."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidSettings
-from jobs.report_landing import main as landing_main
-from jobs.report_landing.main import ReportLanding, parse_settings
+from serving.report_landing import main as landing_main
+from serving.report_landing.main import ReportLanding, parse_settings
 from schemas import topics
 from schemas.codec import AvroCodec
 from tests import billed_feed as feed

@@ -1,5 +1,5 @@
 -- Advertiser reports: what the click aggregator billed (billing.billed_spend) and the conversions
--- (ad.conversions), landed by jobs/report_landing and read by GET /v1/reports (docs/reporting.md).
+-- (ad.conversions), landed by serving/report_landing and read by GET /v1/reports (docs/reporting.md).
 --
 -- The billed tables hold the aggregator's cumulative totals, never sums of deltas: each row is the newest
 -- BilledSpend record of its bucket by core.clicks.progress_key (kept in progress_*), and a write replaces a row

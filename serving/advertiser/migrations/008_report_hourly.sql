@@ -1,5 +1,5 @@
 -- The hourly report as it is read: one row per (campaign, UTC hour) with the hour's figures, kept by
--- jobs/report_landing in the same transaction as the rows they come from (docs/reporting.md). An hour's billed
+-- serving/report_landing in the same transaction as the rows they come from (docs/reporting.md). An hour's billed
 -- figures are the growth of each budget day's cumulative totals (report_billed_hourly) since the previous hour of
 -- that day, summed over the budget days in the hour; its conversions are report_conversions_hourly's, summed the
 -- same way (core.reports.hourly_rows states the rule). A report is then a range scan of this key.

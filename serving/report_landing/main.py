@@ -1,11 +1,11 @@
 """Entry point of `report_landing`: flags and environment -> ReportLandingSettings, printed, then the loop.
 
-    python -m jobs.report_landing --bootstrap 127.0.0.1:19092          (ADSERVE_POSTGRES_DSN: the campaign store)
-    python -m jobs.report_landing --until-caught-up                     (land what is there now, then stop)
+    python -m serving.report_landing --bootstrap 127.0.0.1:19092          (ADSERVE_POSTGRES_DSN: the campaign store)
+    python -m serving.report_landing --until-caught-up                     (land what is there now, then stop)
 
 One process reads every partition of billing.billed_spend and ad.conversions (assigned, not subscribed: no
 rebalancing) from the offsets stored with the last landed batch, reduces each batch with core.reports and
-writes it with its offsets in one transaction (jobs/report_landing/landing.py). A record that does not decode
+writes it with its offsets in one transaction (serving/report_landing/landing.py). A record that does not decode
 goes to dead.letters with its reason and the loop goes on."""
 from __future__ import annotations
 
@@ -21,15 +21,17 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from core.dead_letters import from_corrupt
 from core.errors import CorruptRecord, InvalidArgument, InvalidSettings, SchemaMismatch, TopicMissing
 from core.reports import LandingBatch, conversion_day
-from jobs.report_landing.landing import campaign_timezones, stored_offsets, write_batch
-from jobs.report_landing.settings import ReportLandingSettings
 from schemas import topics
 from schemas.codec import AvroCodec
+from serving.report_landing.landing import campaign_timezones, stored_offsets, write_batch
+from serving.report_landing.settings import ReportLandingSettings
 from streams import kafka
 
 JOB_NAME = "report_landing"
 LOG = logging.getLogger("adserve.report_landing")
-RECORD_TYPES = {"billed": "BilledSpend", "conversions": "AdConversion"}
+# Each kind's record type: its topic's (schemas.topics)
+RECORD_TYPES = {"billed": topics.record_type(topics.BILLED_SPEND),
+                "conversions": topics.record_type(topics.AD_CONVERSIONS)}
 
 
 def parse_settings(argv: Sequence[str] | None = None,
