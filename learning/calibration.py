@@ -16,6 +16,8 @@ clicks, so a segment just over the minimum does not swing on noise: weakly at (p
 simulated day a country moved the fit by more noise than signal). Never runs on the request path."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from serving.model.calibration import IDENTITY, LEVELS, Platt, SegmentCalibration, logit, segment_codes, sigmoid
@@ -68,13 +70,26 @@ def fit_platt(scores, labels, weights=None, *, prior: Platt = IDENTITY, prior_cl
     return Platt(float(theta[0]), float(theta[1]))
 
 
-def fit_segment_calibration(probabilities, labels, weights, placement, country, billing_type, *,
-                            min_positives: int = 50, min_negatives: int = 50, prior_clicks: float = 1000.0,
-                            coarse_prior_clicks: float = 10.0,
-                            slope_prior_clicks: float = 100.0) -> SegmentCalibration:
+@dataclass(frozen=True)
+class SegmentFitRules:
+    """How much evidence a segment needs to be fitted (raw clicks and non-clicks) and how strongly each fit is
+    held to its parent (priors worth that many clicks; see the module docstring)."""
+
+    min_positives: int = 50
+    min_negatives: int = 50
+    prior_clicks: float = 1000.0
+    coarse_prior_clicks: float = 10.0
+    slope_prior_clicks: float = 100.0
+
+
+def fit_segment_calibration(probabilities, labels, weights, placement, country, billing_type,
+                            rules: SegmentFitRules = SegmentFitRules()) -> SegmentCalibration:
     """Fit the global level (its slope held to 1), then every (placement, billing type) with enough evidence
     shrunk toward the global fit, then every (placement, country, billing type) shrunk toward its parent;
-    every slope held to its parent's by slope_prior_clicks."""
+    every slope held to its parent's by rules.slope_prior_clicks."""
+    min_positives, min_negatives = rules.min_positives, rules.min_negatives
+    prior_clicks, coarse_prior_clicks, slope_prior_clicks = \
+        rules.prior_clicks, rules.coarse_prior_clicks, rules.slope_prior_clicks
     z = logit(probabilities)
     y = np.asarray(labels, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)

@@ -21,7 +21,7 @@ import numpy as np
 
 from serving.decision.prerank import DEFAULT_CVR_PRIOR
 from learning import metrics
-from learning.calibration import fit_segment_calibration
+from learning.calibration import SegmentFitRules, fit_segment_calibration
 from learning.dataset import truth_column, validation_mask
 from learning.network import TrainConfig, build, fit, stderr_log
 from serving.model.calibration import SegmentCalibration
@@ -58,8 +58,8 @@ def train_conversion_model(everything: ExampleTable, spec: FeatureSpec,
     raw = model.raw_probabilities(held_inputs)
     ones = np.ones(len(held))
     model.calibration = fit_segment_calibration(raw, held.label, ones, held.placement, held.country, held.billing_type,
-                                                min_positives=min_segment_conversions,
-                                                min_negatives=min_segment_conversions)
+                                                SegmentFitRules(min_positives=min_segment_conversions,
+                                                                min_negatives=min_segment_conversions))
     calibrated = model.calibration.apply(raw, held.placement, held.country, held.billing_type)
     y = held.label.astype(np.float64)
     model.metadata = {

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from learning import metrics
-from learning.calibration import fit_segment_calibration
+from learning.calibration import SegmentFitRules, fit_segment_calibration
 from learning.dataset import by_task, validation_mask
 from serving.model.ad_features import AdFeatureSnapshot
 from serving.model.examples import ExampleTable
@@ -114,8 +114,8 @@ def recalibrate(model, records: Sequence[dict[str, Any]], snapshots: Mapping[int
     fit = ~held
     model.calibration = fit_segment_calibration(
         corrected[fit], examples.label[fit], examples.sample_weight[fit], examples.placement[fit],
-        examples.country[fit], examples.billing_type[fit], min_positives=min_segment_clicks,
-        min_negatives=min_segment_clicks)
+        examples.country[fit], examples.billing_type[fit],
+        SegmentFitRules(min_positives=min_segment_clicks, min_negatives=min_segment_clicks))
     after = model.calibration.apply(corrected, examples.placement, examples.country, examples.billing_type)
     w, y = examples.sample_weight, examples.label
     return {"model": metrics.summary(y[held], after[held], w[held]),

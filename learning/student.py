@@ -4,7 +4,7 @@ users of the training data crossed with random ads of the snapshot: the candidat
 the ads that won. Calls the networks in batches; never runs on the request path."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -15,12 +15,22 @@ from serving.model.features import (CPA_INDEX, AdFeatureTable, FeatureSpec, conv
 from serving.model.student import LOG_FLOOR, Student, ad_matrix, request_matrix
 
 
-def fit_student(model, examples: ExampleTable, table: AdFeatureTable, *, users: int = 1_000,
-                ads_per_user: int = 100, ridge: float = 1.0, seed: int = 1,
-                chunk: int = 20_000) -> Student:
+@dataclass(frozen=True)
+class StudentFit:
+    """The size of a student's fit: up to `users` example rows, each crossed with `ads_per_user` random ads, the
+    ridge penalty, and the pairs accumulated per chunk."""
+
+    users: int = 1_000
+    ads_per_user: int = 100
+    ridge: float = 1.0
+    chunk: int = 20_000
+
+
+def fit_student(model, examples: ExampleTable, table: AdFeatureTable, *, seed: int = 1,
+                fit: StudentFit = StudentFit()) -> Student:
     """Fit W to `model` (a ClickModel: raw network output, down-sampling correction, segment calibration)
-    on up to `users` example rows (their user features and context at their own slot position), each
-    crossed with `ads_per_user` random ads of `table`. Weighted ridge least squares on the pairs' outer
+    on up to `fit.users` example rows (their user features and context at their own slot position), each
+    crossed with `fit.ads_per_user` random ads of `table`. Weighted ridge least squares on the pairs' outer
     products, accumulated chunk by chunk (100,000 pairs fit in seconds); each pair weighs its model pCTR
     over the chunk's mean, so the fit is closest where the auction's winners come from (unweighted, the
     pre-ranker's recall on the simulated world was 96.6-99 % for two trainings; weighted, 98.1-100 % for
@@ -31,13 +41,11 @@ def fit_student(model, examples: ExampleTable, table: AdFeatureTable, *, users: 
                                        table.billing_type[ads])
 
     known = len(table.embedding) - 1  # the last row is the unknown ad, which no candidate of the index is
-    return _fit_bilinear(model.spec, examples, table, pctr, np.arange(max(known, 1)), users=users,
-                         ads_per_user=ads_per_user, ridge=ridge, seed=seed, chunk=chunk)
+    return _fit_bilinear(model.spec, examples, table, pctr, np.arange(max(known, 1)), fit=fit, seed=seed)
 
 
 def fit_conversion_student(spec: FeatureSpec, conversion, examples: ExampleTable, table: AdFeatureTable, *,
-                           users: int = 1_000, ads_per_user: int = 100, ridge: float = 1.0, seed: int = 1,
-                           chunk: int = 20_000) -> Student | None:
+                           seed: int = 1, fit: StudentFit = StudentFit()) -> Student | None:
     """W fitted to the conversion model's (a ConversionModel's) calibrated log pCVR at position 1, over users
     of `examples` crossed with random CPA ads of `table` (the only bids pCVR prices), weighted as fit_student
     weighs. None when the snapshot has no CPA ad."""
@@ -50,16 +58,15 @@ def fit_conversion_student(spec: FeatureSpec, conversion, examples: ExampleTable
         return conversion.calibration.apply(raw, examples.placement[examples_of_pairs],
                                             examples.country[examples_of_pairs], table.billing_type[ads])
 
-    return _fit_bilinear(spec, examples, table, pcvr, cpa, users=users, ads_per_user=ads_per_user, ridge=ridge,
-                         seed=seed, chunk=chunk, position=1)
+    return _fit_bilinear(spec, examples, table, pcvr, cpa, fit=fit, seed=seed, position=1)
 
 
 def _fit_bilinear(spec: FeatureSpec, examples: ExampleTable, table: AdFeatureTable, probability: Callable,
-                  ad_pool: np.ndarray, *, users: int, ads_per_user: int, ridge: float, seed: int, chunk: int,
-                  position: int | None = None) -> Student:
+                  ad_pool: np.ndarray, *, fit: StudentFit, seed: int, position: int | None = None) -> Student:
     """The weighted ridge fit of r' W a to log probability(pairs) (see fit_student) over users of `examples`
     (at their own slot position, or `position`) crossed with random ads of `ad_pool`. `probability` gets the
     pairs (each example with another ad, an ExampleTable), the example row of each pair and its ad row."""
+    users, ads_per_user, ridge, chunk = fit.users, fit.ads_per_user, fit.ridge, fit.chunk
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(examples), size=min(users, len(examples)), replace=False)
     positions = examples.slot_position[picked] if position is None else np.full(len(picked), position)

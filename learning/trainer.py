@@ -17,14 +17,14 @@ pCTR (whatever served that day) and, when the true click probabilities are known
 oracle; every metric weighted by sample_weight."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from serving.decision.prediction import position_effect
 from serving.decision.prerank import DEFAULT_CVR_PRIOR
 from learning import metrics
-from learning.calibration import fit_segment_calibration
+from learning.calibration import SegmentFitRules, fit_segment_calibration
 from learning.conversion import evaluate_conversion_model, train_conversion_model
 from learning.dataset import ExamplesInvalid, by_task, truth_column, validation_mask
 from learning.network import TrainConfig, build, fit, stderr_log
@@ -61,10 +61,19 @@ def priors_baseline(examples: ExampleTable, snapshots: Mapping[int, AdFeatureSna
     return np.clip(prior * position_effect(examples.slot_position), 0.0, 1.0)
 
 
-def _split(records: Sequence[dict[str, Any]], validation_share: float
-           ) -> tuple[ExampleTable, ExampleTable, ExampleTable, ExampleTable]:
-    """(every click example, those not scored on fallback, their training side, their validation side);
-    ExamplesInvalid when either side is too thin to train or calibrate on."""
+class ExampleSplit(NamedTuple):
+    """A training run's click examples: all of them, those not scored on fallback, and the training and
+    validation sides of those."""
+
+    everything: ExampleTable
+    examples: ExampleTable
+    train: ExampleTable
+    held: ExampleTable
+
+
+def _split(records: Sequence[dict[str, Any]], validation_share: float) -> ExampleSplit:
+    """The click examples split for training; ExamplesInvalid when either side is too thin to train or calibrate
+    on."""
     everything = ExampleTable.from_records(records)
     examples = everything.take(~everything.scored_by_fallback)
     validation = validation_mask(examples.request_id, validation_share)
@@ -72,14 +81,14 @@ def _split(records: Sequence[dict[str, Any]], validation_share: float
     if len(train) == 0 or train.positives == 0 or held.positives == 0 or held.positives == len(held):
         raise ExamplesInvalid(f"too few examples to train on: {len(train)} training rows with {train.positives} "
                               f"clicks, {len(held)} validation rows with {held.positives} clicks")
-    return everything, examples, train, held
+    return ExampleSplit(everything, examples, train, held)
 
 
-def _add_conversion_model(model: ClickModel, conversion_records: Sequence[dict[str, Any]], examples: ExampleTable,
-                          snapshots: Mapping[int, AdFeatureSnapshot], table: AdFeatureTable, config: TrainConfig, *,
+def _add_conversion_model(model: ClickModel, conversion_records: Sequence[dict[str, Any]],
+                          snapshots: Mapping[int, AdFeatureSnapshot], config: TrainConfig, *,
                           validation_share: float, min_segment_conversions: int, log: Callable[[str], None]) -> str:
-    """Train the bundle's conversion model and its student when there are conversion records; returns what the
-    bundle's pCVR is (the metadata's "pcvr")."""
+    """Train the bundle's conversion model when there are conversion records; returns what the bundle's pCVR is
+    (the metadata's "pcvr")."""
     if not conversion_records:
         return f"no conversion examples: pCVR is the constant prior {DEFAULT_CVR_PRIOR}"
     spec = model.spec
@@ -87,20 +96,26 @@ def _add_conversion_model(model: ClickModel, conversion_records: Sequence[dict[s
     model.conversion, pcvr = train_conversion_model(
         converted, spec, _ad_tables(spec, converted, snapshots), config, validation_share=validation_share,
         min_segment_conversions=min_segment_conversions, log=log)
-    if model.conversion is not None:
-        model.conversion.student = fit_conversion_student(spec, model.conversion, examples, table, seed=config.seed)
-        if model.conversion.student is not None:
-            log(f"conversion student: {model.conversion.student.fit_pairs:,} user x CPA-ad pairs, rms error of "
-                f"log pCVR {model.conversion.student.fit_rmse:.3f}")
     return pcvr
 
 
-def _training_metadata(model: ClickModel, config: TrainConfig, history: Mapping[str, list[float]], *,
-                       everything: ExampleTable, examples: ExampleTable, train: ExampleTable, held: ExampleTable,
-                       snapshot_versions: Sequence[int], validation_metrics: Mapping[str, Any], pcvr: str,
-                       conversion_examples: int) -> dict[str, Any]:
+def _add_conversion_student(model: ClickModel, examples: ExampleTable, table: AdFeatureTable, config: TrainConfig,
+                            log: Callable[[str], None]) -> None:
+    """Fit the student of the bundle's conversion model, when it has one, on the click examples' users."""
+    if model.conversion is None:
+        return
+    model.conversion.student = fit_conversion_student(model.spec, model.conversion, examples, table, seed=config.seed)
+    if model.conversion.student is not None:
+        log(f"conversion student: {model.conversion.student.fit_pairs:,} user x CPA-ad pairs, rms error of "
+            f"log pCVR {model.conversion.student.fit_rmse:.3f}")
+
+
+def _training_metadata(model: ClickModel, config: TrainConfig, history: Mapping[str, list[float]],
+                       split: ExampleSplit, *, snapshot_versions: Sequence[int],
+                       validation_metrics: Mapping[str, Any], pcvr: str, conversion_examples: int) -> dict[str, Any]:
     """What a trained bundle's metadata.json says about its training run."""
     architecture = config.architecture
+    everything, examples, train, held = split
     return {
         "keep_rate": model.keep_rate, "training_rows": len(train), "training_clicks": train.positives,
         "validation_rows": len(held), "validation_clicks": held.positives,
@@ -124,7 +139,8 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
     """A trained, calibrated ClickModel (unsaved) with its training metadata, and its conversion model when the
     records hold enough CONVERSION examples."""
     records, conversion_records = by_task(records)
-    everything, examples, train, held = _split(records, validation_share)
+    split = _split(records, validation_share)
+    examples, train, held = split.examples, split.train, split.held
     newest = int(examples.ad_snapshot_version.max())
     if newest not in snapshots:
         raise ExamplesInvalid(f"ad-feature snapshot v{newest} (the newest the examples name) is not loaded")
@@ -140,12 +156,12 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
     corrected = model.corrected(model.raw_probabilities(held_inputs))
     model.calibration = fit_segment_calibration(
         corrected, held.label, held.sample_weight, held.placement, held.country, held.billing_type,
-        min_positives=min_segment_clicks, min_negatives=min_segment_clicks)
+        SegmentFitRules(min_positives=min_segment_clicks, min_negatives=min_segment_clicks))
     calibrated = model.calibration.apply(corrected, held.placement, held.country, held.billing_type)
     model.student = fit_student(model, examples, tables[newest], seed=config.seed)
-    pcvr = _add_conversion_model(model, conversion_records, examples, snapshots, tables[newest], config,
-                                 validation_share=validation_share, min_segment_conversions=min_segment_conversions,
-                                 log=log)
+    pcvr = _add_conversion_model(model, conversion_records, snapshots, config, validation_share=validation_share,
+                                 min_segment_conversions=min_segment_conversions, log=log)
+    _add_conversion_student(model, examples, tables[newest], config, log)
     log(f"pre-ranker student: {model.student.fit_pairs:,} user-ad pairs, rms error of log pCTR "
         f"{model.student.fit_rmse:.3f}")
     validation_metrics = {
@@ -153,9 +169,8 @@ def train_click_model(records: Sequence[dict[str, Any]], snapshots: Mapping[int,
         "model_before_segment_calibration": metrics.summary(held.label, corrected, held.sample_weight),
         "priors_baseline": metrics.summary(held.label, priors_baseline(held, snapshots), held.sample_weight)}
     model.metadata = _training_metadata(
-        model, config, history, everything=everything, examples=examples, train=train, held=held,
-        snapshot_versions=list(tables), validation_metrics=validation_metrics, pcvr=pcvr,
-        conversion_examples=len(conversion_records))
+        model, config, history, split, snapshot_versions=list(tables), validation_metrics=validation_metrics,
+        pcvr=pcvr, conversion_examples=len(conversion_records))
     return model
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.training import recalibrate
-from learning.calibration import fit_platt, fit_segment_calibration
+from learning.calibration import SegmentFitRules, fit_platt, fit_segment_calibration
 from learning.metrics import auc, base_rate, calibration_by_segment, entropy, log_loss, normalised_entropy
 from serving.model.calibration import LEVELS, Platt, SegmentCalibration, logit, sigmoid
 
@@ -152,7 +152,7 @@ def test_segment_calibration_fixes_the_segment_that_is_off():
 def test_a_segment_below_the_minimum_count_uses_the_coarser_one():
     predicted, y, placement, country, billing, _ = _segments_data()
     calibration = fit_segment_calibration(predicted, y, np.ones(len(y)), placement, country, billing,
-                                          min_positives=50)
+                                          SegmentFitRules(min_positives=50))
     assert (0, ("video", "DE", "CLICK")) not in calibration.coefficients  # ~10 clicks
     assert (0, ("feed", "US", "CLICK")) in calibration.coefficients
     assert calibration.lookup("video", "DE", "CLICK") == calibration.coefficients[(1, ("video", "CLICK"))]
