@@ -156,7 +156,7 @@ def cmd_jobs_deploy(args: argparse.Namespace) -> int:
     print(f"submitting {args.name} to {jobmanager} with `flink run`{source} ...")
     job_id = deploy.deploy(args.name, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args,
                            python=args.python, savepoint=args.from_savepoint,
-                           allow_non_restored_state=args.allow_non_restored_state, claim_mode=args.claim_mode)
+                           restore=deploy.RestoreOptions(args.allow_non_restored_state, args.claim_mode))
     print(f"submitted {args.name}: job id {job_id}")
     if not args.no_wait:
         waited = deploy.wait_running(_rest(args), job_id)
@@ -172,9 +172,9 @@ def cmd_jobs_upgrade(args: argparse.Namespace) -> int:
     rest = _rest(args)
     print(f"upgrading {args.name} on {rest}: stop with a savepoint, then `flink run -s` ...")
     done = deploy.upgrade(args.name, rest_url=rest, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args,
-                          python=args.python, allow_non_restored_state=args.allow_non_restored_state,
-                          claim_mode=args.claim_mode, savepoint_dir=args.savepoint_dir,
-                          stop_timeout_s=args.stop_timeout_s)
+                          python=args.python,
+                          restore=deploy.RestoreOptions(args.allow_non_restored_state, args.claim_mode),
+                          savepoint_stop=deploy.SavepointStop(args.savepoint_dir, args.stop_timeout_s))
     print(f"stopped {args.name} ({done.stopped_job_id}); savepoint {done.savepoint}")
     print(f"submitted {args.name} from the savepoint: job id {done.job_id}")
     waited = deploy.wait_running(rest, done.job_id)

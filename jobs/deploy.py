@@ -79,16 +79,36 @@ def flink_cli() -> Path:
     return Path(pyflink.__file__).parent / "bin" / "flink"
 
 
+@dataclass(frozen=True)
+class RestoreOptions:
+    """How a job starts from saved state: whether state of an operator uid the new code no longer has may be
+    dropped (`--allowNonRestoredState`), and the claim mode (see `deploy`)."""
+
+    allow_non_restored_state: bool = False
+    claim_mode: str = "claim"
+
+
+@dataclass(frozen=True)
+class SavepointStop:
+    """How `upgrade` stops the running job: the folder its savepoint goes to (None: the cluster's
+    execution.checkpointing.savepoint-dir) and how long the stop may take."""
+
+    savepoint_dir: str | None = None
+    timeout_s: float = 120.0
+
+
 def deploy(name: str, *, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
            python: str = sys.executable, timeout_s: float = 180.0, savepoint: str | None = None,
-           allow_non_restored_state: bool = False, claim_mode: str = "claim") -> str:
+           restore: RestoreOptions = RestoreOptions()) -> str:
     """Submit a job detached with `flink run`; returns its Flink job id. With `savepoint` (a savepoint or a
     retained checkpoint's folder) the job starts from that state (`flink run -s`); Flink then refuses state of
-    an operator uid the new code no longer has unless `allow_non_restored_state` (which drops that state).
+    an operator uid the new code no longer has unless `restore.allow_non_restored_state` (which drops that
+    state).
 
-    `claim_mode` "claim" (the default) hands the savepoint to the new job, which deletes it once a newer
+    `restore.claim_mode` "claim" (the default) hands the savepoint to the new job, which deletes it once a newer
     checkpoint subsumes it: a job on the state changelog (click_aggregator) can only restore this way, as its
     first checkpoint cannot be the full one "no_claim" demands. "no_claim" leaves the savepoint untouched."""
+    allow_non_restored_state, claim_mode = restore.allow_non_restored_state, restore.claim_mode
     if name not in JOBS:
         raise DeployError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
     if allow_non_restored_state and not savepoint:
@@ -279,8 +299,8 @@ def running_job(rest_url: str | FlinkRest, name: str) -> RunningJob:
 
 
 def upgrade(name: str, *, rest_url: str | FlinkRest, jobmanager: str, conf_dir: Path, job_args: Sequence[str] = (),
-            python: str = sys.executable, allow_non_restored_state: bool = False, claim_mode: str = "claim",
-            savepoint_dir: str | None = None, stop_timeout_s: float = 120.0) -> Upgrade:
+            python: str = sys.executable, restore: RestoreOptions = RestoreOptions(),
+            savepoint_stop: SavepointStop = SavepointStop()) -> Upgrade:
     """Stop the running job `name` with a savepoint and submit this checkout's code of it from that savepoint.
 
     Nothing is cancelled when the savepoint fails (the old job keeps running). The old job is stopped before
@@ -289,13 +309,12 @@ def upgrade(name: str, *, rest_url: str | FlinkRest, jobmanager: str, conf_dir: 
     if name not in JOBS:
         raise DeployError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
     old = running_job(rest_url, name)
-    savepoint = stop(rest_url, old.job_id, stop_timeout_s, savepoint_dir)
+    savepoint = stop(rest_url, old.job_id, savepoint_stop.timeout_s, savepoint_stop.savepoint_dir)
     if not savepoint:
         raise DeployError(f"{name} ({old.job_id}) stopped, but Flink named no savepoint location")
     try:
         job_id = deploy(name, jobmanager=jobmanager, conf_dir=conf_dir, job_args=job_args, python=python,
-                        savepoint=savepoint, allow_non_restored_state=allow_non_restored_state,
-                        claim_mode=claim_mode)
+                        savepoint=savepoint, restore=restore)
     except DeployError as exc:
         raise DeployError(f"{name} was stopped with a savepoint at {savepoint}, but its new code did not start; "
                           f"start it with `adserve jobs deploy {name} --from-savepoint {savepoint}`:\n{exc}") from exc

@@ -33,8 +33,8 @@ class StandInFlink:
         return SAVEPOINT
 
     def deploy(self, name, **kwargs):
-        self.calls.append(("deploy", name, kwargs["savepoint"], kwargs["allow_non_restored_state"]))
-        assert kwargs["claim_mode"] in deploy.CLAIM_MODES
+        self.calls.append(("deploy", name, kwargs["savepoint"], kwargs["restore"].allow_non_restored_state))
+        assert kwargs["restore"].claim_mode in deploy.CLAIM_MODES
         if self.submit_fails:
             raise DeployError("`flink run` of budget_pacing failed (exit 1)")
         return "f" * 32
@@ -58,7 +58,7 @@ def test_upgrade_stops_the_running_job_with_a_savepoint_and_starts_the_new_code_
     cluster = flink(RunningJob("a" * 32, "budget_pacing", "RUNNING", 0, 0),
                     RunningJob("b" * 32, "click_aggregator", "RUNNING", 0, 0),
                     RunningJob("c" * 32, "budget_pacing", "FINISHED", 0, 0))
-    done = _upgrade(savepoint_dir="s3://bucket/savepoints")
+    done = _upgrade(savepoint_stop=deploy.SavepointStop(savepoint_dir="s3://bucket/savepoints"))
     assert cluster.calls == [("stop", "a" * 32, "s3://bucket/savepoints"),
                              ("deploy", "budget_pacing", SAVEPOINT, False)]
     assert done == deploy.Upgrade("budget_pacing", "a" * 32, SAVEPOINT, "f" * 32)
@@ -66,7 +66,7 @@ def test_upgrade_stops_the_running_job_with_a_savepoint_and_starts_the_new_code_
 
 def test_upgrade_passes_allow_non_restored_state_only_when_asked(flink):
     cluster = flink(RunningJob("a" * 32, "budget_pacing", "RUNNING", 0, 0))
-    _upgrade(allow_non_restored_state=True)
+    _upgrade(restore=deploy.RestoreOptions(allow_non_restored_state=True))
     assert cluster.calls[-1] == ("deploy", "budget_pacing", SAVEPOINT, True)
 
 
@@ -122,9 +122,10 @@ def test_deploy_from_a_savepoint_runs_flink_with_it(monkeypatch):
     assert command[command.index("-s") + 1] == SAVEPOINT
     assert command[command.index("--claimMode") + 1] == "claim"  # the state changelog restores only so
     assert "--allowNonRestoredState" not in command
-    command = _flink_run_command(monkeypatch, savepoint=SAVEPOINT, claim_mode="no_claim")
+    command = _flink_run_command(monkeypatch, savepoint=SAVEPOINT, restore=deploy.RestoreOptions(claim_mode="no_claim"))
     assert command[command.index("--claimMode") + 1] == "no_claim"
-    command = _flink_run_command(monkeypatch, savepoint=SAVEPOINT, allow_non_restored_state=True)
+    command = _flink_run_command(monkeypatch, savepoint=SAVEPOINT,
+                                 restore=deploy.RestoreOptions(allow_non_restored_state=True))
     assert "--allowNonRestoredState" in command
     assert command.index("--allowNonRestoredState") < command.index("-pym")
 
@@ -137,13 +138,13 @@ def test_a_fresh_deploy_starts_without_state(monkeypatch):
 def test_an_unknown_claim_mode_is_refused_before_flink_runs():
     with pytest.raises(DeployError, match="claim mode 'legacy'"):
         deploy.deploy("click_aggregator", jobmanager="jm:8081", conf_dir=Path("/conf"), savepoint=SAVEPOINT,
-                      claim_mode="legacy")
+                      restore=deploy.RestoreOptions(claim_mode="legacy"))
 
 
 def test_allow_non_restored_state_without_a_savepoint_is_refused():
     with pytest.raises(DeployError, match="only applies to a start from a savepoint"):
         deploy.deploy("click_aggregator", jobmanager="jm:8081", conf_dir=Path("/conf"),
-                      allow_non_restored_state=True)
+                      restore=deploy.RestoreOptions(allow_non_restored_state=True))
 
 
 def _command_line(*argv):
