@@ -5,15 +5,18 @@ from __future__ import annotations
 from core import budget
 from jobs.budget_pacing.functions import LEASES, ROW_FIELDS, Pace, PacerSettings, Route
 from jobs.budget_pacing.settings import BudgetPacingSettings
-from jobs.common.kafka_tables import bytes_row_type, kafka_sink_table, kafka_source_table
+from jobs.common.kafka_tables import bytes_row_type, kafka_sink_table, kafka_source_table, single_object_header
 from jobs.common.routing import DEAD_LETTERS
 from jobs.common.shards import by_campaign_shard
+from schemas import topics
 
 SERVER_WINDOW_MS = 1000  # metered reports reach the pacer per server once a second of event time
 # The SpendReport layout before `released`: the JVM still reads it, so ad servers not yet upgraded keep drawing and
 # asking for slices there while a rollout replaces them (they hand nothing back).
 EARLIER_SPEND_REPORT = "spend_report.v3.avsc"
-SIDE_INPUTS = {"campaigns_in": "ServingCampaign", "billed_in": "BilledSpend", "ads_in": "ServingAd"}
+# Each side input's record type: its topic's (schemas.topics)
+SIDE_INPUTS = {table: topics.record_type(topic) for table, topic in (
+    ("campaigns_in", topics.SERVING_CAMPAIGNS), ("billed_in", topics.BILLED_SPEND), ("ads_in", topics.SERVING_ADS))}
 
 
 def row_type():
@@ -24,13 +27,6 @@ def row_type():
         Types.STRING(), Types.LONG(), Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(),
         Types.LONG(), Types.LONG(), Types.BOOLEAN(), Types.STRING(), Types.INT(), Types.LONG(),
         Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.BOOLEAN()])
-
-
-def single_object_header(record_type: str) -> str:
-    """The hex of a record type's Avro single-object header, which the JVM matches records by."""
-    from schemas.codec import default_registry, schema_fingerprint
-
-    return "c301" + schema_fingerprint(default_registry().schema(record_type)).hex()
 
 
 def history_header(file_name: str) -> str:
@@ -65,15 +61,15 @@ def build(t_env, settings: BudgetPacingSettings) -> None:
 
 
 def _tables(t_env, settings: BudgetPacingSettings) -> None:
-    kafka, topics = settings.kafka, settings.topics
-    kafka_source_table(t_env, "spend_in", topics.spend, kafka, out_of_orderness_ms=settings.out_of_orderness_ms)
-    for name, topic in (("campaigns_in", topics.campaigns), ("billed_in", topics.billed), ("ads_in", topics.ads)):
+    kafka, names = settings.kafka, settings.topics
+    kafka_source_table(t_env, "spend_in", names.spend, kafka, out_of_orderness_ms=settings.out_of_orderness_ms)
+    for name, topic in (("campaigns_in", names.campaigns), ("billed_in", names.billed), ("ads_in", names.ads)):
         kafka_source_table(t_env, name, topic, kafka, idle_timeout_ms=settings.idle_timeout_ms, side_input=True)
     # States and slices are idempotent for their readers (latest state wins; a lease id counts once), so
     # at-least-once sinks: visible at once instead of at the next checkpoint.
-    kafka_sink_table(t_env, "state_out", topics.state, kafka, exactly_once=False)
-    kafka_sink_table(t_env, "leases_out", topics.leases, kafka, exactly_once=False)
-    kafka_sink_table(t_env, "dead_letters_out", topics.dead_letters, kafka)
+    kafka_sink_table(t_env, "state_out", names.state, kafka, exactly_once=False)
+    kafka_sink_table(t_env, "leases_out", names.leases, kafka, exactly_once=False)
+    kafka_sink_table(t_env, "dead_letters_out", names.dead_letters, kafka)
 
 
 def _reduce_spend(t_env, window_s: int) -> None:
@@ -84,12 +80,13 @@ def _reduce_spend(t_env, window_s: int) -> None:
     from pyflink.util.java_utils import invoke_method
 
     spend = t_env.to_data_stream(t_env.from_path("spend_in"))
-    options = (f"{single_object_header('SpendReport')},{window_s * 1000},{SERVER_WINDOW_MS},"
+    options = (f"{single_object_header(topics.record_type(topics.BUDGET_SPEND))},{window_s * 1000},{SERVER_WINDOW_MS},"
                f"{history_header(EARLIER_SPEND_REPORT)}")
     windows = invoke_method(None, "io.adserve.flink.SpendWindows", "apply", [spend._j_data_stream, options],
                             ["org.apache.flink.streaming.api.datastream.DataStream", "java.lang.String"])
     t_env.create_temporary_view("spend_reduced", t_env.from_data_stream(
-        DataStream(windows).uid("spend-windows"), Schema.new_builder().column_by_metadata("rt", "TIMESTAMP_LTZ(3)", "rowtime")
+        DataStream(windows).uid("spend-windows"),
+        Schema.new_builder().column_by_metadata("rt", "TIMESTAMP_LTZ(3)", "rowtime")
         .watermark("rt", "SOURCE_WATERMARK()").build()))
     t_env.execute_sql(_reduced_view_sql())
 

@@ -6,16 +6,11 @@ from __future__ import annotations
 from jobs.click_aggregator.functions import Bill, Route, reduced_row_type
 from jobs.click_aggregator.settings import ClickAggregatorSettings
 from jobs.click_aggregator.views import create_views
-from jobs.common.kafka_tables import kafka_sink_table, kafka_source_table, timed_bytes_row_type, timed_table
+from jobs.common.kafka_tables import (kafka_sink_table, kafka_source_table, single_object_header,
+                                      timed_bytes_row_type, timed_table)
 from jobs.common.routing import DEAD_LETTERS
 from jobs.common.shards import by_campaign_shard
 from schemas import topics
-from schemas.codec import default_registry, schema_fingerprint
-
-
-def header_hex(record_type: str) -> str:
-    """The Avro single-object header of the current `record_type` contract, as SQL hex."""
-    return "c301" + schema_fingerprint(default_registry().schema(record_type)).hex()
 
 
 def build(t_env, settings: ClickAggregatorSettings) -> None:
@@ -29,13 +24,14 @@ def build(t_env, settings: ClickAggregatorSettings) -> None:
     # Billed totals are cumulative for the day: a repeat after a restart changes nothing, so at-least-once.
     kafka_sink_table(t_env, "billed_out", settings.billed_topic, kafka, exactly_once=False, with_timestamp=True)
     kafka_sink_table(t_env, "dead_letters_out", settings.dead_letter_topic, kafka)
-    create_views(t_env, header_hex(topics.record_type(topics.AD_EVENTS)),
-                 header_hex(topics.record_type(topics.SERVING_CAMPAIGNS)))
+    create_views(t_env, single_object_header(topics.record_type(topics.AD_EVENTS)),
+                 single_object_header(topics.record_type(topics.SERVING_CAMPAIGNS)))
     # Campaign records carry their campaign id from the JVM and are keyed where they stand, so windows behind a
     # campaign record cannot overtake it on the way to the bill; only rows Route decodes may come a bundle later.
     routed, keyed = by_campaign_shard(t_env.to_data_stream(t_env.from_path("reduced")), reduced_row_type(),
                                       settings.shards, Route(), "decode campaign and other records")
-    billed = (keyed.process(Bill(settings.shards, settings.kafka.tripwire_file), output_type=timed_bytes_row_type()).name("bill campaigns")
+    billed = (keyed.process(Bill(settings.shards, settings.kafka.tripwire_file), output_type=timed_bytes_row_type())
+              .name("bill campaigns")
               .uid("bill-campaigns"))
     corrupt = routed.get_side_output(DEAD_LETTERS).union(billed.get_side_output(DEAD_LETTERS))
     statements = t_env.create_statement_set()

@@ -102,6 +102,13 @@ def kafka_sink_table(t_env, name: str, topic: str, settings: KafkaJobSettings, e
         WITH ({", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in options.items())})""")
 
 
+def single_object_header(record_type: str) -> str:
+    """The hex of a record type's current Avro single-object header, which the JVM functions match values by."""
+    from schemas.codec import default_registry, schema_fingerprint
+
+    return "c301" + schema_fingerprint(default_registry().schema(record_type)).hex()
+
+
 def bytes_row_type():
     from pyflink.common import Types
 
