@@ -11,10 +11,10 @@ import pytest
 from core.settings import describe
 from infra.platform.jars import FLINK_CONNECTORS, FLINK_FORMATS
 from core.errors import InvalidSettings
-from jobs.common.args import add_common_arguments
+from jobs.common.args import add_common_arguments, job_parser, settings_of
 from jobs.common.environment import restart_options
 from jobs.common.jars import FETCHED_JARS, MissingJar, fetched_jar, jars_dir
-from jobs.common.settings import KafkaJobSettings
+from jobs.common.settings import JobSettings, KafkaJobSettings, option
 from schemas import topics
 
 
@@ -84,3 +84,22 @@ def test_the_restart_strategy_flag_reaches_the_settings_and_refuses_others():
         parser.parse_args(["--restart-strategy", "forever"])
     with pytest.raises(InvalidSettings, match="restart strategy 'forever'"):
         restart_options(_kafka_settings(restart_strategy="forever"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Settings(JobSettings):
+    events_topic: str = option("ad.events", "the events read")
+    window_ms: int = option(60_000)
+    computed: str = ""
+
+
+def test_a_jobs_settings_declare_their_flags_once_and_come_back_from_them():
+    parser = job_parser("j", None, _Settings)
+    defaults = parser.parse_args(["--connector-jar", "c.jar"])
+    assert (defaults.events_topic, defaults.window_ms, defaults.dead_letter_topic) == ("ad.events", 60_000,
+                                                                                        "dead.letters")
+    assert not hasattr(defaults, "computed")  # a field without option() has no flag
+    args = parser.parse_args(["--connector-jar", "c.jar", "--window-ms", "5000", "--events-topic", "e"])
+    settings = settings_of(_Settings, args, "j", computed="x")
+    assert (settings.events_topic, settings.window_ms, settings.computed) == ("e", 5000, "x")
+    assert settings.kafka.job_name == "j" and settings.kafka.connector_jar == "c.jar"
