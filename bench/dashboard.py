@@ -15,7 +15,7 @@ Part 2, the advertiser report: one advertiser of --report-campaigns campaigns (d
 advertiser) is created in the campaign store; 31 days of its hourly BilledSpend records (one per campaign and
 hour, the cumulative totals of the budget day as the click aggregator emits them) and conversions (0-3 per
 campaign and hour) go to fresh topics and are landed into PostgreSQL by the landing job itself
-(jobs.report_landing, until caught up). The advertiser API (serving.advertiser.api) then answers
+(serving.report_landing, until caught up). The advertiser API (serving.advertiser.api) then answers
 `GET /v1/reports?from=2026-02-01&to=2026-03-03&granularity=hour` (every campaign, 720 hours each) --requests
 times, alternating with `GET /v1/campaigns/{id}` (the same key check and one row read) as the baseline.
 Target: p99 <= 100 ms.
@@ -377,8 +377,8 @@ async def _advertiser(dsn: str, campaigns: int) -> tuple[int, str, list[int]]:
 
 def bench_report_api(settings: PlatformSettings, loop: _Loop, campaigns: int, requests: int,
                      log) -> dict[str, Any]:
-    from jobs.report_landing.main import land
-    from jobs.report_landing.settings import ReportLandingSettings
+    from serving.report_landing.main import land
+    from serving.report_landing.settings import ReportLandingSettings
     from serving.advertiser.api import start_advertiser_api
     from serving.advertiser.store import migrate
 
@@ -390,7 +390,7 @@ def bench_report_api(settings: PlatformSettings, loop: _Loop, campaigns: int, re
     conversions = conversion_records(billed)
     topics = _fresh_topics(settings, "billed", "conversions", "dead")
     log(f"landing {len(billed):,} hourly billed records and {len(conversions):,} conversions of {campaigns} "
-        f"campaigns through jobs.report_landing ...")
+        f"campaigns through serving.report_landing ...")
     _produce(settings, topics["billed"], "BilledSpend", billed, "campaign_id")
     _produce(settings, topics["conversions"], "AdConversion", conversions, "impression_id")
     counts = land(ReportLandingSettings(settings.kafka_bootstrap, settings.postgres_dsn, topics["billed"],
