@@ -88,7 +88,7 @@ def test_the_restart_strategy_flag_reaches_the_settings_and_refuses_others():
 
 @dataclass(frozen=True, kw_only=True)
 class _Settings(JobSettings):
-    events_topic: str = option("ad.events", "the events read")
+    events_topic: str = option(topics.AD_EVENTS, "the events read")
     window_ms: int = option(60_000)
     computed: str = ""
 
@@ -96,8 +96,8 @@ class _Settings(JobSettings):
 def test_a_jobs_settings_declare_their_flags_once_and_come_back_from_them():
     parser = job_parser("j", None, _Settings)
     defaults = parser.parse_args(["--connector-jar", "c.jar"])
-    assert (defaults.events_topic, defaults.window_ms, defaults.dead_letter_topic) == ("ad.events", 60_000,
-                                                                                        "dead.letters")
+    assert (defaults.events_topic, defaults.window_ms, defaults.dead_letter_topic) == (topics.AD_EVENTS, 60_000,
+                                                                                        topics.DEAD_LETTERS)
     assert not hasattr(defaults, "computed")  # a field without option() has no flag
     args = parser.parse_args(["--connector-jar", "c.jar", "--window-ms", "5000", "--events-topic", "e"])
     settings = settings_of(_Settings, args, "j", computed="x")
