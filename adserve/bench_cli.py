@@ -247,10 +247,11 @@ def cmd_bench_live_loop(args: argparse.Namespace) -> int:
     from core.errors import AdserveError
 
     try:
-        figures = live_loop.run(requests=args.requests, seed=args.seed, advertisers=args.advertisers,
-                                users=args.users, concurrency=args.concurrency, processes=args.processes,
-                                canary_share=args.canary_share,
-                                new_ad_share=args.new_ad_share, feature_tick_ms=args.feature_tick_ms, log=_log(args))
+        options = live_loop.LiveLoopOptions(
+            requests=args.requests, seed=args.seed, advertisers=args.advertisers, users=args.users,
+            concurrency=args.concurrency, processes=args.processes, canary_share=args.canary_share,
+            new_ad_share=args.new_ad_share, feature_tick_ms=args.feature_tick_ms)
+        figures = live_loop.run(options, log=_log(args))
     except (AdserveError, ValueError, RuntimeError, TimeoutError) as exc:
         print(f"adserve bench live-loop: {exc}", file=sys.stderr)
         return 2
@@ -308,9 +309,9 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     threads = [int(x) for x in args.concurrency.split(",") if x.strip()]
     clients = [] if args.no_service else [int(x) for x in args.service_clients.split(",") if x.strip()]
     try:
-        figures = bench_model.run(model_dir=args.model, ad_features_dir=args.ad_features, requests=args.requests,
-                                  candidates=args.candidates, slots=args.slots, concurrency=threads,
-                                  service_clients=clients, max_wait_ms=args.max_wait_ms, log=log)
+        figures = bench_model.run(model_dir=args.model, ad_features_dir=args.ad_features,
+                                  workload=bench_model.Workload(args.requests, args.candidates, args.slots),
+                                  concurrency=threads, service_clients=clients, max_wait_ms=args.max_wait_ms, log=log)
     except (AdserveError, ValueError, RuntimeError) as exc:
         print(f"adserve bench model: {exc}", file=sys.stderr)
         return 2

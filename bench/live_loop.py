@@ -58,7 +58,7 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -230,9 +230,23 @@ def _new_ad_figures(world, features_dir: Path, users: np.ndarray) -> dict[str, A
             "new_ad_impressions_to_20pct": float(np.median(reached)) if reached else None}
 
 
-def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: int = 20_000,
-        concurrency: int = 3, processes: int = 2, canary_share: float = 0.5, new_ad_share: float = 0.1,
-        feature_tick_ms: int = 300_000, log: Callable[[str], None] = print) -> dict[str, Any]:
+class LiveLoopOptions(NamedTuple):
+    """What a run is (the command's flags): requests over the three phases; the world's seed, advertisers, users
+    and share of ads joining part-way; the client processes and the requests each has in flight; the share the
+    first model scores as a canary; the features job's snapshot period in event time."""
+
+    requests: int = 200_000
+    seed: int = 5
+    advertisers: int = 20
+    users: int = 20_000
+    concurrency: int = 3
+    processes: int = 2
+    canary_share: float = 0.5
+    new_ad_share: float = 0.1
+    feature_tick_ms: int = 300_000
+
+
+def run(options: LiveLoopOptions = LiveLoopOptions(), log: Callable[[str], None] = print) -> dict[str, Any]:
     from bench.common import machine
     from infra.platform import control
     from infra.platform.jars import flink_connector_jar
@@ -243,6 +257,9 @@ def run(requests: int = 200_000, seed: int = 5, advertisers: int = 20, users: in
     from sim.live_world import make_live_world
     from sim.progress import Progress
 
+    requests, seed, advertisers, users = options.requests, options.seed, options.advertisers, options.users
+    concurrency, processes, canary_share = options.concurrency, options.processes, options.canary_share
+    new_ad_share, feature_tick_ms = options.new_ad_share, options.feature_tick_ms
     settings = PlatformSettings.from_env()
     control.up(settings, log=lambda line: None)
     spec = WorldSpec(seed, advertisers, users, new_ad_share, id_base=7_000_000 + (int(time.time()) % 1000) * 10_000)

@@ -50,7 +50,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -224,15 +224,24 @@ def measure_service(model, snapshot, model_dir: Path | None, ad_features_dir: Pa
     return figures
 
 
-def run(*, model_dir: Path | None = None, ad_features_dir: Path | None = None, requests: int = 2_000,
-        candidates: int = 200, slots: int = 2, concurrency: list[int] | None = None,
-        service_clients: list[int] | None = None, max_wait_ms: float = 1.0, log=print) -> dict[str, Any]:
+class Workload(NamedTuple):
+    """What is scored: `requests` requests of `candidates` candidates x `slots` slot positions."""
+
+    requests: int = 2_000
+    candidates: int = 200
+    slots: int = 2
+
+
+def run(*, model_dir: Path | None = None, ad_features_dir: Path | None = None, workload: Workload = Workload(),
+        concurrency: list[int] | None = None, service_clients: list[int] | None = None, max_wait_ms: float = 1.0,
+        log=print) -> dict[str, Any]:
     """The figures (names in the module docstring); service_clients=[] skips the prediction service."""
     from serving.decision.prediction import PriorPredictor
     from serving.model import ad_features
     from serving.model.click_model import ClickModel, parameter_count
     from serving.model.predictor import ModelPredictor
 
+    requests, candidates, slots = workload
     concurrency = concurrency or [1, 2, 4]
     figures: dict[str, Any] = {"benchmark": "model", "machine": machine(), "requests": requests,
                                "candidates": candidates, "slots": slots}
