@@ -437,10 +437,7 @@ def cmd_serve_dashboard(args: argparse.Namespace) -> int:
         access = "bearer tokens (operators; advertisers for their own campaigns)" if auth else "open (development mode)"
         print(f"pacing API: {access}", flush=True)
         try:
-            runner, port, _, _ = await start_dashboard(
-                bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url,
-                prometheus_url=settings.prometheus_url, state_topic=settings.state_topic,
-                campaigns_topic=settings.campaigns_topic, host=settings.host, port=settings.port, auth=auth)
+            runner, port, _, _ = await start_dashboard(settings, auth=auth)
         except OSError as exc:  # the port is taken or not ours to bind
             print(f"adserve serve dashboard: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
                   file=sys.stderr)

@@ -305,11 +305,11 @@ class _PacingWorld:
         _produce(settings, topics["state"], "BudgetState", states, "campaign_id")
         for campaign_id in range(self.first_id, self.first_id + min(PAGE_SIZE, campaigns)):
             self.store.write(pacing_points(campaign_id, PACING_MINUTES))
-        from serving.dashboard.app import start_dashboard
+        from serving.dashboard.app import DashboardSettings, start_dashboard
 
-        self.runner, self.port, self.server, _ = loop.run(start_dashboard(
-            bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url, prometheus_url=settings.prometheus_url,
-            state_topic=topics["state"], campaigns_topic=topics["campaigns"], port=0))
+        self.runner, self.port, self.server, _ = loop.run(start_dashboard(DashboardSettings(
+            settings.kafka_bootstrap, settings.redis_url, prometheus_url=settings.prometheus_url,
+            state_topic=topics["state"], campaigns_topic=topics["campaigns"], port=0)))
         log(f"dashboard on port {self.port}: following the topics until it holds every campaign ...")
         _wait("the dashboard holding every campaign's budget state",
               lambda: self.server.is_ready() and self.server.board.applied >= 2 * campaigns)

@@ -44,9 +44,8 @@ class DayDashboard:
     def __init__(self, *, bootstrap: str, redis_url: str, prometheus_url: str | None, state_topic: str,
                  campaigns_topic: str, host: str, port: int):
         # the day's records carry simulated times: readiness and state age follow them, not the wall clock
-        self.options = dict(bootstrap=bootstrap, redis_url=redis_url, prometheus_url=prometheus_url,
-                            state_topic=state_topic, campaigns_topic=campaigns_topic, host=host, port=port,
-                            event_time=True)
+        self.options = dict(kafka_bootstrap=bootstrap, redis_url=redis_url, prometheus_url=prometheus_url,
+                            state_topic=state_topic, campaigns_topic=campaigns_topic, host=host, port=port)
         self.host, self.port = host, port
         self.loop: asyncio.AbstractEventLoop | None = None
         self.runner = None
@@ -56,11 +55,12 @@ class DayDashboard:
         return dashboard_url(self.host, self.port)
 
     def start(self) -> str:
-        from serving.dashboard.app import start_dashboard
+        from serving.dashboard.app import DashboardSettings, start_dashboard
 
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="day-dashboard", daemon=True).start()
-        started = asyncio.run_coroutine_threadsafe(start_dashboard(**self.options), self.loop)
+        started = asyncio.run_coroutine_threadsafe(
+            start_dashboard(DashboardSettings(**self.options), event_time=True), self.loop)
         try:
             self.runner, self.port, _, _ = started.result(timeout=START_WAIT_S)
         except BaseException:

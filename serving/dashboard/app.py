@@ -245,31 +245,30 @@ class DashboardServer:
         return web.json_response(body, status=200 if ready else 503)
 
 
-async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str | None = None,
-                          state_topic: str = topics.BUDGET_STATE, campaigns_topic: str = topics.SERVING_CAMPAIGNS,
-                          host: str = "127.0.0.1", port: int = DEFAULT_PORT, auth: DashboardAuth | None = None,
+async def start_dashboard(settings: DashboardSettings, *, auth: DashboardAuth | None = None,
                           event_time: bool = False) -> tuple[web.AppRunner, int, DashboardServer, Any]:
-    """Start the dashboard: a follower of the two topics (on its thread, applying batches on this event loop),
-    the Redis pacing store and the HTTP server (port 0: any free port), announced to Prometheus as a `dashboard`
-    scrape target once bound (serving.scrape_targets; only where ADSERVE_SCRAPE_TARGETS_DIR is set). Returns
-    (runner, bound port, server, follower); `await runner.cleanup()` stops the follower, closes the store and
-    withdraws the target too. event_time: the topics carry another clock's times (a simulated day): readiness
-    measures how far each partition trails the newest record read from its topic, and the budget state's age is
-    taken against the newest event time applied, not the wall clock."""
+    """Start the dashboard its settings describe: a follower of the two topics (on its thread, applying batches
+    on this event loop), the Redis pacing store and the HTTP server (port 0: any free port), announced to
+    Prometheus as a `dashboard` scrape target once bound (serving.scrape_targets; only where
+    ADSERVE_SCRAPE_TARGETS_DIR is set). Returns (runner, bound port, server, follower); `await runner.cleanup()`
+    stops the follower, closes the store and withdraws the target too. event_time: the topics carry another
+    clock's times (a simulated day): readiness measures how far each partition trails the newest record read from
+    its topic, and the budget state's age is taken against the newest event time applied, not the wall clock."""
     from serving.adserver.state import TopicFollower
     from streams.pacing_store import PacingStore
 
+    state_topic, campaigns_topic, host = settings.state_topic, settings.campaigns_topic, settings.host
     loop = asyncio.get_running_loop()
     board = PacingBoard(state_topic=state_topic, campaigns_topic=campaigns_topic)
-    follower = TopicFollower(bootstrap, lambda batch: loop.call_soon_threadsafe(board.apply, batch),
+    follower = TopicFollower(settings.kafka_bootstrap, lambda batch: loop.call_soon_threadsafe(board.apply, batch),
                              job="dashboard", state_topics=(state_topic, campaigns_topic), lease_topic=None,
                              event_time=event_time)
     follower.start()
-    store = PacingStore(redis_url)
+    store = PacingStore(settings.redis_url)
     server = DashboardServer(board, store.read, ready=follower.ready,
                              clock=(lambda: board.newest_event_ms / 1000) if event_time else time.time,
                              failure=lambda: None if follower.error is None else repr(follower.error),
-                             prometheus_url=prometheus_url, auth=auth)
+                             prometheus_url=settings.prometheus_url, auth=auth)
     app = server.app()
 
     async def stop_sources(app: web.Application) -> None:
@@ -281,7 +280,7 @@ async def start_dashboard(*, bootstrap: str, redis_url: str, prometheus_url: str
     runner = web.AppRunner(app, access_log=None)
     target = announce(app, "dashboard")
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, settings.port)
     try:
         await site.start()
     except OSError:  # the port is taken: stop the follower and the store before saying so

@@ -19,7 +19,7 @@ import urllib.request
 from typing import Any
 
 from schemas.codec import AvroCodec
-from serving.dashboard.app import start_dashboard
+from serving.dashboard.app import DashboardSettings, start_dashboard
 from streams import kafka, redis_keys
 from streams.pacing_store import PacingStore
 
@@ -90,9 +90,9 @@ class DashboardWorld:
     def start(self) -> None:
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="dashboard-loop", daemon=True).start()
-        started = asyncio.run_coroutine_threadsafe(start_dashboard(
-            bootstrap=self.platform.kafka_bootstrap, redis_url=self.platform.redis_url, prometheus_url=None,
-            state_topic=self.state_topic, campaigns_topic=self.campaigns_topic, port=0, auth=self.auth), self.loop)
+        started = asyncio.run_coroutine_threadsafe(start_dashboard(DashboardSettings(
+            self.platform.kafka_bootstrap, self.platform.redis_url, prometheus_url=None,
+            state_topic=self.state_topic, campaigns_topic=self.campaigns_topic, port=0), auth=self.auth), self.loop)
         self.runner, self.port, _, _ = started.result(timeout=30)
 
     @property

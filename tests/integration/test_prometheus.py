@@ -13,7 +13,7 @@ from infra.platform.errors import PlatformError
 from infra.platform.process import wait_until
 from infra.platform.services import Prometheus
 from serving.advertiser.api import start_advertiser_api
-from serving.dashboard.app import start_dashboard
+from serving.dashboard.app import DashboardSettings, start_dashboard
 from serving.model.predictor import ModelPredictor
 from serving.model.service import PredictionService, ServiceThread
 from serving.scrape_targets import TARGETS_DIR_ENV
@@ -36,8 +36,9 @@ def _health(platform, wanted: dict[tuple[str, str], str]) -> dict[tuple[str, str
 async def dashboard(platform, fresh_topics):
     """The pacing dashboard on a test's own (empty) topics, any free port; yields its port."""
     state_topic, campaigns_topic = fresh_topics("prometheus-budget-state", "prometheus-campaigns")
-    runner, port, _, _ = await start_dashboard(bootstrap=platform.kafka_bootstrap, redis_url=platform.redis_url,
-                                               state_topic=state_topic, campaigns_topic=campaigns_topic, port=0)
+    runner, port, _, _ = await start_dashboard(DashboardSettings(platform.kafka_bootstrap, platform.redis_url,
+                                                                 state_topic=state_topic,
+                                                                 campaigns_topic=campaigns_topic, port=0))
     try:
         yield port
     finally:

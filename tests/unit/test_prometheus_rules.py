@@ -110,15 +110,14 @@ def test_the_files_of_servers_that_no_longer_run_are_removed(tmp_path):
 def test_the_dashboard_announces_itself_as_a_dashboard_target_and_withdraws_at_cleanup(tmp_path, monkeypatch):
     import asyncio
 
-    from serving.dashboard.app import start_dashboard
+    from serving.dashboard.app import DashboardSettings, start_dashboard
     from serving.scrape_targets import TARGETS_DIR_ENV
 
     monkeypatch.setenv(TARGETS_DIR_ENV, str(tmp_path))
 
     async def scenario() -> tuple[int, dict[str, object], list[Path]]:
         # nothing listens on port 9: the follower and the store only fail in the background, unread here
-        runner, port, _, _ = await start_dashboard(bootstrap="127.0.0.1:9", redis_url="redis://127.0.0.1:9/0",
-                                                   port=0)
+        runner, port, _, _ = await start_dashboard(DashboardSettings("127.0.0.1:9", "redis://127.0.0.1:9/0", port=0))
         announced = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
         await runner.cleanup()
         return port, announced, sorted(tmp_path.glob("*.json"))
