@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -241,9 +241,17 @@ def conversion_inputs(spec: FeatureSpec, examples: ExampleTable,
     return inputs
 
 
-def packed_request_inputs(spec: FeatureSpec, ads: AdFeatureTable, rows: np.ndarray, positions: Sequence[int], *,
-                          user_features: Mapping[str, float], placement: str, country: str | None,
-                          device: str | None, padded_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+class RequestFacts(NamedTuple):
+    """What the model reads of a request besides its candidates and its slot positions."""
+
+    user_features: Mapping[str, float]
+    placement: str
+    country: str | None = None
+    device: str | None = None
+
+
+def packed_request_inputs(spec: FeatureSpec, ads: AdFeatureTable, rows: np.ndarray, positions: Sequence[int],
+                          request: RequestFacts, padded_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One request's inputs, packed (see unpack): its candidates (rows of `ads`) tiled over its slot
     positions, candidate-major (input row i * slots + s is candidate i at positions[s]), zero-padded to
     `padded_to` rows. Two matrices, so a compiled model is fed two tensors rather than nine."""
@@ -254,23 +262,20 @@ def packed_request_inputs(spec: FeatureSpec, ads: AdFeatureTable, rows: np.ndarr
     floats = np.zeros((total, packed_width(spec)), np.float32)
     indexes = np.zeros((total, len(INDEX_INPUTS)), np.int32)
     tiled_rows = np.repeat(rows, slots)
-    floats[:size, :u] = user_matrix(spec, [user_features])[0]
+    floats[:size, :u] = user_matrix(spec, [request.user_features])[0]
     floats[:size, u: u + d] = ads.embedding[tiled_rows]
     floats[:size, u + d:] = ads.numeric[tiled_rows]
     columns = {
         "ad_category": ads.category[tiled_rows], "bid_type": ads.bid_type[tiled_rows],
-        "placement": spec.index_of("placements", placement), "country": spec.index_of("countries", country),
-        "device": spec.index_of("devices", device),
+        "placement": spec.index_of("placements", request.placement),
+        "country": spec.index_of("countries", request.country), "device": spec.index_of("devices", request.device),
         "position": np.tile(np.clip(np.asarray(positions, dtype=np.int32), 0, spec.max_slot_position), n)}
     for i, name in enumerate(INDEX_INPUTS):
         indexes[:size, i] = columns[name]
     return floats, indexes
 
 
-def request_inputs(spec: FeatureSpec, ads: AdFeatureTable, rows: np.ndarray, positions: Sequence[int], *,
-                   user_features: Mapping[str, float], placement: str, country: str | None, device: str | None,
-                   padded_to: int | None = None) -> dict[str, np.ndarray]:
+def request_inputs(spec: FeatureSpec, ads: AdFeatureTable, rows: np.ndarray, positions: Sequence[int],
+                   request: RequestFacts, padded_to: int | None = None) -> dict[str, np.ndarray]:
     """One request's inputs by name (packed_request_inputs, unpacked)."""
-    return unpack(spec, *packed_request_inputs(spec, ads, rows, positions, user_features=user_features,
-                                               placement=placement, country=country, device=device,
-                                               padded_to=padded_to))
+    return unpack(spec, *packed_request_inputs(spec, ads, rows, positions, request, padded_to))

@@ -34,8 +34,8 @@ from serving.decision.prediction import PredictionRequest, Predictions, Predicti
 from serving.model import ad_features
 from serving.model.calibration import logit, sigmoid
 from serving.model.click_model import ClickModel
-from serving.model.features import (CPA_INDEX, INDEX_INPUTS, AdFeatureTable, ad_table, packed_request_inputs, packed_width,
-                                     unpack)
+from serving.model.features import (CPA_INDEX, INDEX_INPUTS, AdFeatureTable, RequestFacts, ad_table,
+                                     packed_request_inputs, packed_width, unpack)
 from serving.model.student import StudentAffinity, StudentConversionRates
 
 # Input rows: one request of 200 candidates x 1-4 slots (200-800; x 8 slots 1,600), or a batch of requests
@@ -131,8 +131,7 @@ class ModelPredictor:
         for functions in (self._score, self._score_conversion):
             for rows in functions:
                 self._run(functions, rows, *packed_request_inputs(
-                    self.spec, self._ads[0], np.full(1, -1), [1], user_features={}, placement="", country=None,
-                    device=None, padded_to=rows))
+                    self.spec, self._ads[0], np.full(1, -1), [1], RequestFacts({}, ""), padded_to=rows))
 
     def _run(self, functions, bucket: int, floats: np.ndarray, indexes: np.ndarray) -> np.ndarray:
         tf = self._tf
@@ -165,8 +164,7 @@ class ModelPredictor:
     def _raw_scores(self, table: AdFeatureTable, rows: Sequence[np.ndarray],
                     requests: Sequence[PredictionRequest]) -> list[np.ndarray]:
         """The network's output (down-sampled scale) of each request, (candidates, slots)."""
-        packed = [packed_request_inputs(self.spec, table, ad_rows, r.positions, user_features=r.user_features,
-                                        placement=r.placement, country=r.country, device=r.device)
+        packed = [packed_request_inputs(self.spec, table, ad_rows, r.positions, _facts(r))
                   for r, ad_rows in zip(requests, rows)]
         if len(packed) == 1:
             floats, indexes = packed[0]
@@ -191,8 +189,7 @@ class ModelPredictor:
         if conversion is None:
             return out
         picked = [np.flatnonzero(table.bid_type[ad_rows] == CPA_INDEX) for ad_rows in rows]
-        packed = [packed_request_inputs(self.spec, table, ad_rows[p], [1], user_features=r.user_features,
-                                        placement=r.placement, country=r.country, device=r.device)
+        packed = [packed_request_inputs(self.spec, table, ad_rows[p], [1], _facts(r))
                   for r, ad_rows, p in zip(requests, rows, picked) if len(p)]
         if not packed:
             return out
@@ -238,3 +235,8 @@ class ModelPredictor:
         b = np.where(clicks, by_click.b, by_impression.b)
         pctr = sigmoid(a * logit(q) + b)
         return Predictions(pctr, pcvr, self.model.version, int(snapshot_version))
+
+
+def _facts(request: PredictionRequest) -> RequestFacts:
+    """What the model reads of a prediction request besides its candidates and slots."""
+    return RequestFacts(request.user_features, request.placement, request.country, request.device)

@@ -11,7 +11,7 @@ from learning.dataset import (ExamplesInvalid, harmonise_keep_rate, keep_rate_of
                               write_examples)
 from serving.model.examples import ExampleTable
 from serving.model.features import (AD_NUMERIC, INDEX_INPUTS, FeatureSpec, FeatureMismatch, ad_table, example_inputs,
-                                    packed_request_inputs, request_inputs, unpack)
+                                    RequestFacts, packed_request_inputs, request_inputs, unpack)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +76,8 @@ def test_a_request_is_tiled_candidate_major_over_its_slots_and_padded(day, spec)
     ad_ids = np.array([1_000, 1_001, 999_999])  # the last one is not in the snapshot
     rows = table.rows(ad_ids)
     assert rows[-1] == -1
-    inputs = request_inputs(spec, table, rows, [1, 3], user_features={"age": 30.0}, placement="podcast",
-                            country="US", device="ios", padded_to=8)
+    inputs = request_inputs(spec, table, rows, [1, 3], RequestFacts(user_features={"age": 30.0}, placement="podcast",
+                                                                   country="US", device="ios"), padded_to=8)
     assert inputs["user"].shape == (8, 10) and inputs["ad_embedding"].shape == (8, 8)
     assert inputs["position"].tolist() == [1, 3, 1, 3, 1, 3, 0, 0]
     assert np.array_equal(inputs["ad_embedding"][0], day.snapshot.embedding[0])
@@ -90,15 +90,16 @@ def test_a_request_is_tiled_candidate_major_over_its_slots_and_padded(day, spec)
 
 def test_a_position_beyond_the_largest_seen_is_clipped(day, spec):
     table = ad_table(spec, day.snapshot)
-    inputs = request_inputs(spec, table, np.array([0]), [9], user_features={}, placement="feed", country=None,
-                            device=None)
+    inputs = request_inputs(spec, table, np.array([0]), [9], RequestFacts(user_features={}, placement="feed",
+                                                                          country=None, device=None))
     assert inputs["position"].tolist() == [spec.max_slot_position]
 
 
 def test_packed_inputs_unpack_to_the_named_inputs(day, spec):
     table = ad_table(spec, day.snapshot)
-    floats, indexes = packed_request_inputs(spec, table, np.array([0, 1]), [1, 2], user_features={},
-                                            placement="feed", country="DE", device="ios")
+    floats, indexes = packed_request_inputs(spec, table, np.array([0, 1]), [1, 2],
+                                            RequestFacts(user_features={}, placement="feed", country="DE",
+                                                         device="ios"))
     named = unpack(spec, floats, indexes)
     assert set(named) == {"user", "ad_embedding", "ad_numeric", *INDEX_INPUTS}
     assert named["ad_numeric"].shape == (4, 3) and named["device"].shape == (4,)
@@ -110,8 +111,8 @@ def test_the_request_path_and_the_training_path_build_the_same_row(day, spec):
     offline = example_inputs(spec, examples, {day.snapshot.version: table})
     e = day.examples[0]
     online = request_inputs(spec, table, table.rows([e["ad_id"]]), [e["slot_position"]],
-                            user_features=e["user_features"], placement=e["placement"], country=e["country"],
-                            device=e["device"])
+                            RequestFacts(user_features=e["user_features"], placement=e["placement"],
+                                         country=e["country"], device=e["device"]))
     for name in offline:
         assert np.allclose(offline[name], online[name]), name
 

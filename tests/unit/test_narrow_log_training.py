@@ -17,7 +17,7 @@ from serving.decision.prediction import position_effect
 from serving.model.calibration import logit, sigmoid
 from serving.model.ad_features import AdFeatureSnapshot
 from serving.model.examples import ExampleTable
-from serving.model.features import FeatureSpec, ad_table, example_inputs, request_inputs
+from serving.model.features import FeatureSpec, RequestFacts, ad_table, example_inputs, request_inputs
 
 TRUE_CTR = (0.30, 0.15, 0.05, 0.22, 0.08, 0.02)  # two campaigns of three ads, as the live-loop test has them
 AD_IDS = np.arange(40, 46, dtype=np.int64)
@@ -70,7 +70,8 @@ def test_a_model_trained_on_two_ads_scores_the_ads_it_never_saw_near_their_true_
                               log=lambda line: None)
     rows = snapshot.rows(AD_IDS)
     inputs = request_inputs(model.spec, ad_table(model.spec, snapshot), rows, [1],
-                            user_features=records[0]["user_features"], placement="feed", country=None, device="ios")
+                            RequestFacts(user_features=records[0]["user_features"], placement="feed", country=None,
+                                         device="ios"))
     predicted = model.calibration.lookup("feed", None, "CLICK").apply(
         model.corrected(model.raw_probabilities(inputs)))
     for row in (1, 2, 4, 5):  # never in the training data
