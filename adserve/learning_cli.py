@@ -70,10 +70,10 @@ def cmd_learning_day(args: argparse.Namespace) -> int:
         bar.update(done[0])
 
     began = time.monotonic()
+    options = learning_day.EngineOptions(exploration_share=args.exploration_share, recall_share=args.recall_share,
+                                         prerank_weights=weights)
     log = learning_day.simulate_day(world, requests=args.requests, seed=args.seed, predictor=predictor,
-                                    exploration_share=args.exploration_share, recall_share=args.recall_share,
-                                    prerank_weights=weights, collect_prerank=args.fit_prerank is not None,
-                                    progress=progress)
+                                    options=options, collect_prerank=args.fit_prerank is not None, progress=progress)
     bar.close()
     meta = learning_day.write_day(log, args.out, keep_rate=args.keep_rate)
     if args.fit_prerank is not None and log.prerank_samples:

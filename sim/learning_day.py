@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from core.campaigns import static_score
 from core.targeting import compile_targeting, request_terms
 from serving.decision.prediction import position_effect
 from serving.model.ad_features import AdFeatureSnapshot
-from serving.served_log import BILLING_OF, served_record
+from serving.served_log import BILLING_OF, ServedRequest, served_record
 from sim.synthetic import diurnal  # the same day shape as the pacing simulation
 
 DAY = "2026-03-11"
@@ -155,8 +155,17 @@ def placement_multipliers() -> dict[str, float]:
     return {p: float(math.exp(effect)) for p, (_, effect, _) in PLACEMENTS.items()}
 
 
-def build_engine(world: World, predictor=None, exploration_share: float = 0.01, recall_share: float = 0.0,
-                 prerank_weights: np.ndarray | None = None):
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the day's decision engine runs: its exploration share, the share of requests the pre-ranker's recall
+    monitor checks, and the pre-ranker's weights (None: the engine's defaults)."""
+
+    exploration_share: float = 0.01
+    recall_share: float = 0.0
+    prerank_weights: np.ndarray | None = None
+
+
+def build_engine(world: World, predictor=None, options: EngineOptions = EngineOptions()):
     """The real decision engine over the world's ads (index, campaign table) with the given predictor."""
     from serving.decision.campaigns import CampaignRecord, CampaignTable
     from core.reserves import ReserveBook
@@ -178,8 +187,8 @@ def build_engine(world: World, predictor=None, exploration_share: float = 0.01, 
     for cid in sorted(set(int(c) for c in world.campaign_id)):
         campaigns.upsert(CampaignRecord(campaign_id=cid, advertiser_id=cid, version=1))
     index = TargetingIndex.build(records, embedding_dim=DIM)
-    config = EngineConfig(exploration_share=exploration_share, placement_ctr_multiplier=placement_multipliers(),
-                          recall_sample_share=recall_share, prerank_weights=prerank_weights)
+    config = EngineConfig(exploration_share=options.exploration_share, placement_ctr_multiplier=placement_multipliers(),
+                          recall_sample_share=options.recall_share, prerank_weights=options.prerank_weights)
     return DecisionEngine(index, campaigns, predictor, config, reserves=ReserveBook.fixed(RESERVE_MICROS))
 
 
@@ -210,18 +219,25 @@ class DayLog:
     conversion_truth: dict[str, float] = field(default_factory=dict)  # clicked impression id -> true pCVR
 
 
+class _Request(NamedTuple):
+    """Who asked, where and when: one request of the day."""
+
+    user: int
+    placement: str
+    now_ms: int
+
+
 def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: int = 1, predictor=None,
-                 exploration_share: float = 0.01, recall_share: float = 0.0,
-                 prerank_weights: np.ndarray | None = None, collect_prerank: bool = False,
+                 options: EngineOptions = EngineOptions(), collect_prerank: bool = False,
                  progress: Callable[[int], None] | None = None) -> DayLog:
     """One day of requests through the decision engine, with the beacons the true click rates produce. With
-    recall_share, that share of requests is also checked by the pre-ranker's recall monitor (counts
+    options.recall_share, that share of requests is also checked by the pre-ranker's recall monitor (counts
     `recall_checked`, `recall_hits`); with collect_prerank too, the checked requests' candidates are kept as
     samples for refitting the pre-ranker's weights (DayLog.prerank_samples, prerank.fit_weights)."""
     from serving.decision import recall
 
     day_ms = day_start_ms(day)
-    engine = build_engine(world, predictor, exploration_share, recall_share, prerank_weights)
+    engine = build_engine(world, predictor, options)
     monitor = recall.RecallMonitor()
     rng, np_rng, rnd = np.random.default_rng(seed), np.random.default_rng(seed + 1), random.Random(seed)
     conversion_rng = np.random.default_rng(seed + 2)  # its own stream: the clicks stay as they were
@@ -236,12 +252,11 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
         context = _request_context(world, f"{day}-{seed}-{n:07d}", user, placement, now_ms)
         decision = engine.decide(context, clock=time.perf_counter, deadline=time.perf_counter() + 10.0, rng=rnd,
                                  np_rng=np_rng)
-        record = served_record(decision, request_id=context.request_id, server_id="learning-sim", now_ms=now_ms,
-                               placement=placement, location=context.country, user_id=f"user-{user}",
-                               device=context.device, language="en", page=None, user_features=context.user_features,
-                               snapshot_version=log.snapshot.version, reserve_micros=decision.terms.reserve_micros,
-                               quality_floor_micros=decision.terms.quality_floor_micros,
-                               slot_positions=context.slot_positions)
+        request = ServedRequest(context.request_id, placement, context.country, f"user-{user}", context.device,
+                                "en", None, context.slot_positions)
+        record = served_record(decision, request, server_id="learning-sim", now_ms=now_ms,
+                               user_features=context.user_features, snapshot_version=log.snapshot.version,
+                               terms=decision.terms)
         log.served.append(record)
         counts["requests"] += 1
         counts["fallback"] += decision.scored_by_fallback
@@ -252,8 +267,9 @@ def simulate_day(world: World, *, day: str = DAY, requests: int = 50_000, seed: 
             if collect_prerank:
                 log.prerank_samples.append(recall.prerank_sample(engine.index, decision.recall_sample,
                                                                  engine.predictor))
+        asked = _Request(user, placement, now_ms)
         for w, logged in zip(decision.winners, record["winners"]):
-            _slot_outcome(world, row_of[w.ad_id], w, logged, user, placement, now_ms, rng, conversion_rng, log)
+            _slot_outcome(world, row_of[w.ad_id], w, logged, asked, rng, conversion_rng, log)
         if progress is not None and n % 1000 == 999:
             progress(1000)
     log.events.sort(key=lambda e: (e["event_time"], e["event_id"]))
@@ -273,9 +289,10 @@ def _request_context(world: World, request_id: str, user: int, placement: str, n
                           user_features=world.user_features(user), device=device)
 
 
-def _slot_outcome(world: World, row: int, w, logged: dict[str, Any], user: int, placement: str, now_ms: int,
-                  rng: np.random.Generator, conversion_rng: np.random.Generator, log: DayLog) -> None:
+def _slot_outcome(world: World, row: int, w, logged: dict[str, Any], asked: _Request, rng: np.random.Generator,
+                  conversion_rng: np.random.Generator, log: DayLog) -> None:
     """A filled slot's true click rate, its beacons, and the conversion its first click may bring."""
+    user, placement, now_ms = asked
     log.counts["filled_slots"] += 1
     p = float(world.true_ctr(user, np.array([row]), placement, w.position)[0])
     log.truth[logged["impression_id"]] = p

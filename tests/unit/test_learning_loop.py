@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.learning_day import DAY, day_start_ms, make_world, simulate_day
+from sim.learning_day import DAY, EngineOptions, day_start_ms, make_world, simulate_day
 from core import training
 from serving.model.predictor import ModelPredictor
 from learning.trainer import evaluate_click_model, train_click_model
@@ -67,7 +67,7 @@ def test_the_pre_ranker_keeps_the_models_winner_over_95_percent_of_the_time(trai
     model, _ = trained
     world = make_world(seed=7, campaigns=1_500)
     predictor = ModelPredictor(model, world.snapshot(day_start_ms(DAY)))
-    day = simulate_day(world, requests=400, seed=3, predictor=predictor, recall_share=0.5)
+    day = simulate_day(world, requests=400, seed=3, predictor=predictor, options=EngineOptions(recall_share=0.5))
     checked, hits = day.counts["recall_checked"], day.counts["recall_hits"]
     assert checked >= 150
     assert hits / checked > 0.95
