@@ -4,9 +4,11 @@ answered, and what every simulation that stands in for an ad server logs the sam
 It owns the mapping from a Decision (serving.decision.engine) to the record; it never decides anything."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from core.replay import loser_columns, request_replay_fields, winner_replay_fields
+from core.reserves import AuctionTerms
 
 BILLING_OF = {"cpm": "IMPRESSION", "cpc": "CLICK", "cpa": "CLICK"}
 
@@ -16,14 +18,26 @@ def impression_id(request_id: str, slot: int) -> str:
     return f"{request_id}:{slot}"
 
 
-def served_record(decision, *, request_id: str, server_id: str, now_ms: int, placement: str,
-                  location: str | None, user_id: str | None, device: str | None, language: str | None,
-                  page: str | None, user_features: Mapping[str, float], snapshot_version: int,
-                  reserve_micros: int, slot_positions: Sequence[int],
-                  quality_floor_micros: int | None = None) -> dict[str, Any]:
-    """The ServedRecord (version 4) of one answered request, with what a replay needs (core.replay); its sampled
-    losers as columns (core.replay.loser_columns)."""
-    parts = (location or "").split("/")
+@dataclass(frozen=True)
+class ServedRequest:
+    """What the served record says of the request it answers."""
+
+    request_id: str
+    placement: str
+    location: str | None  # "country/region/city", as far as it is known
+    user_id: str | None
+    device: str | None
+    language: str | None  # the request's languages, comma-separated
+    page: str | None
+    slot_positions: Sequence[int]
+
+
+def served_record(decision, request: ServedRequest, *, server_id: str, now_ms: int,
+                  user_features: Mapping[str, float], snapshot_version: int, terms: AuctionTerms) -> dict[str, Any]:
+    """The ServedRecord (version 4) of one answered request, with what a replay needs (core.replay: the reserve
+    and quality floor of the auction's `terms`); its sampled losers as columns (core.replay.loser_columns)."""
+    request_id, slot_positions = request.request_id, request.slot_positions
+    parts = (request.location or "").split("/")
     winners = []
     for w in decision.winners:
         e = w.explanation
@@ -39,17 +53,17 @@ def served_record(decision, *, request_id: str, server_id: str, now_ms: int, pla
             "exploration_probability": float(e["exploration_probability"]),
             **winner_replay_fields(e)})
     return {
-        "request_id": request_id, "event_time": now_ms, "server_id": server_id, "user_id": user_id,
-        "placement": placement, "country": parts[0] or None if parts else None,
+        "request_id": request_id, "event_time": now_ms, "server_id": server_id, "user_id": request.user_id,
+        "placement": request.placement, "country": parts[0] or None if parts else None,
         "region": "/".join(parts[:2]) if len(parts) > 1 else None,
         "city": "/".join(parts[:3]) if len(parts) > 2 else None,
-        "device": device, "language": language, "page": page,
+        "device": request.device, "language": request.language, "page": request.page,
         "user_features": {k: float(v) for k, v in user_features.items()},
         # the version of the ad features the model scored with; the server's own when the model names none
         "ad_snapshot_version": int(getattr(decision, "ad_snapshot_version", None) or snapshot_version),
         "model_version": decision.model_version,
         "scored_by_fallback": bool(decision.scored_by_fallback), "exploration": bool(decision.explored),
         "winners": winners,
-        **request_replay_fields(reserve_micros, slot_positions, decision.funnel.get("preranked", 0),
-                                quality_floor_micros),
+        **request_replay_fields(terms.reserve_micros, slot_positions, decision.funnel.get("preranked", 0),
+                                terms.quality_floor_micros),
         "sampled_losers": [], "loser_columns": loser_columns(decision.sampled_losers, len(slot_positions))}

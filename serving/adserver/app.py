@@ -408,12 +408,12 @@ class AdServer:
 
     def served_record(self, ad_request, decision, location, features, now_ms: int) -> dict[str, Any]:
         terms = decision.terms or self.engine.reserves.terms(ad_request.placement, None)  # the auction's own
-        return served_log.served_record(
-            decision, request_id=ad_request.request_id, server_id=self.config.server_id, now_ms=now_ms,
-            placement=ad_request.placement, location=location, user_id=ad_request.user_id, device=ad_request.device,
-            language=",".join(ad_request.languages) or None, page=ad_request.page, user_features=features,
-            snapshot_version=int(self.state.features_version), reserve_micros=terms.reserve_micros,
-            quality_floor_micros=terms.quality_floor_micros, slot_positions=ad_request.positions)
+        request = served_log.ServedRequest(ad_request.request_id, ad_request.placement, location, ad_request.user_id,
+                                           ad_request.device, ",".join(ad_request.languages) or None,
+                                           ad_request.page, ad_request.positions)
+        return served_log.served_record(decision, request, server_id=self.config.server_id, now_ms=now_ms,
+                                        user_features=features, snapshot_version=int(self.state.features_version),
+                                        terms=terms)
 
     async def drain(self) -> None:
         """Wait for the post-response work still running (shutdown, tests)."""
