@@ -266,8 +266,7 @@ def on_spend(state: PacerState, window: Window, max_price_micros: int) -> None:
 
 @dataclass(frozen=True)
 class ServerSpend:
-    """One server's spend on a metered campaign in a 1 s window: draws its slice down, may ask for a new one,
-    or (`released`: a draining server's last report) hands back the slices it holds of the campaign."""
+    """One server's 1 s spend on a metered campaign; may ask for a slice, or hand its slices back (`released`)."""
 
     server_id: str
     lease_id: str | None
