@@ -11,20 +11,21 @@ import time
 from pathlib import Path
 
 from pyflink.common import Row
-from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
 
 from core import ad_stats, ad_window_events, feature_events, feature_inputs, privacy, user_window_events
 from core.dead_letters import SourcePosition, dead_letter
 from core.feature_windows import WindowRules
 from jobs.features import snapshot, state
-from jobs.flink_io import DeadLetterDecoder, bytes_row_type, dead_letter_row, timed_bytes_row_type
+from jobs.common.dead_letters import dead_letter_row
+from jobs.common.kafka_tables import timed_bytes_row_type
+from jobs.common.routing import DEAD_LETTERS, DecodeOrDeadLetter
 from jobs.tripwire import Tripwire
 from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "features"
 LOG = logging.getLogger("adserve.jobs.features")
-DEAD_LETTERS = OutputTag("dead-letters", bytes_row_type())
 CAMPAIGNS = OutputTag("campaigns", state.PUBLISH_INPUT)
 USERS = OutputTag("users", state.USER_INPUT)
 REGISTRY = OutputTag("registry", timed_bytes_row_type())
@@ -34,24 +35,18 @@ TOPIC_OF_KIND = {"served": topics.AD_SERVED, "event": topics.AD_EVENTS, "convers
 RECORD_TYPES = {kind: topics.record_type(topic) for kind, topic in TOPIC_OF_KIND.items()}
 
 
-class Decode(ProcessFunction):
+class Decode(DecodeOrDeadLetter):
     """Raw Kafka rows (with their source's kind) -> per-ad inputs; campaigns and consented users' inputs to
     side outputs; corrupt records -> dead letters (counted, `corrupt_records`)."""
 
+    job_name = JOB_NAME
+    record_types = RECORD_TYPES
+
     def __init__(self, user_features: bool = True):
+        super().__init__()
         self.user_features = user_features
 
-    def open(self, runtime_context: RuntimeContext):
-        self.decoder = DeadLetterDecoder(JOB_NAME, AvroCodec(),
-                                         runtime_context.get_metrics_group().counter("corrupt_records"))
-
-    def process_element(self, row, ctx):
-        record_type = RECORD_TYPES[row.kind]
-        record, dead = self.decoder.decode(row.v, record_type, topic=row.topic, partition=row.partition,
-                                           offset=row.offset, key=row.k)
-        if dead is not None:
-            yield DEAD_LETTERS, dead
-            return
+    def emit(self, record: dict, row, ctx):
         where = (row.topic, row.partition, row.offset)
         if row.kind == "deletion":
             if self.user_features:
@@ -68,7 +63,7 @@ class Decode(ProcessFunction):
             for user in feature_inputs.user_served_inputs(record) if self.user_features else ():
                 yield USERS, state.user_input_row(user)
         else:
-            yield state.ad_input_row(feature_inputs.beacon_input(record_type, record), *where)
+            yield state.ad_input_row(feature_inputs.beacon_input(self.record_type(row), record), *where)
             user = feature_inputs.user_beacon_input(record) if self.user_features and row.kind == "event" else None
             if user is not None:
                 yield USERS, state.user_input_row(user)

@@ -5,11 +5,11 @@ UserWindow -> Redis; deletion requests (privacy.deletions, always read from its 
 UserWindow, which forgets the user; corrupt and expired records -> dead.letters. No rule lives here.
 
 Event time: the served log and ad.events drive the clock (watermarks per partition, bounded out-of-orderness).
-Conversions, feedback, deletion requests and the compiled ads and campaigns are side inputs that never hold the clock back (a
-partition idle for --idle-timeout-ms stops counting); a record of theirs behind the clock still counts in every
-window to come that holds its bucket. Publish runs its tick after every AdWindow's tick of the same time: a
-watermark passes an operator only after the timers it fires, so the windows of tick T are in when Publish's
-timer T fires."""
+Conversions, feedback, deletion requests and the compiled ads and campaigns are side inputs that never hold the
+clock back (a partition idle for --idle-timeout-ms stops counting); a record of theirs behind the clock still
+counts in every window to come that holds its bucket. Publish runs its tick after every AdWindow's tick of the
+same time: a watermark passes an operator only after the timers it fires, so the windows of tick T are in when
+Publish's timer T fires."""
 from __future__ import annotations
 
 import dataclasses
@@ -56,8 +56,8 @@ def build(t_env, settings: FeaturesSettings) -> None:
     decoded = (t_env.to_data_stream(raw).process(Decode(user_features), output_type=state.AD_INPUT)
                .name("decode served log, beacons, conversions, feedback, ads, campaigns"))
     windows = (decoded.key_by(lambda r: r.ad_id, key_type=Types.LONG())
-               .process(AdWindow(settings.windows, settings.kafka.tripwire_file), output_type=state.PUBLISH_INPUT).name("window per ad")
-               .uid("window-per-ad"))
+               .process(AdWindow(settings.windows, settings.kafka.tripwire_file), output_type=state.PUBLISH_INPUT)
+               .name("window per ad").uid("window-per-ad"))
     published = (windows.union(decoded.get_side_output(CAMPAIGNS)).key_by(lambda r: 0, key_type=Types.INT())
                  .process(Publish(settings.estimates, settings.windows, settings.snapshot_dir,
                                   settings.keep_snapshots), output_type=timed_bytes_row_type())
