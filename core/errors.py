@@ -68,6 +68,11 @@ class CapacityExceeded(AdserveError, ValueError):
     bits); the message names the limit and what to do about it."""
 
 
+class MissingKey(AdserveError, KeyError):
+    """A mapping over stored state has no entry for the key. A KeyError too, as the mapping protocol asks, so
+    `get`, `in` and `setdefault` keep working."""
+
+
 class TopicMissing(AdserveError, RuntimeError):
     """A Kafka topic a process reads does not exist: the platform's topics are created by `adserve up`."""
 

@@ -21,6 +21,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from core import feature_inputs
 from core.ad_stats import AdAttributes, KnownAd
 from core.ad_window_events import AdStatus
+from core.errors import MissingKey
 from core.feature_events import PublisherState, TickWindow
 from core.feature_windows import Counts, KeyWindow, ServedSlot, WaitingBeacon, WindowRules
 
@@ -231,7 +232,7 @@ class MapView(MutableMapping):
     def __getitem__(self, key):
         row = self.map_state.get(self.to_key(key))
         if row is None:
-            raise KeyError(key)
+            raise MissingKey(key)
         return self.from_row(row)
 
     def __setitem__(self, key, value) -> None:
