@@ -36,7 +36,8 @@ from schemas.codec import AvroCodec
 from streams import kafka
 
 LOG = logging.getLogger("adserve.snapshots")
-TOPICS = {topics.SERVING_ADS: ("ServingAd", "ad_id"), topics.SERVING_CAMPAIGNS: ("ServingCampaign", "campaign_id")}
+TOPICS = {topic: (topics.record_type(topic), key) for topic, key in ((topics.SERVING_ADS, "ad_id"),
+                                                                   (topics.SERVING_CAMPAIGNS, "campaign_id"))}
 
 
 def write_snapshot(bootstrap: str, directory: Path, clock: Callable[[], float] = time.time) -> Path:

@@ -64,6 +64,8 @@ STATUS_OF = {"malformed": 400, "bad_signature": 403, "unknown_key": 403, "expire
 CLICK_ID_PARAMETER = "adclid"
 FEEDBACK_TYPES = {"hide": "HIDE", "report": "REPORT"}  # the beacon's `type` -> AdFeedback.feedback_type
 RETRY_AFTER_S = 5  # a full spool drains as fast as the broker takes records again
+EVENT_TYPE, CONVERSION_TYPE, FEEDBACK_TYPE = (topics.record_type(topic) for topic in
+                                              (topics.AD_EVENTS, topics.AD_CONVERSIONS, topics.AD_FEEDBACK))
 
 
 def with_click_id(landing_url: str, click_id: str) -> str:
@@ -203,7 +205,7 @@ class Tracker:
             "ip_address": client_address(request.remote, request.headers.get("X-Forwarded-For"),
                                          self.trusted_proxies),
             "user_agent": request.headers.get("User-Agent"), "token_key_id": claims.key_id}
-        self._queue(self.events_topic, str(claims.campaign_id), "AdEvent", event, event_type)
+        self._queue(self.events_topic, str(claims.campaign_id), EVENT_TYPE, event, event_type)
         self.guard.remember(guard_key, claims.expires_ms)
 
     async def impression(self, request: web.Request) -> web.Response:
@@ -227,7 +229,7 @@ class Tracker:
         record = {"conversion_id": uuid.uuid4().hex, "impression_id": claims.impression_id, "event_time": now_ms,
                   "served_time": claims.served_ms, "click_time": claims.click_ms, "campaign_id": claims.campaign_id,
                   "ad_id": claims.ad_id, "token_key_id": claims.key_id}
-        self._queue(topics.AD_CONVERSIONS, claims.impression_id, "AdConversion", record, "CONVERSION")
+        self._queue(topics.AD_CONVERSIONS, claims.impression_id, CONVERSION_TYPE, record, "CONVERSION")
         return web.Response(status=204)
 
     async def feedback(self, request: web.Request) -> web.Response:
@@ -238,7 +240,7 @@ class Tracker:
             self.rejected.labels("bad_feedback_type").inc()
             raise web.HTTPBadRequest(text=str(e)) from None
         record = feedback_record(claims, kind, uuid.uuid4().hex, now_ms)
-        self._queue(topics.AD_FEEDBACK, claims.impression_id, "AdFeedback", record, f"FEEDBACK_{kind}")
+        self._queue(topics.AD_FEEDBACK, claims.impression_id, FEEDBACK_TYPE, record, f"FEEDBACK_{kind}")
         return web.Response(status=204)
 
 

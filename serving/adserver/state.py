@@ -1,19 +1,17 @@
 """What an ad server holds: the index and campaign table built from the compacted topics, the reserve rules,
 the budget word per campaign and the slices it holds; and the thread that follows those topics.
 
-`ServingState` is plain data plus apply functions (no I/O). `TopicFollower`
-reads serving.ads, serving.campaigns, serving.reserves and budget.state from
-the beginning (they are compacted: the latest record per key is the state) and budget.leases
-from the instant the follower began (a slice is the incarnation's that asked for it: a worker restarted under
-the same server id never takes up a slice its predecessor may have spent), decodes the records and hands them, in batches, to a callback
-that the server runs on its event loop, so the index never changes under a
-request. A record that cannot be decoded goes to dead.letters and is counted.
+`ServingState` is plain data plus apply functions (no I/O). `TopicFollower` reads serving.ads, serving.campaigns,
+serving.reserves and budget.state from the beginning (they are compacted: the latest record per key is the state) and
+budget.leases from the instant the follower began (a slice is the incarnation's that asked for it: a worker restarted
+under the same server id never takes up a slice its predecessor may have spent), decodes the records and hands them,
+in batches, to a callback that the server runs on its event loop, so the index never changes under a request. A record
+that cannot be decoded goes to dead.letters and is counted.
 
-Readiness: the server is ready once every partition of the four state
-topics was read to its end once, and stays ready while the follower is within
-5 s of their heads (`lag_s`) or, when behind, while the latest change it applied
-was committed less than a minute before (`commit_lag_s`, measured per record
-from the commit time the index builder carries)."""
+Readiness: the server is ready once every partition of the four state topics was read to its end once, and stays ready
+while the follower is within 5 s of their heads (`lag_s`) or, when behind, while the latest change it applied was
+committed less than a minute before (`commit_lag_s`, measured per record from the commit time the index builder
+carries)."""
 from __future__ import annotations
 
 import collections
@@ -384,4 +382,5 @@ class TopicFollower(threading.Thread):
         self.corrupt_records += 1
         LOG.warning("%s", error)
         letter = from_corrupt(self.job, error, timestamp_ms=msg.timestamp()[1], key=msg.key(), value=msg.value())
-        self._dead_letters.produce(topics.DEAD_LETTERS, value=self.codec.encode("DeadLetter", letter), key=msg.key())
+        value = self.codec.encode(topics.record_type(topics.DEAD_LETTERS), letter)
+        self._dead_letters.produce(topics.DEAD_LETTERS, value=value, key=msg.key())
