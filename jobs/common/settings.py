@@ -11,8 +11,8 @@ from typing import Any, Callable, Mapping
 
 from core.endpoints import Endpoints, KafkaEndpoint, local_defaults, setting_name
 from jobs.common.jars import fetched_jar
-from streams.endpoints import SETTINGS_FILE_ENV, ca_pem
 from schemas import topics
+from streams.endpoints import SETTINGS_FILE_ENV, ca_pem
 from streams.endpoints import load as load_endpoints
 
 RESTART_STRATEGIES = ("fixed-delay", "exponential-delay")  # the --restart-strategy choices (restart_options)
