@@ -11,6 +11,7 @@ from schemas.codec import AvroCodec, SchemaRegistry, schema_fingerprint
 from tests.factories import ad_event
 
 SCHEMA_FILES = sorted(p.name for p in SCHEMA_DIR.glob("*.avsc"))
+AD_EVENT = topics.record_type(topics.AD_EVENTS)
 STATE_SCHEMAS = {"pacer_state.avsc"}  # job state kept in Flink, not records on a topic: no event time of their own
 
 
@@ -104,9 +105,9 @@ def test_an_older_reader_reads_a_newer_writer_and_ignores_the_new_field():
 
 def test_each_message_carries_its_writer_schema_fingerprint():
     codec = AvroCodec()
-    data = codec.encode("AdEvent", ad_event(1, campaign_id=7, offset_ms=0))
+    data = codec.encode(AD_EVENT, ad_event(1, campaign_id=7, offset_ms=0))
     assert data[:2] == b"\xc3\x01"
-    assert data[2:10] == schema_fingerprint(codec.registry.schema("AdEvent"))
+    assert data[2:10] == schema_fingerprint(codec.registry.schema(AD_EVENT))
 
 
 @pytest.mark.parametrize("data, reason", [
@@ -116,7 +117,7 @@ def test_each_message_carries_its_writer_schema_fingerprint():
 ])
 def test_malformed_bytes_raise_corrupt_record_naming_topic_partition_and_offset(data, reason):
     with pytest.raises(CorruptRecord) as err:
-        AvroCodec().decode(data, "AdEvent", topic=topics.AD_EVENTS, partition=3, offset=1234)
+        AvroCodec().decode(data, AD_EVENT, topic=topics.AD_EVENTS, partition=3, offset=1234)
     assert (err.value.topic, err.value.partition, err.value.offset) == (topics.AD_EVENTS, 3, 1234)
     assert f"topic {topics.AD_EVENTS} partition 3 offset 1234" in str(err.value)
     assert reason in str(err.value)
@@ -124,22 +125,22 @@ def test_malformed_bytes_raise_corrupt_record_naming_topic_partition_and_offset(
 
 def test_truncated_body_is_corrupt():
     codec = AvroCodec()
-    data = codec.encode("AdEvent", ad_event(1, campaign_id=7, offset_ms=0))
+    data = codec.encode(AD_EVENT, ad_event(1, campaign_id=7, offset_ms=0))
     with pytest.raises(CorruptRecord, match="offset 9"):
-        codec.decode(data[:-6], "AdEvent", topic=topics.AD_EVENTS, partition=0, offset=9)
+        codec.decode(data[:-6], AD_EVENT, topic=topics.AD_EVENTS, partition=0, offset=9)
 
 
 def test_trailing_bytes_are_corrupt():
     codec = AvroCodec()
-    data = codec.encode("AdEvent", ad_event(1, campaign_id=7, offset_ms=0)) + b"\x00"
+    data = codec.encode(AD_EVENT, ad_event(1, campaign_id=7, offset_ms=0)) + b"\x00"
     with pytest.raises(CorruptRecord, match="trailing"):
-        codec.decode(data, "AdEvent", topic=topics.AD_EVENTS, partition=0, offset=1)
+        codec.decode(data, AD_EVENT, topic=topics.AD_EVENTS, partition=0, offset=1)
 
 
 def test_a_record_that_does_not_fit_its_schema_is_a_schema_mismatch():
     bad = ad_event(1, campaign_id=7, offset_ms=0) | {"price_micros": "1.40"}
-    with pytest.raises(SchemaMismatch, match="AdEvent"):
-        AvroCodec().encode("AdEvent", bad)
+    with pytest.raises(SchemaMismatch, match=AD_EVENT):
+        AvroCodec().encode(AD_EVENT, bad)
 
 
 def test_unknown_record_type_is_a_schema_mismatch():
