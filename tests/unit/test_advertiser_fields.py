@@ -188,7 +188,8 @@ def test_a_reserve_rule_change_compiles_to_its_serving_record():
            "default_quality_micros": -20, "removed": False, "set_by": "ops", "version": 2}
     envelope = {"before": None, "after": row, "op": "u", "source": {"ts_ms": 1_795_000_000_000}}
     topic, key, record_type, record = serving_record_from_change(topics.CDC_RESERVES, json.dumps(envelope))
-    assert (topic, key, record_type) == (topics.SERVING_RESERVES, "feed|US", "ServingReserve")
+    assert (topic, key, record_type) == (topics.SERVING_RESERVES, "feed|US",
+                                         topics.record_type(topics.SERVING_RESERVES))
     assert (record["reserve_micros"], record["default_quality_micros"], record["version"]) == (500, -20, 2)
 
 

@@ -124,8 +124,9 @@ ENVELOPE = {"type": "record", "name": "Envelope", "fields": [
 
 def _archive(root: Path, records: list[dict], day: str = "2027-01-15", corrupt: bool = True) -> None:
     codec = AvroCodec()
+    served_type = topics.record_type(topics.AD_SERVED)
     envelopes = [{"topic": topics.AD_SERVED, "partition": 0, "offset": i, "event_time": r["event_time"],
-                  "k": r["request_id"].encode(), "v": codec.encode("ServedRecord", r)} for i, r in enumerate(records)]
+                  "k": r["request_id"].encode(), "v": codec.encode(served_type, r)} for i, r in enumerate(records)]
     if corrupt:
         envelopes.append({"topic": topics.AD_SERVED, "partition": 0, "offset": len(records), "event_time": T0,
                           "k": b"x", "v": b"\xc3\x01 not a record"})

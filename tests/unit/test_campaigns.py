@@ -84,7 +84,8 @@ def test_a_debezium_change_becomes_a_serving_record_and_a_delete_or_garbage_does
     envelope = {"before": None, "after": {**_row(), "targeting": json.dumps(AD["targeting"])}, "op": "c",
                 "source": {"ts_ms": 1_795_000_000_000}}
     topic, key, record_type, record = serving_record_from_change(topics.CDC_ADS, json.dumps(envelope))
-    assert (topic, key, record_type, record["event_time"]) == (topics.SERVING_ADS, "7", "ServingAd", 1_795_000_000_000)
+    assert (topic, key, record_type, record["event_time"]) == (
+        topics.SERVING_ADS, "7", topics.record_type(topics.SERVING_ADS), 1_795_000_000_000)
     assert serving_record_from_change(topics.CDC_ADS, json.dumps({**envelope, "after": None})) is None
     with pytest.raises(BadChange):
         serving_record_from_change(topics.CDC_ADS, b"{not json")
