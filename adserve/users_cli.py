@@ -15,8 +15,8 @@ from confluent_kafka import KafkaException
 
 from core.errors import AdserveError
 from infra.platform import PlatformSettings
-from streams.endpoints import current
 from schemas import topics
+from streams.endpoints import current
 
 PORTS_HELP = "Platform ports come from ADSERVE_* variables (see `adserve up --help`)."
 APPLY_HELP = """Applies the deletion requests (topic privacy.deletions) that no run has applied yet, then
@@ -135,7 +135,7 @@ def erase_archive(bootstrap: str, topic: str, archive: str, report_dir: Path) ->
     if not requests:
         return {"users": 0, "erased_impressions": 0, "files_scanned": 0, "files_rewritten": 0, "removed": {},
                 "undecodable_kept": 0}
-    schema = plain_timestamps(AvroCodec().registry.schema("UserDeletion"))
+    schema = plain_timestamps(AvroCodec().registry.schema(topics.record_type(topics.PRIVACY_DELETIONS)))
     with tempfile.TemporaryDirectory(prefix="adserve-deletions-") as folder:
         deletions = Path(folder) / "deletions.avro"
         with open(deletions, "wb") as f:

@@ -50,6 +50,7 @@ from typing import Any
 from core.errors import RunFailed
 from infra.platform import PlatformSettings
 from jobs.common.settings import KafkaJobSettings
+from schemas import topics as topic_names
 from sim.synthetic import billing_events
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
@@ -57,6 +58,9 @@ DAY = "2026-03-10"
 DOLLAR = 1_000_000
 PARTITIONS = 4
 CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
+AD_EVENT = topic_names.record_type(topic_names.AD_EVENTS)
+
+
 def _producer(settings: PlatformSettings):
     from confluent_kafka import Producer
 
@@ -125,7 +129,7 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
     log(f"producing {events:,} events on {campaigns:,} campaigns to {topics['events']} ...")
     last = T0
     for campaign, event in billing_events(events, campaigns, seed=11, start_ms=T0, per_second=20_000):
-        _produce(producer, topics["events"], str(campaign).encode(), codec.encode("AdEvent", event),
+        _produce(producer, topics["events"], str(campaign).encode(), codec.encode(AD_EVENT, event),
                  event["event_time"])
         last = event["event_time"]
     for partition in range(PARTITIONS):  # a last tick everywhere closes the final windows
@@ -133,7 +137,7 @@ def bench_throughput(settings: PlatformSettings, *, events: int, campaigns: int,
                 "event_time": last + 20_000, "served_time": last, "campaign_id": 1, "ad_id": 10,
                 "price_micros": 1, "billing_type": "CLICK", "user_id": None, "ip_address": None,
                 "user_agent": None, "token_key_id": "k1"}
-        _produce(producer, topics["events"], b"1", codec.encode("AdEvent", tick), last + 20_000, partition)
+        _produce(producer, topics["events"], b"1", codec.encode(AD_EVENT, tick), last + 20_000, partition)
     producer.flush(120)
     figures = run_throughput(settings, topics, events=events, checkpoint_ms=checkpoint_ms, log=log)
     figures["campaigns"] = campaigns
@@ -221,7 +225,7 @@ def _produce_in_real_time(producer, topic: str, codec, *, rate: int, seconds: in
     for campaign, event in billing_events(rate * seconds, campaigns, seed=13, start_ms=0, per_second=rate,
                                    clock=lambda: int(time.time() * 1000)):
         produced += 1
-        _produce(producer, topic, str(campaign).encode(), codec.encode("AdEvent", event), event["event_time"])
+        _produce(producer, topic, str(campaign).encode(), codec.encode(AD_EVENT, event), event["event_time"])
         if clicks.is_billable(event) and clicks.invalid_reason(event) is None:
             sent.append((campaign, event["event_time"]))
         ahead = began + produced / rate - time.time()  # hold the rate: real time, not a backlog
@@ -241,7 +245,7 @@ def _keep_event_time_moving(producer, topic: str, codec, *, seconds: float) -> N
                     "event_type": "IMPRESSION", "event_time": now, "served_time": now - 1000, "campaign_id": 1,
                     "ad_id": 10, "price_micros": 1, "billing_type": "CLICK", "user_id": None,
                     "ip_address": None, "user_agent": None, "token_key_id": "k1"}
-            _produce(producer, topic, b"1", codec.encode("AdEvent", tick), now, partition)
+            _produce(producer, topic, b"1", codec.encode(AD_EVENT, tick), now, partition)
         producer.poll(0)
         time.sleep(0.2)
 
@@ -292,13 +296,13 @@ def bench_python_baseline(events: int, campaigns: int) -> dict[str, Any]:
     from schemas.codec import AvroCodec
 
     codec = AvroCodec()
-    values = [codec.encode("AdEvent", e) for _, e in billing_events(events, campaigns, seed=17, start_ms=T0,
-                                                              per_second=20_000)]
+    values = [codec.encode(AD_EVENT, e) for _, e in billing_events(events, campaigns, seed=17, start_ms=T0,
+                                                                   per_second=20_000)]
     seen: set[tuple[str, str]] = set()
     windows: dict[tuple[int, int], clicks.WindowTotals] = {}
     began = time.perf_counter()
     for value in values:
-        event = codec.decode(value, "AdEvent")
+        event = codec.decode(value, AD_EVENT)
         key = clicks.dedupe_key(event)
         if key in seen:
             continue

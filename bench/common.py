@@ -15,6 +15,7 @@ import numpy as np
 
 from core.errors import RunFailed
 from infra.platform import PlatformSettings
+from schemas import topics
 
 
 def machine() -> dict[str, Any]:
@@ -52,7 +53,7 @@ def produce_campaign_records(producer, topic: str, campaigns: int, at_ms: int, d
         while True:
             try:
                 producer.produce(topic, key=str(campaign_id).encode(), timestamp=at_ms,
-                                 value=codec.encode("ServingCampaign", record))
+                                 value=codec.encode(topics.record_type(topics.SERVING_CAMPAIGNS), record))
                 break
             except BufferError:
                 producer.poll(0.05)

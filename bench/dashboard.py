@@ -49,6 +49,7 @@ from core.errors import RunFailed
 from core.pacing_view import STATES
 from core.reports import day_start_ms
 from infra.platform import PlatformSettings
+from schemas import topics as topic_names
 
 BUDGET_MICROS = 100_000_000
 PACING_DAY = "2026-03-10"
@@ -61,6 +62,8 @@ REPORT_FROM, REPORT_DAYS = "2026-02-01", 30
 HOUR_MS = 3_600_000
 TARGETS = {"pacing_api_p99_ms": 50.0, "report_api_p99_ms": 100.0, "page_load_ms": 1_500.0}
 WAIT_S = 300.0
+SERVING_CAMPAIGN, BUDGET_STATE, BILLED_SPEND, AD_CONVERSION = (topic_names.record_type(topic) for topic in (
+    topic_names.SERVING_CAMPAIGNS, topic_names.BUDGET_STATE, topic_names.BILLED_SPEND, topic_names.AD_CONVERSIONS))
 
 # The page's first poll, timed inside the page: a hook installed before any script of the document runs
 # records performance.now() when app.js counts its first completed poll.
@@ -301,8 +304,8 @@ class _PacingWorld:
         topics = _fresh_topics(settings, "campaigns", "state")
         serving, states = pacing_records(self.first_id, campaigns)
         log(f"publishing {campaigns:,} campaigns and their budget states to {topics['state']} ...")
-        _produce(settings, topics["campaigns"], "ServingCampaign", serving, "campaign_id")
-        _produce(settings, topics["state"], "BudgetState", states, "campaign_id")
+        _produce(settings, topics["campaigns"], SERVING_CAMPAIGN, serving, "campaign_id")
+        _produce(settings, topics["state"], BUDGET_STATE, states, "campaign_id")
         for campaign_id in range(self.first_id, self.first_id + min(PAGE_SIZE, campaigns)):
             self.store.write(pacing_points(campaign_id, PACING_MINUTES))
         from serving.dashboard.app import DashboardSettings, start_dashboard
@@ -391,8 +394,8 @@ def bench_report_api(settings: PlatformSettings, loop: _Loop, campaigns: int, re
     topics = _fresh_topics(settings, "billed", "conversions", "dead")
     log(f"landing {len(billed):,} hourly billed records and {len(conversions):,} conversions of {campaigns} "
         f"campaigns through serving.report_landing ...")
-    _produce(settings, topics["billed"], "BilledSpend", billed, "campaign_id")
-    _produce(settings, topics["conversions"], "AdConversion", conversions, "impression_id")
+    _produce(settings, topics["billed"], BILLED_SPEND, billed, "campaign_id")
+    _produce(settings, topics["conversions"], AD_CONVERSION, conversions, "impression_id")
     counts = land(ReportLandingSettings(settings.kafka_bootstrap, settings.postgres_dsn, topics["billed"],
                                         topics["conversions"], topics["dead"], f"bench-dashboard-{uuid.uuid4().hex[:6]}",
                                         until_caught_up=True))

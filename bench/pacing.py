@@ -36,11 +36,13 @@ from typing import Any
 
 from infra.platform import PlatformSettings
 from jobs.common.settings import KafkaJobSettings
+from schemas import topics as topic_names
 from sim.synthetic import spend_batches, spend_reports
 
 T0 = 1_773_100_800_000  # 2026-03-10 00:00 UTC
 CHECKPOINT_MS = KafkaJobSettings.checkpoint_interval_ms  # the jobs' own default
 BUDGET_MICROS = 5_000 * 1_000_000  # each campaign's daily budget: open through the run
+SPEND_REPORT = topic_names.record_type(topic_names.BUDGET_SPEND)
 
 
 def bench_job(settings: PlatformSettings, *, items: int, servers: int, campaigns: int, checkpoint_ms: int,
@@ -137,7 +139,7 @@ def bench_python_baseline(items: int) -> dict[str, Any]:
     totals: dict[int, int] = {}
     began = time.perf_counter()
     for value in values:
-        report = codec.decode(value, "SpendReport")
+        report = codec.decode(value, SPEND_REPORT)
         if dedupe.first_time(report):
             totals[report["campaign_id"]] = totals.get(report["campaign_id"], 0) + report["expected_spend_micros"]
     return {"baseline_python_items_per_s": round(len(values) / (time.perf_counter() - began))}

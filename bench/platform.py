@@ -27,6 +27,9 @@ from typing import Any
 from bench.common import machine
 from core.errors import RunFailed
 from infra.platform import PlatformSettings, control
+from schemas import topics
+
+AD_EVENT = topics.record_type(topics.AD_EVENTS)
 
 
 def _timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
@@ -42,9 +45,9 @@ def bench_codec(records: int = 50_000) -> dict[str, float]:
     codec = AvroCodec()
     events = simulate_events(3, events=records)
     began = time.perf_counter()
-    encoded = [codec.encode("AdEvent", e) for e in events]
+    encoded = [codec.encode(AD_EVENT, e) for e in events]
     avro_encode = records / (time.perf_counter() - began)
-    schema = codec.registry.schema("AdEvent")
+    schema = codec.registry.schema(AD_EVENT)
     began = time.perf_counter()
     for data in encoded:
         codec.decode(data, schema)
@@ -131,7 +134,7 @@ def bench_flink(settings: PlatformSettings, events: int, log) -> dict[str, float
     log(f"producing {events:,} events to {source} ...")
     simulated = simulate_events(11, events=events, minutes=60)
     kafka.produce_all(settings.kafka_bootstrap, source,
-                      [(str(e["campaign_id"]).encode(), codec.encode("AdEvent", e), e["event_time"])
+                      [(str(e["campaign_id"]).encode(), codec.encode(AD_EVENT, e), e["event_time"])
                        for e in simulated], timeout_s=120)
 
     began = time.monotonic()
