@@ -20,6 +20,9 @@ from tests.features_records import (T0, beacon, feedback, served, serving_ad, se
 from tests.unit.flink_fakes import FakeContext, FakeMapState, FakeMetrics, FakeRuntimeContext, at_key, opened
 
 CODEC = AvroCodec()
+SERVED_RECORD = topics.record_type(topics.AD_SERVED)
+DEAD_LETTER = topics.record_type(topics.DEAD_LETTERS)
+AD_FEATURES = topics.record_type(topics.FEATURES_ADS)
 TICK = 300_000
 RULES = WindowRules(bucket_ms=TICK, window_ms=3_600_000)
 
@@ -54,20 +57,21 @@ def test_decode_gives_one_input_per_winner_and_user_inputs_only_with_consent():
     decode, _ = opened(Decode())
     record = served("r1", T0, [winner("r1:1", 11, 1, 1, category=4), winner("r1:2", 12, 1, 2)],
                     user_id="u1", consented=True)
-    out = list(decode.process_element(_raw("served", "ServedRecord", record), FakeContext()))
+    out = list(decode.process_element(_raw("served", SERVED_RECORD, record), FakeContext()))
     ads = [r for r in out if not isinstance(r, tuple)]
     users = [r[1] for r in out if isinstance(r, tuple) and r[0] is USERS]
     assert [(r.kind, r.ad_id, r.impression_id, r.placement, r.position) for r in ads] == [
         ("SERVED", 11, "r1:1", "feed", 1), ("SERVED", 12, "r1:2", "feed", 2)]
     assert [(u.user_id, u.impression_id, u.category) for u in users] == [("u1", "r1:1", 4), ("u1", "r1:2", 0)]
     anonymous = served("r2", T0, [winner("r2:1", 11, 1)], user_id="u2", consented=False)
-    out = list(decode.process_element(_raw("served", "ServedRecord", anonymous), FakeContext()))
+    out = list(decode.process_element(_raw("served", SERVED_RECORD, anonymous), FakeContext()))
     assert not [r for r in out if isinstance(r, tuple)]
 
 
 def test_decode_turns_a_compiled_ad_into_attributes_with_its_embedding():
     decode, _ = opened(Decode())
-    (row,) = decode.process_element(_raw("ad", "ServingAd", serving_ad(11, 1, 100, T0, bid_type="CPM")), FakeContext())
+    raw = _raw("ad", topics.record_type(topics.SERVING_ADS), serving_ad(11, 1, 100, T0, bid_type="CPM"))
+    (row,) = decode.process_element(raw, FakeContext())
     attributes = state.attributes_from_row(row.attributes)
     assert (row.kind, row.ad_id, attributes.bid_type, attributes.advertiser_id) == ("ATTRIBUTES", 11, "CPM", 100)
     assert len(attributes.embedding) == 16
@@ -75,10 +79,11 @@ def test_decode_turns_a_compiled_ad_into_attributes_with_its_embedding():
 
 def test_decode_sends_campaigns_to_the_publisher_and_feedback_to_the_ad():
     decode, _ = opened(Decode())
-    ((tag, campaign),) = decode.process_element(_raw("campaign", "ServingCampaign", serving_campaign(1, 100, T0)),
-                                               FakeContext())
+    raw = _raw("campaign", topics.record_type(topics.SERVING_CAMPAIGNS), serving_campaign(1, 100, T0))
+    ((tag, campaign),) = decode.process_element(raw, FakeContext())
     assert tag is CAMPAIGNS and (campaign.kind, campaign.campaign_id, campaign.advertiser_id) == ("campaign", 1, 100)
-    (hide,) = decode.process_element(_raw("feedback", "AdFeedback", feedback("r1:1", 11, 1, T0)), FakeContext())
+    raw = _raw("feedback", topics.record_type(topics.AD_FEEDBACK), feedback("r1:1", 11, 1, T0))
+    (hide,) = decode.process_element(raw, FakeContext())
     assert (hide.kind, hide.ad_id, hide.impression_id) == ("HIDE", 11, "r1:1")
 
 
@@ -87,7 +92,7 @@ def test_decode_sends_a_corrupt_record_to_dead_letters_and_counts_it():
     row = SimpleNamespace(kind="event", v=b"not avro", k=b"1", topic=topics.AD_EVENTS, partition=2, offset=9)
     ((tag, dead),) = decode.process_element(row, FakeContext())
     assert tag is DEAD_LETTERS
-    assert CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 9
+    assert CODEC.decode(dead[1], DEAD_LETTER)["source_offset"] == 9
     assert context.counter("corrupt_records") == 1
 
 
@@ -105,7 +110,8 @@ def _served_input(impression_id: str, at_ms: int, position: int = 1, placement: 
 
 
 def _beacon_input(impression_id: str, at_ms: int, kind: str = "IMPRESSION", n: int = 0):
-    return _ad_row(feature_inputs.beacon_input("AdEvent", beacon(impression_id, 11, 1, at_ms, kind, n=n)))
+    record = beacon(impression_id, 11, 1, at_ms, kind, n=n)
+    return _ad_row(feature_inputs.beacon_input(topics.record_type(topics.AD_EVENTS), record))
 
 
 def _cells(row):
@@ -163,7 +169,7 @@ def test_a_beacon_older_than_the_window_goes_to_dead_letters():
     window, context, ctx = _window()
     ctx.timers.watermark_ms = T0 + 3_600_000
     ((tag, dead),) = window.process_element(_beacon_input("i1", T0 + 2_000), ctx)
-    assert tag is DEAD_LETTERS and CODEC.decode(dead[1], "DeadLetter")["error_type"] == "LateEvent"
+    assert tag is DEAD_LETTERS and CODEC.decode(dead[1], DEAD_LETTER)["error_type"] == "LateEvent"
     assert context.counter("expired_records") == 1
 
 
@@ -221,10 +227,10 @@ def test_a_tick_writes_the_snapshot_then_emits_the_rows_and_the_registry_entry(t
     out = list(publish.on_timer(tick, ctx))
     rows = [r for r in out if not isinstance(r, tuple)]
     (registry,) = [r[1] for r in out if isinstance(r, tuple) and r[0] is REGISTRY]
-    features = {f["ad_id"]: f for f in _decoded(rows, "AdFeatures")}
+    features = {f["ad_id"]: f for f in _decoded(rows, AD_FEATURES)}
     assert features[11]["ctr_estimate"] > features[12]["ctr_estimate"]
     assert features[13]["advertiser_id"] == 100 and features[13]["impressions"] == 0
-    entry = CODEC.decode(registry[1], "RegistryEntry")
+    entry = CODEC.decode(registry[1], topics.record_type(topics.MODEL_REGISTRY))
     assert (entry["role"], entry["snapshot_version"], entry["snapshot_dir"]) == ("FEATURES", tick, str(tmp_path))
     assert registry[0] == b"FEATURES" and registry[2] == tick and all(r[2] == tick for r in rows)
     snapshot = ad_features.load(tmp_path)
@@ -243,9 +249,9 @@ def test_a_tick_sees_only_the_windows_of_that_tick(tmp_path):
                                                   {("feed", 1): Counts(impressions=10)}), ctx))
     _run(publish.process_element(state.window_row(11, second, 1, None, {("feed", 1): Counts(impressions=99)}), ctx))
     rows = [r for r in publish.on_timer(first, ctx) if not isinstance(r, tuple)]
-    assert _decoded(rows, "AdFeatures")[0]["impressions"] == 10
+    assert _decoded(rows, AD_FEATURES)[0]["impressions"] == 10
     rows = [r for r in publish.on_timer(second, ctx) if not isinstance(r, tuple)]
-    assert _decoded(rows, "AdFeatures")[0]["impressions"] == 99
+    assert _decoded(rows, AD_FEATURES)[0]["impressions"] == 99
 
 
 def test_an_unchanged_ad_is_not_emitted_again_but_the_snapshot_is(tmp_path):
@@ -254,7 +260,7 @@ def test_an_unchanged_ad_is_not_emitted_again_but_the_snapshot_is(tmp_path):
     assert len([r for r in publish.on_timer(T0 + TICK, ctx) if not isinstance(r, tuple)]) == 1
     _run(publish.process_element(state.window_row(12, T0 + 2 * TICK, 2, _attributes(12, 2, 200), {}), ctx))
     out = list(publish.on_timer(T0 + 2 * TICK, ctx))
-    assert [CODEC.decode(r[1], "AdFeatures")["ad_id"] for r in out if not isinstance(r, tuple)] == [12]
+    assert [CODEC.decode(r[1], AD_FEATURES)["ad_id"] for r in out if not isinstance(r, tuple)] == [12]
     assert ad_features.versions(tmp_path) == [T0 + TICK, T0 + 2 * TICK]
 
 
@@ -345,7 +351,7 @@ def test_a_late_window_staged_with_the_next_keeps_its_attributes(tmp_path):
     _run(publish.process_element(state.window_row(11, T0 + 2 * TICK, 1, None, {("feed", 1): Counts(impressions=3)}),
                                  ctx))
     (row,) = [r for r in publish.on_timer(T0 + 2 * TICK, ctx) if not isinstance(r, tuple)]
-    record = CODEC.decode(row[1], "AdFeatures")
+    record = CODEC.decode(row[1], AD_FEATURES)
     assert (record["ad_id"], record["advertiser_id"], record["impressions"]) == (11, 100, 3)
 
 
