@@ -23,6 +23,9 @@ from infra.platform import PlatformSettings
 from infra.platform.process import ManagedProcess, reap, wait_until
 from schemas import topics as topic_names
 
+SERVING_AD, SERVING_CAMPAIGN, AD_EVENT = (topic_names.record_type(topic) for topic in (
+    topic_names.SERVING_ADS, topic_names.SERVING_CAMPAIGNS, topic_names.AD_EVENTS))
+
 
 def _http_ok(url: str, timeout_s: float = 2.0) -> bool:
     try:
@@ -144,12 +147,12 @@ class World:
 
         codec = AvroCodec()
         at = now_ms()
-        ad_records = [(str(cid + 1).encode(), codec.encode("ServingAd", self.ad_record(cid, role)), at)
+        ad_records = [(str(cid + 1).encode(), codec.encode(SERVING_AD, self.ad_record(cid, role)), at)
                       for cid, role, _, _ in campaigns]
         if serving_ads:
             kafka.produce_all(self.settings.kafka_bootstrap, topic_names.SERVING_ADS, ad_records)
             return
-        records = [(str(cid).encode(), codec.encode("ServingCampaign", self.campaign_record(cid, role, status, v)), at)
+        records = [(str(cid).encode(), codec.encode(SERVING_CAMPAIGN, self.campaign_record(cid, role, status, v)), at)
                    for cid, role, status, v in campaigns]
         for topic in (topic_names.SERVING_CAMPAIGNS, self.topics["campaigns"]):
             kafka.produce_all(self.settings.kafka_bootstrap, topic, records)
@@ -459,7 +462,7 @@ class World:
                         "billing_type": "IMPRESSION", "user_id": None, "ip_address": None, "user_agent": None,
                         "token_key_id": "faults"}
                 producer.produce(topic_names.AD_EVENTS, key=str(self.clock_campaign).encode(), timestamp=now,
-                                 partition=partition, value=codec.encode("AdEvent", tick))
+                                 partition=partition, value=codec.encode(AD_EVENT, tick))
             producer.flush(10)
             if self.feed.billed_through_ms() >= target:
                 time.sleep(3)  # totals of other campaigns that closed with the same window
