@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from schemas import topics
 from schemas.codec import AvroCodec
 from serving.dashboard.app import DashboardSettings, start_dashboard
 from streams import kafka, redis_keys
@@ -27,6 +28,8 @@ DAY = "2026-03-10"
 T0_MS = 1_773_140_400_000  # 2026-03-10 11:00 UTC
 BUDGET = 100_000_000
 WAIT_S = 60.0
+CAMPAIGN_TYPE = topics.record_type(topics.SERVING_CAMPAIGNS)
+STATE_TYPE = topics.record_type(topics.BUDGET_STATE)
 
 
 class DashboardWorld:
@@ -65,12 +68,12 @@ class DashboardWorld:
                    self.campaign(self.paused, self.advertiser_b, "PAUSED"),
                    self.campaign(self.spent, self.advertiser_b)]
         kafka.produce_all(self.platform.kafka_bootstrap, self.campaigns_topic,
-                          [(str(r["campaign_id"]).encode(), self.codec.encode("ServingCampaign", r), T0_MS)
+                          [(str(r["campaign_id"]).encode(), self.codec.encode(CAMPAIGN_TYPE, r), T0_MS)
                            for r in records])
 
     def publish_states(self, *states: dict[str, Any]) -> None:
         kafka.produce_all(self.platform.kafka_bootstrap, self.state_topic,
-                          [(str(s["campaign_id"]).encode(), self.codec.encode("BudgetState", s), s["event_time"])
+                          [(str(s["campaign_id"]).encode(), self.codec.encode(STATE_TYPE, s), s["event_time"])
                            for s in states])
 
     def initial_states(self) -> list[dict[str, Any]]:

@@ -29,6 +29,8 @@ from streams import kafka, redis_keys
 
 KEYS = TokenKeys({"it1": b"integration-test-key-0123"}, active="it1")
 CODEC = AvroCodec()
+CAMPAIGN_TYPE, AD_TYPE = topics.record_type(topics.SERVING_CAMPAIGNS), topics.record_type(topics.SERVING_ADS)
+STATE_TYPE, LEASE_TYPE = topics.record_type(topics.BUDGET_STATE), topics.record_type(topics.BUDGET_LEASES)
 LANDING = "https://shop.example/landing"
 
 
@@ -41,12 +43,12 @@ def publish(bootstrap: str, placement: str, campaigns: list[dict]) -> None:
     now = int(time.time() * 1000)
     records = []
     for c in campaigns:
-        records.append((topics.SERVING_CAMPAIGNS, str(c["id"]).encode(), CODEC.encode("ServingCampaign", {
+        records.append((topics.SERVING_CAMPAIGNS, str(c["id"]).encode(), CODEC.encode(CAMPAIGN_TYPE, {
             "campaign_id": c["id"], "advertiser_id": c["id"], "version": 1, "event_time": now, "status": "ACTIVE",
             "bid_type": "CPM", "daily_budget_micros": 100_000_000, "currency": "USD", "timezone": "UTC",
             "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": c.get("cap"),
             "cap_per_week": None, "cpa_target_micros": None})))
-        records.append((topics.SERVING_ADS, str(c["id"] + 1).encode(), CODEC.encode("ServingAd", {
+        records.append((topics.SERVING_ADS, str(c["id"] + 1).encode(), CODEC.encode(AD_TYPE, {
             "ad_id": c["id"] + 1, "campaign_id": c["id"], "advertiser_id": c["id"], "version": 1, "event_time": now,
             "removed": False, "bid_type": "CPM", "bid_micros": c.get("bid", 5_000_000), "quality_prior": 0.0,
             "creative_ref": f"creative-{c['id']}", "landing_url": LANDING, "static_score": 1.0,
@@ -322,7 +324,7 @@ def publish_metered(bootstrap: str, campaign_id: int, budget_micros: int = 100_0
     state this recent would read as a live budget job to every server that boots in the next minute (other tests'
     servers), whose open campaigns would then spend only from slices once it fell silent."""
     stamped = int(time.time() * 1000) - 120_000
-    kafka.produce_all(bootstrap, topics.BUDGET_STATE, [(str(campaign_id).encode(), CODEC.encode("BudgetState", {
+    kafka.produce_all(bootstrap, topics.BUDGET_STATE, [(str(campaign_id).encode(), CODEC.encode(STATE_TYPE, {
         "campaign_id": campaign_id, "event_time": stamped, "budget_day": "2026-11-29", "state": "METERED",
         "participation_probability": 1.0, "bid_multiplier": 1.0, "daily_budget_micros": budget_micros,
         "billed_spend_micros": 0, "committed_spend_micros": 0, "remaining_micros": budget_micros,
@@ -343,7 +345,7 @@ def test_a_metered_campaign_serves_only_while_this_server_holds_a_slice(platform
                      "event_time": int(time.time() * 1000), "amount_micros": 1_000_000_000,
                      "expires_at": int(time.time() * 1000) + 30_000}
             kafka.produce_all(platform.kafka_bootstrap, topics.BUDGET_LEASES,
-                              [(server_id.encode(), CODEC.encode("BudgetLease", lease), lease["event_time"])])
+                              [(server_id.encode(), CODEC.encode(LEASE_TYPE, lease), lease["event_time"])])
             deadline = time.monotonic() + 15
             while not s.server.server.state.leases.held(base, int(time.time() * 1000)):
                 assert time.monotonic() < deadline, "the lease never reached the server"

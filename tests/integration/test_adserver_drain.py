@@ -72,7 +72,8 @@ def test_sigterm_under_load_turns_ready_to_503_first_answers_or_refuses_every_re
                                         "campaign_id": base, "event_time": now, "amount_micros": 1_000_000_000,
                                         "expires_at": now + 30_000} for n in range(2)}
         kafka.produce_all(platform.kafka_bootstrap, topics.BUDGET_LEASES, [
-            (worker.encode(), CODEC.encode("BudgetLease", lease), now) for worker, lease in leases.items()])
+            (worker.encode(), CODEC.encode(topics.record_type(topics.BUDGET_LEASES), lease), now)
+            for worker, lease in leases.items()])
         threads = [threading.Thread(target=load) for _ in range(3)] + [threading.Thread(target=poll_ready)]
         for thread in threads:
             thread.start()

@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 from core.pacing import SpendPlan, TargetCurve, forecast_participation, local_day
 from core.spend import SpendCut, batch_records
 from jobs import deploy
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 from streams.pacing_store import PacingStore
@@ -26,6 +27,8 @@ VIDEO_SHAPE = [1.0] * 12 + [20.0] + [1.0] * 11  # the placement's traffic: most 
 VALUES_TO_BEAT = [10_000, 20_000, 30_000, 50_000, 60_000]
 CURVES = {"placements": {"video": VIDEO_SHAPE}, "values_to_beat": {"video": VALUES_TO_BEAT},
           "value_per_bid": {"video": {"CPC": 0.02}}}  # no default shape: the others stay flat
+SPEND_TYPE = topics.record_type(topics.BUDGET_SPEND)
+CAMPAIGN_TYPE, AD_TYPE = topics.record_type(topics.SERVING_CAMPAIGNS), topics.record_type(topics.SERVING_ADS)
 
 
 def _ad(ad_id: int, campaign_id: int, placements: list[str] | None, at_ms: int) -> dict:
@@ -68,31 +71,31 @@ class Feed:
     def spend(self, report: dict, *, times: int = 1) -> None:
         for _ in range(times):
             self.producer.produce(self.topics["spend"], key=str(report["campaign_id"]).encode(),
-                                  value=self.codec.encode("SpendReport", report), timestamp=report["event_time"])
+                                  value=self.codec.encode(SPEND_TYPE, report), timestamp=report["event_time"])
 
     def batches(self, cut: SpendCut, *, times: int = 1) -> None:
         """The cut as an ad server sends it: one record per partition, each with that partition's campaigns."""
         for _ in range(times):
             for partition, record in batch_records(cut, PARTITIONS):
                 self.producer.produce(self.topics["spend"], partition=partition, timestamp=cut.event_time,
-                                      value=self.codec.encode("SpendReport", record))
+                                      value=self.codec.encode(SPEND_TYPE, record))
 
     def batch_value(self, record: dict, at_ms: int) -> None:
         self.producer.produce(self.topics["spend"], partition=0, timestamp=at_ms,
-                              value=self.codec.encode("SpendReport", record))
+                              value=self.codec.encode(SPEND_TYPE, record))
 
     def heartbeat(self, at_ms: int) -> None:
         for partition in range(PARTITIONS):
             self.producer.produce(self.topics["spend"], partition=partition, key=b"0", timestamp=at_ms,
-                                  value=self.codec.encode("SpendReport", _report("hb", 0, 0, at_ms, 0, served=0)))
+                                  value=self.codec.encode(SPEND_TYPE, _report("hb", 0, 0, at_ms, 0, served=0)))
 
     def campaign(self, record: dict) -> None:
         self.producer.produce(self.topics["campaigns"], key=str(record["campaign_id"]).encode(),
-                              value=self.codec.encode("ServingCampaign", record), timestamp=record["event_time"])
+                              value=self.codec.encode(CAMPAIGN_TYPE, record), timestamp=record["event_time"])
 
     def ad(self, record: dict) -> None:
         self.producer.produce(self.topics["ads"], key=str(record["ad_id"]).encode(),
-                              value=self.codec.encode("ServingAd", record), timestamp=record["event_time"])
+                              value=self.codec.encode(AD_TYPE, record), timestamp=record["event_time"])
 
     def raw(self, topic: str, value: bytes, at_ms: int) -> None:
         self.producer.produce(self.topics[topic], key=b"junk", value=value, timestamp=at_ms)
@@ -206,7 +209,7 @@ def _play_scenario(platform, topics: dict[str, str], group: str) -> dict:
             feed.raw("spend", b"\xc3\x01 definitely not a spend report", now)
             feed.raw("campaigns", b"{not avro}", now)
             # a campaign record whose id the JVM reads, its body cut short: the pacer sends it to the dead letters
-            feed.raw("campaigns", AvroCodec().encode("ServingCampaign", _campaign(104, DOLLAR))[:14], now)
+            feed.raw("campaigns", AvroCodec().encode(CAMPAIGN_TYPE, _campaign(104, DOLLAR))[:14], now)
             # batches the JVM leaves to the Python path, which sends them to the dead letters: columns of unequal
             # length, and an id column that is not whole 8-byte ids
             [(_, batch)] = batch_records(_cut("b9", 1, now, {107: DOLLAR, 108: DOLLAR}), 1)

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from core import clicks
 from core.tokens import TokenClaims, TokenKeys
 from jobs import deploy
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 from tests.factories import archived_rows
@@ -22,6 +23,7 @@ from tests.factories import archived_rows
 T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
 DOLLAR = 1_000_000
 PARTITIONS = 2
+EVENT_TYPE, CAMPAIGN_TYPE = topics.record_type(topics.AD_EVENTS), topics.record_type(topics.SERVING_CAMPAIGNS)
 
 
 def _campaign(campaign_id: int, budget_micros: int, bid_type: str = "CPC") -> dict:
@@ -52,11 +54,11 @@ class Beacons:
     def resend(self, record: dict) -> None:
         self.sent.append(record)
         self.producer.produce(self.topics["events"], key=str(record["campaign_id"]).encode(),
-                              value=self.codec.encode("AdEvent", record), timestamp=record["event_time"])
+                              value=self.codec.encode(EVENT_TYPE, record), timestamp=record["event_time"])
 
     def campaign(self, record: dict) -> None:
         self.producer.produce(self.topics["campaigns"], key=str(record["campaign_id"]).encode(),
-                              value=self.codec.encode("ServingCampaign", record), timestamp=record["event_time"])
+                              value=self.codec.encode(CAMPAIGN_TYPE, record), timestamp=record["event_time"])
 
     def clock(self, at_ms: int) -> None:
         """An impression of a bystander campaign on every partition: carries event time forward everywhere."""
@@ -67,7 +69,7 @@ class Beacons:
                       "user_id": None, "ip_address": None, "user_agent": None, "token_key_id": "k1"}
             self.sent.append(record)
             self.producer.produce(self.topics["events"], partition=partition, key=b"999", timestamp=at_ms,
-                                  value=self.codec.encode("AdEvent", record))
+                                  value=self.codec.encode(EVENT_TYPE, record))
 
     def flush(self) -> None:
         self.producer.flush(30)
@@ -234,7 +236,7 @@ def billing(platform, tmp_path_factory):
                 feed.producer.produce(topics["events"], key=b"203", value=b"\xc3\x01 not an ad event", timestamp=now)
                 # a campaign record whose id the JVM reads, its body cut short: the bill sends it to the dead letters
                 feed.producer.produce(topics["campaigns"], key=b"204", timestamp=now,
-                                      value=AvroCodec().encode("ServingCampaign", _campaign(204, DOLLAR))[:14])
+                                      value=AvroCodec().encode(CAMPAIGN_TYPE, _campaign(204, DOLLAR))[:14])
             feed.clock(now)
             if second == 70:  # a click from +20 s reaching the job long after its window closed, then again
                 feed.flush()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from jobs import deploy
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 from tests import features_records as records
@@ -29,6 +30,16 @@ CODEC = AvroCodec()
 T0 = records.T0
 VALID_PER_TOPIC = 12
 SEED = 33
+EVENT_TYPE = topics.record_type(topics.AD_EVENTS)
+SERVED_TYPE = topics.record_type(topics.AD_SERVED)
+CONVERSION_TYPE = topics.record_type(topics.AD_CONVERSIONS)
+FEEDBACK_TYPE = topics.record_type(topics.AD_FEEDBACK)
+AD_TYPE = topics.record_type(topics.SERVING_ADS)
+CAMPAIGN_TYPE = topics.record_type(topics.SERVING_CAMPAIGNS)
+SPEND_TYPE = topics.record_type(topics.BUDGET_SPEND)
+BILLED_TYPE = topics.record_type(topics.BILLED_SPEND)
+DELETION_TYPE = topics.record_type(topics.PRIVACY_DELETIONS)
+DEAD_LETTER_TYPE = topics.record_type(topics.DEAD_LETTERS)
 
 
 def _event(i: int, at_ms: int) -> dict:
@@ -50,21 +61,21 @@ def _billed(i: int, at_ms: int) -> dict:
 
 # record type -> (its valid record number i at at_ms, its key)
 VALID: dict[str, tuple[Callable[[int, int], dict], Callable[[dict], str]]] = {
-    "AdEvent": (_event, lambda r: str(r["campaign_id"])),
-    "ServedRecord": (lambda i, at: records.served(f"req-{i}", at, [records.winner(f"imp-{i}", 10 + i % 3, 1 + i % 2)]),
-                     lambda r: r["request_id"]),
-    "AdConversion": (lambda i, at: records.conversion(f"imp-{i}", 10 + i % 3, 1 + i % 2, at),
-                     lambda r: r["impression_id"]),
-    "AdFeedback": (lambda i, at: records.feedback(f"imp-{i}", 10 + i % 3, 1 + i % 2, at),
-                   lambda r: r["impression_id"]),
-    "ServingAd": (lambda i, at: records.serving_ad(10 + i % 3, 1 + i % 2, 1, at, version=i + 1),
-                  lambda r: str(r["ad_id"])),
-    "ServingCampaign": (lambda i, at: dict(campaign_version(1 + i % 2, 100_000_000, at_ms=at), version=i + 1),
-                        lambda r: str(r["campaign_id"])),
-    "SpendReport": (_spend, lambda r: str(r["campaign_id"])),
-    "BilledSpend": (_billed, lambda r: str(r["campaign_id"])),
-    "UserDeletion": (lambda i, at: {"user_id": f"u-{i}", "event_time": at, "request_id": f"del-{i}", "reason": None},
-                     lambda r: r["user_id"]),
+    EVENT_TYPE: (_event, lambda r: str(r["campaign_id"])),
+    SERVED_TYPE: (lambda i, at: records.served(f"req-{i}", at, [records.winner(f"imp-{i}", 10 + i % 3, 1 + i % 2)]),
+                  lambda r: r["request_id"]),
+    CONVERSION_TYPE: (lambda i, at: records.conversion(f"imp-{i}", 10 + i % 3, 1 + i % 2, at),
+                      lambda r: r["impression_id"]),
+    FEEDBACK_TYPE: (lambda i, at: records.feedback(f"imp-{i}", 10 + i % 3, 1 + i % 2, at),
+                    lambda r: r["impression_id"]),
+    AD_TYPE: (lambda i, at: records.serving_ad(10 + i % 3, 1 + i % 2, 1, at, version=i + 1),
+              lambda r: str(r["ad_id"])),
+    CAMPAIGN_TYPE: (lambda i, at: dict(campaign_version(1 + i % 2, 100_000_000, at_ms=at), version=i + 1),
+                    lambda r: str(r["campaign_id"])),
+    SPEND_TYPE: (_spend, lambda r: str(r["campaign_id"])),
+    BILLED_TYPE: (_billed, lambda r: str(r["campaign_id"])),
+    DELETION_TYPE: (lambda i, at: {"user_id": f"u-{i}", "event_time": at, "request_id": f"del-{i}", "reason": None},
+                    lambda r: r["user_id"]),
 }
 
 
@@ -79,16 +90,16 @@ class JobUnderTest:
 
 
 JOBS = (
-    JobUnderTest("event_counts", {"input": "AdEvent"}, ("output",)),
-    JobUnderTest("training_join", {"served": "ServedRecord", "events": "AdEvent", "conversions": "AdConversion",
-                                   "deletions": "UserDeletion"}, ("examples",)),
-    JobUnderTest("click_aggregator", {"events": "AdEvent", "campaigns": "ServingCampaign"}, ("billed",),
+    JobUnderTest("event_counts", {"input": EVENT_TYPE}, ("output",)),
+    JobUnderTest("training_join", {"served": SERVED_TYPE, "events": EVENT_TYPE, "conversions": CONVERSION_TYPE,
+                                   "deletions": DELETION_TYPE}, ("examples",)),
+    JobUnderTest("click_aggregator", {"events": EVENT_TYPE, "campaigns": CAMPAIGN_TYPE}, ("billed",),
                  ("--shards", "2", "--idle-timeout-ms", "60000")),
-    JobUnderTest("budget_pacing", {"spend": "SpendReport", "campaigns": "ServingCampaign", "ads": "ServingAd",
-                                   "billed": "BilledSpend"}, ("state", "leases"), ("--shards", "2")),
-    JobUnderTest("features", {"served": "ServedRecord", "events": "AdEvent", "conversions": "AdConversion",
-                              "feedback": "AdFeedback", "ads": "ServingAd", "campaigns": "ServingCampaign",
-                              "deletions": "UserDeletion"},
+    JobUnderTest("budget_pacing", {"spend": SPEND_TYPE, "campaigns": CAMPAIGN_TYPE, "ads": AD_TYPE,
+                                   "billed": BILLED_TYPE}, ("state", "leases"), ("--shards", "2")),
+    JobUnderTest("features", {"served": SERVED_TYPE, "events": EVENT_TYPE, "conversions": CONVERSION_TYPE,
+                              "feedback": FEEDBACK_TYPE, "ads": AD_TYPE, "campaigns": CAMPAIGN_TYPE,
+                              "deletions": DELETION_TYPE},
                  ("features", "registry")),
 )
 
@@ -200,7 +211,7 @@ def _settle(platform, run: Run, timeout_s: float = 90) -> tuple[list[dict], int]
     counted = -1
     while time.monotonic() < deadline:
         behind = _committed_behind(platform, run)
-        letters = [CODEC.decode(m.value(), "DeadLetter") for m in
+        letters = [CODEC.decode(m.value(), DEAD_LETTER_TYPE) for m in
                    kafka.read_all(platform.kafka_bootstrap, run.topics["dead-letter"], timeout_s=30, idle_s=1)]
         counted = _counted(platform, run.job_id)
         if not any(behind.values()) and len(letters) >= len(expected) and counted >= len(expected):
