@@ -15,11 +15,13 @@ from core.budget_events import SpendWindow
 from core.spend import SpendCut, batch_records, heartbeat_record, spend_items
 from jobs.budget_pacing import state as pacer_state
 from jobs.budget_pacing.functions import DEAD_LETTERS, ROW_FIELDS, Pace, PacerSettings, Route
-from schemas import HISTORY_DIR
+from schemas import HISTORY_DIR, topics
 from schemas.codec import AvroCodec, plain_timestamps
 
 T0 = 1_767_614_400_000  # 2026-01-05 12:00:00 UTC
 DOLLAR = 1_000_000
+SERVING_CAMPAIGN = topics.record_type(topics.SERVING_CAMPAIGNS)
+SPEND_REPORT = topics.record_type(topics.BUDGET_SPEND)
 SPEND_WINDOWS_JAVA = Path(__file__).resolve().parents[2] / "jobs" / "jvm" / "io" / "adserve" / "flink" / \
     "SpendWindows.java"
 
@@ -175,7 +177,7 @@ def _committed(pace, campaign_id):
 def test_a_campaign_change_sends_its_budget_state_at_once_and_schedules_the_shards_step():
     pace, _, ctx = _pacer()
     codec = AvroCodec()
-    outputs = _feed(pace, ctx, _row("campaign", 7, codec.encode("ServingCampaign", _campaign(7, 100 * DOLLAR))), T0)
+    outputs = _feed(pace, ctx, _row("campaign", 7, codec.encode(SERVING_CAMPAIGN, _campaign(7, 100 * DOLLAR))), T0)
     [state] = _states(codec, outputs)
     assert (state["campaign_id"], state["daily_budget_micros"], state["state"]) == (7, 100 * DOLLAR, "METERED")
     assert ctx.timers.timers == [T0 + 10_000]
@@ -184,7 +186,7 @@ def test_a_campaign_change_sends_its_budget_state_at_once_and_schedules_the_shar
 def test_a_spend_window_is_held_until_the_next_step_and_then_counted():
     pace, runtime, ctx = _pacer()
     codec = AvroCodec()
-    _feed(pace, ctx, _row("campaign", 7, codec.encode("ServingCampaign", _campaign(7, 100 * DOLLAR))), T0)
+    _feed(pace, ctx, _row("campaign", 7, codec.encode(SERVING_CAMPAIGN, _campaign(7, 100 * DOLLAR))), T0)
     assert _feed(pace, ctx, _row("window", 7, spend=3 * DOLLAR, served=30, eligible=40, price=DOLLAR, servers=2),
                  T0 + 9_999) == []
     assert [pacer_state.window_from_row(r) for r in runtime.states["held_windows"].get(7)] == [
@@ -197,7 +199,7 @@ def test_a_spend_window_is_held_until_the_next_step_and_then_counted():
 def test_a_server_row_that_hands_its_slices_back_drops_them_and_grants_nothing():
     pace, _, ctx = _pacer()
     codec = AvroCodec()
-    _feed(pace, ctx, _row("campaign", 7, codec.encode("ServingCampaign", _campaign(7, 100 * DOLLAR))), T0)
+    _feed(pace, ctx, _row("campaign", 7, codec.encode(SERVING_CAMPAIGN, _campaign(7, 100 * DOLLAR))), T0)
     asks = _feed(pace, ctx, _row("server", 7, server_id="s1", spend=0, price=2 * DOLLAR, wants=True), T0 + 999)
     [lease] = [codec.decode(out[1][1]) for out in asks if isinstance(out, tuple)]
     assert pace._load(7).outstanding_micros(T0 + 1000) == lease["amount_micros"]
@@ -210,8 +212,8 @@ def test_a_server_row_that_hands_its_slices_back_drops_them_and_grants_nothing()
 def test_a_late_report_and_its_resend_count_once():
     pace, runtime, ctx = _pacer()
     codec = AvroCodec()
-    _feed(pace, ctx, _row("campaign", 7, codec.encode("ServingCampaign", _campaign(7, 100 * DOLLAR))), T0)
-    late = codec.encode("SpendReport", _report("s9", 1, 7, T0 + 30_000, 777))
+    _feed(pace, ctx, _row("campaign", 7, codec.encode(SERVING_CAMPAIGN, _campaign(7, 100 * DOLLAR))), T0)
+    late = codec.encode(SPEND_REPORT, _report("s9", 1, 7, T0 + 30_000, 777))
     for _ in range(2):
         _feed(pace, ctx, _row("spend_raw", 7, late), T0 + 30_000)
     assert _committed(pace, 7) == 777
@@ -224,7 +226,7 @@ def test_a_timer_tick_steps_every_campaign_of_the_shard_and_schedules_the_next_s
     codec = AvroCodec()
     for campaign_id in (7, 9):
         _feed(pace, ctx, _row("campaign", campaign_id,
-                              codec.encode("ServingCampaign", _campaign(campaign_id, 100 * DOLLAR))), T0)
+                              codec.encode(SERVING_CAMPAIGN, _campaign(campaign_id, 100 * DOLLAR))), T0)
     outputs = list(pace.on_timer(T0 + 10_000, ctx))
     assert runtime.counters["controller_steps"].count == 2
     assert {s["campaign_id"] for s in _states(codec, outputs)} <= {7, 9}
@@ -262,7 +264,7 @@ def test_route_splits_a_late_batch_into_single_campaign_reports_each_keyed_by_it
     route, _ = _route()
     codec = AvroCodec()
     batch = _batch("s9", 4, T0 + 30_000, {7: 700, 9: 900, 12: 0}, leases={9: "lease-9"}, wants={12})
-    rows = _routed(route, codec.encode("SpendReport", batch))
+    rows = _routed(route, codec.encode(SPEND_REPORT, batch))
     assert [(r.kind, r.campaign_id, r.topic, r.part, r.off, r.k) for r in rows] == [
         ("spend_raw", c, "t", 0, 1, b"k") for c in (7, 9, 12)]
     assert [codec.decode(r.v) for r in rows] == [dict(item, campaigns=None) for item in spend_items(batch)]
@@ -271,8 +273,8 @@ def test_route_splits_a_late_batch_into_single_campaign_reports_each_keyed_by_it
 def test_route_drops_a_late_heartbeat_and_a_late_batch_of_no_campaigns():
     route, runtime = _route()
     codec = AvroCodec()
-    assert _routed(route, codec.encode("SpendReport", heartbeat_record("s9", 5, T0))) == []
-    assert _routed(route, codec.encode("SpendReport", _batch("s9", 5, T0, {}))) == []
+    assert _routed(route, codec.encode(SPEND_REPORT, heartbeat_record("s9", 5, T0))) == []
+    assert _routed(route, codec.encode(SPEND_REPORT, _batch("s9", 5, T0, {}))) == []
     assert runtime.counters.get("corrupt_records").count == 0
 
 
@@ -289,7 +291,7 @@ def test_route_sends_a_batch_with_columns_of_unequal_length_to_the_dead_letters_
     route, runtime = _route()
     codec = AvroCodec()
     batch = _batch("s9", 4, T0, {7: 700, 9: 900})
-    value = codec.encode("SpendReport", dict(batch, campaigns=dict(batch["campaigns"], served_ads=b"\1\0\0\0")))
+    value = codec.encode(SPEND_REPORT, dict(batch, campaigns=dict(batch["campaigns"], served_ads=b"\1\0\0\0")))
     [(tag, dead)] = _routed(route, value)
     letter = codec.decode(dead[1])
     assert tag is DEAD_LETTERS and "unequal length" in letter["reason"]
@@ -301,7 +303,7 @@ def test_route_sends_a_batch_with_a_column_not_of_whole_entries_to_the_dead_lett
     route, runtime = _route()
     codec = AvroCodec()
     batch = _batch("s9", 4, T0, {7: 700, 9: 900})
-    value = codec.encode("SpendReport", dict(batch, campaigns=dict(batch["campaigns"],
+    value = codec.encode(SPEND_REPORT, dict(batch, campaigns=dict(batch["campaigns"],
                                                                    campaign_id=batch["campaigns"]["campaign_id"][:-1])))
     [(tag, dead)] = _routed(route, value)
     assert tag is DEAD_LETTERS and codec.decode(dead[1])["error_type"] == "SchemaMismatch"
@@ -314,9 +316,9 @@ def test_a_late_batch_its_resend_and_the_same_report_sent_alone_count_each_campa
     codec = AvroCodec()
     for campaign_id in (7, 9):
         _feed(pace, ctx, _row("campaign", campaign_id,
-                              codec.encode("ServingCampaign", _campaign(campaign_id, 100 * DOLLAR))), T0)
-    batch = codec.encode("SpendReport", _batch("s9", 1, T0 + 30_000, {7: 700, 9: 900}))
-    alone = codec.encode("SpendReport", _report("s9", 1, 9, T0 + 30_000, 900))
+                              codec.encode(SERVING_CAMPAIGN, _campaign(campaign_id, 100 * DOLLAR))), T0)
+    batch = codec.encode(SPEND_REPORT, _batch("s9", 1, T0 + 30_000, {7: 700, 9: 900}))
+    alone = codec.encode(SPEND_REPORT, _report("s9", 1, 9, T0 + 30_000, 900))
     for value in (batch, batch, alone):
         for row in _routed(route, value):
             _feed(pace, ctx, row, T0 + 30_000)
@@ -328,7 +330,7 @@ def test_a_late_batch_its_resend_and_the_same_report_sent_alone_count_each_campa
 def test_the_pacer_counts_only_its_rows_campaign_of_a_spend_record_that_carries_several():
     pace, runtime, ctx = _pacer()
     codec = AvroCodec()
-    batch = codec.encode("SpendReport", _batch("s9", 1, T0 + 30_000, {7: 700, 9: 900}))
+    batch = codec.encode(SPEND_REPORT, _batch("s9", 1, T0 + 30_000, {7: 700, 9: 900}))
     _feed(pace, ctx, _row("spend_raw", 7, batch), T0 + 30_000)
     assert (_committed(pace, 7), _committed(pace, 9)) == (700, 0)
     assert runtime.states["late_reports"].keys() == ["s9|1|7"]
