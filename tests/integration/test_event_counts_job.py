@@ -8,16 +8,19 @@ import subprocess
 import sys
 import time
 
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 from tests.factories import BASE_MS, SMOKE_EVENTS, ad_event, expected_event_counts
 
 CODEC = AvroCodec()
+COUNT_TYPE, DEAD_LETTER_TYPE = topics.record_type(topics.EVENT_COUNTS), topics.record_type(topics.DEAD_LETTERS)
 KEY = lambda r: (r["campaign_id"], r["window_start"])  # noqa: E731
 
 
 def produce_events(bootstrap: str, topic: str, events, corrupt_at: int | None = None) -> None:
-    records = [(str(e["campaign_id"]).encode(), CODEC.encode("AdEvent", e), e["event_time"]) for e in events]
+    event_type = topics.record_type(topics.AD_EVENTS)
+    records = [(str(e["campaign_id"]).encode(), CODEC.encode(event_type, e), e["event_time"]) for e in events]
     if corrupt_at is not None:
         records.insert(corrupt_at, (b"7", b"not avro at all", BASE_MS + 2_000))
     kafka.produce_all(bootstrap, topic, records)
@@ -43,9 +46,9 @@ def test_smoke_job_counts_exactly_and_dead_letters_the_corrupt_record(platform, 
                          "--dead-letter-topic", dead, "--group-id", f"g-{source}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    counts = decoded(kafka.read_all(platform.kafka_bootstrap, output, expected=5, timeout_s=30), "EventCount")
+    counts = decoded(kafka.read_all(platform.kafka_bootstrap, output, expected=5, timeout_s=30), COUNT_TYPE)
     assert sorted(counts, key=KEY) == sorted(expected_event_counts(), key=KEY)
-    letters = decoded(kafka.read_all(platform.kafka_bootstrap, dead, expected=1, timeout_s=30), "DeadLetter")
+    letters = decoded(kafka.read_all(platform.kafka_bootstrap, dead, expected=1, timeout_s=30), DEAD_LETTER_TYPE)
     assert len(letters) == 1
     letter = letters[0]
     assert (letter["source_topic"], letter["source_partition"], letter["source_offset"]) == (source, 0, 4)
@@ -107,9 +110,9 @@ def test_the_same_job_deploys_unchanged_to_the_standalone_cluster(platform, fres
         produce_events(platform.kafka_bootstrap, source,
                        SMOKE_EVENTS + [ad_event(99, campaign_id=7, offset_ms=600_000)], corrupt_at=2)
         counts = decoded(kafka.read_all(platform.kafka_bootstrap, output, expected=5, timeout_s=120),
-                         "EventCount")
+                         COUNT_TYPE)
         assert sorted(counts, key=KEY) == sorted(expected_event_counts(), key=KEY)
-        letters = decoded(kafka.read_all(platform.kafka_bootstrap, dead, expected=1, timeout_s=60), "DeadLetter")
+        letters = decoded(kafka.read_all(platform.kafka_bootstrap, dead, expected=1, timeout_s=60), DEAD_LETTER_TYPE)
         assert letters[0]["source_offset"] == 2
         assert corrupt_records_counted(platform.flink_rest_url, job_id) == 1
     finally:

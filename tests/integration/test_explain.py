@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 from tests.served_records import T0, design_example
@@ -17,7 +18,7 @@ def test_explain_reads_the_topic_and_decodes_only_the_requests_records(platform,
     record = design_example()
     kafka.produce_all(platform.kafka_bootstrap, topic, [
         (b"r0", b"not decoded: another request", T0),
-        (record["request_id"].encode(), AvroCodec().encode("ServedRecord", record), T0)])
+        (record["request_id"].encode(), AvroCodec().encode(topics.record_type(topics.AD_SERVED), record), T0)])
     done = subprocess.run([sys.executable, "-m", "adserve", "explain", f"{record['request_id']}:1", "--topic", topic],
                           capture_output=True, text=True, timeout=120, env=os.environ | platform.as_env(),
                           cwd=Path(__file__).parents[2])

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from core.ad_stats import EstimateRules
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import ad_features, kafka, redis_keys
 from tests.features_records import T0, beacon, feedback, served, serving_ad, serving_campaign, winner
@@ -22,6 +23,10 @@ CODEC = AvroCodec()
 TICK_MS = 300_000
 SPAN_MS = 4 * TICK_MS  # four buckets: more than two ticks of traffic
 GOOD, MEDIOCRE, NEW_GOOD, HIDDEN, NEW_POOR, NEW_UNKNOWN, REMOVED = 11, 12, 13, 21, 22, 31, 41
+SERVED_TYPE, EVENT_TYPE = topics.record_type(topics.AD_SERVED), topics.record_type(topics.AD_EVENTS)
+FEEDBACK_TYPE, DEAD_LETTER_TYPE = topics.record_type(topics.AD_FEEDBACK), topics.record_type(topics.DEAD_LETTERS)
+AD_TYPE, CAMPAIGN_TYPE = topics.record_type(topics.SERVING_ADS), topics.record_type(topics.SERVING_CAMPAIGNS)
+FEATURES_TYPE, REGISTRY_TYPE = topics.record_type(topics.FEATURES_ADS), topics.record_type(topics.MODEL_REGISTRY)
 
 
 def _traffic(users: dict[int, tuple[str, bool]]):
@@ -74,12 +79,12 @@ def test_the_job_publishes_a_snapshot_its_rows_and_the_registry_entry(platform, 
            serving_ad(NEW_GOOD, 1, 100, T0 - 60_000), serving_ad(HIDDEN, 2, 200, T0 - 60_000),
            serving_ad(NEW_POOR, 2, 200, T0 - 60_000), serving_ad(NEW_UNKNOWN, 3, 0, T0 - 60_000),
            serving_ad(REMOVED, 3, 0, T0 - 60_000, removed=True)]
-    _produce(bootstrap, topics["served"], "ServedRecord", served_log, key=lambda r: r["request_id"])
-    _produce(bootstrap, topics["events"], "AdEvent", events, key=lambda e: e["campaign_id"],
+    _produce(bootstrap, topics["served"], SERVED_TYPE, served_log, key=lambda r: r["request_id"])
+    _produce(bootstrap, topics["events"], EVENT_TYPE, events, key=lambda e: e["campaign_id"],
              extra=[(b"1", b"not avro at all", T0 + 5_000)])
-    _produce(bootstrap, topics["feedback"], "AdFeedback", hides, key=lambda f: f["impression_id"])
-    _produce(bootstrap, topics["ads"], "ServingAd", ads, key=lambda a: a["ad_id"])
-    _produce(bootstrap, topics["campaigns"], "ServingCampaign",
+    _produce(bootstrap, topics["feedback"], FEEDBACK_TYPE, hides, key=lambda f: f["impression_id"])
+    _produce(bootstrap, topics["ads"], AD_TYPE, ads, key=lambda a: a["ad_id"])
+    _produce(bootstrap, topics["campaigns"], CAMPAIGN_TYPE,
              [serving_campaign(1, 100, T0 - 60_000), serving_campaign(2, 200, T0 - 60_000)],
              key=lambda c: c["campaign_id"])
 
@@ -110,7 +115,7 @@ def test_the_job_publishes_a_snapshot_its_rows_and_the_registry_entry(platform, 
 
     features = kafka.read_all(bootstrap, topics["features"], timeout_s=60)
     assert all(m.key() == str(CODEC.decode(m.value())["ad_id"]).encode() for m in features)
-    latest = _latest_by_key(features, "AdFeatures", "ad_id", "snapshot_version")
+    latest = _latest_by_key(features, FEATURES_TYPE, "ad_id", "snapshot_version")
     assert set(latest) == set(snapshot.ad_id.tolist())
     assert latest[GOOD]["clicks"] == 40 and latest[HIDDEN]["hides"] == 60
     # A new ad's rate is its advertiser's ratio (clicks over expected clicks, shrunk toward 1) times the
@@ -122,12 +127,12 @@ def test_the_job_publishes_a_snapshot_its_rows_and_the_registry_entry(platform, 
 
     registry = kafka.read_all(bootstrap, topics["registry"], timeout_s=30)
     assert registry and all(m.key() == b"FEATURES" for m in registry)
-    entry = CODEC.decode(registry[-1].value(), "RegistryEntry")
+    entry = CODEC.decode(registry[-1].value(), REGISTRY_TYPE)
     assert (entry["role"], entry["snapshot_version"], entry["snapshot_dir"]) == ("FEATURES", snapshot.version,
                                                                                  str(folder))
     assert len(registry) >= 2 and snapshot.version >= T0 + SPAN_MS
 
-    letters = [CODEC.decode(m.value(), "DeadLetter") for m in
+    letters = [CODEC.decode(m.value(), DEAD_LETTER_TYPE) for m in
                kafka.read_all(bootstrap, topics["dead"], expected=1, timeout_s=30)]
     assert [(l["source_topic"], l["error_type"]) for l in letters] == [(topics["events"], "CorruptRecord")]
 

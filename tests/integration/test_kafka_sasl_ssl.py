@@ -156,17 +156,18 @@ def ask(port: int, placement: str) -> dict | None:
 
 def publish_campaign(bootstrap: str, placement: str, campaign_id: int) -> None:
     now = int(time.time() * 1000)
-    campaign = CODEC.encode("ServingCampaign", {
+    campaign = CODEC.encode(topics.record_type(topics.SERVING_CAMPAIGNS), {
         "campaign_id": campaign_id, "advertiser_id": campaign_id, "version": 1, "event_time": now,
         "status": "ACTIVE", "bid_type": "CPM", "daily_budget_micros": 100_000_000, "currency": "USD",
         "timezone": "UTC", "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": None,
         "cap_per_week": None, "cpa_target_micros": None})
     kafka.produce_all(bootstrap, topics.SERVING_CAMPAIGNS, [(str(campaign_id).encode(), campaign, now)])
-    kafka.produce_all(bootstrap, topics.SERVING_ADS, [(str(campaign_id + 1).encode(), CODEC.encode("ServingAd", {
+    ad = CODEC.encode(topics.record_type(topics.SERVING_ADS), {
         "ad_id": campaign_id + 1, "campaign_id": campaign_id, "advertiser_id": campaign_id, "version": 1,
         "event_time": now, "removed": False, "bid_type": "CPM", "bid_micros": 5_000_000, "quality_prior": 0.0,
         "creative_ref": "sasl", "landing_url": "https://shop.example/", "static_score": 1.0,
-        "targeting": [{"attribute": "placement", "values": [placement], "excluded": False}]}), now)])
+        "targeting": [{"attribute": "placement", "values": [placement], "excluded": False}]})
+    kafka.produce_all(bootstrap, topics.SERVING_ADS, [(str(campaign_id + 1).encode(), ad, now)])
 
 
 def test_the_ad_server_serves_and_logs_over_sasl_ssl(platform, sasl_broker, on_sasl_broker):

@@ -98,7 +98,7 @@ class Traffic:
 
 
 def _served(platform, server_id: str, since_ms: int) -> list[dict]:
-    records = [CODEC.decode(m.value(), "ServedRecord") for m in
+    records = [CODEC.decode(m.value(), topics.record_type(topics.AD_SERVED)) for m in
                kafka.read_all(platform.kafka_bootstrap, topics.AD_SERVED, timeout_s=120)
                if m.timestamp()[1] >= since_ms]
     return [r for r in records if r["server_id"] == server_id]

@@ -157,9 +157,10 @@ def test_a_restarted_worker_never_takes_up_a_slice_granted_before_it_began(platf
 
     def grant(lease_id: str) -> None:
         now_ms = int(time.time() * 1000)
-        producer.produce(topic, key=b"w-1", timestamp=now_ms, value=codec.encode("BudgetLease", {
+        value = codec.encode(topics.record_type(topics.BUDGET_LEASES), {
             "lease_id": lease_id, "server_id": "w-1", "campaign_id": 7, "event_time": now_ms,
-            "amount_micros": 5_000_000, "expires_at": now_ms + 30_000}))
+            "amount_micros": 5_000_000, "expires_at": now_ms + 30_000})
+        producer.produce(topic, key=b"w-1", timestamp=now_ms, value=value)
         producer.flush(10)
 
     grant("before-the-restart")  # the predecessor's slice, still live for 30 s
