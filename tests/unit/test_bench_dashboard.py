@@ -8,7 +8,11 @@ from adserve.cli import build_parser
 from bench import dashboard
 from core.errors import RunFailed
 from core.reports import LandingBatch, hourly_rows
+from schemas import topics
 from schemas.codec import AvroCodec
+
+SERVING_CAMPAIGN = topics.record_type(topics.SERVING_CAMPAIGNS)
+BUDGET_STATE = topics.record_type(topics.BUDGET_STATE)
 
 
 def test_latency_figures_name_the_api_and_its_baseline_percentiles():
@@ -48,10 +52,10 @@ def test_the_pacing_records_are_valid_serving_campaigns_and_budget_states():
     serving, states = dashboard.pacing_records(1_000, 50)
     assert [r["campaign_id"] for r in serving] == [s["campaign_id"] for s in states] == list(range(1_000, 1_050))
     for record in serving:
-        assert codec.decode(codec.encode("ServingCampaign", record), "ServingCampaign")["campaign_id"]
+        assert codec.decode(codec.encode(SERVING_CAMPAIGN, record), SERVING_CAMPAIGN)["campaign_id"]
     for record in states:
         assert record["committed_spend_micros"] <= record["daily_budget_micros"]
-        assert codec.decode(codec.encode("BudgetState", record), "BudgetState")["campaign_id"]
+        assert codec.decode(codec.encode(BUDGET_STATE, record), BUDGET_STATE)["campaign_id"]
 
 
 def test_the_report_range_is_thirty_days():
@@ -63,7 +67,7 @@ def test_billed_records_are_one_per_campaign_hour_cumulative_within_each_budget_
     records = dashboard.billed_records([5, 6], "2026-01-31", 2)
     assert len(records) == 2 * 2 * 24
     for record in records:
-        codec.encode("BilledSpend", record)
+        codec.encode(topics.record_type(topics.BILLED_SPEND), record)
     days = {}
     for record in records:
         days.setdefault((record["campaign_id"], record["budget_day"]), []).append(record)
@@ -94,7 +98,7 @@ def test_conversions_fall_inside_their_hour_and_name_distinct_impressions():
     assert len({c["impression_id"] for c in conversions}) == len(conversions) > 0
     ends = {r["event_time"] for r in billed}
     for conversion in conversions:
-        codec.encode("AdConversion", conversion)
+        codec.encode(topics.record_type(topics.AD_CONVERSIONS), conversion)
         assert any(end - dashboard.HOUR_MS <= conversion["event_time"] < end for end in ends)
 
 

@@ -233,11 +233,12 @@ def _write_day(folder: Path, records: list[dict], examples: list[dict]) -> list[
     """The day as served.avro and examples.avro in `folder`; the --served and --examples arguments."""
     import fastavro
 
+    from schemas import topics
     from schemas.codec import default_registry, plain_timestamps
     from learning.dataset import write_examples
 
     folder.mkdir(parents=True, exist_ok=True)
-    schema = fastavro.parse_schema(plain_timestamps(default_registry().schema("ServedRecord")))
+    schema = fastavro.parse_schema(plain_timestamps(default_registry().schema(topics.record_type(topics.AD_SERVED))))
     with open(folder / "served.avro", "wb") as f:
         fastavro.writer(f, schema, [_full_served(r) for r in records])
     full = [{**e, "event_time": 1_800_000_060_000, "served_time": 1_800_000_000_000, "ad_id": 1, "campaign_id": 1,

@@ -46,11 +46,12 @@ def _window(billable_micros: int, clicks_: int = 1) -> SimpleNamespace:
 
 def _campaign_row(budget_micros: int) -> SimpleNamespace:
     return _row("campaign", 7, topic=topics.SERVING_CAMPAIGNS, part=0, off=1, k=b"7",
-                v=CODEC.encode("ServingCampaign", _campaign(7, budget_micros)))
+                v=CODEC.encode(topics.record_type(topics.SERVING_CAMPAIGNS), _campaign(7, budget_micros)))
 
 
 def _billed(outputs) -> list[dict]:
-    return [CODEC.decode(row[1], "BilledSpend") for row in outputs if not isinstance(row[0], type(DEAD_LETTERS))]
+    billed_type = topics.record_type(topics.BILLED_SPEND)
+    return [CODEC.decode(row[1], billed_type) for row in outputs if not isinstance(row[0], type(DEAD_LETTERS))]
 
 
 def _bill(shards: int = 16, context: FakeRuntimeContext | None = None):
@@ -141,7 +142,7 @@ def test_route_sends_an_undecodable_campaign_record_to_dead_letters_and_counts_i
     route, context = opened(Route())
     (tag, dead), = route.process_element(_row("campaign", None, topic=topics.SERVING_CAMPAIGNS, part=0, off=4, k=b"7",
                                               v=b"garbage"), FakeContext())
-    assert tag is DEAD_LETTERS and CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 4
+    assert tag is DEAD_LETTERS and CODEC.decode(dead[1], topics.record_type(topics.DEAD_LETTERS))["source_offset"] == 4
     assert context.counter("corrupt_records") == 1
 
 
@@ -149,7 +150,7 @@ def test_route_gives_an_event_of_another_contract_version_its_campaign_for_the_l
     route, _ = opened(Route())
     event = dict(_click("a", T0), ad_id=701, token_key_id="k1")
     (row,) = route.process_element(_row("raw", None, topic=topics.AD_EVENTS, part=0, off=9, k=b"7",
-                                        v=CODEC.encode("AdEvent", event)), FakeContext())
+                                        v=CODEC.encode(topics.record_type(topics.AD_EVENTS), event)), FakeContext())
     assert (row[0], row[1], json.loads(row[13])["event_id"]) == ("late", 7, "a")
 
 
