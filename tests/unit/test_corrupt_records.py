@@ -23,21 +23,26 @@ from tests.unit.flink_fakes import FakeContext, at_key, opened
 
 CODEC = AvroCodec()
 T0 = records.T0
-SAMPLES = {
-    "AdEvent": records.beacon("imp-1", 10, 1, T0),
-    "ServedRecord": records.served("req-1", T0, [records.winner("imp-1", 10, 1)]),
-    "AdConversion": records.conversion("imp-1", 10, 1, T0),
-    "AdFeedback": records.feedback("imp-1", 10, 1, T0),
-    "ServingAd": records.serving_ad(10, 1, 1, T0),
-    "ServingCampaign": campaign_version(1, 100_000_000, at_ms=T0),
-    "SpendReport": {"server_id": "s1", "sequence": 1, "campaign_id": 1, "event_time": T0, "interval_start": T0 - 1000,
-                    "expected_spend_micros": 1000, "served_ads": 1, "eligible_requests": 5, "lease_id": None,
-                    "max_price_micros": 2_000_000, "wants_slice": False, "campaigns": None},
-    "BilledSpend": {"campaign_id": 1, "event_time": T0, "budget_day": "2027-01-15", "billed_spend_micros": 1000,
-                    "billed_impressions": 1, "billed_clicks": 0, "absorbed_overspend_micros": 0,
-                    "invalid_credit_micros": 0, "joined_clicks": 0},
-    "UserDeletion": {"user_id": "u-1", "event_time": T0, "request_id": "del-1", "reason": None},
-}
+AD_EVENT = topics.record_type(topics.AD_EVENTS)
+SERVING_CAMPAIGN = topics.record_type(topics.SERVING_CAMPAIGNS)
+SPEND_REPORT = topics.record_type(topics.BUDGET_SPEND)
+DEAD_LETTER = topics.record_type(topics.DEAD_LETTERS)
+SAMPLES = {topics.record_type(topic): sample for topic, sample in {
+    topics.AD_EVENTS: records.beacon("imp-1", 10, 1, T0),
+    topics.AD_SERVED: records.served("req-1", T0, [records.winner("imp-1", 10, 1)]),
+    topics.AD_CONVERSIONS: records.conversion("imp-1", 10, 1, T0),
+    topics.AD_FEEDBACK: records.feedback("imp-1", 10, 1, T0),
+    topics.SERVING_ADS: records.serving_ad(10, 1, 1, T0),
+    topics.SERVING_CAMPAIGNS: campaign_version(1, 100_000_000, at_ms=T0),
+    topics.BUDGET_SPEND: {"server_id": "s1", "sequence": 1, "campaign_id": 1, "event_time": T0,
+                          "interval_start": T0 - 1000, "expected_spend_micros": 1000, "served_ads": 1,
+                          "eligible_requests": 5, "lease_id": None, "max_price_micros": 2_000_000,
+                          "wants_slice": False, "campaigns": None},
+    topics.BILLED_SPEND: {"campaign_id": 1, "event_time": T0, "budget_day": "2027-01-15",
+                          "billed_spend_micros": 1000, "billed_impressions": 1, "billed_clicks": 0,
+                          "absorbed_overspend_micros": 0, "invalid_credit_micros": 0, "joined_clicks": 0},
+    topics.PRIVACY_DELETIONS: {"user_id": "u-1", "event_time": T0, "request_id": "del-1", "reason": None},
+}.items()}
 CAMPAIGN_ROW = {"campaign_id": 7, "advertiser_id": 1, "version": 3, "status": "ACTIVE", "bid_type": "CPC",
                 "daily_budget_micros": 5_000_000, "currency": "USD", "timezone": "UTC", "flight_start": None,
                 "flight_end": None, "dayparts": None, "cap_per_day": None, "cap_per_week": None,
@@ -64,7 +69,7 @@ def test_no_corrupt_record_of_any_kind_decodes_as_a_record_of_its_topics_type(re
 @given(seed=st.integers(0, 2**32 - 1), valid=st.integers(2, 20))
 def test_interleaving_keeps_the_valid_order_and_puts_every_corrupt_record_between_valid_ones(seed, valid):
     rng = random.Random(seed)
-    rows = [(b"k", CODEC.encode("AdEvent", records.beacon(f"i{i}", 1, 1, T0 + i)), T0 + i) for i in range(valid)]
+    rows = [(b"k", CODEC.encode(AD_EVENT, records.beacon(f"i{i}", 1, 1, T0 + i)), T0 + i) for i in range(valid)]
     out = interleave(rows, avro_corrupt(rows[0][1], rng), rng)
     assert [(r.key, r.value, r.timestamp_ms) for r in out if not r.corrupt] == rows
     assert sorted(r.kind for r in out if r.corrupt) == sorted(AVRO_KINDS)
@@ -90,15 +95,15 @@ def _decoders():
     from jobs.training_join.functions import RECORD_TYPES as JOIN_TYPES, DecodeDeletion, Split
 
     short = ("part", "off")
-    cases = [("event_counts", DecodeEvents, {}, "AdEvent")]
+    cases = [("event_counts", DecodeEvents, {}, AD_EVENT)]
     cases += [("training_join", Split, {"kind": kind}, t) for kind, t in JOIN_TYPES.items()]
-    cases += [("training_join", DecodeDeletion, {}, "UserDeletion")]
+    cases += [("training_join", DecodeDeletion, {}, topics.record_type(topics.PRIVACY_DELETIONS))]
     cases += [("features", lambda: Decode(user_features=True), {"kind": kind}, t) for kind, t in FEATURE_TYPES.items()]
-    cases += [("click_aggregator", ClickRoute, {"kind": kind, "names": short}, t)
-              for kind, t in (("raw", "AdEvent"), ("campaign", "ServingCampaign"))]
-    cases += [("budget_pacing", PacingRoute, {"kind": kind, "names": short}, t)
-              for kind, t in (("spend_raw", "SpendReport"), ("campaign", "ServingCampaign"),
-                              ("billed", "BilledSpend"), ("ad", "ServingAd"))]
+    cases += [("click_aggregator", ClickRoute, {"kind": kind, "names": short}, topics.record_type(topic))
+              for kind, topic in (("raw", topics.AD_EVENTS), ("campaign", topics.SERVING_CAMPAIGNS))]
+    cases += [("budget_pacing", PacingRoute, {"kind": kind, "names": short}, topics.record_type(topic))
+              for kind, topic in (("spend_raw", topics.BUDGET_SPEND), ("campaign", topics.SERVING_CAMPAIGNS),
+                                  ("billed", topics.BILLED_SPEND), ("ad", topics.SERVING_ADS))]
     return cases
 
 
@@ -109,7 +114,7 @@ def test_every_jobs_decoder_dead_letters_and_counts_every_corrupt_record(job, ma
     rows = _rows(record_type, seed=len(job), **dict(fields))
     outputs = [out for row in rows for out in function.process_element(row, FakeContext())]
     assert [tag.tag_id for tag, _ in outputs] == ["dead-letters"] * len(AVRO_KINDS)
-    letters = [CODEC.decode(row[1], "DeadLetter") for _, row in outputs]
+    letters = [CODEC.decode(row[1], DEAD_LETTER) for _, row in outputs]
     assert [(d["job"], d["source_topic"], d["source_offset"]) for d in letters] == \
         [(job, "t.in", n) for n in range(len(AVRO_KINDS))]
     assert [d["value"] for d in letters] == [row.v for row in rows]
@@ -129,7 +134,7 @@ def test_the_index_builder_dead_letters_and_counts_every_corrupt_change(seed):
         row = SimpleNamespace(topic=topics.CDC_CAMPAIGNS, k=record.key, v=record.value, partition=0, offset=n)
         outputs += list(compile_.process_element(row, at_key(context, FakeContext(), f"k{n}")))
     assert [tag.tag_id for tag, _ in outputs] == ["dead-letters"] * len(CDC_KINDS)
-    assert [CODEC.decode(row[1], "DeadLetter")["source_offset"] for _, row in outputs] == list(range(len(CDC_KINDS)))
+    assert [CODEC.decode(row[1], DEAD_LETTER)["source_offset"] for _, row in outputs] == list(range(len(CDC_KINDS)))
     assert context.counter("bad_changes") == len(CDC_KINDS)
 
 
@@ -154,7 +159,7 @@ def test_a_campaign_change_with_any_value_in_any_column_is_compiled_or_dead_lett
     if tag.tag_id == "dead-letters":
         assert context.counter("bad_changes") == 1
     else:
-        assert tag.tag_id == "campaigns" and CODEC.decode(out[1], "ServingCampaign")["campaign_id"] is not None
+        assert tag.tag_id == "campaigns" and CODEC.decode(out[1], SERVING_CAMPAIGN)["campaign_id"] is not None
 
 
 def test_a_time_between_1970_and_the_end_of_9999_is_an_events_and_one_outside_is_not():
@@ -171,12 +176,12 @@ def test_the_jvm_decoders_leave_a_record_with_a_time_out_of_range_to_the_python_
 
     reader = (SOURCE_DIR / "io/adserve/flink/AvroBinaryReader.java").read_text()
     assert f"MAX_TIME_MS = {MAX_EVENT_TIME_MS:_}L;" in reader
-    event, spend = SAMPLES["AdEvent"], SAMPLES["SpendReport"]
+    event, spend = SAMPLES[AD_EVENT], SAMPLES[SPEND_REPORT]
     commands = []
     for field, kind, record in (("event_time", "event", event), ("served_time", "event", event),
                                 ("event_time", "spend", spend), ("interval_start", "spend", spend)):
         for value in (0, MAX_EVENT_TIME_MS, -1, MAX_EVENT_TIME_MS + 1, 2**63 - 1):
-            encoded = CODEC.encode("AdEvent" if kind == "event" else "SpendReport", dict(record, **{field: value}))
+            encoded = CODEC.encode(AD_EVENT if kind == "event" else SPEND_REPORT, dict(record, **{field: value}))
             commands.append(f"{kind} {encoded[:10].hex()} {encoded.hex()}")
     answers = run_golden_driver(commands)
     read = [answer is not None and answer != [] and answer[0] is not False for answer in answers]
