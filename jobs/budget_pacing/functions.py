@@ -37,6 +37,8 @@ ROW_FIELDS = ["kind", "campaign_id", "server_id", "lease_id", "spend", "served",
 RECORD_TYPES = {kind: topics.record_type(topic) for kind, topic in (
     ("spend_raw", topics.BUDGET_SPEND), ("campaign", topics.SERVING_CAMPAIGNS), ("billed", topics.BILLED_SPEND),
     ("ad", topics.SERVING_ADS))}
+SPEND_REPORT, BUDGET_STATE_TYPE, BUDGET_LEASE = (topics.record_type(topic) for topic in (
+    topics.BUDGET_SPEND, topics.BUDGET_STATE, topics.BUDGET_LEASES))
 SHARDS = 16  # the pacer's keys: campaigns by campaign id modulo this (fixed for the life of the job's state)
 END_OF_INPUT = 2**63 - 1 - 86_400_000  # watermarks this high mean a bounded input has ended
 REDIS_FLUSH_POINTS = 256
@@ -114,7 +116,7 @@ class Route(DecodeOrDeadLetter):
             return
         for report in reports:  # none for a late heartbeat
             yield keyed_row(row.kind, int(report["campaign_id"]), row,
-                            self.codec.encode("SpendReport", dict(report, campaigns=None)))
+                            self.codec.encode(SPEND_REPORT, dict(report, campaigns=None)))
 
 
 class Pace(KeyedProcessFunction):
@@ -191,7 +193,7 @@ class Pace(KeyedProcessFunction):
             return ServerSpend(row.server_id, row.lease_id, row.spend, bool(row.wants), row.price or 0,
                                window_end_ms(event_ms), bool(row.released)), None
         if row.kind == "spend_raw":  # decoded and split by campaign in Route
-            return self._late_report(row.campaign_id, self.codec.decode(row.v, "SpendReport"), now_ms), None
+            return self._late_report(row.campaign_id, self.codec.decode(row.v, SPEND_REPORT), now_ms), None
         # its campaign id read in the JVM; the rest may still be corrupt
         record, dead = self.decoder.decode(row.v, RECORD_TYPES[row.kind], topic=row.topic, partition=row.part,
                                            offset=row.off, key=row.k)
@@ -256,10 +258,10 @@ class Pace(KeyedProcessFunction):
     def _emit(self, outputs: list[budget.Output]):
         for kind, record in outputs:
             if kind == "state":
-                yield Row(str(record["campaign_id"]).encode(), self.codec.encode("BudgetState", record))
+                yield Row(str(record["campaign_id"]).encode(), self.codec.encode(BUDGET_STATE_TYPE, record))
             elif kind == "lease":
                 self.grants.inc()
-                yield LEASES, Row(record["server_id"].encode(), self.codec.encode("BudgetLease", record))
+                yield LEASES, Row(record["server_id"].encode(), self.codec.encode(BUDGET_LEASE, record))
             elif kind == "pacing":
                 self.points.add(record)
         self.points.flush()

@@ -23,6 +23,7 @@ SHARDS = 16  # the bill's keys: campaigns by campaign id modulo this (fixed for 
 ROW_FIELDS = REDUCED_FIELDS  # the keyed rows' fields: ByCampaign shards them by their campaign_id
 # the rows the JVM cannot key, by kind: the record type of their topic (schemas.topics)
 RECORD_TYPES = {"raw": topics.record_type(topics.AD_EVENTS), "campaign": topics.record_type(topics.SERVING_CAMPAIGNS)}
+BILLED_SPEND_TYPE = topics.record_type(topics.BILLED_SPEND)  # the bills' output
 
 
 def reduced_row_type():
@@ -87,7 +88,7 @@ class Bill(KeyedProcessFunction):
         self.absorbed_micros.inc(absorbed)
         self.bills.put(bill.campaign_id, bill_state.bill_to_row(bill))
         if record is not None:
-            yield Row(str(bill.campaign_id).encode(), self.codec.encode("BilledSpend", record),
+            yield Row(str(bill.campaign_id).encode(), self.codec.encode(BILLED_SPEND_TYPE, record),
                       int(record["event_time"]))
 
     def _input(self, row, event_ms: int):
@@ -99,7 +100,7 @@ class Bill(KeyedProcessFunction):
         if row.kind == "joined":
             return clicks.JoinedClicks(event_ms, row.clicks), None
         if row.kind == "campaign":  # its campaign id read in the JVM; the rest may still be corrupt
-            record, dead = self.decoder.decode(row.v, "ServingCampaign", topic=row.topic, partition=row.part,
+            record, dead = self.decoder.decode(row.v, RECORD_TYPES["campaign"], topic=row.topic, partition=row.part,
                                                offset=row.off, key=row.k)
             return (None, dead) if dead is not None else (clicks.CampaignVersion(record), None)
         return self._first_late(clicks.late_event(json.loads(row.event))), None

@@ -8,6 +8,7 @@ import json
 
 from core.dead_letters import from_corrupt, time_out_of_range
 from core.errors import CorruptRecord
+from schemas import topics
 
 
 def dead_letter_row(record: dict, codec=None):
@@ -19,7 +20,7 @@ def dead_letter_row(record: dict, codec=None):
         from schemas.codec import AvroCodec
 
         codec = AvroCodec()
-    return Row(record["job"].encode(), codec.encode("DeadLetter", record))
+    return Row(record["job"].encode(), codec.encode(topics.record_type(topics.DEAD_LETTERS), record))
 
 
 @functools.cache

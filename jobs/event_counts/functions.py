@@ -14,6 +14,7 @@ from schemas import topics
 from schemas.codec import AvroCodec
 
 JOB_NAME = "event_counts"
+EVENT_COUNT = topics.record_type(topics.EVENT_COUNTS)
 # An open window's (impressions, clicks, billable micros), by window start: core.event_counts.Counts.
 OPEN_WINDOWS = MapStateDescriptor("open_windows", Types.LONG(), Types.TUPLE([Types.LONG(), Types.LONG(),
                                                                                Types.LONG()]))
@@ -80,4 +81,4 @@ class CountPerMinute(KeyedProcessFunction):
         self.windows.remove(start)
         campaign_id = ctx.get_current_key()
         record = rules.event_count_record(campaign_id, start, rules.Counts(*held), self.window_ms)
-        yield Row(str(campaign_id).encode(), self.codec.encode("EventCount", record))
+        yield Row(str(campaign_id).encode(), self.codec.encode(EVENT_COUNT, record))

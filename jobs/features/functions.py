@@ -33,6 +33,7 @@ TOPIC_OF_KIND = {"served": topics.AD_SERVED, "event": topics.AD_EVENTS, "convers
                  "feedback": topics.AD_FEEDBACK, "ad": topics.SERVING_ADS, "campaign": topics.SERVING_CAMPAIGNS,
                  "deletion": topics.PRIVACY_DELETIONS}  # the contract each source's records follow
 RECORD_TYPES = {kind: topics.record_type(topic) for kind, topic in TOPIC_OF_KIND.items()}
+AD_FEATURES, REGISTRY_ENTRY = (topics.record_type(topic) for topic in (topics.FEATURES_ADS, topics.MODEL_REGISTRY))
 
 
 class Decode(DecodeOrDeadLetter):
@@ -167,9 +168,9 @@ class Publish(KeyedProcessFunction):
         self.published.inc()
         self.ads_in_last_snapshot = len(published.records)
         for ad_id, record in published.changed:
-            yield Row(str(ad_id).encode(), self.codec.encode("AdFeatures", record), version)
+            yield Row(str(ad_id).encode(), self.codec.encode(AD_FEATURES, record), version)
         entry = snapshot.registry_entry(version, self.folder, len(published.records), self.rules.windows.window_ms)
-        yield REGISTRY, Row(snapshot.REGISTRY_KEY, self.codec.encode("RegistryEntry", entry), version)
+        yield REGISTRY, Row(snapshot.REGISTRY_KEY, self.codec.encode(REGISTRY_ENTRY, entry), version)
 
 
 class UserWindow(KeyedProcessFunction):

@@ -22,6 +22,7 @@ JOB_NAME = "training_join"
 # The record type of each row kind: its topic's (schemas.topics)
 RECORD_TYPES = {kind: topics.record_type(topic) for kind, topic in (
     ("served", topics.AD_SERVED), ("event", topics.AD_EVENTS), ("conversion", topics.AD_CONVERSIONS))}
+TRAINING_EXAMPLE = topics.record_type(topics.TRAINING_EXAMPLES)
 JOIN_ROW_FIELDS = ["impression_id", "kind", "served_ms", "event_ms", "event_type", "context", "user_id"]
 
 
@@ -126,7 +127,7 @@ class Label(KeyedBroadcastProcessFunction):
                 continue
             self.emitted.inc()
             self._count_calibration(made)
-            yield Row(made["impression_id"].encode(), self.codec.encode("TrainingExample", made), made["event_time"])
+            yield Row(made["impression_id"].encode(), self.codec.encode(TRAINING_EXAMPLE, made), made["event_time"])
 
     def _count_calibration(self, example: dict) -> None:
         """The example's predicted and observed clicks, on counters labelled by its calibration segment
