@@ -62,7 +62,7 @@ REPORT_FROM, REPORT_DAYS = "2026-02-01", 30
 HOUR_MS = 3_600_000
 TARGETS = {"pacing_api_p99_ms": 50.0, "report_api_p99_ms": 100.0, "page_load_ms": 1_500.0}
 WAIT_S = 300.0
-SERVING_CAMPAIGN, BUDGET_STATE, BILLED_SPEND, AD_CONVERSION = (topic_names.record_type(topic) for topic in (
+SERVING_CAMPAIGN, BUDGET_STATE_TYPE, BILLED_SPEND_TYPE, AD_CONVERSION = (topic_names.record_type(topic) for topic in (
     topic_names.SERVING_CAMPAIGNS, topic_names.BUDGET_STATE, topic_names.BILLED_SPEND, topic_names.AD_CONVERSIONS))
 
 # The page's first poll, timed inside the page: a hook installed before any script of the document runs
@@ -305,7 +305,7 @@ class _PacingWorld:
         serving, states = pacing_records(self.first_id, campaigns)
         log(f"publishing {campaigns:,} campaigns and their budget states to {topics['state']} ...")
         _produce(settings, topics["campaigns"], SERVING_CAMPAIGN, serving, "campaign_id")
-        _produce(settings, topics["state"], BUDGET_STATE, states, "campaign_id")
+        _produce(settings, topics["state"], BUDGET_STATE_TYPE, states, "campaign_id")
         for campaign_id in range(self.first_id, self.first_id + min(PAGE_SIZE, campaigns)):
             self.store.write(pacing_points(campaign_id, PACING_MINUTES))
         from serving.dashboard.app import DashboardSettings, start_dashboard
@@ -394,7 +394,7 @@ def bench_report_api(settings: PlatformSettings, loop: _Loop, campaigns: int, re
     topics = _fresh_topics(settings, "billed", "conversions", "dead")
     log(f"landing {len(billed):,} hourly billed records and {len(conversions):,} conversions of {campaigns} "
         f"campaigns through serving.report_landing ...")
-    _produce(settings, topics["billed"], BILLED_SPEND, billed, "campaign_id")
+    _produce(settings, topics["billed"], BILLED_SPEND_TYPE, billed, "campaign_id")
     _produce(settings, topics["conversions"], AD_CONVERSION, conversions, "impression_id")
     counts = land(ReportLandingSettings(settings.kafka_bootstrap, settings.postgres_dsn, topics["billed"],
                                         topics["conversions"], topics["dead"], f"bench-dashboard-{uuid.uuid4().hex[:6]}",
