@@ -24,6 +24,7 @@ from core import clicks, reports
 from infra.platform.topics import TopicSpec, ensure_topics
 from serving.report_landing.main import land
 from serving.report_landing.settings import ReportLandingSettings
+from schemas import topics
 from schemas.codec import AvroCodec
 from serving.advertiser.api import start_advertiser_api
 from serving.advertiser.store import migrate
@@ -32,6 +33,7 @@ from tests import billed_feed as feed
 
 START_MS = feed.T0 + 2 * feed.HOUR_MS  # 02:00 UTC: 22:00 of the day before in New York
 HOURS = 6
+BILLED_TYPE, CONVERSION_TYPE = topics.record_type(topics.BILLED_SPEND), topics.record_type(topics.AD_CONVERSIONS)
 
 
 class Api:
@@ -102,8 +104,8 @@ def world(platform):
     events = feed.beacons(billing, hours=HOURS, per_hour=30, start_ms=START_MS)
     billed = feed.billed_stream(events, versions)
     conversions = feed.conversions(events)
-    _produce(platform, names["billed"], "BilledSpend", billed, "campaign_id")
-    _produce(platform, names["conversions"], "AdConversion", conversions, "impression_id")
+    _produce(platform, names["billed"], BILLED_TYPE, billed, "campaign_id")
+    _produce(platform, names["conversions"], CONVERSION_TYPE, conversions, "impression_id")
     kafka.produce_all(platform.kafka_bootstrap, names["billed"], [(b"1", b"\x00not avro", START_MS)])
     settings = ReportLandingSettings(platform.kafka_bootstrap, platform.postgres_dsn, names["billed"],
                                      names["conversions"], names["dead"], f"test-reports-{suffix}",
@@ -261,8 +263,8 @@ def test_landing_again_or_the_same_records_sent_twice_gives_the_same_reports(pla
     before = _reports(platform, world["mine"], queries)
     replay = world["settings"]
     land(dataclasses.replace(replay, group_id=replay.group_id + "-replay"))  # another group: from offset 0
-    _produce(platform, world["names"]["billed"], "BilledSpend", world["billed"], "campaign_id")
-    _produce(platform, world["names"]["conversions"], "AdConversion", world["conversions"], "impression_id")
+    _produce(platform, world["names"]["billed"], BILLED_TYPE, world["billed"], "campaign_id")
+    _produce(platform, world["names"]["conversions"], CONVERSION_TYPE, world["conversions"], "impression_id")
     land(replay)  # the same group: only the resent records
     assert _reports(platform, world["mine"], queries) == before
 

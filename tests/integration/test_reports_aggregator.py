@@ -15,6 +15,7 @@ from infra.platform.topics import TopicSpec, ensure_topics
 from jobs import deploy
 from serving.report_landing.main import land
 from serving.report_landing.settings import ReportLandingSettings
+from schemas import topics
 from schemas.codec import AvroCodec
 from serving.advertiser.store import migrate
 from streams import kafka
@@ -23,6 +24,7 @@ from tests.integration.test_reports import Api
 
 PARTITIONS = 2
 TICK = 999_999_001  # a bystander campaign whose impressions carry event time forward on every partition
+EVENT_TYPE, CAMPAIGN_TYPE = topics.record_type(topics.AD_EVENTS), topics.record_type(topics.SERVING_CAMPAIGNS)
 
 
 def _ticks(at_ms: int) -> list[dict]:
@@ -88,13 +90,13 @@ def test_reports_of_the_aggregators_bill_equal_the_recount(platform):
         producer = Producer({"bootstrap.servers": platform.kafka_bootstrap, "enable.idempotence": True})
         for v in versions:
             producer.produce(names["campaigns"], key=str(v["campaign_id"]).encode(),
-                             value=codec.encode("ServingCampaign", v), timestamp=v["event_time"])
+                             value=codec.encode(CAMPAIGN_TYPE, v), timestamp=v["event_time"])
         producer.flush(30)
         time.sleep(2)
         for e in sent:
             partition = {"partition": int(e["impression_id"][-1])} if e["campaign_id"] == TICK else {}
             producer.produce(names["events"], key=str(e["campaign_id"]).encode(), timestamp=e["event_time"],
-                             value=codec.encode("AdEvent", e), **partition)
+                             value=codec.encode(EVENT_TYPE, e), **partition)
             producer.poll(0)
         producer.flush(30)
         _billed_until(platform, names["billed"], start + 2 * feed.HOUR_MS + 30_000)

@@ -10,6 +10,7 @@ import uuid
 from types import SimpleNamespace as NS
 
 from core import clicks
+from schemas import topics
 from schemas.codec import AvroCodec
 from sim import day_reports
 from sim.day_watch import DayWatch
@@ -18,6 +19,7 @@ from tests import billed_feed as feed
 from tests.integration.dashboard_world import DashboardWorld
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BILLED_TYPE = topics.record_type(topics.BILLED_SPEND)
 
 
 def test_the_days_dashboard_answers_on_the_days_topics_and_leaves_a_png_of_a_selected_campaign(
@@ -66,7 +68,7 @@ def test_the_days_reports_equal_the_recount_of_its_beacons_and_a_different_recou
     billed = feed.billed_stream(events, versions)
     codec = AvroCodec()
     kafka.produce_all(platform.kafka_bootstrap, billed_topic, [
-        (str(r["campaign_id"]).encode(), codec.encode("BilledSpend", r), int(r["event_time"])) for r in billed])
+        (str(r["campaign_id"]).encode(), codec.encode(BILLED_TYPE, r), int(r["event_time"])) for r in billed])
     recount = day_reports.day_recount(clicks.recount(events, versions), "2026-03-10")
     ids = [base + 1, base + 2, base + 3, base + 4]  # the last one billed nothing: zeros on both sides
     run = uuid.uuid4().hex[:8]

@@ -23,6 +23,7 @@ import pytest
 from core import clicks
 from core.tokens import TokenClaims, TokenKeys
 from jobs import deploy
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 
@@ -30,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 KEY_SPEC = "spool1:spool-integration-test-key-01"
 KEYS = TokenKeys.from_spec(KEY_SPEC)
 CODEC = AvroCodec()
+CAMPAIGN_TYPE = topics.record_type(topics.SERVING_CAMPAIGNS)
 IMPRESSION_PRICE = 10_000  # a CPM campaign: each billed impression
 CLICK_PRICE = 1_000_000  # a CPC campaign: each billed click
 BUDGET = 10_000 * 1_000_000
@@ -198,7 +200,7 @@ def test_every_beacon_answered_through_a_broker_outage_and_a_tracker_kill_is_bil
     now_ms = int(time.time() * 1000)
     campaigns = [_campaign(cpm, "CPM", now_ms), _campaign(cpc, "CPC", now_ms), _campaign(bystander, "CPC", now_ms)]
     kafka.produce_all(bootstrap, aggregator["campaigns"], [
-        (str(c["campaign_id"]).encode(), CODEC.encode("ServingCampaign", c), c["event_time"]) for c in campaigns])
+        (str(c["campaign_id"]).encode(), CODEC.encode(CAMPAIGN_TYPE, c), c["event_time"]) for c in campaigns])
 
     # `killed` dies by SIGKILL mid-outage and starts again on its spool; `steady` stays up through the outage
     killed, steady = (TrackerProcess(bootstrap, tmp_path / f"spool-{name}", aggregator["events"],

@@ -13,11 +13,14 @@ import fastavro
 from sim.learning_day import make_world, simulate_day, write_day
 from core import training
 from pipelines import training_set
+from schemas import topics
 from schemas.codec import AvroCodec
 from streams import kafka
 
 CODEC = AvroCodec()
 KEEP_RATE = 0.3
+SERVED_TYPE, EVENT_TYPE = topics.record_type(topics.AD_SERVED), topics.record_type(topics.AD_EVENTS)
+CONVERSION_TYPE, EXAMPLE_TYPE = topics.record_type(topics.AD_CONVERSIONS), topics.record_type(topics.TRAINING_EXAMPLES)
 
 
 def _produce(bootstrap: str, topic: str, record_type: str, records, key, extra=()) -> None:
@@ -34,10 +37,10 @@ def test_streaming_join_equals_the_batch_backfill_and_dead_letters_a_corrupt_rec
     day = simulate_day(make_world(seed=3, campaigns=20, users=500), requests=800, seed=11)
     served = list(day.served) + day.served[100:105]  # the at-least-once served log repeats a few records
     corrupt_ms = int(day.events[len(day.events) // 2]["event_time"])
-    _produce(platform.kafka_bootstrap, served_topic, "ServedRecord", served, key=lambda r: r["request_id"])
-    _produce(platform.kafka_bootstrap, events_topic, "AdEvent", day.events, key=lambda e: str(e["campaign_id"]),
+    _produce(platform.kafka_bootstrap, served_topic, SERVED_TYPE, served, key=lambda r: r["request_id"])
+    _produce(platform.kafka_bootstrap, events_topic, EVENT_TYPE, day.events, key=lambda e: str(e["campaign_id"]),
              extra=[(b"1", b"not avro at all", corrupt_ms)])
-    _produce(platform.kafka_bootstrap, conversions_topic, "AdConversion", day.conversions,
+    _produce(platform.kafka_bootstrap, conversions_topic, CONVERSION_TYPE, day.conversions,
              key=lambda c: c["impression_id"], extra=[(b"x", b"\xc3\x01 truncated", corrupt_ms)])
 
     # One injected exception halfway through (jobs.tripwire): the job restarts in place, in the same Python
@@ -55,7 +58,7 @@ def test_streaming_join_equals_the_batch_backfill_and_dead_letters_a_corrupt_rec
     assert not tripwire.exists(), "the injected failure never fired"
 
     messages = kafka.read_all(platform.kafka_bootstrap, examples_topic, timeout_s=60)
-    streaming = sorted((CODEC.decode(m.value(), "TrainingExample") for m in messages), key=training.example_order)
+    streaming = sorted((CODEC.decode(m.value(), EXAMPLE_TYPE) for m in messages), key=training.example_order)
     assert all(m.key() == CODEC.decode(m.value())["impression_id"].encode() for m in messages)
     assert all(m.timestamp()[1] == CODEC.decode(m.value())["event_time"] for m in messages)
 
@@ -77,7 +80,7 @@ def test_streaming_join_equals_the_batch_backfill_and_dead_letters_a_corrupt_rec
     assert {(e["task"], e["label"]) for e in streaming} == {("CLICK", 0), ("CLICK", 1), ("CONVERSION", 0),
                                                               ("CONVERSION", 1)}
 
-    letters = [CODEC.decode(m.value(), "DeadLetter") for m in
+    letters = [CODEC.decode(m.value(), topics.record_type(topics.DEAD_LETTERS)) for m in
                kafka.read_all(platform.kafka_bootstrap, dead_topic, expected=2, timeout_s=30)]
     assert sorted((l["source_topic"], l["value"]) for l in letters) == sorted(
         [(events_topic, b"not avro at all"), (conversions_topic, b"\xc3\x01 truncated")])

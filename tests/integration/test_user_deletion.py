@@ -26,6 +26,8 @@ from tests.factories import archived_rows
 
 CODEC = AvroCodec()
 KEEP_RATE = 1.0
+SERVED_TYPE, EVENT_TYPE = topics.record_type(topics.AD_SERVED), topics.record_type(topics.AD_EVENTS)
+CONVERSION_TYPE, EXAMPLE_TYPE = topics.record_type(topics.AD_CONVERSIONS), topics.record_type(topics.TRAINING_EXAMPLES)
 ENVELOPE_SCHEMA = {  # the archiver's file format (jobs/archiver)
     "type": "record", "name": "Envelope", "fields": [
         {"name": "topic", "type": ["null", "string"]}, {"name": "partition", "type": ["null", "int"]},
@@ -97,9 +99,9 @@ def test_a_deleted_user_is_gone_from_redis_the_join_the_training_set_and_the_arc
     for user in (deleted, kept_user):
         store.hset(redis_keys.user_profile(user), mapping={"age_band": "25-34", "interests": "travel"})
         store.hset(redis_keys.frequency_record(user), mapping={"c1:20523": 2})
-    _produce(bootstrap, served_topic, "ServedRecord", served, key=lambda r: r["request_id"])
-    _produce(bootstrap, events_topic, "AdEvent", events, key=lambda e: str(e["campaign_id"]))
-    _produce(bootstrap, conversions_topic, "AdConversion", conversions, key=lambda c: c["impression_id"])
+    _produce(bootstrap, served_topic, SERVED_TYPE, served, key=lambda r: r["request_id"])
+    _produce(bootstrap, events_topic, EVENT_TYPE, events, key=lambda e: str(e["campaign_id"]))
+    _produce(bootstrap, conversions_topic, CONVERSION_TYPE, conversions, key=lambda c: c["impression_id"])
 
     assert _cli("users", "delete", deleted, "--reason", "asked by email", "--topic", deletions_topic) == 0
     # The join reads the request before its first label is final: the request's partition holds the join's clock
@@ -114,7 +116,7 @@ def test_a_deleted_user_is_gone_from_redis_the_join_the_training_set_and_the_arc
          "--keep-rate", str(KEEP_RATE), "--idle-timeout-ms", "30000"],
         capture_output=True, text=True, timeout=600, env=os.environ | platform.as_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    streamed = sorted((CODEC.decode(m.value(), "TrainingExample")
+    streamed = sorted((CODEC.decode(m.value(), EXAMPLE_TYPE)
                        for m in kafka.read_all(bootstrap, examples_topic, timeout_s=60)), key=training.example_order)
     others = [s for s in served if s["user_id"] != deleted]
     reference = training.join(others, events, keep_rate=KEEP_RATE, conversions=conversions)
@@ -130,7 +132,7 @@ def test_a_deleted_user_is_gone_from_redis_the_join_the_training_set_and_the_arc
     with open(archive / topics.TRAINING_EXAMPLES / f"dt={DAY}" / "hr=23" / "part-0", "wb") as f:
         fastavro.writer(f, ENVELOPE_SCHEMA, [
             {"topic": topics.TRAINING_EXAMPLES, "partition": 0, "offset": i, "event_time": e["event_time"],
-             "k": e["impression_id"].encode(), "v": CODEC.encode("TrainingExample", e)}
+             "k": e["impression_id"].encode(), "v": CODEC.encode(EXAMPLE_TYPE, e)}
             for i, e in enumerate(examples_with_theirs)])
 
     summary = training_set.run(["--archive", str(archive), "--from-day", DAY, "--keep-rate", str(KEEP_RATE),
