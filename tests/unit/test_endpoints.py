@@ -354,15 +354,17 @@ def _any_ca_pem() -> str:
 
 
 def test_published_contracts_that_differ_from_the_codes_stop_the_process_naming_the_setting(tmp_path):
+    import json
     import shutil
 
-    from schemas import SCHEMA_DIR
+    from schemas import SCHEMA_DIR, topics
 
     for path in SCHEMA_DIR.glob("*.avsc"):
         shutil.copy(path, tmp_path / path.name)
     environ = {"ADSERVE_SCHEMAS_CONTRACTS_DIR": str(tmp_path)}
     assert loader.load("tracker", environ).schemas.contracts_dir == str(tmp_path)
-    (tmp_path / "ad_event.avsc").write_text('{"type": "record", "name": "AdEvent", "fields": []}')
+    emptied = {"type": "record", "name": topics.record_type(topics.AD_EVENTS), "fields": []}
+    (tmp_path / "ad_event.avsc").write_text(json.dumps(emptied))
     (tmp_path / "ad_served.avsc").unlink()
     with pytest.raises(InvalidSettings, match=r"schemas.contracts_dir \(ADSERVE_SCHEMAS_CONTRACTS_DIR\)=.*different: "
                                               r"ad_event.avsc; missing: ad_served.avsc"):
