@@ -16,6 +16,7 @@ from typing import Sequence
 from core.dead_letters import MAX_EVENT_TIME_MS, SourcePosition, dead_letter
 from core.errors import InvalidArgument
 from jobs.common.dead_letters import time_fields
+from schemas import topics
 from schemas.codec import AvroCodec, default_registry
 
 HEADER_LEN = 10  # the single-object encoding's marker and fingerprint
@@ -58,7 +59,7 @@ def _other_schema_value(rng: random.Random) -> bytes:
     record = dead_letter("corrupt-records", SourcePosition("elsewhere", rng.randrange(4), rng.randrange(10**6)),
                          timestamp_ms=rng.randrange(10**12), key=None, value=_random_bytes(rng), reason="a sample",
                          error_type="CorruptRecord")
-    return AvroCodec().encode("DeadLetter", record)
+    return AvroCodec().encode(topics.record_type(topics.DEAD_LETTERS), record)
 
 
 def _time_out_of_range(valid: bytes, rng: random.Random) -> bytes:

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from core.auction import AuctionResult, AuctionRules, Candidate, run_auction
 from core.reserves import AuctionTerms, ReserveBook
+from schemas import topics
 from schemas.codec import AvroCodec
 from serving.adserver.app import AdServer
 from serving.adserver.request import parse_ad_request
@@ -16,6 +17,7 @@ from serving.decision.engine import Decision, SlotDecision
 
 T0 = 1_800_000_000_000
 CODEC = AvroCodec()
+SERVED_RECORD = topics.record_type(topics.AD_SERVED)
 
 
 def decision_of(result: AuctionResult, request_id: str, terms: AuctionTerms | None = None) -> Decision:
@@ -42,7 +44,7 @@ def served(result: AuctionResult, *, request_id: str = "r1", placement: str = "f
                          request_id=request_id)
     record = AdServer.served_record(server, ad_request, decision_of(result, request_id, terms), location, {},
                                     now_ms)
-    return CODEC.decode(CODEC.encode("ServedRecord", record), "ServedRecord")
+    return CODEC.decode(CODEC.encode(SERVED_RECORD, record), SERVED_RECORD)
 
 
 def auction_record(candidates: Sequence[Candidate], positions: Sequence[int] = (1,), *, reserve_micros: int = 0,
