@@ -21,6 +21,7 @@ from serving.decision.engine import DecisionEngine, EngineConfig, RequestContext
 from serving.decision.filters import FilterContext
 
 NOW_MS = 1_800_000_000_000
+SERVING_AD = topics.record_type(topics.SERVING_ADS)
 AD = {"creative_ref": "cdn://a.png", "landing_url": "https://shop.example/", "bid_micros": 2_000_000,
       "targeting": {"placement": ["feed"]}}
 
@@ -40,9 +41,9 @@ def change(row: dict) -> bytes:
 
 def test_an_ad_compiles_with_the_exclusion_category_its_row_carries_from_the_campaign():
     _, _, record_type, record = serving_record_from_change(topics.CDC_ADS, change(ads_row(exclusion_category=42)))
-    assert record_type == "ServingAd" and record["exclusion_category"] == 42
+    assert record_type == SERVING_AD and record["exclusion_category"] == 42
     codec = AvroCodec()
-    assert codec.decode(codec.encode("ServingAd", record))["exclusion_category"] == 42
+    assert codec.decode(codec.encode(SERVING_AD, record))["exclusion_category"] == 42
 
 
 def test_a_change_from_before_the_store_had_the_column_compiles_as_no_category():
@@ -64,7 +65,7 @@ def test_a_serving_ad_written_with_version_1_reads_with_the_current_schema_as_no
     codec = AvroCodec(registry)
     old = {k: v for k, v in ad_serving_record(ads_row(), NOW_MS).items() if k != "exclusion_category"}
     written_by_v1 = codec.encode(v1, old)
-    assert codec.decode(written_by_v1, "ServingAd") == {**old, "exclusion_category": 0}
+    assert codec.decode(written_by_v1, SERVING_AD) == {**old, "exclusion_category": 0}
     # the ad server decodes with the writer's schema: the field is absent, and the state reads it as 0
     as_followed = codec.decode(written_by_v1)
     assert "exclusion_category" not in as_followed
@@ -77,7 +78,7 @@ def test_a_current_serving_ad_reads_with_version_1_without_the_category():
     registry, v1 = _registry_with_v1()
     codec = AvroCodec(registry)
     record = ad_serving_record(ads_row(exclusion_category=9), NOW_MS)
-    assert codec.decode(codec.encode("ServingAd", record), v1) == \
+    assert codec.decode(codec.encode(SERVING_AD, record), v1) == \
         {k: v for k, v in record.items() if k != "exclusion_category"}
 
 

@@ -18,6 +18,8 @@ from streams.served_lookup import find_in_records, request_id_of
 from tests.served_records import T0, auction_record, design_example
 from tests.unit.test_auction_replay import ENVELOPE
 
+SERVED_RECORD = topics.record_type(topics.AD_SERVED)
+
 
 def test_the_designs_example_explains_a_dollar_forty_per_click_and_matches_the_log():
     e = explain_winner(design_example(reserve_micros=100), "r1:1")
@@ -81,7 +83,7 @@ def _archive(root: Path, records: list[dict]) -> None:
     with open(folder / "part-0", "wb") as f:
         fastavro.writer(f, fastavro.parse_schema(ENVELOPE), [
             {"topic": topics.AD_SERVED, "partition": 0, "offset": i, "event_time": T0, "k": r["request_id"].encode(),
-             "v": codec.encode("ServedRecord", r)} for i, r in enumerate(records)])
+             "v": codec.encode(SERVED_RECORD, r)} for i, r in enumerate(records)])
 
 
 def test_the_command_finds_the_impression_in_the_archive_and_prints_json(tmp_path, capsys):
@@ -111,7 +113,7 @@ def test_a_version_1_record_is_explained_from_its_rounded_runner_up_total_with_a
     registry = SchemaRegistry.from_directory()
     v1 = registry.by_fingerprint[registry.register(json.loads((HISTORY_DIR / "ad_served.v1.avsc").read_text()))]
     codec = AvroCodec(registry)
-    old = codec.decode(codec.encode(v1, design_example()), "ServedRecord")
+    old = codec.decode(codec.encode(v1, design_example()), SERVED_RECORD)
     assert old["reserve_micros"] is None and old["winners"][0]["bid_type"] is None
     e = explain_winner(old, "r1:1")
     assert (e["bid_type"], e["record_version"], e["recomputed_price_micros"], e["price_matches"]) == \

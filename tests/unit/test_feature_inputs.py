@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from core import feature_inputs, user_activity
 from core.feature_windows import Counts
+from schemas import topics
 from tests.features_records import T0, beacon, conversion, feedback, served, serving_ad, winner
 
 
@@ -13,9 +14,11 @@ def test_a_served_record_gives_each_winner_its_placement_and_position():
 
 
 def test_beacons_conversions_and_feedback_become_their_kinds():
-    assert feature_inputs.beacon_input("AdEvent", beacon("i", 11, 1, T0, "CLICK")).kind == "CLICK"
-    assert feature_inputs.beacon_input("AdConversion", conversion("i", 11, 1, T0)).kind == "CONVERSION"
-    assert feature_inputs.beacon_input("AdFeedback", feedback("i", 11, 1, T0, "REPORT")).kind == "REPORT"
+    event_type, conversion_type, feedback_type = (topics.record_type(topic) for topic in
+                                                  (topics.AD_EVENTS, topics.AD_CONVERSIONS, topics.AD_FEEDBACK))
+    assert feature_inputs.beacon_input(event_type, beacon("i", 11, 1, T0, "CLICK")).kind == "CLICK"
+    assert feature_inputs.beacon_input(conversion_type, conversion("i", 11, 1, T0)).kind == "CONVERSION"
+    assert feature_inputs.beacon_input(feedback_type, feedback("i", 11, 1, T0, "REPORT")).kind == "REPORT"
 
 
 def test_an_ads_category_is_its_exclusion_category_and_zero_without_one():
