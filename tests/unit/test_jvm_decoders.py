@@ -22,6 +22,10 @@ from schemas import topics
 from schemas.codec import HEADER_LEN, AvroCodec, default_registry, plain_timestamps
 
 CODEC = AvroCodec()
+AD_EVENT_TYPE = topics.record_type(topics.AD_EVENTS)
+SPEND_REPORT_TYPE = topics.record_type(topics.BUDGET_SPEND)
+SERVING_AD_TYPE = topics.record_type(topics.SERVING_ADS)
+BILLED_SPEND_TYPE = topics.record_type(topics.BILLED_SPEND)
 
 SPEND_REPORT = {"server_id": "ad-server-7", "sequence": 41, "campaign_id": 1001, "event_time": 1_700_000_012_345,
                 "interval_start": 1_700_000_011_345, "expected_spend_micros": 1_400_000, "served_ads": 3,
@@ -38,7 +42,7 @@ def header_hex(record_type: str) -> str:
 
 
 def _example(record_type: str) -> dict:
-    return {"SpendReport": SPEND_REPORT, "AdEvent": CLICK}[record_type]
+    return {SPEND_REPORT_TYPE: SPEND_REPORT, AD_EVENT_TYPE: CLICK}[record_type]
 
 
 def _older(file_name: str):
@@ -51,7 +55,7 @@ def _one(command: str):
 
 def test_the_avro_reader_reads_every_primitive_as_the_python_codec_writes_it():
     event = dict(CLICK, event_time=-1, served_time=0, ad_id=-(2**63), price_micros=2**31, user_id=None)
-    body = CODEC.encode("AdEvent", event)[HEADER_LEN:]
+    body = CODEC.encode(AD_EVENT_TYPE, event)[HEADER_LEN:]
     types = "string,string,enum2,long,long,long,long,long,enum2,nullable_string,nullable_string,nullable_string," \
             "string,at_end"
     assert _one(f"read {body.hex()} {types}") == [
@@ -60,13 +64,13 @@ def test_the_avro_reader_reads_every_primitive_as_the_python_codec_writes_it():
 
 
 def test_the_avro_reader_refuses_a_truncated_string_instead_of_reading_past_the_record():
-    body = CODEC.encode("AdEvent", CLICK)[HEADER_LEN:]
+    body = CODEC.encode(AD_EVENT_TYPE, CLICK)[HEADER_LEN:]
     assert _one(f"read {body[:5].hex()} string") == [{"error": "IllegalArgumentException"}]
     assert _one("read 80 long") == [{"error": "ArrayIndexOutOfBoundsException"}]  # a varint cut short
 
 
 # A decoded row: the top-level fields but `campaigns`, then whether the entry's slices are handed back.
-SPEND_ITEM_FIELDS = [f["name"] for f in default_registry().schema("SpendReport")["fields"]
+SPEND_ITEM_FIELDS = [f["name"] for f in default_registry().schema(SPEND_REPORT_TYPE)["fields"]
                      if f["name"] != "campaigns"] + ["released"]
 MAP_OF_STRINGS = parse_schema({"type": "map", "values": "string"})
 ARRAY_OF_LONGS = parse_schema({"type": "array", "items": "long"})
@@ -113,9 +117,9 @@ def with_columns(**columns) -> dict:
 @pytest.mark.parametrize("report", [SPEND_REPORT, dict(SPEND_REPORT, lease_id="lease-3", wants_slice=True,
                                                        campaign_id=2**63 - 1, sequence=2**40)])
 def test_the_spend_decoder_reads_every_field_of_a_report_the_python_codec_writes(report):
-    value = CODEC.encode("SpendReport", report)
-    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == [[report.get(f, False)
-                                                                          for f in SPEND_ITEM_FIELDS]]
+    value = CODEC.encode(SPEND_REPORT_TYPE, report)
+    assert _one(f"spend {header_hex(SPEND_REPORT_TYPE)} {value.hex()}") == [[report.get(f, False)
+                                                                              for f in SPEND_ITEM_FIELDS]]
 
 
 def test_the_spend_decoder_reads_a_batch_as_the_reports_spend_items_expands_it_to():
@@ -127,33 +131,34 @@ def test_the_spend_decoder_reads_a_batch_as_the_reports_spend_items_expands_it_t
     assert {"lease-\u00e9", "lease-9", None} <= {i["lease_id"] for i in items} and {True, False} == {
         i["wants_slice"] for i in items}
     assert {i["campaign_id"] for i in items if i.get("released")} == {3, 2**63 - 1}
-    header = header_hex("SpendReport")
-    assert run_golden_driver([f"spend {header} {CODEC.encode('SpendReport', r).hex()}" for r in records]) \
+    header = header_hex(SPEND_REPORT_TYPE)
+    assert run_golden_driver([f"spend {header} {CODEC.encode(SPEND_REPORT_TYPE, r).hex()}" for r in records]) \
         == [spend_rows(r) for r in records]
 
 
 def test_a_heartbeat_and_a_batch_of_no_campaigns_decode_to_no_reports():
     (_, empty), = batch_records(SpendCut("s", 1, 0, 1_000, *(np.zeros(0, t) for t in
                                                              (np.int64, np.int64, np.int32, np.int32, np.int64))), 1)
-    header = header_hex("SpendReport")
-    assert run_golden_driver([f"spend {header} {CODEC.encode('SpendReport', heartbeat_record('s', 1, 1_000)).hex()}",
-                              f"spend {header} {CODEC.encode('SpendReport', empty).hex()}"]) == [[], []]
+    header = header_hex(SPEND_REPORT_TYPE)
+    heartbeat = CODEC.encode(SPEND_REPORT_TYPE, heartbeat_record("s", 1, 1_000))
+    assert run_golden_driver([f"spend {header} {heartbeat.hex()}",
+                              f"spend {header} {CODEC.encode(SPEND_REPORT_TYPE, empty).hex()}"]) == [[], []]
 
 
 def test_the_spend_decoder_reads_lease_map_and_slice_array_blocks_of_negative_count_as_fastavro_does():
     record = with_columns(lease_id={}, wants_slice=[], released=[])
-    prefix = CODEC.encode("SpendReport", record)[:-3]  # up to the (empty) lease map, slice and release arrays
+    prefix = CODEC.encode(SPEND_REPORT_TYPE, record)[:-3]  # up to the (empty) lease map, slice and release arrays
     entry = avro_string("6") + avro_string("lease-6")
     leases = avro_long(-1) + avro_long(len(entry)) + entry + avro_long(1) + avro_string("7") + avro_string("l7") \
         + avro_long(0)
     wants = avro_long(-2) + avro_long(len(avro_long(5) + avro_long(7))) + avro_long(5) + avro_long(7) + avro_long(0)
     released = avro_long(-1) + avro_long(len(avro_long(6))) + avro_long(6) + avro_long(0)
-    decoded = CODEC.decode(prefix + leases + wants + released, "SpendReport")
+    decoded = CODEC.decode(prefix + leases + wants + released, SPEND_REPORT_TYPE)
     assert decoded["campaigns"]["lease_id"] == {"6": "lease-6", "7": "l7"}
     assert decoded["campaigns"]["wants_slice"] == [5, 7]
     assert decoded["campaigns"]["released"] == [6]
     value = prefix + leases + wants + released
-    assert _one(f"spend {header_hex('SpendReport')} {value.hex()}") == spend_rows(decoded)
+    assert _one(f"spend {header_hex(SPEND_REPORT_TYPE)} {value.hex()}") == spend_rows(decoded)
 
 
 def test_the_avro_reader_reads_bytes_maps_and_arrays_in_blocks_as_fastavro_does():
@@ -183,8 +188,8 @@ def test_the_spend_decoder_leaves_an_older_version_and_corrupt_bytes_to_the_pyth
                                                       if k not in ("max_price_micros", "wants_slice")})
     v2 = CODEC.encode(_older("spend_report.v2.avsc"), SPEND_REPORT)
     v3 = CODEC.encode(_older("spend_report.v3.avsc"), SPEND_REPORT)
-    current = CODEC.encode("SpendReport", SPEND_REPORT)
-    header = header_hex("SpendReport")
+    current = CODEC.encode(SPEND_REPORT_TYPE, SPEND_REPORT)
+    header = header_hex(SPEND_REPORT_TYPE)
     answers = run_golden_driver([f"spend {header} {v1.hex()}", f"spend {header} {v2.hex()}",
                                  f"spend {header} {v3.hex()}",
                                  f"spend {header} {current.hex()}00", f"spend {header} {current[:-3].hex()}",
@@ -203,15 +208,15 @@ def test_the_spend_decoder_also_reads_the_layout_before_hand_backs_when_given_it
     old_batch = dict(batch, campaigns={k: v for k, v in batch["campaigns"].items() if k != "released"})
     v3 = [CODEC.encode(earlier, old_batch), CODEC.encode(earlier, SPEND_REPORT)]
     v2 = CODEC.encode(_older("spend_report.v2.avsc"), SPEND_REPORT)
-    header, old = header_hex("SpendReport"), history_header(EARLIER_SPEND_REPORT)
+    header, old = header_hex(SPEND_REPORT_TYPE), history_header(EARLIER_SPEND_REPORT)
     assert old == v3[0][:HEADER_LEN].hex() != header
     answers = run_golden_driver([f"spend {header} {v.hex()} {old}" for v in v3] + [f"spend {header} {v2.hex()} {old}",
-                                f"spend {header} {CODEC.encode('SpendReport', batch).hex()} {old}"])
+                                f"spend {header} {CODEC.encode(SPEND_REPORT_TYPE, batch).hex()} {old}"])
     assert answers == [spend_rows(batch), spend_rows(SPEND_REPORT), None, spend_rows(batch)]
 
 
 def test_the_spend_decoder_leaves_a_whole_batch_with_a_malformed_column_to_the_python_path():
-    batch = CODEC.encode("SpendReport", with_columns())
+    batch = CODEC.encode(SPEND_REPORT_TYPE, with_columns())
     ids = with_columns()["campaigns"]["campaign_id"]
     malformed = [
         with_columns(campaign_id=ids[:-1]),  # not 8 bytes an id
@@ -222,7 +227,7 @@ def test_the_spend_decoder_leaves_a_whole_batch_with_a_malformed_column_to_the_p
         with_columns(expected_spend_micros=bytes(23)),
     ]
     body = batch[:-1]  # without its (empty) release array
-    values = [CODEC.encode("SpendReport", r) for r in malformed] + [
+    values = [CODEC.encode(SPEND_REPORT_TYPE, r) for r in malformed] + [
         batch + b"\0",  # a trailing byte
         body,  # no release array
         body[:-2] + avro_long(1) + b"\x80",  # a lease map entry cut short in its key's length
@@ -230,16 +235,16 @@ def test_the_spend_decoder_leaves_a_whole_batch_with_a_malformed_column_to_the_p
         body[:-2] + avro_long(-1) + avro_long(3) + avro_string("5") + avro_string("x") + avro_long(0) + b"\0" + b"\0",
         batch[:-1] + avro_long(1) + b"\xff" * 10 + b"\x01" + avro_long(0),  # a released id's varint too long
     ]
-    header = header_hex("SpendReport")
+    header = header_hex(SPEND_REPORT_TYPE)
     assert _one(f"spend {header} {batch.hex()}") == spend_rows(with_columns())
     assert run_golden_driver([f"spend {header} {v.hex()}" for v in values]) == [None] * len(values)
 
 
 def test_the_event_decoder_reads_a_click_whole_and_an_impression_without_its_per_user_fields():
     impression = dict(CLICK, event_type="IMPRESSION", billing_type="IMPRESSION", event_id="ev-imp-1")
-    header = header_hex("AdEvent")
-    click_row, impression_row = run_golden_driver([f"event {header} {CODEC.encode('AdEvent', CLICK).hex()}",
-                                                   f"event {header} {CODEC.encode('AdEvent', impression).hex()}"])
+    header = header_hex(AD_EVENT_TYPE)
+    click_row, impression_row = run_golden_driver([f"event {header} {CODEC.encode(AD_EVENT_TYPE, CLICK).hex()}",
+                                                   f"event {header} {CODEC.encode(AD_EVENT_TYPE, impression).hex()}"])
     columns = ["event_id", "impression_id", "event_type", "event_time", "served_time", "campaign_id", "ad_id",
                "price_micros", "billing_type", "user_id", "ip_address", "user_agent"]
     agent_lower = CLICK["user_agent"].lower()
@@ -249,11 +254,11 @@ def test_the_event_decoder_reads_a_click_whole_and_an_impression_without_its_per
 
 
 def test_the_event_decoder_marks_a_record_it_cannot_read_not_ok_for_the_python_path():
-    value = CODEC.encode("AdEvent", CLICK)
-    header = header_hex("AdEvent")
+    value = CODEC.encode(AD_EVENT_TYPE, CLICK)
+    header = header_hex(AD_EVENT_TYPE)
     not_ok = [False] + [None] * 14
     assert run_golden_driver([f"event {header} {value.hex()}ff", f"event {header} {value[:HEADER_LEN + 4].hex()}",
-                              f"event {header_hex('SpendReport')} {value.hex()}", f"event {header} -"]) \
+                              f"event {header_hex(SPEND_REPORT_TYPE)} {value.hex()}", f"event {header} -"]) \
         == [not_ok] * 4
 
 
@@ -271,39 +276,39 @@ BILLED = {"campaign_id": 33, "event_time": 1_700_000_000_000, "budget_day": "202
 
 def test_leading_campaign_id_reads_the_campaign_of_campaign_ad_and_billing_records():
     commands = [f"campaign {CODEC.encode(t, r)[:HEADER_LEN].hex()} {CODEC.encode(t, r).hex()} {leading}"
-                for t, r, leading in [("ServingCampaign", CAMPAIGN, 0), ("ServingAd", AD, 1),
-                                      ("BilledSpend", BILLED, 0)]]
+                for t, r, leading in [(topics.record_type(topics.SERVING_CAMPAIGNS), CAMPAIGN, 0),
+                                      (SERVING_AD_TYPE, AD, 1), (BILLED_SPEND_TYPE, BILLED, 0)]]
     assert run_golden_driver(commands) == [31, 32, 33]
 
 
 def test_leading_campaign_id_leaves_an_older_version_or_a_campaign_zero_to_the_python_path():
-    billed_header = CODEC.encode("BilledSpend", BILLED)[:HEADER_LEN].hex()
+    billed_header = CODEC.encode(BILLED_SPEND_TYPE, BILLED)[:HEADER_LEN].hex()
     older = CODEC.encode(_older("billed_spend.v1.avsc"), {k: v for k, v in BILLED.items() if k != "joined_clicks"})
-    zero = CODEC.encode("BilledSpend", dict(BILLED, campaign_id=0))
+    zero = CODEC.encode(BILLED_SPEND_TYPE, dict(BILLED, campaign_id=0))
     assert run_golden_driver([f"campaign {billed_header} {older.hex()} 0", f"campaign {billed_header} {zero.hex()} 0",
                               f"campaign {billed_header} {older[:HEADER_LEN].hex()} 0"]) == [None, None, None]
 
 
 def test_leading_campaign_id_reads_a_serving_ad_with_its_exclusion_category_and_leaves_version_1_to_python():
-    header = CODEC.encode("ServingAd", AD)[:HEADER_LEN].hex()
-    current = CODEC.encode("ServingAd", dict(AD, exclusion_category=7))
+    header = CODEC.encode(SERVING_AD_TYPE, AD)[:HEADER_LEN].hex()
+    current = CODEC.encode(SERVING_AD_TYPE, dict(AD, exclusion_category=7))
     version_1 = CODEC.encode(_older("serving_ad.v1.avsc"), AD)
     assert run_golden_driver([f"campaign {header} {current.hex()} 1", f"campaign {header} {version_1.hex()} 1"]) \
         == [32, None]
-    assert CODEC.decode(version_1, "ServingAd")["campaign_id"] == 32  # the Python path resolves the old version
+    assert CODEC.decode(version_1, SERVING_AD_TYPE)["campaign_id"] == 32  # the Python path resolves the old version
 
 
 def test_first_seen_takes_each_decoded_column_from_its_named_input_position():
-    value = CODEC.encode("AdEvent", CLICK)
-    (emitted,) = _one(f"split {header_hex('AdEvent')} {value.hex()} true bot_agent")
+    value = CODEC.encode(AD_EVENT_TYPE, CLICK)
+    (emitted,) = _one(f"split {header_hex(AD_EVENT_TYPE)} {value.hex()} true bot_agent")
     columns = ["event_id", "impression_id", "event_type", "event_time", "served_time", "campaign_id",
                "price_micros", "billing_type", "user_id", "ip_address", "user_agent"]
     assert emitted == [*(CLICK[c] for c in columns), True, "bot_agent"]
 
 
 def test_first_seen_sends_an_undecodable_record_on_raw_with_its_kafka_coordinates():
-    value = CODEC.encode("AdEvent", CLICK)[:-1]
-    (emitted,) = _one(f"split {header_hex('AdEvent')} {value.hex()} false -")
+    value = CODEC.encode(AD_EVENT_TYPE, CLICK)[:-1]
+    (emitted,) = _one(f"split {header_hex(AD_EVENT_TYPE)} {value.hex()} false -")
     raw = [None] * 25
     raw[0], raw[18:24] = "raw", [1000, topics.AD_EVENTS, 3, 42, None, value.hex()]
     assert emitted == {"side": "raw", "row": raw}
