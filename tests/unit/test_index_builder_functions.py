@@ -34,7 +34,7 @@ def test_a_campaign_change_becomes_a_serving_campaign_on_its_side_output():
     compile_, context = opened(Compile())
     ctx = at_key(context, FakeContext(), f"{topics.CDC_CAMPAIGNS}|7")
     (tag, row), = compile_.process_element(_campaign_change(2), ctx)
-    assert tag is CAMPAIGNS and CODEC.decode(row[1], "ServingCampaign")["version"] == 2
+    assert tag is CAMPAIGNS and CODEC.decode(row[1], topics.record_type(topics.SERVING_CAMPAIGNS))["version"] == 2
 
 
 def test_an_older_or_repeated_version_is_dropped_and_counted_stale():
@@ -51,5 +51,6 @@ def test_a_change_that_cannot_compile_goes_to_dead_letters_and_is_counted():
     ctx = at_key(context, FakeContext(), f"{topics.CDC_CAMPAIGNS}|7")
     bad = SimpleNamespace(topic=topics.CDC_CAMPAIGNS, k=b"7", v=b"{not json", partition=0, offset=5)
     (tag, row), = compile_.process_element(bad, ctx)
-    assert tag is DEAD_LETTERS and CODEC.decode(row[1], "DeadLetter")["error_type"] == "BadChange"
+    assert tag is DEAD_LETTERS
+    assert CODEC.decode(row[1], topics.record_type(topics.DEAD_LETTERS))["error_type"] == "BadChange"
     assert context.counter("bad_changes") == 1

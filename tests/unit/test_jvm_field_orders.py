@@ -9,7 +9,11 @@ import re
 import pytest
 
 from jobs.jvm import run_golden_driver
+from schemas import topics
 from schemas.codec import default_registry
+
+SPEND_REPORT = topics.record_type(topics.BUDGET_SPEND)
+AD_EVENT = topics.record_type(topics.AD_EVENTS)
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +31,11 @@ def in_schema_order(names: list[str], record_type: str) -> bool:
 
 
 def test_the_spend_decoder_reads_the_spend_report_fields_in_the_schema_order(java_fields):
-    assert java_fields["DecodeSpendReport.FIELDS"] == avsc_fields("SpendReport")
+    assert java_fields["DecodeSpendReport.FIELDS"] == avsc_fields(SPEND_REPORT)
 
 
 def test_the_spend_decoder_reads_the_campaign_columns_in_the_schema_order(java_fields):
-    (campaigns,) = [f for f in default_registry().schema("SpendReport")["fields"] if f["name"] == "campaigns"]
+    (campaigns,) = [f for f in default_registry().schema(SPEND_REPORT)["fields"] if f["name"] == "campaigns"]
     (columns,) = [branch for branch in campaigns["type"] if isinstance(branch, dict)]
     assert java_fields["DecodeSpendReport.COLUMNS"] == [f["name"] for f in columns["fields"]]
 
@@ -39,14 +43,14 @@ def test_the_spend_decoder_reads_the_campaign_columns_in_the_schema_order(java_f
 def test_the_event_decoder_emits_every_ad_event_field_in_the_schema_order(java_fields):
     columns = re.findall(r"(\w+) [A-Z]+(?:,|>)", java_fields["DecodeAdEvent.output"])
     assert columns[0] == "ok" and columns[-1] == "agent_lower"
-    assert columns[1:-1] == avsc_fields("AdEvent")
+    assert columns[1:-1] == avsc_fields(AD_EVENT)
 
 
 def test_first_seen_input_is_kafka_coordinates_then_ad_event_fields_in_schema_order_then_sql_flags(java_fields):
     names = java_fields["FirstSeen.INPUT_FIELDS"]
     assert names[:6] == ["topic", "partition", "offset", "k", "v", "ok"]
     assert names[-2:] == ["billable", "reason"]
-    assert in_schema_order(names[6:-2], "AdEvent")
+    assert in_schema_order(names[6:-2], AD_EVENT)
 
 
 def test_first_seen_output_carries_its_input_event_fields_under_the_same_names(java_fields):

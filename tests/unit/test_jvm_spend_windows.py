@@ -14,9 +14,11 @@ import numpy as np
 
 from core.spend import SpendCut, SpendDedupe, batch_records, heartbeat_record, spend_items
 from jobs.jvm import run_golden_driver
+from schemas import topics
 from schemas.codec import AvroCodec, HEADER_LEN
 
 CODEC = AvroCodec()
+SPEND_REPORT = topics.record_type(topics.BUDGET_SPEND)
 WINDOW_MS, SERVER_WINDOW_MS = 10_000, 1_000  # the table's window sizes (the budget job's)
 T0 = 1_700_000_000_000  # a window boundary: T0 % WINDOW_MS == 0
 
@@ -97,7 +99,7 @@ def _java_rows(answer: list[dict]) -> list[tuple]:
 
 def both(ops: list) -> tuple[list[tuple], list[tuple]]:
     """(Java's rows, the model's rows) for `ops`: report dicts, raw bytes, or int watermarks."""
-    header = CODEC.encode("SpendReport", report("s", 1, 1, T0))[:HEADER_LEN].hex()
+    header = CODEC.encode(SPEND_REPORT, report("s", 1, 1, T0))[:HEADER_LEN].hex()
     model, words = DedupedWindows(), []
     for op in ops:
         if isinstance(op, int):
@@ -107,7 +109,7 @@ def both(ops: list) -> tuple[list[tuple], list[tuple]]:
             model.emitted.append(("spend_raw", T0, op.hex()))
             words.append(f"r:{T0}:{op.hex()}")
         else:
-            value_hex = CODEC.encode("SpendReport", op).hex()
+            value_hex = CODEC.encode(SPEND_REPORT, op).hex()
             model.offer(op, value_hex)
             words.append(f"r:{op['event_time']}:{value_hex}")
     (answer,) = run_golden_driver([f"windows {header} {WINDOW_MS} {SERVER_WINDOW_MS} {' '.join(words)}"])
@@ -198,7 +200,7 @@ def test_a_late_batch_leaves_whole_and_a_late_empty_batch_leaves_nothing():
 def test_a_batch_the_decoder_cannot_read_leaves_raw_whole():
     (record,) = batches(cut("s1", 1, T0 + 100, {11: (1_000, 1, 1, 1), 12: (2_000, 1, 1, 1)}), partitions=1)
     unequal = dict(record, campaigns=dict(record["campaigns"], served_ads=b"\0" * 4))
-    rows = assert_same_rows([CODEC.encode("SpendReport", unequal), T0 + WINDOW_MS])
+    rows = assert_same_rows([CODEC.encode(SPEND_REPORT, unequal), T0 + WINDOW_MS])
     assert [r[0] for r in rows] == ["spend_raw"]
 
 
