@@ -69,7 +69,7 @@ def test_archived_envelopes_unwrap_to_their_records_and_a_corrupt_value_is_named
     event = _event("e1", "imp-1", "CLICK", T0)
     event.update(ad_id=5, token_key_id="k1")
     envelope = {"topic": topics.AD_EVENTS, "partition": 0, "offset": 7, "event_time": T0, "k": b"1",
-                "v": codec.encode("AdEvent", event)}
+                "v": codec.encode(topics.record_type(topics.AD_EVENTS), event)}
     assert unwrap(envelope, codec)["impression_id"] == "imp-1"
     assert unwrap({"campaign_id": 1, "event_time": T0})["campaign_id"] == 1  # a plain record passes through
     with pytest.raises(CorruptRecord) as error:
