@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from core import replay
 from core.auction import AuctionRules, Candidate, exact_total, run_auction
-from schemas import HISTORY_DIR, SCHEMA_DIR
+from schemas import HISTORY_DIR, SCHEMA_DIR, topics
 from schemas.codec import AvroCodec, SchemaRegistry
 from tests.served_records import auction_record, design_example, served
 from tests.unit.test_codec import example_value
+
+SERVED_RECORD = topics.record_type(topics.AD_SERVED)
 
 
 def cpc(ad, campaign, bid, pctr, quality=0, slots=1, **kw):
@@ -60,14 +62,14 @@ def test_losers_written_as_columns_read_back_as_the_records_a_version_3_writer_w
                      pcvr=0.04, quality_micros=-i, exclusion_category=i % 4) for i in range(1, 30)]
     record = auction_record(ads, [1, 3])
     codec = AvroCodec()
-    v4 = codec.decode(codec.encode("ServedRecord", record), "ServedRecord")
+    v4 = codec.decode(codec.encode(SERVED_RECORD, record), SERVED_RECORD)
     losers = replay.sampled_losers(v4)
     assert len(losers) == 20 and all(l["pcvr"] is None for l in losers if l["bid_type"] != "CPA")
     # the same losers, one record each, as a version-3 writer wrote them
     registry = SchemaRegistry.from_directory()
     v3 = registry.by_fingerprint[registry.register(json.loads((HISTORY_DIR / "ad_served.v3.avsc").read_text()))]
     as_rows = {**{k: v for k, v in v4.items() if k != "loser_columns"}, "sampled_losers": losers}
-    read_v3 = AvroCodec(registry).decode(AvroCodec(registry).encode(v3, as_rows), "ServedRecord")
+    read_v3 = AvroCodec(registry).decode(AvroCodec(registry).encode(v3, as_rows), SERVED_RECORD)
     assert read_v3["loser_columns"] is None and replay.sampled_losers(read_v3) == losers
     assert replay.replay(read_v3) == replay.replay(v4)
 
@@ -77,7 +79,7 @@ def test_a_version_1_record_still_reads_with_the_new_fields_defaults():
     registry = SchemaRegistry.from_directory()
     codec = AvroCodec(registry)
     written_by_v1 = codec.encode(registry.by_fingerprint[registry.register(v1)], example_value(v1))
-    decoded = codec.decode(written_by_v1, "ServedRecord")
+    decoded = codec.decode(written_by_v1, SERVED_RECORD)
     assert decoded["reserve_micros"] is None and decoded["slot_positions"] == []
     assert decoded["winners"][0]["runner_up_ad_id"] is None and decoded["winners"][0]["bid_type"] is None
     assert decoded["sampled_losers"][0]["pctr_by_slot"] == []

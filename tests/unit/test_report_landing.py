@@ -74,10 +74,11 @@ def test_a_batch_lands_reduced_with_its_offsets_and_a_bad_record_becomes_a_dead_
     conversion = {"conversion_id": "c1", "impression_id": "i1", "event_time": feed.T0 + 60_000,
                   "served_time": feed.T0, "click_time": feed.T0 + 5_000, "campaign_id": 5, "ad_id": 50,
                   "token_key_id": "k1"}
-    messages = [Message(settings.billed_topic, 0, 10 + i, codec.encode("BilledSpend", r), r["event_time"])
+    billed_type, conversion_type = topics.record_type(topics.BILLED_SPEND), topics.record_type(topics.AD_CONVERSIONS)
+    messages = [Message(settings.billed_topic, 0, 10 + i, codec.encode(billed_type, r), r["event_time"])
                 for i, r in enumerate(billed)]
     messages += [Message(settings.billed_topic, 1, 7, b"\x00junk", feed.T0),
-                 Message(settings.conversions_topic, 2, 40, codec.encode("AdConversion", conversion), feed.T0)]
+                 Message(settings.conversions_topic, 2, 40, codec.encode(conversion_type, conversion), feed.T0)]
     written = []
     monkeypatch.setattr(landing_main, "write_batch", lambda conn, group, batch, offsets: written.append(
         (batch, dict(offsets))))

@@ -8,10 +8,12 @@ from core.frequency import DAY_MS, JustServed, field_name, fields_to_drop
 from core.leases import LeaseBook
 from core.spend import SpendAccumulator, SpendDedupe
 from core.tokens import CLICK_ID_LIFETIME_MS, ClickIdClaims, InvalidToken, TokenClaims, TokenKeys
+from schemas import topics
 from serving.adserver.request import BadRequest, GeoResolver, parse_ad_request, targeting_terms
 
 NOW = 1_800_000_000_000
 KEYS = TokenKeys({"k2": b"second-key-0123456789", "k1": b"first-key-0123456789"}, active="k2")
+SPEND_REPORT = topics.record_type(topics.BUDGET_SPEND)
 
 
 def claims(**over) -> TokenClaims:
@@ -208,7 +210,7 @@ def test_a_cut_travels_as_one_record_per_partition_and_reads_back_as_its_reports
     records = batch_records(cut, 4, partitioner)
     assert [p for p, _ in records] == [0, 1, 2, 3]  # every partition, an empty record its heartbeat
     codec = AvroCodec()
-    read = {p: list(spend_items(codec.decode(codec.encode("SpendReport", r), "SpendReport"))) for p, r in records}
+    read = {p: list(spend_items(codec.decode(codec.encode(SPEND_REPORT, r), SPEND_REPORT))) for p, r in records}
     assert all(partition_of(item["campaign_id"], 4) == p for p, items in read.items() for item in items)
     items = sorted((i for items in read.values() for i in items), key=lambda i: i["campaign_id"])
     assert items == cut.items()

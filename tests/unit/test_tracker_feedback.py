@@ -52,7 +52,7 @@ def test_an_accepted_feedback_beacon_produces_one_ad_feedback_keyed_by_impressio
                                           ("/v1/feedback", {"t": KEYS.sign(CLAIMS), "type": "REPORT"})])
     assert statuses == [204, 204]
     assert [(topic, key) for topic, key, _ in produced] == [(topics.AD_FEEDBACK, b"req-9:2")] * 2
-    hide, report = (CODEC.decode(value, "AdFeedback") for _, _, value in produced)
+    hide, report = (CODEC.decode(value, topics.record_type(topics.AD_FEEDBACK)) for _, _, value in produced)
     assert {k: v for k, v in hide.items() if k != "event_id"} == {
         "impression_id": "req-9:2", "feedback_type": "HIDE", "event_time": NOW, "served_time": NOW - 4_000,
         "campaign_id": 7, "ad_id": 71, "user_id": None, "token_key_id": "k1"}
