@@ -41,7 +41,7 @@ def test_split_sends_a_corrupt_record_to_dead_letters_and_counts_it():
     split, context = opened(Split())
     row = SimpleNamespace(kind="event", v=b"\xc3\x01 truncated", k=b"x", topic=topics.AD_EVENTS, partition=0, offset=5)
     (tag, dead), = split.process_element(row, FakeContext())
-    assert tag is DEAD_LETTERS and CODEC.decode(dead[1], "DeadLetter")["source_offset"] == 5
+    assert tag is DEAD_LETTERS and CODEC.decode(dead[1], topics.record_type(topics.DEAD_LETTERS))["source_offset"] == 5
     assert context.counter("corrupt_records") == 1
 
 
@@ -59,7 +59,7 @@ def test_a_clicked_impression_is_a_positive_when_its_label_timer_fires():
     for row in _rows("served", served()) + _rows("event", beacon("r1:1", "CLICK", 4_000)):
         list(label.process_element(row, ctx))
     (out,) = list(label.on_timer(training.final_at_ms(SERVED_MS), ctx))
-    made = CODEC.decode(out[1], "TrainingExample")
+    made = CODEC.decode(out[1], topics.record_type(topics.TRAINING_EXAMPLES))
     assert (out[0], made["label"], out[2]) == (b"r1:1", 1, made["event_time"])
     assert context.counter("examples") == 1
 
@@ -146,7 +146,8 @@ def test_decode_deletion_reads_a_request_and_dead_letters_a_corrupt_one():
     from jobs.training_join.functions import DecodeDeletion
 
     decode, context = opened(DecodeDeletion())
-    value = CODEC.encode("UserDeletion", privacy.deletion_request("u1", SERVED_MS, "req-1").as_record())
+    request = privacy.deletion_request("u1", SERVED_MS, "req-1")
+    value = CODEC.encode(topics.record_type(topics.PRIVACY_DELETIONS), request.as_record())
     good = SimpleNamespace(v=value, k=b"u1", topic=topics.PRIVACY_DELETIONS, partition=0, offset=3)
     assert [tuple(r) for r in decode.process_element(good, FakeContext())] == [("u1", SERVED_MS)]
     bad = SimpleNamespace(v=b"junk", k=b"u1", topic=topics.PRIVACY_DELETIONS, partition=0, offset=4)
