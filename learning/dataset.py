@@ -14,6 +14,9 @@ import numpy as np
 
 from core import training
 from core.errors import AdserveError
+from schemas import topics
+
+TRAINING_EXAMPLE = topics.record_type(topics.TRAINING_EXAMPLES)
 
 
 class ExamplesInvalid(AdserveError):
@@ -25,7 +28,7 @@ def _schema():
 
     from schemas.codec import default_registry, plain_timestamps
 
-    return fastavro.parse_schema(plain_timestamps(default_registry().schema("TrainingExample")))
+    return fastavro.parse_schema(plain_timestamps(default_registry().schema(TRAINING_EXAMPLE)))
 
 
 def read_examples(path: Path) -> list[dict[str, Any]]:

@@ -15,6 +15,8 @@ from learning.canary import PromotionRule
 from learning.retrain import RetrainPolicy, RetrainState, RunReport
 from schemas import topics
 
+TRAINING_EXAMPLE, SERVED_RECORD = (topics.record_type(topic) for topic in (topics.TRAINING_EXAMPLES, topics.AD_SERVED))
+
 
 @dataclass(frozen=True)
 class RetrainSettings:
@@ -59,7 +61,7 @@ class Retrainer:
         if self.state.last_full_ms:
             since = int(min(self.state.last_full_ms, self.state.canary_since_ms or self.state.last_full_ms)
                         - max(self.policy.window_s, self.policy.canary_max_age_s) * 1000)
-        examples = read_records(self.bootstrap, self.examples_topic, "TrainingExample", max(0, since))
+        examples = read_records(self.bootstrap, self.examples_topic, TRAINING_EXAMPLE, max(0, since))
         newest = max((int(r["served_time"]) for r in examples), default=0)
         action = retrain.next_action(self.state, has_current=registry.current is not None,
                                      has_canary=registry.canary is not None, newest_event_ms=newest,
@@ -142,7 +144,7 @@ class Retrainer:
         candidate = registry.canary.version
         current = registry.current.version if registry.current else PriorPredictor.version
         since = self.state.canary_since_ms
-        served = [r for r in read_records(self.bootstrap, self.served_topic, "ServedRecord", since)
+        served = [r for r in read_records(self.bootstrap, self.served_topic, SERVED_RECORD, since)
                   if r.get("model_version") in (candidate, current)]
         judged = [r for r in examples if int(r["served_time"]) >= since]
         verdict = canary_report(served, judged, current=current, candidate=candidate, rule=self.rule)

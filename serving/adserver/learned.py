@@ -34,6 +34,7 @@ from serving.model.registry import CANARY, CURRENT, FEATURES, ModelEntry, Regist
 from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver.learned")
+REGISTRY_ENTRY = topics.record_type(topics.MODEL_REGISTRY)
 
 
 @dataclass
@@ -154,7 +155,7 @@ class RegistryFollower(threading.Thread):
                         self.loaded.set()
                     continue
                 try:
-                    self.registry.apply(codec.decode(msg.value(), "RegistryEntry", topic=msg.topic(),
+                    self.registry.apply(codec.decode(msg.value(), REGISTRY_ENTRY, topic=msg.topic(),
                                                      partition=msg.partition(), offset=msg.offset()))
                     changed = True
                 except (CorruptRecord, AdserveError) as exc:

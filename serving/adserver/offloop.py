@@ -34,6 +34,7 @@ from streams import kafka
 
 LOG = logging.getLogger("adserve.adserver")
 RESEND_EVERY_S = 1.0
+SPEND_REPORT, SERVED_RECORD = (topics.record_type(topic) for topic in (topics.BUDGET_SPEND, topics.AD_SERVED))
 
 
 class SpendReporter:
@@ -116,7 +117,7 @@ class SpendReporter:
     def _send(self, taken: SpendTake | None, leases: dict[int, str], now_ms: int) -> None:
         partitions = self._partition_count()
         if taken is None:  # nothing spent or seen: a heartbeat to every partition
-            value = self.codec.encode("SpendReport", heartbeat_record(
+            value = self.codec.encode(SPEND_REPORT, heartbeat_record(
                 self.accumulator.server_id, self.accumulator.sequence, now_ms))
             for partition in range(partitions):
                 self._produce(None, partition, value, now_ms)
@@ -126,7 +127,7 @@ class SpendReporter:
         for number, (partition, record) in enumerate(batch_records(taken.columns(leases), partitions,
                                                                    self._partitioner)):
             key = (taken.sequence, partition, number)
-            self.pending[key] = (self.codec.encode("SpendReport", record), now_ms)
+            self.pending[key] = (self.codec.encode(SPEND_REPORT, record), now_ms)
             self._produce(key, partition, self.pending[key][0], now_ms)
 
     def _produce(self, key: tuple[int, int, int] | None, partition: int, value: bytes, now_ms: int) -> None:
@@ -205,7 +206,7 @@ class ServedLog:
                 if item is None:
                     return
                 key, record = item
-                value = self.codec.encode("ServedRecord", record)
+                value = self.codec.encode(SERVED_RECORD, record)
                 while True:
                     try:
                         self.producer.produce(self.topic, key=key, value=value)

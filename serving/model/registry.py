@@ -27,6 +27,7 @@ from serving.model.bundle import CALIBRATION_FILE, METADATA_FILE, MODEL_FILE, SP
 CURRENT, CANARY, FEATURES = "CURRENT", "CANARY", "FEATURES"
 ROLES = (CURRENT, CANARY, FEATURES)
 REQUIRED_FILES = (MODEL_FILE, SPEC_FILE, CALIBRATION_FILE, METADATA_FILE)
+REGISTRY_ENTRY = topics.record_type(topics.MODEL_REGISTRY)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def publish(bootstrap: str, entry: Mapping[str, Any], timeout_s: float = 15.0,
     producer = kafka.producer(bootstrap)
     failures: list[str] = []
     producer.produce(topic, key=str(entry["role"]).encode(),
-                     value=AvroCodec().encode("RegistryEntry", dict(entry)), timestamp=int(entry["event_time"]),
+                     value=AvroCodec().encode(REGISTRY_ENTRY, dict(entry)), timestamp=int(entry["event_time"]),
                      on_delivery=lambda err, msg: failures.append(str(err)) if err else None)
     if producer.flush(timeout_s) or failures:
         raise InvalidArgument(f"registry entry {entry['role']} not acknowledged: {failures or 'timed out'}")
@@ -164,7 +165,7 @@ def read_registry(bootstrap: str, timeout_s: float = 10.0, topic: str = topics.M
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     break
                 continue
-            registry.apply(codec.decode(msg.value(), "RegistryEntry"))
+            registry.apply(codec.decode(msg.value(), REGISTRY_ENTRY))
     finally:
         consumer.close()
     return registry

@@ -32,6 +32,7 @@ LOG = logging.getLogger("adserve.report_landing")
 # Each kind's record type: its topic's (schemas.topics)
 RECORD_TYPES = {"billed": topics.record_type(topics.BILLED_SPEND),
                 "conversions": topics.record_type(topics.AD_CONVERSIONS)}
+DEAD_LETTER = topics.record_type(topics.DEAD_LETTERS)
 
 
 def parse_settings(argv: Sequence[str] | None = None,
@@ -154,7 +155,7 @@ class ReportLanding:
         record = from_corrupt(JOB_NAME, corrupt, timestamp_ms=timestamp_ms, key=message.key(),
                               value=message.value())
         self.producer.produce(self.settings.dead_letter_topic, key=JOB_NAME.encode(),
-                              value=self.codec.encode("DeadLetter", record), timestamp=timestamp_ms or 0)
+                              value=self.codec.encode(DEAD_LETTER, record), timestamp=timestamp_ms or 0)
         self.counts.dead_letters += 1
         LOG.warning("dead letter: %s", corrupt)
 
