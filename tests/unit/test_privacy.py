@@ -17,6 +17,8 @@ from sim.learning_day import make_world, simulate_day
 from tests.unit.test_training_rules import SERVED_MS, served
 
 CODEC = AvroCodec()
+SERVED_RECORD = topics.record_type(topics.AD_SERVED)
+USER_DELETION = topics.record_type(topics.PRIVACY_DELETIONS)
 REQUESTED_MS = SERVED_MS + 3_600_000
 ENVELOPE_SCHEMA = {  # the archiver's file format (jobs/archiver): the Kafka record in an envelope
     "type": "record", "name": "Envelope", "fields": [
@@ -88,7 +90,7 @@ def test_a_request_is_due_a_day_after_it_was_made_and_overdue_only_unerased():
 
 def test_a_request_survives_its_avro_contract():
     request = privacy.deletion_request("u1", REQUESTED_MS, "req-1", "asked by email")
-    assert privacy.request_of(CODEC.decode(CODEC.encode("UserDeletion", request.as_record()))) == request
+    assert privacy.request_of(CODEC.decode(CODEC.encode(USER_DELETION, request.as_record()))) == request
 
 
 # ------------------------------------------------------------------ the pipelines
@@ -120,14 +122,16 @@ def _deleted_user(day) -> str:
 def _archive(tmp_path: Path, day, user: str, requested_ms: int) -> Path:
     archive = tmp_path / "archive"
     hour = "dt=2026-03-10/hr=00"
-    _write(archive / topics.AD_SERVED / hour / "part-0", topics.AD_SERVED, "ServedRecord", day.served)
-    _write(archive / topics.AD_EVENTS / hour / "part-0", topics.AD_EVENTS, "AdEvent", day.events)
+    _write(archive / topics.AD_SERVED / hour / "part-0", topics.AD_SERVED, SERVED_RECORD, day.served)
+    _write(archive / topics.AD_EVENTS / hour / "part-0", topics.AD_EVENTS, topics.record_type(topics.AD_EVENTS),
+           day.events)
     examples = training.join(day.served, day.events, keep_rate=1.0)
-    _write(archive / topics.TRAINING_EXAMPLES / hour / "part-0", topics.TRAINING_EXAMPLES, "TrainingExample", examples)
-    _write(archive / topics.BILLED_SPEND / hour / "part-0", topics.BILLED_SPEND, "ServedRecord",
+    _write(archive / topics.TRAINING_EXAMPLES / hour / "part-0", topics.TRAINING_EXAMPLES,
+           topics.record_type(topics.TRAINING_EXAMPLES), examples)
+    _write(archive / topics.BILLED_SPEND / hour / "part-0", topics.BILLED_SPEND, SERVED_RECORD,
            day.served[:1])  # a topic without user records: never touched
     request = privacy.deletion_request(user, requested_ms, "req-1")
-    _write(archive / topics.PRIVACY_DELETIONS / hour / "part-0", topics.PRIVACY_DELETIONS, "UserDeletion",
+    _write(archive / topics.PRIVACY_DELETIONS / hour / "part-0", topics.PRIVACY_DELETIONS, USER_DELETION,
            [request.as_record()])
     return archive
 
@@ -221,7 +225,7 @@ def test_the_features_job_forgets_a_deleted_users_window_and_writes_nothing_more
 
     decode, _ = opened(Decode(user_features=True))
     request = privacy.deletion_request("u1", T0 + 5_000, "req-1")
-    raw = type("Raw", (), {"kind": "deletion", "v": CODEC.encode("UserDeletion", request.as_record()), "k": b"u1",
+    raw = type("Raw", (), {"kind": "deletion", "v": CODEC.encode(USER_DELETION, request.as_record()), "k": b"u1",
                            "topic": topics.PRIVACY_DELETIONS, "partition": 0, "offset": 0})()
     ((_, deletion_row),) = list(decode.process_element(raw, FakeContext()))
     assert (deletion_row.kind, deletion_row.user_id) == (state.DELETION, "u1")
