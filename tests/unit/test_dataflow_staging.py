@@ -209,7 +209,8 @@ def test_nightly_recount_runs_from_the_staged_package(worker, tmp_path, form):
 
     events, campaigns = _day_of_events()
     archive = tmp_path / "archive"
-    _plain_avro(archive / topics.AD_EVENTS / "dt=2026-01-05" / "hr=12" / "part-0", "AdEvent", events)
+    _plain_avro(archive / topics.AD_EVENTS / "dt=2026-01-05" / "hr=12" / "part-0", topics.record_type(topics.AD_EVENTS),
+                events)
     _plain_avro(archive / topics.SERVING_CAMPAIGNS / "dt=2026-01-04" / "hr=23" / "part-0", "Campaign", campaigns)
     _, _, launch = worker
     launch("nightly_recount", form, f"--archive={archive}", "--day=2026-01-05", f"--output={tmp_path}/recount")
