@@ -21,10 +21,11 @@ from core.errors import RunFailed
 from infra.platform import PlatformSettings, control
 from pipelines.avro_files import normalise, schema_json
 from schemas.codec import AvroCodec
-from schemas.topics import AD_EVENTS, DEAD_LETTERS, EVENT_COUNTS
+from schemas.topics import AD_EVENTS, DEAD_LETTERS, EVENT_COUNTS, record_type
 from sim.synthetic import DAY_START_MS, ad_events
 from streams import kafka
 
+AD_EVENT, EVENT_COUNT, DEAD_LETTER = (record_type(topic) for topic in (AD_EVENTS, EVENT_COUNTS, DEAD_LETTERS))
 
 
 def count_directly(events: list[dict[str, Any]]) -> dict[tuple[int, int], rules.Counts]:
@@ -127,7 +128,7 @@ def _produce(bootstrap: str, simulated: list[dict[str, Any]], corrupt: int) -> f
     from sim.progress import Progress
 
     codec = AvroCodec()
-    records = [(str(e["campaign_id"]).encode(), codec.encode("AdEvent", e), e["event_time"]) for e in simulated]
+    records = [(str(e["campaign_id"]).encode(), codec.encode(AD_EVENT, e), e["event_time"]) for e in simulated]
     step = max(1, len(records) // (corrupt + 1))
     for k in range(corrupt):
         records.insert((k + 1) * step, (b"0", b"\x00corrupt-" + str(k).encode(), DAY_START_MS))
@@ -167,11 +168,11 @@ def _read_flink_outputs(bootstrap: str, report: DemoReport, start_counts: dict[i
     codec = AvroCodec()
     counts = kafka.read_all(bootstrap, EVENT_COUNTS, start_offsets=start_counts, timeout_s=60, idle_s=2)
     for m in counts:
-        r = codec.decode(m.value(), "EventCount", topic=m.topic(), partition=m.partition(), offset=m.offset())
+        r = codec.decode(m.value(), EVENT_COUNT, topic=m.topic(), partition=m.partition(), offset=m.offset())
         report.flink_windows[(r["campaign_id"], r["window_start"])] = rules.Counts(
             r["impressions"], r["clicks"], r["billable_micros"])
     dead = kafka.read_all(bootstrap, DEAD_LETTERS, start_offsets=start_dead, timeout_s=30, idle_s=2)
-    report.dead_letters = [d for d in (codec.decode(m.value(), "DeadLetter") for m in dead)
+    report.dead_letters = [d for d in (codec.decode(m.value(), DEAD_LETTER) for m in dead)
                            if d["job"] == "event_counts"]
 
 

@@ -20,6 +20,7 @@ from core.campaigns import static_score
 from core.targeting import compile_targeting, request_terms
 from serving.decision.prediction import position_effect
 from serving.model.ad_features import AdFeatureSnapshot
+from schemas import topics
 from serving.served_log import BILLING_OF, ServedRequest, served_record
 from sim.synthetic import diurnal  # the same day shape as the pacing simulation
 
@@ -354,11 +355,11 @@ def write_day(log: DayLog, out: Path, keep_rate: float = training.DEFAULT_KEEP_R
     out.mkdir(parents=True, exist_ok=True)
     registry = default_registry()
     examples = training.join(log.served, log.events, keep_rate, log.conversions)
-    for name, record_type, records in (("served.avro", "ServedRecord", log.served),
-                                       ("events.avro", "AdEvent", log.events),
-                                       ("conversions.avro", "AdConversion", log.conversions),
-                                       ("examples.avro", "TrainingExample", examples)):
-        schema = fastavro.parse_schema(plain_timestamps(registry.schema(record_type)))
+    for name, topic, records in (("served.avro", topics.AD_SERVED, log.served),
+                                 ("events.avro", topics.AD_EVENTS, log.events),
+                                 ("conversions.avro", topics.AD_CONVERSIONS, log.conversions),
+                                 ("examples.avro", topics.TRAINING_EXAMPLES, examples)):
+        schema = fastavro.parse_schema(plain_timestamps(registry.schema(topics.record_type(topic))))
         with open(out / name, "wb") as f:
             fastavro.writer(f, schema, records, codec="deflate")
     (out / "truth.json").write_text(json.dumps(log.truth))

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from core import clicks
+from schemas import topics
 from sim.pacing_jobs import DayRun
 from sim.pacing_scenario import DAY0_MS, DAY_MS, SIM_DAY, CampaignDay, JobBill
 
@@ -15,6 +16,7 @@ LOG = logging.getLogger(__name__)
 
 
 CLOCK_CAMPAIGN = 1  # the end-of-day beacons that carry the aggregator's event time past midnight
+AD_EVENT = topics.record_type(topics.AD_EVENTS)
 
 
 def close_billing(run: DayRun, days: dict[int, CampaignDay], beacons: list[dict[str, Any]],
@@ -27,7 +29,7 @@ def close_billing(run: DayRun, days: dict[int, CampaignDay], beacons: list[dict[
 
     feed, producer, codec, events_topic = run.feed, run.producer, run.codec, run.topics["events"]
     for at in (DAY0_MS + DAY_MS + 5_000, DAY0_MS + DAY_MS + 15_000):
-        producer.produce(events_topic, key=b"1", timestamp=at, value=codec.encode("AdEvent", {
+        producer.produce(events_topic, key=b"1", timestamp=at, value=codec.encode(AD_EVENT, {
             "event_id": f"clock-{at}", "impression_id": f"clock-{at}", "event_type": "IMPRESSION",
             "event_time": at, "served_time": at, "campaign_id": CLOCK_CAMPAIGN, "ad_id": CLOCK_CAMPAIGN,
             "price_micros": 0, "billing_type": "CLICK", "user_id": None, "ip_address": None, "user_agent": None,

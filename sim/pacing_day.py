@@ -80,7 +80,7 @@ from typing import Any, Callable
 import numpy as np
 
 from core.errors import RunFailed
-from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
+from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS, record_type
 from sim.pacing_billing import CLOCK_CAMPAIGN, close_billing, job_bill
 from sim.pacing_fleet import DayTraffic, SimServer, last_week
 from sim.pacing_jobs import BudgetFeed, DayRun, deploy_jobs, drain, stop_jobs
@@ -95,6 +95,7 @@ __all__ = ["CHANGE_TRANSIT_S", "CLOCK_CAMPAIGN", "COUNTRIES", "DAY0_MS", "DAY_MS
            "traffic", "work_model"]
 
 LOG = logging.getLogger("sim.pacing_day")
+SERVING_AD, SERVING_CAMPAIGN = (record_type(topic) for topic in (SERVING_ADS, SERVING_CAMPAIGNS))
 # Wall seconds the day stands still after a campaign record is published. The day runs ~100 simulated seconds
 # per wall second, so without it a record's second or so of transit to the jobs would be minutes of event time:
 # the click aggregator would close the windows after a budget cut before the cut reached it and bill them
@@ -189,7 +190,7 @@ def run_day(platform, settings: DaySettings, *, out_dir: Path, progress: Callabl
     for c in campaigns:
         if not c.launch_s:
             producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(),
-                             value=codec.encode("ServingCampaign", c.record(DAY0_MS - 60_000)),
+                             value=codec.encode(SERVING_CAMPAIGN, c.record(DAY0_MS - 60_000)),
                              timestamp=DAY0_MS - 60_000)
             _publish_ads(c, producer, codec, topics["ads"], DAY0_MS - 60_000)
     producer.flush(30)
@@ -305,7 +306,7 @@ def _clock(ms: int) -> str:
 def _publish_ads(c: SimCampaign, producer, codec, topic: str, at_ms: int) -> None:
     """The campaign's ads on the run's serving.ads: the pacer learns where they serve and what they are worth."""
     for ad in c.ad_records(at_ms):
-        producer.produce(topic, key=str(ad["ad_id"]).encode(), value=codec.encode("ServingAd", ad), timestamp=at_ms)
+        producer.produce(topic, key=str(ad["ad_id"]).encode(), value=codec.encode(SERVING_AD, ad), timestamp=at_ms)
 
 
 def _apply_event(event: Event, run: DayRun, day_traffic: DayTraffic, campaigns: list[SimCampaign], now_ms: int,
@@ -333,7 +334,7 @@ def _apply_event(event: Event, run: DayRun, day_traffic: DayTraffic, campaigns: 
     if event.kind == "launch":  # created now: the record, then its ads, as the index builder sends them
         c.history.append(c.record(now_ms))
         producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(), timestamp=now_ms,
-                         value=codec.encode("ServingCampaign", c.record(now_ms)))
+                         value=codec.encode(SERVING_CAMPAIGN, c.record(now_ms)))
         _publish_ads(c, producer, codec, topics["ads"], now_ms + 1000)
         for server in fleet:
             server.state.apply(SERVING_CAMPAIGNS, c.record(now_ms), now_ms)
@@ -354,7 +355,7 @@ def _apply_event(event: Event, run: DayRun, day_traffic: DayTraffic, campaigns: 
     days[c.campaign_id].budgets.append((now_ms - DAY0_MS, c.budget_micros))
     c.history.append(c.record(now_ms))
     producer.produce(topics["campaigns"], key=str(c.campaign_id).encode(), timestamp=now_ms,
-                     value=codec.encode("ServingCampaign", c.record(now_ms)))
+                     value=codec.encode(SERVING_CAMPAIGN, c.record(now_ms)))
     for server in fleet:  # what the index builder would deliver within about a second
         server.state.apply(SERVING_CAMPAIGNS, c.record(now_ms), now_ms)
     producer.flush(30)

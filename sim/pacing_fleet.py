@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 
 from core.targeting import request_terms
-from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
+from schemas.topics import AD_EVENTS, SERVING_ADS, SERVING_CAMPAIGNS, record_type
 from sim.pacing_scenario import (COUNTRIES, DAY0_MS, DAY_MS, PLACEMENTS, RESERVE_MICROS, SLOTS, CampaignDay,
                                  SimCampaign)
+
+AD_EVENT = record_type(AD_EVENTS)
 
 
 class SimServer:
@@ -104,7 +106,7 @@ class DayTraffic:
         if self.export is not None:
             self.export.beacon(event["event_type"])
         self.producer.produce(self.events_topic, key=str(event["campaign_id"]).encode(),
-                              timestamp=event["event_time"], value=self.codec.encode("AdEvent", event))
+                              timestamp=event["event_time"], value=self.codec.encode(AD_EVENT, event))
 
     def serve(self, second: int, now_ms: int, requests: int) -> None:
         """`requests` ad requests in this second, each on a random server, placement and country."""

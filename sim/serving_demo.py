@@ -32,7 +32,7 @@ from core.spend import SpendDedupe, spend_items
 from core.tokens import TokenKeys
 from infra.platform import PlatformSettings
 from schemas.codec import AvroCodec
-from schemas.topics import AD_EVENTS, AD_SERVED, BUDGET_SPEND, SERVING_ADS, SERVING_CAMPAIGNS
+from schemas.topics import AD_EVENTS, AD_SERVED, BUDGET_SPEND, SERVING_ADS, SERVING_CAMPAIGNS, record_type
 from serving.tracker import without_click_id
 from sim.synthetic import DEMO_COUNTRIES as COUNTRIES
 from sim.synthetic import DEMO_DEVICES as DEVICES
@@ -104,7 +104,7 @@ def _removals(ad_records) -> list[tuple[bytes, bytes, int]]:
     for key, value, _ in ad_records:
         record = dict(codec.decode(value))
         record.update(version=2, removed=True, event_time=now)
-        out.append((key, codec.encode("ServingAd", record), now))
+        out.append((key, codec.encode(record_type(SERVING_ADS), record), now))
     return out
 
 

@@ -14,11 +14,13 @@ import numpy as np
 from core.campaigns import ad_serving_record, campaign_serving_record, validate_ad, validate_campaign
 from core.targeting import Targeting, request_terms
 from schemas.codec import AvroCodec
-from schemas.topics import SERVING_ADS, SERVING_CAMPAIGNS
+from schemas.topics import BUDGET_SPEND, SERVING_ADS, SERVING_CAMPAIGNS, record_type
 from serving.decision.campaigns import CampaignTable
 from serving.decision.index import AdColumns, TargetingColumns, TargetingIndex
 
 DAY_START_MS = 1_800_316_800_000  # 2027-01-19T00:00:00Z
+SERVING_AD, SERVING_CAMPAIGN, SPEND_REPORT = (record_type(topic) for topic in (
+    SERVING_ADS, SERVING_CAMPAIGNS, BUDGET_SPEND))
 
 
 def diurnal(second: float) -> float:
@@ -137,7 +139,7 @@ def demo_catalogue(run: int, rng: random.Random, campaigns: int, ads_per_campaig
         bid_type = "CPM" if c % 3 == 0 else "CPC"
         cap = rng.choice([None, None, 1, 2, 3])
         caps[cid] = cap
-        camp_records.append((str(cid).encode(), codec.encode("ServingCampaign", {
+        camp_records.append((str(cid).encode(), codec.encode(SERVING_CAMPAIGN, {
             "campaign_id": cid, "advertiser_id": run + c // 2, "version": 1, "event_time": now, "status": "ACTIVE",
             "bid_type": bid_type, "daily_budget_micros": 50_000_000, "currency": "USD", "timezone": "UTC",
             "flight_start": None, "flight_end": None, "dayparts": [], "cap_per_day": cap, "cap_per_week": None,
@@ -153,7 +155,7 @@ def demo_catalogue(run: int, rng: random.Random, campaigns: int, ads_per_campaig
             if rng.random() < 0.3:
                 targeting.append({"attribute": "device", "values": rng.sample(DEMO_DEVICES, 2), "excluded": False})
             landing[aid] = f"https://advertiser{cid}.example/landing/{aid}"
-            ad_records.append((str(aid).encode(), codec.encode("ServingAd", {
+            ad_records.append((str(aid).encode(), codec.encode(SERVING_AD, {
                 "ad_id": aid, "campaign_id": cid, "advertiser_id": run + c // 2, "version": 1, "event_time": now,
                 "removed": False, "bid_type": bid_type,
                 "bid_micros": (rng.randint(1_000_000, 20_000_000) if bid_type == "CPM"
@@ -209,14 +211,14 @@ def spend_reports(items: int, servers: int, campaigns: int, seed: int, start_ms:
                 if produced >= items:
                     break
                 produced += 1
-                yield (str(campaign).encode(), codec.encode("SpendReport", {
+                yield (str(campaign).encode(), codec.encode(SPEND_REPORT, {
                     "server_id": f"bench-{server}", "sequence": sequence[server], "campaign_id": campaign,
                     "event_time": now, "interval_start": now - 1000, "expected_spend_micros": rng.randint(1, 5000),
                     "served_ads": 1, "eligible_requests": 3, "lease_id": None, "max_price_micros": 2_000_000,
                     "wants_slice": False}), now, None)
         second += 1
         for partition in range(4):
-            yield b"0", codec.encode("SpendReport", {
+            yield b"0", codec.encode(SPEND_REPORT, {
                 "server_id": "bench-hb", "sequence": second, "campaign_id": 0, "event_time": now,
                 "interval_start": now, "expected_spend_micros": 0, "served_ads": 0, "eligible_requests": 0,
                 "lease_id": None, "max_price_micros": 0, "wants_slice": False}), now, partition
@@ -247,7 +249,7 @@ def spend_batches(items: int, servers: int, campaigns: int, seed: int, start_ms:
                            np.full(n, 3, np.int32), np.full(n, 2_000_000, np.int64))
             for partition, record in batch_records(cut, partitions, partitioner):
                 count = len(record["campaigns"]["campaign_id"]) // 8
-                yield str(partition).encode(), codec.encode("SpendReport", record), now, partition, count
+                yield str(partition).encode(), codec.encode(SPEND_REPORT, record), now, partition, count
             if produced >= items:
                 break
         second += 1
