@@ -62,8 +62,8 @@ def topic_records(bootstrap: str, request_id: str, *, topic: str = topics.AD_SER
                     continue
                 raise ServedLogUnavailable(str(KafkaException(msg.error())))
             if msg.key() == key:
-                yield codec.decode(msg.value(), "ServedRecord", topic=topic, partition=msg.partition(),
-                                   offset=msg.offset())
+                yield codec.decode(msg.value(), topics.record_type(topics.AD_SERVED), topic=topic,
+                                   partition=msg.partition(), offset=msg.offset())
     except KafkaException as exc:
         raise ServedLogUnavailable(f"cannot read {topic} at {bootstrap}: {exc}") from exc
     finally:

@@ -19,7 +19,7 @@ from schemas.codec import AvroCodec
 from streams import kafka, redis_keys
 from streams.endpoints import redis_from_url
 
-RECORD_TYPE = "UserDeletion"
+RECORD_TYPE = topics.record_type(topics.PRIVACY_DELETIONS)
 APPLIER_GROUP = "adserve-user-deletions"
 
 
