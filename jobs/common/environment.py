@@ -61,6 +61,12 @@ def create_environment(settings: KafkaJobSettings, extra_jars: Sequence[Path] = 
         config.set_string("execution.checkpointing.dir", settings.checkpoints_dir)
     if settings.savepoints_dir:
         config.set_string("execution.checkpointing.savepoint-dir", settings.savepoints_dir)
+    if settings.tripwire_file:
+        # A restart test run on the local mini-cluster gets a spare TaskManager: when a task fails, Flink's
+        # shared Python resources may fail fatally while its operators close ("Reference count must not be
+        # negative" in PythonSharedResources.close), which stops that TaskManager, and the restart would
+        # wait in vain for a slot. Ignored by a real cluster, where jobs are submitted with `flink run`.
+        config.set_string("minicluster.number-of-taskmanagers", "2")
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(settings.parallelism)
     env.enable_checkpointing(settings.checkpoint_interval_ms, CheckpointingMode.EXACTLY_ONCE)
