@@ -84,10 +84,6 @@ def _low_load_rate(serve: dict[str, Any]) -> str:
     return min(serve["open_loop"][str(serve["ads_loaded"][0])], key=float)
 
 
-def _fault_rows(faults: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {row["fault"]: row for row in faults["rows"]}
-
-
 def _faults_latest(faults: dict[str, Any]) -> str:
     rows = [row for row in faults["rows"] if row["fault"] != "baseline"]
     held = sum(1 for row in rows if row["held"])
